@@ -1,0 +1,208 @@
+package config
+
+import (
+	"time"
+)
+
+// Config is the whole configuration. Field comments state the unit and the
+// default; Defaults returns the defaults.
+type Config struct {
+	// Listen is the address of the proxy listener. Default ":8080".
+	Listen string `yaml:"listen"`
+	// AdminListen is the address of /metrics, /healthz and /readyz.
+	// Default "127.0.0.1:9090".
+	AdminListen string `yaml:"admin_listen"`
+
+	Core    Core    `yaml:"core"`
+	Catalog Catalog `yaml:"catalog"`
+	Signing Signing `yaml:"signing"`
+
+	// Rollout selects the workspaces that get the protocol: "off", "all",
+	// "allow:a,b", "deny:a,b" or "percent:N". Default "off". Hot-reloadable.
+	Rollout string `yaml:"rollout"`
+	// NativeDetection is "auto", "never" (always serve the protocol) or
+	// "always" (assume a native Core: pass everything through). Default "auto".
+	NativeDetection string `yaml:"native_detection"`
+	// ProbeInterval is how long a native/legacy probe result is kept. Default 60s.
+	ProbeInterval time.Duration `yaml:"probe_interval"`
+
+	Ledger    Ledger    `yaml:"ledger"`
+	RateLimit RateLimit `yaml:"rate_limit"`
+	Proxy     Proxy     `yaml:"proxy"`
+	Shutdown  Shutdown  `yaml:"shutdown"`
+	Log       Log       `yaml:"log"`
+}
+
+// Core is the legacy Core the sidecar fronts.
+type Core struct {
+	// URL is Core's base URL (absolute http or https). Required.
+	URL string `yaml:"url"`
+	// Token is the sidecar's own Core credential (a Client Token or the
+	// server token) used for /kb/search only. Secret: env or TokenFile only.
+	Token string `yaml:"-" env:"KNOWLEDGE_SIDECAR_CORE_TOKEN" secret:"true"`
+	// TokenFile is a file holding Token (trailing newline trimmed).
+	TokenFile string `yaml:"token_file"`
+	// Timeout bounds each identity, route-gate and retrieval call. Default 3s.
+	Timeout time.Duration `yaml:"timeout"`
+	// Identity is the breaker of session and system-info calls.
+	Identity Breaker `yaml:"identity_breaker"`
+	// Retrieval is the breaker of /kb/search calls.
+	Retrieval Breaker `yaml:"retrieval_breaker"`
+}
+
+// Breaker holds one circuit breaker's thresholds.
+type Breaker struct {
+	// Failures is the number of consecutive failures that opens it. Default 5.
+	Failures uint32 `yaml:"failures"`
+	// Window resets the closed-state counts. Default 30s.
+	Window time.Duration `yaml:"window"`
+	// OpenTimeout is how long it stays open before a probe. Default 10s.
+	OpenTimeout time.Duration `yaml:"open_timeout"`
+	// HalfOpenMax is the number of probes admitted while half-open. Default 1.
+	HalfOpenMax uint32 `yaml:"half_open_max"`
+}
+
+// Catalog is the read-only SQL view of Core's database.
+type Catalog struct {
+	// DSN is the go-sql-driver/mysql DSN of a read-only user. Secret: env or
+	// DSNFile only. Empty disables the knowledge features.
+	DSN string `yaml:"-" env:"KNOWLEDGE_SIDECAR_CATALOG_DSN" secret:"true"`
+	// DSNFile is a file holding DSN.
+	DSNFile string `yaml:"dsn_file"`
+	// MaxOpenConns caps open connections. Default 10.
+	MaxOpenConns int `yaml:"max_open_conns"`
+	// MaxIdleConns caps idle connections. Default 5.
+	MaxIdleConns int `yaml:"max_idle_conns"`
+	// ConnMaxLifetime recycles connections. Default 5m.
+	ConnMaxLifetime time.Duration `yaml:"conn_max_lifetime"`
+	// QueryTimeout bounds each query. Default 2s.
+	QueryTimeout time.Duration `yaml:"query_timeout"`
+	// DocCacheEntries sizes the document revision cache (entries). Default 512.
+	DocCacheEntries int `yaml:"doc_cache_entries"`
+	// Breaker is the catalog's circuit breaker.
+	Breaker Breaker `yaml:"breaker"`
+}
+
+// Signing holds the reference/cursor signing keys.
+type Signing struct {
+	// Keys is "id1:BASE64SECRET,id2:BASE64SECRET"; the first signs, all
+	// verify. Empty: a key derived from core.token. Secret: env or KeysFile.
+	Keys string `yaml:"-" env:"KNOWLEDGE_SIDECAR_SIGNING_KEYS" secret:"true"`
+	// KeysFile is a file holding Keys.
+	KeysFile string `yaml:"keys_file"`
+}
+
+// Ledger is the turn-mode ledger.
+type Ledger struct {
+	// Backend is "memory" (one replica) or "redis" (replicas share it).
+	// Default "memory"; "redis" when a Redis URL is set.
+	Backend string `yaml:"backend"`
+	// RedisURL is redis://[user:pass@]host:port/db. Secret: env or RedisURLFile.
+	RedisURL string `yaml:"-" env:"KNOWLEDGE_SIDECAR_LEDGER_REDIS_URL" secret:"true"`
+	// RedisURLFile is a file holding RedisURL.
+	RedisURLFile string `yaml:"redis_url_file"`
+	// TTL is how long a turn's mode is remembered. Default 24h.
+	TTL time.Duration `yaml:"ttl"`
+	// MaxEntries bounds the memory backend. Default 100000.
+	MaxEntries int `yaml:"max_entries"`
+}
+
+// RateLimit is the per-session token bucket of the knowledge endpoints.
+type RateLimit struct {
+	// RPS is the refill rate in requests per second. Default 10.
+	RPS float64 `yaml:"rps"`
+	// Burst is the bucket size. Default 20.
+	Burst int `yaml:"burst"`
+}
+
+// Proxy tunes the listener and the pass-through transport.
+type Proxy struct {
+	// TrustedProxies lists CIDRs or IPs whose X-Forwarded-* headers are kept
+	// and appended to. Others' are replaced. Default none.
+	TrustedProxies []string `yaml:"trusted_proxies"`
+	// PreserveHost forwards the client's Host header (X-Forwarded-Host is set
+	// either way). Default true.
+	PreserveHost bool `yaml:"preserve_host"`
+	// ReadHeaderTimeout bounds reading request headers (slowloris). Default 10s.
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
+	// IdleTimeout closes idle keep-alive connections. Default 120s.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// MaxHeaderBytes caps request header size (bytes). Default 1048576.
+	MaxHeaderBytes int `yaml:"max_header_bytes"`
+	// DialTimeout bounds connecting to Core. Default 5s.
+	DialTimeout time.Duration `yaml:"dial_timeout"`
+	// ResponseHeaderTimeout bounds waiting for Core's response headers on
+	// pass-through traffic (0 = none; streams are not affected once headers
+	// arrived). Default 60s.
+	ResponseHeaderTimeout time.Duration `yaml:"response_header_timeout"`
+	// MaxIdleConnsPerHost sizes the keep-alive pool to Core. Default 256.
+	MaxIdleConnsPerHost int `yaml:"max_idle_conns_per_host"`
+}
+
+// Shutdown tunes SIGTERM handling.
+type Shutdown struct {
+	// DrainDelay is how long /readyz reports 503 before the listeners stop
+	// accepting, so load balancers notice. Default 5s.
+	DrainDelay time.Duration `yaml:"drain_delay"`
+	// Timeout bounds waiting for in-flight requests. Default 30s.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// Log configures logging.
+type Log struct {
+	// Level is debug, info, warn or error. Default info. Hot-reloadable.
+	Level string `yaml:"level"`
+}
+
+// Defaults returns the documented defaults.
+func Defaults() Config {
+	b := Breaker{Failures: 5, Window: 30 * time.Second, OpenTimeout: 10 * time.Second, HalfOpenMax: 1}
+	return Config{
+		Listen:          ":8080",
+		AdminListen:     "127.0.0.1:9090",
+		Core:            Core{Timeout: 3 * time.Second, Identity: b, Retrieval: b},
+		Catalog:         Catalog{MaxOpenConns: 10, MaxIdleConns: 5, ConnMaxLifetime: 5 * time.Minute, QueryTimeout: 2 * time.Second, DocCacheEntries: 512, Breaker: b},
+		Rollout:         "off",
+		NativeDetection: "auto",
+		ProbeInterval:   60 * time.Second,
+		Ledger:          Ledger{Backend: "", TTL: 24 * time.Hour, MaxEntries: 100000},
+		RateLimit:       RateLimit{RPS: 10, Burst: 20},
+		Proxy: Proxy{
+			PreserveHost:          true,
+			ReadHeaderTimeout:     10 * time.Second,
+			IdleTimeout:           120 * time.Second,
+			MaxHeaderBytes:        1 << 20,
+			DialTimeout:           5 * time.Second,
+			ResponseHeaderTimeout: 60 * time.Second,
+			MaxIdleConnsPerHost:   256,
+		},
+		Shutdown: Shutdown{DrainDelay: 5 * time.Second, Timeout: 30 * time.Second},
+		Log:      Log{Level: "info"},
+	}
+}
+
+// KnowledgeEnabled reports whether the knowledge features can run: they need
+// the catalog DSN and a signing secret (explicit keys or the Core token).
+// When false the sidecar is a pure pass-through proxy; the reason says why.
+func (c *Config) KnowledgeEnabled() (ok bool, reason string) {
+	switch {
+	case c.Catalog.DSN == "":
+		return false, "no catalog DSN (KNOWLEDGE_SIDECAR_CATALOG_DSN) is configured"
+	case c.Core.Token == "" && c.Signing.Keys == "":
+		return false, "neither a Core service token (KNOWLEDGE_SIDECAR_CORE_TOKEN) nor signing keys are configured"
+	case c.Core.Token == "":
+		return false, "no Core service token (KNOWLEDGE_SIDECAR_CORE_TOKEN) is configured for /kb/search"
+	}
+	return true, ""
+}
+
+// LedgerBackend is the effective ledger backend.
+func (c *Config) LedgerBackend() string {
+	if c.Ledger.Backend != "" {
+		return c.Ledger.Backend
+	}
+	if c.Ledger.RedisURL != "" {
+		return "redis"
+	}
+	return "memory"
+}

@@ -1,0 +1,221 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// EnvPrefix starts every environment variable the sidecar reads.
+const EnvPrefix = "KNOWLEDGE_SIDECAR_"
+
+// LookupEnv is os.LookupEnv's shape, injected so tests control the environment.
+type LookupEnv func(string) (string, bool)
+
+// Load builds the configuration: defaults, then the YAML file at path (if
+// path is not empty), then environment overrides, then secrets from their
+// files. It returns decoding problems; call Validate for semantic ones.
+func Load(path string, env LookupEnv) (Config, error) {
+	if env == nil {
+		env = os.LookupEnv
+	}
+	cfg := Defaults()
+	if path != "" {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return Config{}, fmt.Errorf("config: read %s: %w", path, errors.Unwrap(err))
+		}
+		if err := decodeYAML(raw, &cfg); err != nil {
+			return Config{}, fmt.Errorf("config: %s: %w", path, err)
+		}
+	}
+	if err := applyEnv(&cfg, env); err != nil {
+		return Config{}, err
+	}
+	if err := readSecretFiles(&cfg); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+func decodeYAML(raw []byte, cfg *Config) error {
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(cfg); err != nil {
+		if errors.Is(err, io.EOF) { // empty file: defaults
+			return nil
+		}
+		return err
+	}
+	return nil
+}
+
+// field is one leaf setting with its YAML path and environment name.
+type field struct {
+	path   string
+	env    string
+	secret bool
+	value  reflect.Value
+}
+
+// fields lists every leaf of cfg in declaration order.
+func fields(cfg *Config) []field {
+	var out []field
+	var walk func(v reflect.Value, prefix string)
+	walk = func(v reflect.Value, prefix string) {
+		t := v.Type()
+		for i := 0; i < t.NumField(); i++ {
+			sf := t.Field(i)
+			name := strings.Split(sf.Tag.Get("yaml"), ",")[0]
+			path := name
+			if name == "-" {
+				path = strings.ToLower(sf.Name)
+			}
+			if prefix != "" {
+				path = prefix + "." + path
+			}
+			fv := v.Field(i)
+			if fv.Kind() == reflect.Struct && fv.Type() != reflect.TypeOf(time.Duration(0)) {
+				walk(fv, path)
+				continue
+			}
+			env := sf.Tag.Get("env")
+			if env == "" {
+				env = EnvPrefix + strings.ToUpper(strings.ReplaceAll(path, ".", "_"))
+			}
+			out = append(out, field{path: path, env: env, secret: sf.Tag.Get("secret") == "true", value: fv})
+		}
+	}
+	walk(reflect.ValueOf(cfg).Elem(), "")
+	return out
+}
+
+// EnvNames returns every environment variable Load reads, with its field path.
+func EnvNames() map[string]string {
+	cfg := Defaults()
+	out := map[string]string{}
+	for _, f := range fields(&cfg) {
+		out[f.env] = f.path
+	}
+	return out
+}
+
+func applyEnv(cfg *Config, env LookupEnv) error {
+	var problems []string
+	for _, f := range fields(cfg) {
+		raw, ok := env(f.env)
+		if !ok {
+			continue
+		}
+		if err := setFromString(f.value, raw); err != nil {
+			if f.secret { // never echo a secret's value
+				problems = append(problems, fmt.Sprintf("%s: invalid value", f.env))
+			} else {
+				problems = append(problems, fmt.Sprintf("%s: %v", f.env, err))
+			}
+		}
+	}
+	if len(problems) > 0 {
+		return &Error{Problems: problems}
+	}
+	return nil
+}
+
+func setFromString(v reflect.Value, raw string) error {
+	raw = strings.TrimSpace(raw)
+	switch v.Interface().(type) {
+	case time.Duration:
+		d, err := time.ParseDuration(raw)
+		if err != nil {
+			return fmt.Errorf("%q is not a duration such as 5s or 2m", raw)
+		}
+		v.SetInt(int64(d))
+		return nil
+	case []string:
+		var parts []string
+		for _, p := range strings.Split(raw, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				parts = append(parts, p)
+			}
+		}
+		v.Set(reflect.ValueOf(parts))
+		return nil
+	}
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString(raw)
+	case reflect.Bool:
+		b, err := strconv.ParseBool(raw)
+		if err != nil {
+			return fmt.Errorf("%q is not a boolean", raw)
+		}
+		v.SetBool(b)
+	case reflect.Int:
+		n, err := strconv.Atoi(raw)
+		if err != nil {
+			return fmt.Errorf("%q is not an integer", raw)
+		}
+		v.SetInt(int64(n))
+	case reflect.Uint32:
+		n, err := strconv.ParseUint(raw, 10, 32)
+		if err != nil {
+			return fmt.Errorf("%q is not a non-negative integer", raw)
+		}
+		v.SetUint(n)
+	case reflect.Float64:
+		n, err := strconv.ParseFloat(raw, 64)
+		if err != nil {
+			return fmt.Errorf("%q is not a number", raw)
+		}
+		v.SetFloat(n)
+	default:
+		return fmt.Errorf("unsupported kind %s", v.Kind())
+	}
+	return nil
+}
+
+// readSecretFiles fills each secret from its *_file setting when the secret
+// itself is not set; setting both is a Validate error.
+func readSecretFiles(cfg *Config) error {
+	var problems []string
+	read := func(path, name string, dst *string) {
+		if path == "" {
+			return
+		}
+		if *dst != "" {
+			problems = append(problems, fmt.Sprintf("%s: set either the secret or its file, not both", name))
+			return
+		}
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s: cannot read %s", name, path))
+			return
+		}
+		*dst = strings.TrimRight(string(raw), "\r\n")
+	}
+	read(cfg.Core.TokenFile, "core.token_file", &cfg.Core.Token)
+	read(cfg.Catalog.DSNFile, "catalog.dsn_file", &cfg.Catalog.DSN)
+	read(cfg.Signing.KeysFile, "signing.keys_file", &cfg.Signing.Keys)
+	read(cfg.Ledger.RedisURLFile, "ledger.redis_url_file", &cfg.Ledger.RedisURL)
+	if len(problems) > 0 {
+		return &Error{Problems: problems}
+	}
+	return nil
+}
+
+// Error lists every configuration problem, each prefixed with its field path.
+type Error struct {
+	Problems []string
+}
+
+func (e *Error) Error() string {
+	return "invalid configuration:\n  " + strings.Join(e.Problems, "\n  ")
+}

@@ -1,0 +1,55 @@
+package knowledge
+
+import (
+	"context"
+
+	"github.com/bailinghub/knowledge-sidecar/coreclient"
+)
+
+// The small interfaces the protocol needs from the outside world. They are
+// declared here, by the consumer; package coreclient satisfies them (its HTTP
+// client for Identity and Retriever, its SQL and in-memory catalogs for Catalog).
+//
+// Error contract (classify with errors.Is / errors.As only):
+//   - coreclient.ErrUnauthorized   Core rejected the bearer → 401 unauthorized
+//   - coreclient.ErrUnavailable    transport error, timeout, 5xx, open breaker → 503 knowledge_unavailable
+//   - coreclient.ErrNotFound       the catalog has no such row
+//   - coreclient.ErrEndpointAbsent Core has no system-info endpoint (older Core) → use Catalog.RouteGate
+//   - *coreclient.CoreError        a Core gate answer (403/404 + code) to relay as is
+
+// Identity asks Core who the caller is and whether the route is theirs.
+type Identity interface {
+	// Session forwards the caller's Authorization header to GET /agent-auth/v1/session.
+	Session(ctx context.Context, authorization string) (coreclient.Session, error)
+	// SystemInfo asks GET /agent-api/v1/workspaces/:route/system-info with the
+	// caller's header. nil means the route is allowed.
+	SystemInfo(ctx context.Context, authorization, route string) error
+}
+
+// Retriever searches one knowledge base through Core's POST /kb/search.
+type Retriever interface {
+	SearchKB(ctx context.Context, kbID, query string, topK int, minScore float64) ([]coreclient.Hit, error)
+	// Usable is false while the retrieval breaker is open.
+	Usable() bool
+}
+
+// Catalog is the read-only view of Core's database.
+type Catalog interface {
+	// Route returns the route row with its normalized knowledge config; ErrNotFound when unknown.
+	Route(ctx context.Context, key string) (coreclient.Route, error)
+	// RouteGate is the gate for Cores without system-info: route enabled, client
+	// and session allow-lists (with "*"), client enabled with an authorize URL,
+	// audience policy. nil means allowed; otherwise a *coreclient.CoreError.
+	RouteGate(ctx context.Context, route string, s coreclient.Session) error
+	// KBEnabled maps each existing KB id to its enabled flag; a missing id was deleted.
+	KBEnabled(ctx context.Context, kbIDs []string) (map[string]bool, error)
+	// Documents returns the current documents among docIDs, fenced to kbIDs.
+	// Missing (or out-of-fence) documents are absent from the map.
+	Documents(ctx context.Context, docIDs []int64, kbIDs []string) (map[int64]coreclient.Document, error)
+	// Document returns one current document fenced to kbIDs; ErrNotFound when absent.
+	Document(ctx context.Context, docID int64, kbIDs []string) (coreclient.Document, error)
+	// Run returns a run row; ErrNotFound when absent.
+	Run(ctx context.Context, runID string) (coreclient.Run, error)
+	// Usable is false while the catalog breaker is open.
+	Usable() bool
+}

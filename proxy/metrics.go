@@ -1,0 +1,85 @@
+package proxy
+
+import (
+	"runtime"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the edge's own series. Labels come from closed sets only:
+// handler names, status codes, error kinds — never paths, tokens or refs.
+type metrics struct {
+	requests       *prometheus.CounterVec
+	duration       *prometheus.HistogramVec
+	inFlight       prometheus.Gauge
+	upstreamErrors *prometheus.CounterVec
+	ready          prometheus.Gauge
+	turns          *prometheus.CounterVec
+	ledgerConflict prometheus.Counter
+	ledgerErrors   prometheus.Counter
+	rollout        *prometheus.CounterVec
+	native         *prometheus.GaugeVec
+	reloads        *prometheus.CounterVec
+}
+
+const namespace = "knowledge_sidecar"
+
+func newMetrics(reg prometheus.Registerer, version string) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "http_requests_total",
+			Help: "Requests answered, by handler and status code (499: client went away).",
+		}, []string{"handler", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "http_request_duration_seconds",
+			Help:    "Time to answer (headers and body), by handler.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"handler"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "http_requests_in_flight", Help: "Requests being served.",
+		}),
+		upstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "upstream_errors_total",
+			Help: "Pass-through requests that got no answer from Core, by kind (dial, timeout, canceled, protocol, other).",
+		}, []string{"kind"}),
+		ready: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "ready", Help: "1 while /readyz answers 200.",
+		}),
+		turns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "turns_total",
+			Help: "Intercepted turns by knowledge delivery mode and outcome.",
+		}, []string{"mode", "outcome"}),
+		ledgerConflict: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "ledger_conflicts_total",
+			Help: "Turn retries refused because the turn is bound to another delivery mode.",
+		}),
+		ledgerErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "ledger_errors_total",
+			Help: "Turn-mode ledger backend failures.",
+		}),
+		rollout: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "rollout_decisions_total",
+			Help: "Knowledge and turn requests by rollout decision (enabled, disabled, native).",
+		}, []string{"decision"}),
+		native: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "core_protocol_state",
+			Help: "1 for the current native-detection state of the Core (unknown, legacy, native).",
+		}, []string{"state"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "config_reloads_total",
+			Help: "SIGHUP configuration reloads by result (ok, rejected).",
+		}, []string{"result"}),
+	}
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "build_info", Help: "Build information; always 1.",
+	}, []string{"version", "goversion"})
+	build.WithLabelValues(version, runtime.Version()).Set(1)
+	if reg != nil {
+		reg.MustRegister(m.requests, m.duration, m.inFlight, m.upstreamErrors, m.ready, m.turns,
+			m.ledgerConflict, m.ledgerErrors, m.rollout, m.native, m.reloads, build)
+	}
+	return m
+}
+
+// ObserveReload counts a configuration reload ("ok" or "rejected").
+func (s *Server) ObserveReload(result string) { s.m.reloads.WithLabelValues(result).Inc() }

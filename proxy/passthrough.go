@@ -1,0 +1,169 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"net/url"
+	"sync"
+	"time"
+)
+
+// TransportOptions tune the one transport used for all pass-through traffic.
+type TransportOptions struct {
+	DialTimeout           time.Duration
+	ResponseHeaderTimeout time.Duration
+	MaxIdleConnsPerHost   int
+}
+
+// NewTransport returns a transport tuned for a single upstream: a large
+// keep-alive pool (so bursts do not churn TIME_WAIT sockets), dial and
+// response-header timeouts, and no transparent compression, so gzip bodies
+// pass through still compressed and byte-identical.
+func NewTransport(o TransportOptions) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DialContext = (&net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}).DialContext
+	t.MaxIdleConns = 4 * o.MaxIdleConnsPerHost
+	t.MaxIdleConnsPerHost = o.MaxIdleConnsPerHost
+	t.IdleConnTimeout = 90 * time.Second
+	t.ResponseHeaderTimeout = o.ResponseHeaderTimeout
+	t.ExpectContinueTimeout = time.Second
+	t.DisableCompression = true
+	t.Proxy = nil // never route Core traffic through an environment proxy
+	return t
+}
+
+// forwarding decides which X-Forwarded-* headers survive.
+type forwarding struct {
+	trusted      []netip.Prefix
+	preserveHost bool
+}
+
+func (f forwarding) isTrusted(remoteAddr string) bool {
+	if len(f.trusted) == 0 {
+		return false
+	}
+	host, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		host = remoteAddr
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return false
+	}
+	a = a.Unmap()
+	for _, p := range f.trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// rewrite prepares the outbound request: target URL (raw path and query
+// kept), Host, and X-Forwarded-* per the trusted-proxy list. ReverseProxy has
+// already removed hop-by-hop headers, including those named in Connection,
+// and the inbound Forwarded/X-Forwarded-* headers.
+func (f forwarding) rewrite(target *url.URL, pr *httputil.ProxyRequest) {
+	pr.SetURL(target)
+	if f.preserveHost {
+		pr.Out.Host = pr.In.Host
+	}
+	trusted := f.isTrusted(pr.In.RemoteAddr)
+	if trusted {
+		if v := pr.In.Header.Values("X-Forwarded-For"); len(v) > 0 {
+			pr.Out.Header["X-Forwarded-For"] = append([]string(nil), v...)
+		}
+	}
+	pr.SetXForwarded()
+	if trusted {
+		for _, h := range []string{"X-Forwarded-Host", "X-Forwarded-Proto"} {
+			if v := pr.In.Header.Get(h); v != "" {
+				pr.Out.Header.Set(h, v)
+			}
+		}
+		if v := pr.In.Header.Values("Forwarded"); len(v) > 0 {
+			pr.Out.Header["Forwarded"] = append([]string(nil), v...)
+		}
+	} else {
+		// Core may trust X-Real-IP; an untrusted peer must not choose it.
+		pr.Out.Header.Del("X-Real-Ip")
+	}
+}
+
+// bufferPool lends 32 KiB copy buffers to the ReverseProxy.
+type bufferPool struct{ p sync.Pool }
+
+func newBufferPool() *bufferPool {
+	return &bufferPool{p: sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}}
+}
+
+func (b *bufferPool) Get() []byte  { return *(b.p.Get().(*[]byte)) }
+func (b *bufferPool) Put(p []byte) { b.p.Put(&p) }
+
+// newPassthrough builds the one ReverseProxy for all pass-through traffic.
+func newPassthrough(target *url.URL, fw forwarding, transport http.RoundTripper, m *metrics, log *slog.Logger) *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Rewrite:       func(pr *httputil.ProxyRequest) { fw.rewrite(target, pr) },
+		Transport:     transport,
+		FlushInterval: -1, // flush every write: SSE and unknown-length bodies stream
+		BufferPool:    newBufferPool(),
+		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			kind, status := classifyUpstreamError(r.Context(), err)
+			m.upstreamErrors.WithLabelValues(kind).Inc()
+			if kind == "canceled" {
+				// The client went away; nobody reads this. Recorded as 499.
+				setOutcome(r.Context(), statusClientClosed)
+				return
+			}
+			log.LogAttrs(r.Context(), slog.LevelWarn, "core request failed",
+				slog.String("kind", kind), slog.Int("status", status), slog.String("request_id", requestID(r.Context())))
+			writeError(w, status, upstreamCode(status), upstreamMessage(status))
+		},
+	}
+}
+
+// statusClientClosed is nginx's code for "client closed request", used only
+// in metrics and logs.
+const statusClientClosed = 499
+
+// classifyUpstreamError maps a transport error to a metric kind and the
+// status the client gets: client gone → canceled (499 in logs), timeouts →
+// 504, everything else → 502. errors.Is/As only, never string matching.
+func classifyUpstreamError(ctx context.Context, err error) (kind string, status int) {
+	var ne net.Error
+	var oe *net.OpError
+	switch {
+	case ctx.Err() != nil && errors.Is(err, context.Canceled):
+		return "canceled", statusClientClosed
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timeout", http.StatusGatewayTimeout
+	case errors.As(err, &oe) && oe.Op == "dial":
+		return "dial", http.StatusBadGateway
+	case errors.Is(err, errUpgradeRefused):
+		return "protocol", http.StatusBadGateway
+	default:
+		return "other", http.StatusBadGateway
+	}
+}
+
+var errUpgradeRefused = errors.New("upgrade refused")
+
+func upstreamCode(status int) string {
+	if status == http.StatusGatewayTimeout {
+		return "upstream_timeout"
+	}
+	return "upstream_unavailable"
+}
+
+func upstreamMessage(status int) string {
+	if status == http.StatusGatewayTimeout {
+		return "Core did not answer in time."
+	}
+	return "Core could not be reached."
+}

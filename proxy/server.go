@@ -1,0 +1,127 @@
+package proxy
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"net/url"
+	"sync/atomic"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Paths the sidecar may serve itself; everything else is pass-through.
+const (
+	pathCapabilities = "/agent-api/v1/workspaces/:route/knowledge/capabilities"
+	pathSearch       = "/agent-api/v1/workspaces/:route/knowledge/search"
+	pathRead         = "/agent-api/v1/workspaces/:route/knowledge/read"
+	pathTurns        = "/agent-api/v1/workspaces/:route/turns"
+)
+
+// Options wire a Server. Only CoreURL is required: without Features the
+// sidecar is a pure pass-through proxy.
+type Options struct {
+	CoreURL        *url.URL
+	Transport      http.RoundTripper // nil → NewTransport with defaults
+	TrustedProxies []netip.Prefix
+	PreserveHost   bool
+	Logger         *slog.Logger
+	Registry       *prometheus.Registry // own registry, served on /metrics; nil → a new one
+	Version        string
+	Features       *Features // knowledge endpoints and turn interception; nil → off
+}
+
+// Server is the sidecar's edge.
+type Server struct {
+	echo     *echo.Echo
+	pass     *httputil.ReverseProxy
+	passH    echo.HandlerFunc
+	log      *slog.Logger
+	m        *metrics
+	registry *prometheus.Registry
+	ids      *idSource
+	ready    atomic.Bool
+	feat     *features
+}
+
+// New builds the edge. It does not listen; see Run and NewHTTPServer.
+func New(o Options) (*Server, error) {
+	if o.CoreURL == nil || o.CoreURL.Host == "" {
+		return nil, errors.New("proxy: core URL is required")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Registry == nil {
+		o.Registry = prometheus.NewRegistry()
+	}
+	if o.Transport == nil {
+		o.Transport = NewTransport(TransportOptions{DialTimeout: 5 * time.Second, ResponseHeaderTimeout: time.Minute, MaxIdleConnsPerHost: 256})
+	}
+	s := &Server{
+		log:      o.Logger,
+		m:        newMetrics(o.Registry, o.Version),
+		registry: o.Registry,
+		ids:      newIDSource(),
+	}
+	fw := forwarding{trusted: o.TrustedProxies, preserveHost: o.PreserveHost}
+	s.pass = newPassthrough(o.CoreURL, fw, o.Transport, s.m, s.log)
+	s.passH = echo.WrapHandler(s.pass)
+
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.Logger.SetOutput(discard{})
+	e.HTTPErrorHandler = func(err error, c echo.Context) {
+		// Handlers write their own answers; anything reaching here is a bug
+		// or echo's own 404/405, which must not happen for proxied paths.
+		if c.Response().Committed {
+			return
+		}
+		s.log.Error("unhandled edge error", slog.String("request_id", requestID(c.Request().Context())), slog.Any("error", err))
+		writeError(c.Response(), http.StatusBadGateway, "upstream_unavailable", "The request could not be proxied.")
+	}
+	e.Use(s.edge(""))
+	// Everything, whatever the method, goes to Core unless a route below
+	// claims it. RouteNotFound also catches methods echo does not know.
+	e.Any("/*", s.passH)
+	e.RouteNotFound("/*", s.passH)
+
+	if o.Features != nil {
+		f, err := newFeatures(o.Features, s)
+		if err != nil {
+			return nil, err
+		}
+		s.feat = f
+		e.GET(pathCapabilities, s.capabilities)
+		e.POST(pathSearch, s.search)
+		e.POST(pathRead, s.read)
+		e.POST(pathTurns, s.turns)
+		for _, p := range []string{pathCapabilities, pathSearch, pathRead, pathTurns} {
+			e.RouteNotFound(p, s.passH)
+		}
+	}
+	s.echo = e
+	s.SetReady(true)
+	return s, nil
+}
+
+// Handler is the proxy listener's handler.
+func (s *Server) Handler() http.Handler { return s.echo }
+
+// SetReady flips /readyz; it goes false before a drain.
+func (s *Server) SetReady(ok bool) {
+	s.ready.Store(ok)
+	if ok {
+		s.m.ready.Set(1)
+	} else {
+		s.m.ready.Set(0)
+	}
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }

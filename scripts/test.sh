@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine: start MariaDB and Redis if they
+# are stopped, create the test database, then vet and run every test with the
+# race detector. This is the command the README names and .ci/run calls.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export KS_TEST_MYSQL_DSN="${KS_TEST_MYSQL_DSN:-root@tcp(127.0.0.1:3306)/ks_test?parseTime=true&loc=UTC&charset=utf8mb4}"
+export KS_TEST_REDIS_URL="${KS_TEST_REDIS_URL:-redis://127.0.0.1:6379/15}"
+
+wait_for() { # name, probe command...
+  local name=$1; shift
+  for _ in $(seq 1 60); do "$@" >/dev/null 2>&1 && return 0; sleep 0.5; done
+  echo "test.sh: $name did not come up" >&2; return 1
+}
+
+if ! mariadb-admin -uroot -h127.0.0.1 ping >/dev/null 2>&1; then
+  echo "test.sh: starting MariaDB"
+  if command -v start-stop-daemon >/dev/null 2>&1 && [ -x /usr/sbin/mariadbd ]; then
+    mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld 2>/dev/null || true
+    start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd
+  else
+    service mariadb start
+  fi
+  wait_for MariaDB mariadb-admin -uroot -h127.0.0.1 ping
+fi
+if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+  echo "test.sh: starting Redis"
+  mkdir -p /var/lib/redis /var/log/redis
+  redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
+    --dir /var/lib/redis --logfile /var/log/redis/ci.log
+  wait_for Redis redis-cli -h 127.0.0.1 -p 6379 ping
+fi
+
+# The base test database. Tests that mutate data create their own databases
+# (ks_test_<random>) next to it and drop them when they finish.
+mariadb -uroot -h127.0.0.1 -e "CREATE DATABASE IF NOT EXISTS ks_test CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
+
+go mod download
+go vet ./...
+go test -race -count=1 -timeout 20m ./... "$@"
