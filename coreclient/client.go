@@ -1,0 +1,515 @@
+package coreclient
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+)
+
+// ErrKBMissing: Core does not know the knowledge base (it was deleted, or
+// never existed). It wraps ErrNotFound; the breaker counts it as a success.
+var ErrKBMissing = fmt.Errorf("knowledge base missing: %w", ErrNotFound)
+
+// Body size limits of Core's answers.
+const (
+	identityBodyLimit = 64 << 10 // session, system-info, error bodies
+	searchBodyLimit   = 4 << 20  // /kb/search answers
+	probeBodyLimit    = 64 << 10 // capabilities answers relayed to the caller
+)
+
+// minScoreEpsilon replaces a min_score of 0, which Core would turn into 0.35
+// (`Number(x ?? 0.35) || 0.35`).
+const minScoreEpsilon = 1e-9
+
+// routePattern is Core's workspace segment; anything else falls through to
+// Core's 404 not_found, which must not be mistaken for an absent endpoint.
+var routePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{1,63}$`)
+
+// Options configures a Client.
+type Options struct {
+	BaseURL      string            // Core base URL, absolute http(s)
+	ServiceToken string            // sidecar's own credential for /kb/search (Bearer); never the caller's
+	Transport    http.RoundTripper // nil → a tuned clone of http.DefaultTransport (dial 2s, resp-header 5s, idle 256/host)
+	Timeout      time.Duration     // per-call deadline, always below the caller's (default 3s)
+	// ProbeInterval is how long "system-info absent" is remembered (default 60s).
+	ProbeInterval       time.Duration
+	Identity, Retrieval BreakerSettings // zero fields take DefaultBreakerSettings
+	Metrics             *Metrics        // nil: no metrics
+	Now                 func() time.Time
+}
+
+// Client talks HTTP to the legacy Core: identity (session, system-info),
+// retrieval (/kb/search) and the native-capabilities probe. It satisfies
+// knowledge.Identity and knowledge.Retriever. Safe for concurrent use.
+type Client struct {
+	base          *url.URL
+	serviceToken  string
+	hc            *http.Client
+	timeout       time.Duration
+	probeInterval time.Duration
+	metrics       *Metrics
+	now           func() time.Time
+	identity      *Breaker
+	retrieval     *Breaker
+
+	mu          sync.Mutex
+	absentUntil time.Time // system-info known absent until then
+}
+
+// NewClient validates o and builds a Client. Errors name the option, never its value.
+func NewClient(o Options) (*Client, error) {
+	u, err := url.Parse(o.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+		return nil, errors.New("coreclient: base url must be an absolute http(s) url without credentials")
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return nil, errors.New("coreclient: base url must not have a query or fragment")
+	}
+	u.Path = strings.TrimRight(u.Path, "/")
+	u.RawPath = ""
+	if o.Timeout < 0 || o.ProbeInterval < 0 {
+		return nil, errors.New("coreclient: timeout and probe interval must not be negative")
+	}
+	c := &Client{
+		base:          u,
+		serviceToken:  o.ServiceToken,
+		timeout:       o.Timeout,
+		probeInterval: o.ProbeInterval,
+		metrics:       o.Metrics,
+		now:           o.Now,
+	}
+	if c.timeout == 0 {
+		c.timeout = 3 * time.Second
+	}
+	if c.probeInterval == 0 {
+		c.probeInterval = 60 * time.Second
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	rt := o.Transport
+	if rt == nil {
+		rt = DefaultTransport()
+	}
+	c.hc = &http.Client{
+		Transport: rt,
+		// Never follow redirects: Core does not redirect these calls, and a
+		// redirect must not carry a bearer elsewhere.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	c.identity = NewBreaker(FamilyIdentity, o.Identity, o.Metrics)
+	c.retrieval = NewBreaker(FamilyRetrieval, o.Retrieval, o.Metrics)
+	return c, nil
+}
+
+// DefaultTransport is a clone of http.DefaultTransport tuned for one busy
+// upstream: 2s dial, 5s response-header timeout, 256 idle connections per host.
+func DefaultTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	d := &net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}
+	t.DialContext = d.DialContext
+	t.ResponseHeaderTimeout = 5 * time.Second
+	t.MaxIdleConns = 1024
+	t.MaxIdleConnsPerHost = 256
+	t.IdleConnTimeout = 90 * time.Second
+	return t
+}
+
+// Usable reports whether retrieval may be attempted (the retrieval breaker is not open).
+func (c *Client) Usable() bool { return !c.retrieval.Open() }
+
+// IdentityUsable reports whether the identity breaker is not open.
+func (c *Client) IdentityUsable() bool { return !c.identity.Open() }
+
+// sessionBody is the subset of Core's GET /agent-auth/v1/session answer we use
+// (CORE_FACTS §1.2). Unknown fields are ignored.
+type sessionBody struct {
+	SessionID   string `json:"session_id"`
+	ClientAppID string `json:"client_app_id"`
+	Principal   struct {
+		ID       string   `json:"id"`
+		Tenant   string   `json:"tenant"`
+		Roles    []string `json:"roles"`
+		Audience string   `json:"audience"`
+		Channel  string   `json:"channel"`
+	} `json:"principal"`
+	OnBehalfOf    string   `json:"on_behalf_of"`
+	AllowedRoutes []string `json:"allowed_routes"`
+	ExpiresAt     string   `json:"expires_at"`
+}
+
+// Session forwards the caller's Authorization header verbatim to
+// GET /agent-auth/v1/session. An empty or malformed header is ErrUnauthorized
+// without a call; 401 → ErrUnauthorized; 200 with session_id, client_app_id and
+// principal.id → the Session; anything else → ErrUnavailable.
+func (c *Client) Session(ctx context.Context, authorization string) (Session, error) {
+	if !headerValueOK(authorization) {
+		return Session{}, fmt.Errorf("coreclient: %s: %w", OpSession, ErrUnauthorized)
+	}
+	var s Session
+	err := c.call(ctx, c.identity, OpSession, func(ctx context.Context) error {
+		req, err := c.newRequest(ctx, http.MethodGet, "/agent-auth/v1/session", nil)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", authorization)
+		req.Header.Set("Accept", "application/json")
+		status, body, err := c.do(req, identityBodyLimit)
+		if err != nil {
+			return err
+		}
+		switch {
+		case status == http.StatusOK:
+			var b sessionBody
+			if json.Unmarshal(body, &b) != nil || b.SessionID == "" || b.ClientAppID == "" || b.Principal.ID == "" {
+				return fmt.Errorf("%w: unusable session answer", ErrUnavailable)
+			}
+			s = Session{
+				SessionID:   b.SessionID,
+				ClientAppID: b.ClientAppID,
+				Principal: Principal{
+					ID: b.Principal.ID, Tenant: b.Principal.Tenant, Roles: b.Principal.Roles,
+					Audience: b.Principal.Audience, Channel: b.Principal.Channel,
+				},
+				OnBehalfOf:    b.OnBehalfOf,
+				AllowedRoutes: b.AllowedRoutes,
+			}
+			if t, err := time.Parse(time.RFC3339Nano, b.ExpiresAt); err == nil {
+				s.ExpiresAt = t.UTC()
+			}
+			return nil
+		case status == http.StatusUnauthorized:
+			return ErrUnauthorized
+		default:
+			return statusUnavailable(status)
+		}
+	})
+	if err != nil {
+		return Session{}, err
+	}
+	return s, nil
+}
+
+// agentError is the flat error body of Core's Agent API.
+type agentError struct {
+	Error   string `json:"error"`
+	Message string `json:"message"`
+}
+
+// SystemInfo asks GET /agent-api/v1/workspaces/:route/system-info with the
+// caller's header. nil: the route is allowed. 401 → ErrUnauthorized; 404
+// not_found → ErrEndpointAbsent (an older Core; remembered for ProbeInterval,
+// during which no request is sent); other 4xx with an Agent API body →
+// *CoreError; 5xx, transport errors and unusable answers → ErrUnavailable.
+// A route that Core's workspace pattern rejects is a *CoreError 404
+// route_unavailable without a call (Core would answer a misleading 404 not_found).
+func (c *Client) SystemInfo(ctx context.Context, authorization, route string) error {
+	if !headerValueOK(authorization) {
+		return fmt.Errorf("coreclient: %s: %w", OpSystemInfo, ErrUnauthorized)
+	}
+	if !routePattern.MatchString(route) {
+		return &CoreError{Status: http.StatusNotFound, Code: "route_unavailable", Message: "The configured route is unavailable."}
+	}
+	if c.systemInfoAbsent() {
+		return fmt.Errorf("coreclient: %s: %w", OpSystemInfo, ErrEndpointAbsent)
+	}
+	return c.call(ctx, c.identity, OpSystemInfo, func(ctx context.Context) error {
+		req, err := c.newRequest(ctx, http.MethodGet, "/agent-api/v1/workspaces/"+route+"/system-info", nil)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", authorization)
+		req.Header.Set("Accept", "application/json")
+		status, body, err := c.do(req, identityBodyLimit)
+		if err != nil {
+			return err
+		}
+		switch {
+		case status == http.StatusOK:
+			return nil
+		case status == http.StatusUnauthorized:
+			return ErrUnauthorized
+		case status >= 400 && status < 500:
+			var e agentError
+			if json.Unmarshal(body, &e) != nil || e.Error == "" {
+				return fmt.Errorf("%w: unusable answer (status %d)", ErrUnavailable, status)
+			}
+			if status == http.StatusNotFound && e.Error == "not_found" {
+				c.markSystemInfoAbsent()
+				return ErrEndpointAbsent
+			}
+			return &CoreError{Status: status, Code: clip(e.Error, 64), Message: clip(e.Message, 512)}
+		default:
+			return statusUnavailable(status)
+		}
+	})
+}
+
+func (c *Client) systemInfoAbsent() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now().Before(c.absentUntil)
+}
+
+func (c *Client) markSystemInfoAbsent() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.absentUntil = c.now().Add(c.probeInterval)
+}
+
+// searchRequest is the body of POST /kb/search (one KB per call).
+type searchRequest struct {
+	KBIDs    []string `json:"kb_ids"`
+	Query    string   `json:"query"`
+	TopK     int      `json:"top_k"`
+	MinScore float64  `json:"min_score"`
+}
+
+// searchResponse is Core's answer; Core sends kb_ids (its docs say kb_id).
+type searchResponse struct {
+	KBIDs []string `json:"kb_ids"`
+	Hits  []struct {
+		Score   float64     `json:"score"`
+		Content string      `json:"content"`
+		DocID   json.Number `json:"doc_id"`
+		Title   string      `json:"title"`
+		Seq     int         `json:"seq"`
+		KBID    string      `json:"kb_id"`
+	} `json:"hits"`
+}
+
+// kbUnavailablePrefix starts Core's 400 answer when none of the requested KBs
+// exists ("知识库不可用：<ids>"). /kb/search has no error codes, only this
+// human text, so the protocol forces a prefix test on Core's body.
+const kbUnavailablePrefix = "知识库不可用"
+
+// SearchKB searches one knowledge base with POST /kb/search, authenticated with
+// the service token (never the caller's). minScore 0 is sent as 1e-9 because
+// Core turns 0 into 0.35. Hits of other KBs are dropped.
+//
+// Errors: ErrKBMissing when Core does not list the KB (or answers 400
+// 知识库不可用); ErrUnavailable for everything else, including 401/403 (our own
+// credential was refused: an operator problem) and 429 (Core's rate limit on
+// our credential). Both count as breaker failures on purpose: retrieval
+// really is unusable until the operator or the limit lets it through, and the
+// open breaker stops us from hammering Core meanwhile.
+func (c *Client) SearchKB(ctx context.Context, kbID, query string, topK int, minScore float64) ([]Hit, error) {
+	if kbID == "" || strings.TrimSpace(query) == "" {
+		return nil, errors.New("coreclient: kb search: empty kb id or query")
+	}
+	if math.IsNaN(minScore) || math.IsInf(minScore, 0) {
+		return nil, errors.New("coreclient: kb search: min_score must be finite")
+	}
+	if minScore == 0 {
+		minScore = minScoreEpsilon
+	}
+	payload, err := json.Marshal(searchRequest{KBIDs: []string{kbID}, Query: query, TopK: topK, MinScore: minScore})
+	if err != nil {
+		return nil, fmt.Errorf("coreclient: kb search: encode: %w", err)
+	}
+	var hits []Hit
+	err = c.call(ctx, c.retrieval, OpKBSearch, func(ctx context.Context) error {
+		req, err := c.newRequest(ctx, http.MethodPost, "/kb/search", bytes.NewReader(payload))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", "Bearer "+c.serviceToken)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json")
+		status, body, err := c.do(req, searchBodyLimit)
+		if err != nil {
+			return err
+		}
+		switch status {
+		case http.StatusOK:
+			var r searchResponse
+			if err := json.Unmarshal(body, &r); err != nil {
+				return fmt.Errorf("%w: unusable search answer", ErrUnavailable)
+			}
+			found := false
+			for _, id := range r.KBIDs {
+				if id == kbID {
+					found = true
+					break
+				}
+			}
+			if !found {
+				return ErrKBMissing
+			}
+			hits = make([]Hit, 0, len(r.Hits))
+			for _, h := range r.Hits {
+				if h.KBID != "" && h.KBID != kbID {
+					continue
+				}
+				docID, err := h.DocID.Int64()
+				if err != nil {
+					return fmt.Errorf("%w: unusable search answer", ErrUnavailable)
+				}
+				hits = append(hits, Hit{KBID: kbID, DocID: docID, Seq: h.Seq, Title: h.Title, Content: h.Content, Score: h.Score})
+			}
+			return nil
+		case http.StatusBadRequest:
+			var e struct {
+				Error string `json:"error"`
+			}
+			if json.Unmarshal(body, &e) == nil && strings.HasPrefix(e.Error, kbUnavailablePrefix) {
+				return ErrKBMissing
+			}
+			return fmt.Errorf("%w: search rejected (status 400)", ErrUnavailable)
+		case http.StatusUnauthorized, http.StatusForbidden:
+			return fmt.Errorf("%w: service credential refused (status %d)", ErrUnavailable, status)
+		case http.StatusTooManyRequests:
+			return fmt.Errorf("%w: rate limited (status 429)", ErrUnavailable)
+		default:
+			return statusUnavailable(status)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return hits, nil
+}
+
+// call runs one Core operation under breaker b with the per-call timeout and
+// records its metrics. Errors come back as "coreclient: <op>: …", wrapping the
+// sentinel (and context.Canceled / context.DeadlineExceeded when relevant);
+// they never carry the URL, host or a credential.
+func (c *Client) call(ctx context.Context, b *Breaker, op string, fn func(context.Context) error) error {
+	start := c.now()
+	sent := false
+	run := func(ctx context.Context) error {
+		sent = true
+		cctx, cancel := context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+		return fn(cctx)
+	}
+	var err error
+	if b != nil {
+		err = b.Do(ctx, run)
+	} else {
+		err = run(ctx)
+	}
+	d := time.Duration(-1)
+	if sent {
+		d = c.now().Sub(start)
+	}
+	if err == nil {
+		c.metrics.observeRequest(op, OutcomeOK, d)
+		return nil
+	}
+	if errors.Is(err, ErrBreakerOpen) {
+		c.metrics.observeRequest(op, OutcomeOpen, -1)
+		return err // already "coreclient: <family>: …"
+	}
+	var ce *CoreError
+	switch {
+	case errors.Is(err, ErrUnavailable) && ctx.Err() != nil:
+		// The caller gave up: not Core's fault; keep both sentinels.
+		c.metrics.observeRequest(op, OutcomeCanceled, d)
+		return fmt.Errorf("coreclient: %s: %w: %w", op, ErrUnavailable, ctx.Err())
+	case errors.Is(err, ErrUnauthorized):
+		c.metrics.observeRequest(op, OutcomeUnauthorized, d)
+	case errors.As(err, &ce), errors.Is(err, ErrNotFound), errors.Is(err, ErrEndpointAbsent):
+		c.metrics.observeRequest(op, OutcomeClientError, d)
+		if ce != nil {
+			return err // relayed as is
+		}
+	default:
+		c.metrics.observeRequest(op, OutcomeUnavailable, d)
+	}
+	return fmt.Errorf("coreclient: %s: %w", op, err)
+}
+
+// newRequest builds a request to base URL + path. path is a constant or
+// built from a validated route, so no caller text reaches the URL unchecked.
+func (c *Client) newRequest(ctx context.Context, method, path string, body io.Reader) (*http.Request, error) {
+	u := *c.base
+	u.Path = c.base.Path + path
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	if err != nil {
+		return nil, fmt.Errorf("%w: cannot build request", ErrUnavailable)
+	}
+	return req, nil
+}
+
+// do sends req and reads at most limit bytes of the answer. Transport errors
+// are reduced to ErrUnavailable (plus context.DeadlineExceeded for a timeout),
+// because *url.Error would leak the URL.
+func (c *Client) do(req *http.Request, limit int64) (int, []byte, error) {
+	resp, body, err := c.doResponse(req, limit)
+	if err != nil {
+		return 0, nil, err
+	}
+	return resp.StatusCode, body, nil
+}
+
+// doResponse is do returning the (already closed) response for its headers.
+func (c *Client) doResponse(req *http.Request, limit int64) (*http.Response, []byte, error) {
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, nil, transportError(req.Context(), err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return nil, nil, transportError(req.Context(), err)
+	}
+	if int64(len(body)) > limit {
+		return nil, nil, fmt.Errorf("%w: answer too large", ErrUnavailable)
+	}
+	return resp, body, nil
+}
+
+func transportError(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, context.DeadlineExceeded)
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return fmt.Errorf("%w: %w", ErrUnavailable, context.DeadlineExceeded)
+	}
+	return fmt.Errorf("%w: transport error", ErrUnavailable)
+}
+
+func statusUnavailable(status int) error {
+	return fmt.Errorf("%w: status %d", ErrUnavailable, status)
+}
+
+// headerValueOK reports whether v is a non-empty header value that can be
+// forwarded (no control characters), so a malformed caller header never
+// becomes a transport error that would count against the breaker.
+func headerValueOK(v string) bool {
+	if strings.TrimSpace(v) == "" {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		if b := v[i]; (b < 0x20 && b != '\t') || b == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// clip cuts s to at most n bytes on a rune boundary.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }

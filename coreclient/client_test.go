@@ -1,0 +1,557 @@
+package coreclient_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
+)
+
+const testServiceToken = "svc-0123456789-secret"
+
+var (
+	aliceToken = fakecore.Token("alice")
+	aliceAuth  = "Bearer " + aliceToken
+)
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time          { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Advance(d time.Duration) { c.mu.Lock(); defer c.mu.Unlock(); c.t = c.t.Add(d) }
+
+type env struct {
+	core   *fakecore.Core
+	srv    *httptest.Server
+	client *coreclient.Client
+	reg    *prometheus.Registry
+	clock  *clock
+}
+
+func newEnv(t *testing.T, fo fakecore.Options, mutate func(*coreclient.Options)) *env {
+	t.Helper()
+	fo.ServiceToken = testServiceToken
+	core := fakecore.New(fo)
+	core.AddSession(aliceToken, coreclient.Session{
+		SessionID: "s-1", ClientAppID: "app-1",
+		Principal:     coreclient.Principal{ID: "user-42", Tenant: "t-7", Roles: []string{"manager"}, Audience: "internal"},
+		OnBehalfOf:    "t-7:user-42",
+		AllowedRoutes: []string{"orders"},
+		ExpiresAt:     time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC),
+	})
+	core.SetRoute("orders", fakecore.GateAllowed)
+	srv := httptest.NewServer(core)
+	t.Cleanup(srv.Close)
+	t.Cleanup(core.Close) // runs first: ends hanging requests
+	e := &env{core: core, srv: srv, reg: prometheus.NewRegistry(), clock: &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
+	o := coreclient.Options{
+		BaseURL:      srv.URL,
+		ServiceToken: testServiceToken,
+		Transport:    srv.Client().Transport,
+		Timeout:      2 * time.Second,
+		Metrics:      coreclient.NewMetrics(e.reg),
+		Now:          e.clock.Now,
+	}
+	if mutate != nil {
+		mutate(&o)
+	}
+	c, err := coreclient.NewClient(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.client = c
+	return e
+}
+
+// assertClean fails if err's text reveals the address, a credential or Core's text.
+func (e *env) assertClean(t *testing.T, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	u, _ := url.Parse(e.srv.URL)
+	host, port, _ := net.SplitHostPort(u.Host)
+	msg := err.Error()
+	for _, secret := range []string{e.srv.URL, u.Host, host, ":" + port, aliceToken, testServiceToken, "知识库"} {
+		if strings.Contains(msg, secret) {
+			t.Errorf("error %q reveals %q", msg, secret)
+		}
+	}
+}
+
+func requests(e *env, op, outcome string) float64 {
+	mfs, _ := e.reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != "knowledge_sidecar_core_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if sameLabels(m.GetLabel(), map[string]string{"op": op, "outcome": outcome}) {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+func TestNewClientValidatesOptions(t *testing.T) {
+	for _, base := range []string{"", "core:8080", "ftp://core", "http://user:pw@core", "http://core/?q=1", "/relative"} {
+		if _, err := coreclient.NewClient(coreclient.Options{BaseURL: base}); err == nil {
+			t.Errorf("base %q: got nil error; want a validation error", base)
+		} else if base != "" && strings.Contains(err.Error(), base) {
+			t.Errorf("base %q: error %q echoes the value", base, err)
+		}
+	}
+	if _, err := coreclient.NewClient(coreclient.Options{BaseURL: "https://core.internal/prefix/"}); err != nil {
+		t.Errorf("valid base: got %v; want nil", err)
+	}
+}
+
+func TestSessionOK(t *testing.T) {
+	e := newEnv(t, fakecore.Options{}, nil)
+	s, err := e.client.Session(context.Background(), aliceAuth)
+	if err != nil {
+		t.Fatalf("got %v; want nil", err)
+	}
+	if s.SessionID != "s-1" || s.ClientAppID != "app-1" || s.Principal.ID != "user-42" || s.Principal.Tenant != "t-7" ||
+		s.Principal.Audience != "internal" || len(s.Principal.Roles) != 1 || s.OnBehalfOf != "t-7:user-42" ||
+		len(s.AllowedRoutes) != 1 || s.AllowedRoutes[0] != "orders" || !s.ExpiresAt.Equal(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)) {
+		t.Errorf("got %+v; want alice's session", s)
+	}
+	r, _ := e.core.LastRequest("/agent-auth/v1/session")
+	if got := r.Header.Get("Authorization"); got != aliceAuth {
+		t.Errorf("forwarded authorization got %q; want the caller's verbatim", got)
+	}
+	if got := requests(e, coreclient.OpSession, coreclient.OutcomeOK); got != 1 {
+		t.Errorf("requests{session,ok} got %v; want 1", got)
+	}
+}
+
+func TestSessionErrors(t *testing.T) {
+	big := `{"session_id":"s","client_app_id":"a","principal":{"id":"p"},"pad":"` + strings.Repeat("x", 70<<10) + `"}`
+	tests := []struct {
+		name      string
+		auth      string
+		fault     *fakecore.Fault
+		want      error
+		wantCalls int
+	}{
+		{"empty header", "", nil, coreclient.ErrUnauthorized, 0},
+		{"header with newline", "Bearer a\nb", nil, coreclient.ErrUnauthorized, 0},
+		{"unknown token", "Bearer " + fakecore.Token("mallory"), nil, coreclient.ErrUnauthorized, 1},
+		{"5xx", aliceAuth, &fakecore.Fault{Status: 502}, coreclient.ErrUnavailable, 1},
+		{"missing fields", aliceAuth, &fakecore.Fault{Status: 200, Body: []byte(`{"session_id":"s","principal":{}}`)}, coreclient.ErrUnavailable, 1},
+		{"not json", aliceAuth, &fakecore.Fault{Status: 200, Body: []byte(`<html>`)}, coreclient.ErrUnavailable, 1},
+		{"too large", aliceAuth, &fakecore.Fault{Status: 200, Body: []byte(big)}, coreclient.ErrUnavailable, 1},
+		{"403", aliceAuth, &fakecore.Fault{Status: 403, Body: []byte(`{"error":"forbidden"}`)}, coreclient.ErrUnavailable, 1},
+		{"reset", aliceAuth, &fakecore.Fault{Reset: true}, coreclient.ErrUnavailable, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, fakecore.Options{}, nil)
+			if tt.fault != nil {
+				e.core.SetFault("/agent-auth/", *tt.fault)
+			}
+			_, err := e.client.Session(context.Background(), tt.auth)
+			if !errors.Is(err, tt.want) {
+				t.Errorf("got %v; want %v", err, tt.want)
+			}
+			if got := e.core.Calls("/"); got < tt.wantCalls || (tt.wantCalls == 0 && got != 0) {
+				t.Errorf("core calls got %d; want %d", got, tt.wantCalls)
+			}
+			e.assertClean(t, err)
+		})
+	}
+}
+
+func TestTimeoutAndCancellation(t *testing.T) {
+	e := newEnv(t, fakecore.Options{}, func(o *coreclient.Options) {
+		o.Timeout = 50 * time.Millisecond
+		o.Identity = coreclient.BreakerSettings{Failures: 1}
+	})
+	e.core.SetFault("/agent-auth/", fakecore.Fault{Hang: true})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := e.client.Session(ctx, aliceAuth)
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, coreclient.ErrUnavailable) {
+		t.Errorf("caller cancelled: got %v; want context.Canceled and ErrUnavailable", err)
+	}
+	if !e.client.IdentityUsable() {
+		t.Error("identity breaker opened on a caller cancellation; want it closed")
+	}
+	if got := requests(e, coreclient.OpSession, coreclient.OutcomeCanceled); got != 1 {
+		t.Errorf("requests{session,canceled} got %v; want 1", got)
+	}
+
+	_, err = e.client.Session(context.Background(), aliceAuth)
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, coreclient.ErrUnavailable) {
+		t.Errorf("own timeout: got %v; want DeadlineExceeded and ErrUnavailable", err)
+	}
+	e.assertClean(t, err)
+	if e.client.IdentityUsable() {
+		t.Error("identity breaker closed after a Core timeout with Failures=1; want open")
+	}
+}
+
+func TestDeadCore(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	c, err := coreclient.NewClient(coreclient.Options{BaseURL: "http://" + addr, ServiceToken: testServiceToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.SearchKB(context.Background(), "faq", "q", 5, 0.3)
+	if !errors.Is(err, coreclient.ErrUnavailable) {
+		t.Errorf("got %v; want ErrUnavailable", err)
+	}
+	if strings.Contains(err.Error(), addr) || strings.Contains(err.Error(), "127.0.0.1") {
+		t.Errorf("error %q reveals the address", err)
+	}
+}
+
+func TestSystemInfo(t *testing.T) {
+	tests := []struct {
+		name      string
+		opts      fakecore.Options
+		route     string
+		gate      string
+		auth      string
+		fault     *fakecore.Fault
+		want      error
+		wantCore  *coreclient.CoreError
+		wantCalls int
+	}{
+		{name: "allowed", opts: fakecore.Options{SystemInfo: true}, route: "orders", auth: aliceAuth, wantCalls: 1},
+		{name: "unauthorized", opts: fakecore.Options{SystemInfo: true}, route: "orders", auth: "Bearer " + fakecore.Token("x"), want: coreclient.ErrUnauthorized, wantCalls: 1},
+		{name: "route not allowed", opts: fakecore.Options{SystemInfo: true}, route: "orders", gate: fakecore.GateRouteNotAllowed, auth: aliceAuth,
+			wantCore: &coreclient.CoreError{Status: 403, Code: "route_not_allowed", Message: "The Agent Session is not allowed to use this route."}, wantCalls: 1},
+		{name: "audience", opts: fakecore.Options{SystemInfo: true}, route: "orders", gate: fakecore.GateAudienceNotAllowed, auth: aliceAuth,
+			wantCore: &coreclient.CoreError{Status: 403, Code: "audience_not_allowed", Message: "The business identity is not allowed to use this route."}, wantCalls: 1},
+		{name: "unknown route", opts: fakecore.Options{SystemInfo: true}, route: "ghost", auth: aliceAuth,
+			wantCore: &coreclient.CoreError{Status: 404, Code: "route_unavailable", Message: "The configured route is unavailable."}, wantCalls: 1},
+		{name: "malformed route is not sent", opts: fakecore.Options{SystemInfo: true}, route: "Bad/../x", auth: aliceAuth,
+			wantCore: &coreclient.CoreError{Status: 404, Code: "route_unavailable", Message: "The configured route is unavailable."}, wantCalls: 0},
+		{name: "old core", opts: fakecore.Options{}, route: "orders", auth: aliceAuth, want: coreclient.ErrEndpointAbsent, wantCalls: 1},
+		{name: "5xx", opts: fakecore.Options{SystemInfo: true}, route: "orders", auth: aliceAuth, fault: &fakecore.Fault{Status: 503}, want: coreclient.ErrUnavailable, wantCalls: 1},
+		{name: "4xx without agent body", opts: fakecore.Options{SystemInfo: true}, route: "orders", auth: aliceAuth, fault: &fakecore.Fault{Status: 404, Body: []byte(`nope`)}, want: coreclient.ErrUnavailable, wantCalls: 1},
+		{name: "empty header", opts: fakecore.Options{SystemInfo: true}, route: "orders", auth: "", want: coreclient.ErrUnauthorized, wantCalls: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, tt.opts, nil)
+			if tt.gate != "" {
+				e.core.SetRoute(tt.route, tt.gate)
+			}
+			if tt.fault != nil {
+				e.core.SetFault("/agent-api/", *tt.fault)
+			}
+			err := e.client.SystemInfo(context.Background(), tt.auth, tt.route)
+			switch {
+			case tt.wantCore != nil:
+				var ce *coreclient.CoreError
+				if !errors.As(err, &ce) || *ce != *tt.wantCore {
+					t.Errorf("got %v; want %+v", err, tt.wantCore)
+				}
+			case tt.want == nil && err != nil:
+				t.Errorf("got %v; want nil", err)
+			case tt.want != nil && !errors.Is(err, tt.want):
+				t.Errorf("got %v; want %v", err, tt.want)
+			}
+			if got := e.core.Calls("/"); got != tt.wantCalls {
+				t.Errorf("core calls got %d; want %d", got, tt.wantCalls)
+			}
+			if tt.auth != "" && tt.wantCalls > 0 {
+				if r, _ := e.core.LastRequest("/agent-api/"); r.Header.Get("Authorization") != tt.auth {
+					t.Errorf("forwarded authorization got %q; want the caller's", r.Header.Get("Authorization"))
+				}
+			}
+			e.assertClean(t, err)
+		})
+	}
+}
+
+func TestSystemInfoAbsenceIsRemembered(t *testing.T) {
+	e := newEnv(t, fakecore.Options{}, func(o *coreclient.Options) { o.ProbeInterval = time.Minute })
+	for i := range 3 {
+		if err := e.client.SystemInfo(context.Background(), aliceAuth, "orders"); !errors.Is(err, coreclient.ErrEndpointAbsent) {
+			t.Fatalf("call %d: got %v; want ErrEndpointAbsent", i, err)
+		}
+	}
+	if got := e.core.Calls("/agent-api/"); got != 1 {
+		t.Errorf("core calls got %d; want 1 (absence remembered)", got)
+	}
+	e.clock.Advance(time.Minute + time.Second)
+	_ = e.client.SystemInfo(context.Background(), aliceAuth, "orders")
+	if got := e.core.Calls("/agent-api/"); got != 2 {
+		t.Errorf("core calls after the interval got %d; want 2", got)
+	}
+}
+
+func searchEnv(t *testing.T, mutate func(*coreclient.Options)) *env {
+	e := newEnv(t, fakecore.Options{}, mutate)
+	e.core.AddDoc("faq", 1, "退款规则", "退款窗口为七天。超过窗口不能退款。")
+	e.core.AddDoc("faq", 2, "Shipping", "Parcels ship within two days.")
+	e.core.AddDoc("other", 3, "Other", "退款 other kb")
+	e.core.AddDoc("off", 4, "Off", "退款")
+	e.core.DisableKB("off")
+	return e
+}
+
+func TestSearchKB(t *testing.T) {
+	e := searchEnv(t, nil)
+	hits, err := e.client.SearchKB(context.Background(), "faq", "退款窗口", 5, 0.5)
+	if err != nil {
+		t.Fatalf("got %v; want nil", err)
+	}
+	if len(hits) != 1 || hits[0] != (coreclient.Hit{KBID: "faq", DocID: 1, Seq: 0, Title: "退款规则", Content: "退款窗口为七天。超过窗口不能退款。", Score: 1}) {
+		t.Errorf("hits got %+v; want doc 1's chunk with score 1", hits)
+	}
+	r, _ := e.core.LastRequest("/kb/search")
+	if got := r.Header.Get("Authorization"); got != "Bearer "+testServiceToken {
+		t.Errorf("authorization got %q; want the service token", got)
+	}
+	if strings.Contains(string(r.Body), aliceToken) || strings.Contains(r.Header.Get("Authorization"), "bha_") {
+		t.Error("the caller's token reached /kb/search")
+	}
+	var body map[string]any
+	if err := json.Unmarshal(r.Body, &body); err != nil {
+		t.Fatal(err)
+	}
+	if ids, _ := json.Marshal(body["kb_ids"]); string(ids) != `["faq"]` || body["query"] != "退款窗口" || body["top_k"] != float64(5) || body["min_score"] != 0.5 {
+		t.Errorf("request body got %s; want kb_ids [faq], query, top_k 5, min_score 0.5", r.Body)
+	}
+	for _, path := range []string{"/agent-auth/", "/agent-api/"} {
+		if got := e.core.Calls(path); got != 0 {
+			t.Errorf("calls to %s got %d; want 0", path, got)
+		}
+	}
+}
+
+func TestServiceTokenOnlyOnKBSearch(t *testing.T) {
+	e := searchEnv(t, func(o *coreclient.Options) {})
+	_, _ = e.client.Session(context.Background(), aliceAuth)
+	_ = e.client.SystemInfo(context.Background(), aliceAuth, "orders")
+	_, _ = e.client.ProbeCapabilities(context.Background(), aliceAuth, "orders")
+	for _, p := range []string{"/agent-auth/v1/session", "/agent-api/v1/workspaces/orders/system-info", "/agent-api/v1/workspaces/orders/knowledge/capabilities"} {
+		r, ok := e.core.LastRequest(p)
+		if !ok {
+			t.Fatalf("%s: no request recorded", p)
+		}
+		for k, vs := range r.Header {
+			for _, v := range vs {
+				if strings.Contains(v, testServiceToken) {
+					t.Errorf("%s: header %s carries the service token", p, k)
+				}
+			}
+		}
+	}
+}
+
+func TestSearchKBMinScoreZero(t *testing.T) {
+	e := searchEnv(t, nil)
+	// "ship" is 1 of 4 query terms: score 0.25, below Core's 0.35 default.
+	hits, err := e.client.SearchKB(context.Background(), "faq", "ship refund policy now", 5, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hits) == 0 || hits[0].DocID != 2 || hits[0].Score != 0.25 {
+		t.Errorf("hits got %+v; want doc 2 at 0.25 (min_score 0 must not become 0.35)", hits)
+	}
+	r, _ := e.core.LastRequest("/kb/search")
+	var body struct {
+		MinScore float64 `json:"min_score"`
+	}
+	_ = json.Unmarshal(r.Body, &body)
+	if body.MinScore <= 0 || body.MinScore > 1e-6 {
+		t.Errorf("sent min_score got %v; want a tiny positive value", body.MinScore)
+	}
+}
+
+func TestSearchKBErrors(t *testing.T) {
+	tests := []struct {
+		name    string
+		kb      string
+		token   string
+		fault   *fakecore.Fault
+		want    error
+		outcome string
+	}{
+		{name: "disabled kb is empty, not an error", kb: "off", outcome: coreclient.OutcomeOK},
+		{name: "deleted kb", kb: "ghost", want: coreclient.ErrKBMissing, outcome: coreclient.OutcomeClientError},
+		{name: "kb not listed", kb: "faq", fault: &fakecore.Fault{Status: 200, Body: []byte(`{"kb_ids":[],"hits":[]}`)}, want: coreclient.ErrKBMissing, outcome: coreclient.OutcomeClientError},
+		{name: "documented kb_id only", kb: "faq", fault: &fakecore.Fault{Status: 200, Body: []byte(`{"kb_id":"faq","hits":[]}`)}, want: coreclient.ErrKBMissing, outcome: coreclient.OutcomeClientError},
+		{name: "service token refused", kb: "faq", token: "wrong", want: coreclient.ErrUnavailable, outcome: coreclient.OutcomeUnavailable},
+		{name: "403", kb: "faq", fault: &fakecore.Fault{Status: 403, Body: []byte(`{"error":"执行器令牌只能用于执行器通道 /executor/*"}`)}, want: coreclient.ErrUnavailable, outcome: coreclient.OutcomeUnavailable},
+		{name: "rate limited", kb: "faq", fault: &fakecore.Fault{Status: 429, Body: []byte(`{"error":"超出限速（60/分钟）"}`)}, want: coreclient.ErrUnavailable, outcome: coreclient.OutcomeUnavailable},
+		{name: "other 400", kb: "faq", fault: &fakecore.Fault{Status: 400, Body: []byte(`{"error":"知识库需要 mysql 后端"}`)}, want: coreclient.ErrUnavailable, outcome: coreclient.OutcomeUnavailable},
+		{name: "5xx", kb: "faq", fault: &fakecore.Fault{Status: 500}, want: coreclient.ErrUnavailable, outcome: coreclient.OutcomeUnavailable},
+		{name: "bad hits", kb: "faq", fault: &fakecore.Fault{Status: 200, Body: []byte(`{"kb_ids":["faq"],"hits":[{"doc_id":"x"}]}`)}, want: coreclient.ErrUnavailable, outcome: coreclient.OutcomeUnavailable},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := searchEnv(t, func(o *coreclient.Options) {
+				if tt.token != "" {
+					o.ServiceToken = tt.token
+				}
+			})
+			if tt.fault != nil {
+				e.core.SetFault("/kb/search", *tt.fault)
+			}
+			hits, err := e.client.SearchKB(context.Background(), tt.kb, "退款", 5, 0.3)
+			if tt.want == nil {
+				if err != nil || len(hits) != 0 {
+					t.Errorf("got %v, %d hits; want nil, none", err, len(hits))
+				}
+			} else if !errors.Is(err, tt.want) {
+				t.Errorf("got %v; want %v", err, tt.want)
+			}
+			if errors.Is(tt.want, coreclient.ErrKBMissing) && !errors.Is(err, coreclient.ErrNotFound) {
+				t.Errorf("got %v; want it to wrap ErrNotFound", err)
+			}
+			if got := requests(e, coreclient.OpKBSearch, tt.outcome); got != 1 {
+				t.Errorf("requests{kb_search,%s} got %v; want 1", tt.outcome, got)
+			}
+			e.assertClean(t, err)
+		})
+	}
+}
+
+func TestSearchKBDropsOtherKBsHits(t *testing.T) {
+	e := searchEnv(t, nil)
+	e.core.SetFault("/kb/search", fakecore.Fault{Status: 200, Body: []byte(
+		`{"kb_ids":["faq"],"hits":[{"score":0.9,"content":"a","doc_id":1,"title":"t","seq":2,"kb_id":"faq"},{"score":0.8,"content":"b","doc_id":7,"title":"u","seq":0,"kb_id":"other"}],"extra":1}`)})
+	hits, err := e.client.SearchKB(context.Background(), "faq", "q", 5, 0.3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hits) != 1 || hits[0].DocID != 1 || hits[0].Seq != 2 || hits[0].KBID != "faq" {
+		t.Errorf("hits got %+v; want only faq's doc 1", hits)
+	}
+}
+
+func TestRetrievalBreakerOpenMeansNoCoreCalls(t *testing.T) {
+	e := searchEnv(t, func(o *coreclient.Options) {
+		o.Retrieval = coreclient.BreakerSettings{Failures: 2, OpenTimeout: time.Hour}
+	})
+	e.core.SetFault("/kb/search", fakecore.Fault{Status: 503})
+	for range 2 {
+		if _, err := e.client.SearchKB(context.Background(), "faq", "q", 5, 0.3); !errors.Is(err, coreclient.ErrUnavailable) {
+			t.Fatalf("got %v; want ErrUnavailable", err)
+		}
+	}
+	if e.client.Usable() {
+		t.Fatal("usable got true after 2 failures; want false")
+	}
+	before := e.core.Calls("/kb/search")
+	for range 5 {
+		_, err := e.client.SearchKB(context.Background(), "faq", "q", 5, 0.3)
+		if !errors.Is(err, coreclient.ErrBreakerOpen) || !errors.Is(err, coreclient.ErrUnavailable) {
+			t.Errorf("got %v; want ErrBreakerOpen (wrapping ErrUnavailable)", err)
+		}
+		e.assertClean(t, err)
+	}
+	if got := e.core.Calls("/kb/search") - before; got != 0 {
+		t.Errorf("core calls while open got %d; want 0", got)
+	}
+	if got := requests(e, coreclient.OpKBSearch, coreclient.OutcomeOpen); got != 5 {
+		t.Errorf("requests{kb_search,open} got %v; want 5", got)
+	}
+	// The identity breaker is separate.
+	if _, err := e.client.Session(context.Background(), aliceAuth); err != nil {
+		t.Errorf("session while retrieval is open: got %v; want nil", err)
+	}
+}
+
+func TestKBMissingDoesNotTripBreaker(t *testing.T) {
+	e := searchEnv(t, func(o *coreclient.Options) { o.Retrieval = coreclient.BreakerSettings{Failures: 1} })
+	for range 3 {
+		if _, err := e.client.SearchKB(context.Background(), "ghost", "q", 5, 0.3); !errors.Is(err, coreclient.ErrKBMissing) {
+			t.Fatalf("got %v; want ErrKBMissing", err)
+		}
+	}
+	if !e.client.Usable() {
+		t.Error("usable got false after KB-missing answers; want true")
+	}
+}
+
+func TestProbeCapabilities(t *testing.T) {
+	tests := []struct {
+		name   string
+		opts   fakecore.Options
+		auth   string
+		fault  *fakecore.Fault
+		kind   coreclient.ProbeKind
+		status int
+	}{
+		{name: "legacy core", auth: aliceAuth, kind: coreclient.ProbeLegacy, status: 404},
+		{name: "native core", opts: fakecore.Options{Native: true}, auth: aliceAuth, kind: coreclient.ProbeNative, status: 200},
+		{name: "unauthorized is relayed", auth: "Bearer " + fakecore.Token("x"), kind: coreclient.ProbeRelay, status: 401},
+		{name: "no header is relayed", kind: coreclient.ProbeRelay, status: 401},
+		{name: "native gate 404 is relayed", opts: fakecore.Options{Native: true}, auth: aliceAuth, fault: &fakecore.Fault{Status: 404, Body: []byte(`{"error":"route_unavailable","message":"The configured route is unavailable."}`)}, kind: coreclient.ProbeRelay, status: 404},
+		{name: "405", auth: aliceAuth, fault: &fakecore.Fault{Status: 405, Body: []byte(`{"error":"method_not_allowed"}`)}, kind: coreclient.ProbeLegacy, status: 405},
+		{name: "501", auth: aliceAuth, fault: &fakecore.Fault{Status: 501, Body: []byte(`{}`)}, kind: coreclient.ProbeLegacy, status: 501},
+		{name: "403", auth: aliceAuth, fault: &fakecore.Fault{Status: 403, Body: []byte(`{"error":"route_not_allowed"}`)}, kind: coreclient.ProbeRelay, status: 403},
+		{name: "503", auth: aliceAuth, fault: &fakecore.Fault{Status: 503}, kind: coreclient.ProbeRelay, status: 503},
+		{name: "unknown 200", auth: aliceAuth, fault: &fakecore.Fault{Status: 200, Body: []byte(`{"schema_version":"something.else"}`)}, kind: coreclient.ProbeRelay, status: 200},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, tt.opts, func(o *coreclient.Options) { o.Identity = coreclient.BreakerSettings{Failures: 1} })
+			if tt.fault != nil {
+				e.core.SetFault("/agent-api/", *tt.fault)
+			}
+			p, err := e.client.ProbeCapabilities(context.Background(), tt.auth, "orders")
+			if err != nil {
+				t.Fatalf("got %v; want a probe", err)
+			}
+			if p.Kind != tt.kind || p.Status != tt.status {
+				t.Errorf("got %v %d; want %v %d", p.Kind, p.Status, tt.kind, tt.status)
+			}
+			if len(p.Body) == 0 || p.Header.Get("Content-Type") == "" {
+				t.Errorf("probe lacks body or headers to relay: %+v", p)
+			}
+			r, _ := e.core.LastRequest("/agent-api/")
+			if r.Path != "/agent-api/v1/workspaces/orders/knowledge/capabilities" || r.Header.Get("Authorization") != tt.auth {
+				t.Errorf("forwarded %s with %q; want the capabilities path with the caller's header", r.Path, r.Header.Get("Authorization"))
+			}
+			if !e.client.IdentityUsable() {
+				t.Error("a probe moved the identity breaker; want probes outside breakers")
+			}
+		})
+	}
+	e := newEnv(t, fakecore.Options{}, nil)
+	e.core.SetFault("/agent-api/", fakecore.Fault{Reset: true})
+	_, err := e.client.ProbeCapabilities(context.Background(), aliceAuth, "orders")
+	if !errors.Is(err, coreclient.ErrUnavailable) {
+		t.Errorf("reset: got %v; want ErrUnavailable", err)
+	}
+	e.assertClean(t, err)
+}
+
+// Compile-time check against the shape of knowledge.Identity and
+// knowledge.Retriever (not imported, so this package's tests do not depend on
+// package knowledge compiling).
+var _ interface {
+	Session(context.Context, string) (coreclient.Session, error)
+	SystemInfo(context.Context, string, string) error
+	SearchKB(context.Context, string, string, int, float64) ([]coreclient.Hit, error)
+	Usable() bool
+} = (*coreclient.Client)(nil)

@@ -1,0 +1,44 @@
+// Package coreclient is everything that talks to the legacy BailingHub Core:
+// an HTTP client for identity, the route gate and retrieval, circuit breakers,
+// and (in the catalog files) the read-only SQL view of Core's database.
+// It knows nothing about the knowledge protocol; package knowledge consumes
+// it through the small interfaces declared in knowledge/ports.go.
+//
+// # HTTP client
+//
+// [Client] implements knowledge.Identity and knowledge.Retriever:
+//
+//   - [Client.Session] forwards the caller's Authorization header verbatim to
+//     GET /agent-auth/v1/session (identity breaker).
+//   - [Client.SystemInfo] asks GET /agent-api/v1/workspaces/:route/system-info
+//     with the caller's header (identity breaker). An older Core answers 404
+//     not_found; that is [ErrEndpointAbsent] and is remembered for
+//     Options.ProbeInterval.
+//   - [Client.SearchKB] calls POST /kb/search for one knowledge base with the
+//     sidecar's own service token (retrieval breaker). Core's quirks are
+//     handled here: min_score 0 is sent as 1e-9 (Core turns 0 into 0.35), the
+//     answer's key is kb_ids, and a KB Core does not list is [ErrKBMissing].
+//   - [Client.ProbeCapabilities] forwards a capabilities request to detect a
+//     native Core ([ProbeNative]), a legacy one ([ProbeLegacy]) or an answer to
+//     relay as is ([ProbeRelay]). No breaker.
+//
+// Every call runs under context.WithTimeout(ctx, Options.Timeout). Errors are
+// "coreclient: <op>: …" wrapping one of the sentinels of types.go (plus
+// context.Canceled or context.DeadlineExceeded when the caller gave up or the
+// call timed out) or a *CoreError to relay; they never contain the URL, host,
+// a credential or Core's body text (except a *CoreError's Agent API message,
+// which Core writes for the caller).
+//
+// # Breakers
+//
+// [Breaker] wraps sony/gobreaker/v2. Only [ErrUnavailable] (5xx, transport
+// errors, timeouts, unusable answers, our own credential refused, Core's rate
+// limit) counts as a failure; a caller's cancellation is excluded; every other
+// answer means Core is up and counts as a success. While open, Do returns
+// [ErrBreakerOpen] without calling Core.
+//
+// # Metrics
+//
+// [NewMetrics] registers the collectors on a caller-supplied registerer (nil:
+// unregistered). Labels come from closed sets only; see [Metrics].
+package coreclient

@@ -1,0 +1,412 @@
+package fakecore
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bailinghub/knowledge-sidecar/coreclient"
+)
+
+// Options configures a fake Core.
+type Options struct {
+	// ServiceToken is accepted on /kb/search (Bearer or ?token=). Empty: nothing is.
+	ServiceToken string
+	// SystemInfo serves …/system-info (Core ≥ 0.7); false → 404 not_found like an older Core.
+	SystemInfo bool
+	// Native serves the knowledge protocol itself (capabilities 200 plus stub
+	// search/read answers, and turns accept knowledge_delivery); false → 404 not_found.
+	Native bool
+	// TaskControl declares task_binding on turns (Core ≥ 0.8).
+	TaskControl bool
+	// GzipTurns compresses turn answers when the request accepts gzip.
+	GzipTurns bool
+	// Now is the clock (default time.Now), used for session expiry and timestamps.
+	Now func() time.Time
+	// OnRun, when set, is called (outside the fake's lock) for every run a turn creates.
+	OnRun func(coreclient.Run)
+}
+
+// Fault is an injected misbehaviour for requests whose path has a prefix.
+// The first matching effect applies in this order: Latency (then continue),
+// Hang, Reset, Status.
+type Fault struct {
+	Latency time.Duration // wait this long (or until the request ends) before answering
+	Hang    bool          // never answer; return when the request context ends or on Close
+	Reset   bool          // hijack the connection and close it without answering
+	Status  int           // answer this status with Body (default body: Core's internal_error with a request_id)
+	Body    []byte        // body for Status; must be JSON
+}
+
+// Core is a fake BailingHub Core for tests and the demo: an http.Handler
+// that answers Agent Auth, Agent API and /kb/search the way CORE_FACTS.md
+// describes. Safe for concurrent use.
+type Core struct {
+	opts Options
+
+	mu       sync.Mutex
+	sessions map[string]coreclient.Session // by access token
+	routes   map[string]*route
+	kbs      map[string]*kb
+	faults   map[string]Fault // by path prefix; "" matches every path
+	calls    map[string]int   // by exact path
+	last     map[string]recorded
+	seq      uint64
+	turns    map[string]*turnRecord // by idempotency key
+	runs     []coreclient.Run
+	threads  map[string]*thread // by (session, route, conversation)
+
+	closeOnce sync.Once
+	closed    chan struct{} // closed by Close: ends hangs and latencies
+}
+
+type route struct {
+	gate      string // "" allowed, else a gate code
+	knowledge []TurnKnowledge
+}
+
+type recorded struct {
+	seq    uint64
+	method string
+	header http.Header
+	body   []byte
+}
+
+// New returns an empty fake Core.
+func New(o Options) *Core {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &Core{
+		opts:     o,
+		sessions: map[string]coreclient.Session{},
+		routes:   map[string]*route{},
+		kbs:      map[string]*kb{},
+		faults:   map[string]Fault{},
+		calls:    map[string]int{},
+		last:     map[string]recorded{},
+		turns:    map[string]*turnRecord{},
+		closed:   make(chan struct{}),
+	}
+}
+
+// Close ends every hanging or delayed request (they then return without an
+// answer). Call it before closing the httptest.Server, whose Close waits for
+// active requests. Idempotent.
+func (c *Core) Close() { c.closeOnce.Do(func() { close(c.closed) }) }
+
+// Token returns a deterministic Agent access token that looks like Core's
+// (bha_ + base64url of 32 bytes) for a seed such as "alice".
+func Token(seed string) string {
+	sum := sha256.Sum256([]byte("fakecore token " + seed))
+	return "bha_" + base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+// ValidAccessToken reports whether t has the shape Core accepts: bha_ prefix,
+// at least 40 characters, no whitespace.
+func ValidAccessToken(t string) bool {
+	return strings.HasPrefix(t, "bha_") && len(t) >= 40 && !strings.ContainsAny(t, " \t\r\n")
+}
+
+// AddSession makes token (a bearer such as Token("alice")) resolve to s. It
+// panics if token does not have Core's shape, since Core would reject it.
+// A non-zero s.ExpiresAt before Now makes the token expired (401).
+func (c *Core) AddSession(token string, s coreclient.Session) {
+	if !ValidAccessToken(token) {
+		panic("fakecore: AddSession: token must look like Core's (bha_ prefix, ≥ 40 chars); use fakecore.Token")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sessions[token] = s
+}
+
+// RevokeSession makes token unknown (401 everywhere).
+func (c *Core) RevokeSession(token string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.sessions, token)
+}
+
+// Gate codes system-info and turns answer for a route (CORE_FACTS §2).
+const (
+	GateAllowed             = ""
+	GateRouteUnavailable    = "route_unavailable"
+	GateAgentClientDisabled = "agent_client_disabled"
+	GateInvalidRoute        = "invalid_route"
+	GateRouteNotAllowed     = "route_not_allowed"
+	GateAgentDirectDisabled = "agent_direct_disabled"
+	GateAudienceNotAllowed  = "audience_not_allowed"
+)
+
+var gates = map[string]struct {
+	status  int
+	message string
+}{
+	GateRouteUnavailable:    {404, "The configured route is unavailable."},
+	GateAgentClientDisabled: {403, "Agent Client Runtime is not enabled for this route."},
+	GateInvalidRoute:        {400, "The configured route is invalid."},
+	GateRouteNotAllowed:     {403, "The Agent Session is not allowed to use this route."},
+	GateAgentDirectDisabled: {403, "Direct Agent tools are not enabled for this route."},
+	GateAudienceNotAllowed:  {403, "The business identity is not allowed to use this route."},
+}
+
+// SetRoute declares a route and what its gate answers: GateAllowed or one of
+// the Gate* codes. Unknown routes answer 404 route_unavailable; an allowed
+// route still answers 403 route_not_allowed to a session whose
+// allowed_routes lacks it (and lacks "*"). It panics on an unknown code.
+func (c *Core) SetRoute(name, gate string) {
+	if _, ok := gates[gate]; gate != GateAllowed && !ok {
+		panic("fakecore: SetRoute: unknown gate code " + gate)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := c.routes[name]
+	if r == nil {
+		r = &route{}
+		c.routes[name] = r
+	}
+	r.gate = gate
+}
+
+// TurnKnowledge is one item of a route's inline knowledge, returned by turns
+// as context.knowledge[i] / context.knowledge_refs[i].
+type TurnKnowledge struct {
+	DocID   int64
+	Title   string
+	Content string
+	Score   float64
+}
+
+// SetTurnKnowledge sets what turns on route return inline (declaring the
+// route as allowed if it is unknown).
+func (c *Core) SetTurnKnowledge(name string, items []TurnKnowledge) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := c.routes[name]
+	if r == nil {
+		r = &route{}
+		c.routes[name] = r
+	}
+	r.knowledge = append([]TurnKnowledge(nil), items...)
+}
+
+// SetFault injects f for paths starting with prefix ("" = every path).
+func (c *Core) SetFault(prefix string, f Fault) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.faults[prefix] = f
+}
+
+// ClearFault removes the fault of prefix.
+func (c *Core) ClearFault(prefix string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.faults, prefix)
+}
+
+// ClearFaults removes every fault.
+func (c *Core) ClearFaults() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.faults = map[string]Fault{}
+}
+
+// Calls counts requests received (faulted ones included) whose path starts with prefix.
+func (c *Core) Calls(prefix string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for p, k := range c.calls {
+		if strings.HasPrefix(p, prefix) {
+			n += k
+		}
+	}
+	return n
+}
+
+// Request is what the fake received.
+type Request struct {
+	Method string
+	Path   string
+	Header http.Header
+	Body   []byte
+}
+
+// LastRequest returns the most recent request whose path starts with prefix.
+func (c *Core) LastRequest(prefix string) (Request, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var best Request
+	var bestSeq uint64
+	for p, r := range c.last {
+		if strings.HasPrefix(p, prefix) && r.seq > bestSeq {
+			bestSeq = r.seq
+			best = Request{Method: r.method, Path: p, Header: r.header.Clone(), Body: bytes.Clone(r.body)}
+		}
+	}
+	return best, bestSeq > 0
+}
+
+// RunsCreated counts the runs turns have created (replays create none).
+func (c *Core) RunsCreated() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.runs)
+}
+
+// Runs returns a copy of the runs created so far.
+func (c *Core) Runs() []coreclient.Run {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]coreclient.Run(nil), c.runs...)
+}
+
+// recordLimit bounds how much of a request body is kept and inspected; the
+// fake's largest real limit is /kb/search's 1 MiB.
+const recordLimit = 1 << 20
+
+// ServeHTTP answers like Core.
+func (c *Core) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, tooLarge := readAll(r.Body, recordLimit)
+	path := r.URL.Path
+
+	c.mu.Lock()
+	c.seq++
+	c.calls[path]++
+	c.last[path] = recorded{seq: c.seq, method: r.Method, header: r.Header.Clone(), body: body}
+	fault, faulted := c.faultFor(path)
+	c.mu.Unlock()
+
+	if faulted && c.applyFault(w, r, fault) {
+		return
+	}
+
+	switch {
+	case path == "/agent-auth/v1/session":
+		c.serveSession(w, r)
+	case strings.HasPrefix(path, "/agent-auth/"):
+		writeJSON(w, http.StatusNotFound, errBody{Error: "not_found"})
+	case path == "/agent-api" || strings.HasPrefix(path, "/agent-api/"):
+		c.serveAgentAPI(w, r, body, tooLarge)
+	case path == "/kb/search":
+		c.serveKBSearch(w, r, body, tooLarge)
+	default:
+		writeJSON(w, http.StatusNotFound, errBody{Error: "not found"})
+	}
+}
+
+// faultFor returns the fault of the longest matching prefix. Caller holds mu.
+func (c *Core) faultFor(path string) (Fault, bool) {
+	best, found := "", false
+	for p := range c.faults {
+		if strings.HasPrefix(path, p) && (!found || len(p) > len(best)) {
+			best, found = p, true
+		}
+	}
+	return c.faults[best], found
+}
+
+// applyFault reports whether it answered (or dropped) the request.
+func (c *Core) applyFault(w http.ResponseWriter, r *http.Request, f Fault) bool {
+	if f.Latency > 0 {
+		t := time.NewTimer(f.Latency)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return true
+		case <-c.closed:
+			t.Stop()
+			return true
+		}
+	}
+	switch {
+	case f.Hang:
+		select {
+		case <-r.Context().Done():
+		case <-c.closed:
+		}
+		return true
+	case f.Reset:
+		hj, ok := w.(http.Hijacker)
+		if !ok {
+			panic(http.ErrAbortHandler)
+		}
+		conn, _, err := hj.Hijack()
+		if err == nil {
+			conn.Close()
+		}
+		return true
+	case f.Status != 0:
+		if f.Body != nil {
+			writeRaw(w, f.Status, f.Body)
+		} else {
+			writeInternalError(w, f.Status)
+		}
+		return true
+	}
+	return false
+}
+
+// readAll reads at most limit bytes; tooLarge reports that more were sent.
+func readAll(r io.Reader, limit int64) (body []byte, tooLarge bool) {
+	if r == nil {
+		return nil, false
+	}
+	b, _ := io.ReadAll(io.LimitReader(r, limit+1))
+	if int64(len(b)) > limit {
+		return b[:limit], true
+	}
+	return b, false
+}
+
+// errBody is Core's flat error body.
+type errBody struct {
+	Error   string `json:"error"`
+	Message string `json:"message,omitempty"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // like JSON.stringify
+	if err := enc.Encode(v); err != nil {
+		panic(fmt.Sprintf("fakecore: encode: %v", err))
+	}
+	writeRaw(w, status, bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
+}
+
+func writeRaw(w http.ResponseWriter, status int, b []byte) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Length", fmt.Sprint(len(b)))
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+func writeInternalError(w http.ResponseWriter, status int) {
+	id := newUUID()
+	w.Header().Set("X-Request-Id", id)
+	writeJSON(w, status, struct {
+		Error     string `json:"error"`
+		RequestID string `json:"request_id"`
+	}{"internal_error", id})
+}
+
+// newUUID returns a random UUID v4.
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}

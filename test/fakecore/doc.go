@@ -1,0 +1,43 @@
+// Package fakecore is a fake BailingHub Core (0.5–0.9) for end-to-end tests
+// and the demo command. [Core] is an http.Handler (mount it on an
+// httptest.Server) that answers the way /work/shared/core/CORE_FACTS.md
+// describes; it is a test double, not an implementation, and its retrieval is
+// lexical instead of embeddings.
+//
+// Surfaces:
+//
+//   - GET /agent-auth/v1/session: `Authorization: Bearer bha_…` of a session
+//     added with [Core.AddSession] (tokens from [Token]) → 200 with Core's
+//     fields; anything else → 401 {"error":"unauthorized"}.
+//   - /agent-api/*: authenticates first (401 even for unknown paths), then
+//     matches; an unknown path or method → 404 {"error":"not_found"}.
+//     system-info (Options.SystemInfo) and the native knowledge endpoints
+//     (Options.Native) answer the route gate ([Core.SetRoute]) with Core's
+//     {"error","message"} bodies; turns follow CORE_FACTS §3: 512 KiB limit,
+//     declared fields (knowledge_delivery is undeclared unless Native,
+//     task_binding unless TaskControl), exact messages, idempotency on both
+//     unique keys with frozen answers and 409 turn_conflict, inline knowledge
+//     from [Core.SetTurnKnowledge], optional gzip (Options.GzipTurns).
+//   - POST /kb/search: only Options.ServiceToken (Bearer or ?token=); Core's
+//     parsing quirks (kb_ids wins, query trimmed and cut to 2000, top_k and
+//     min_score through `Number(x ?? d) || d`, 0 → 0.35), unknown ids dropped
+//     from kb_ids, 400 知识库不可用：<ids> when none exists, 500 internal_error
+//     with x-request-id on invalid JSON, a disabled KB silently without hits.
+//     Documents ([Core.AddDoc], [Core.UpdateDoc], [Core.RemoveDoc]) are cut
+//     with [Chunks] exactly as Core cuts them; updates and removals can keep
+//     stale chunks in the index until [Core.Reindex], like Core's cache.
+//   - Anything else → 404 {"error":"not found"} (legacy spelling).
+//
+// Every JSON answer carries `content-type: application/json; charset=utf-8`
+// and `cache-control: no-store`.
+//
+// Fault injection: [Core.SetFault] with a path prefix ("" = all) adds
+// latency, hangs until the request ends, resets the connection, or answers a
+// status. Observation: [Core.Calls] counts requests by path prefix (faulted
+// ones included), [Core.LastRequest] returns the last request's headers and
+// body, [Core.RunsCreated] / [Core.Runs] expose the runs turns created.
+//
+// Invented details (Core's shape is not documented): the system-info 200
+// body, the native search/read stub answers, renderer/page_context messages,
+// the memory.recent item shape, and the separator of ids in 知识库不可用.
+package fakecore
