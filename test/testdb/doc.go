@@ -1,0 +1,14 @@
+// Package testdb gives tests a private MariaDB/MySQL database holding the
+// sidecar's own copy of the Core tables it reads (schema.sql, written from
+// CORE_SCHEMA.md §9, never copied from Core's migrations) and a fixed set of
+// fixtures (fixtures.sql), plus a read-only user that has exactly the column
+// GRANTs of docs/core-contract.md (grants.sql).
+//
+// Each call to New creates a fresh database ks_test_<random> and a user on the
+// server named by KS_TEST_MYSQL_DSN and drops both when the test ends, so
+// tests may mutate data freely through DB.Admin. When the server cannot be
+// reached the test is skipped, or fails when CI=true.
+//
+// The fixture ids are exported as constants (RouteMulti, DocBig, RunActive, …)
+// so that tests in other packages name them rather than repeat literals.
+package testdb

@@ -1,0 +1,152 @@
+package testdb
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	_ "embed"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+//go:embed schema.sql
+var schemaSQL string
+
+//go:embed fixtures.sql
+var fixturesSQL string
+
+//go:embed grants.sql
+var grantsSQL string
+
+// DefaultDSN is used when KS_TEST_MYSQL_DSN is not set.
+const DefaultDSN = "root@tcp(127.0.0.1:3306)/ks_test?parseTime=true&loc=UTC&charset=utf8mb4"
+
+// setupTimeout bounds each setup and cleanup step.
+const setupTimeout = 30 * time.Second
+
+// DB is one private test database.
+type DB struct {
+	ReadOnlyDSN string  // the read-only user, column GRANTs only, on Name
+	Admin       *sql.DB // the server account of KS_TEST_MYSQL_DSN, on Name, for mutations
+	Name        string  // ks_test_<random>
+}
+
+// Grants renders the read-only user's GRANT statements (grants.sql) for a
+// database and an account such as 'bz_sidecar_ro'@'%'. docs/core-contract.md
+// carries the same statements for database bailinghub.
+func Grants(database, account string) []string {
+	var out []string
+	for _, line := range strings.Split(strings.TrimSpace(grantsSQL), "\n") {
+		line = strings.ReplaceAll(line, "{{db}}", database)
+		out = append(out, strings.ReplaceAll(line, "{{user}}", account))
+	}
+	return out
+}
+
+// New creates a fresh database ks_test_<random> on the server of
+// KS_TEST_MYSQL_DSN, loads schema + fixtures, creates a read-only user with
+// exactly the column GRANTs of docs/core-contract.md for it, registers cleanup
+// (drop database + user), and returns the read-only DSN and an admin *sql.DB
+// for mutations. Unreachable server: t.Fatal when CI=true, else t.Skip.
+func New(t testing.TB) *DB {
+	t.Helper()
+	dsn := os.Getenv("KS_TEST_MYSQL_DSN")
+	if dsn == "" {
+		dsn = DefaultDSN
+	}
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal("testdb: KS_TEST_MYSQL_DSN is not a valid DSN")
+	}
+	cfg.ParseTime, cfg.Loc, cfg.MultiStatements = true, time.UTC, true
+	if err := cfg.Apply(mysql.Charset("utf8mb4", "")); err != nil {
+		t.Fatalf("testdb: dsn: %v", err)
+	}
+
+	server := cfg.Clone()
+	server.DBName = ""
+	root, err := sql.Open("mysql", server.FormatDSN())
+	if err != nil {
+		t.Fatalf("testdb: open: %v", err)
+	}
+	t.Cleanup(func() { root.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	if err := root.PingContext(ctx); err != nil {
+		unreachable(t, err)
+	}
+
+	d := &DB{Name: "ks_test_" + randomHex(t, 6)}
+	user, password := "ks_ro_"+randomHex(t, 5), randomHex(t, 16)
+	account := fmt.Sprintf("'%s'@'%%'", user)
+	mustExec(t, ctx, root, "CREATE DATABASE `"+d.Name+"` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci")
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+		defer cancel()
+		if _, err := root.ExecContext(ctx, "DROP USER IF EXISTS "+account); err != nil {
+			t.Errorf("testdb: drop user: %v", err)
+		}
+		if _, err := root.ExecContext(ctx, "DROP DATABASE IF EXISTS `"+d.Name+"`"); err != nil {
+			t.Errorf("testdb: drop database: %v", err)
+		}
+	})
+
+	admin := cfg.Clone()
+	admin.DBName = d.Name
+	d.Admin, err = sql.Open("mysql", admin.FormatDSN())
+	if err != nil {
+		t.Fatalf("testdb: open admin: %v", err)
+	}
+	t.Cleanup(func() { d.Admin.Close() }) // runs before the drop above
+	mustExec(t, ctx, d.Admin, schemaSQL)
+	mustExec(t, ctx, d.Admin, fixturesSQL)
+
+	mustExec(t, ctx, root, fmt.Sprintf("CREATE USER %s IDENTIFIED BY '%s'", account, password))
+	for _, g := range Grants(d.Name, account) {
+		mustExec(t, ctx, root, g)
+	}
+
+	ro := cfg.Clone()
+	ro.User, ro.Passwd, ro.DBName, ro.MultiStatements = user, password, d.Name, false
+	d.ReadOnlyDSN = ro.FormatDSN()
+	return d
+}
+
+// Exec runs a statement as the admin account on the test database.
+func (d *DB) Exec(t testing.TB, query string, args ...any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	if _, err := d.Admin.ExecContext(ctx, query, args...); err != nil {
+		t.Fatalf("testdb: exec: %v", err)
+	}
+}
+
+func mustExec(t testing.TB, ctx context.Context, db *sql.DB, query string) {
+	t.Helper()
+	if _, err := db.ExecContext(ctx, query); err != nil {
+		t.Fatalf("testdb: setup: %v", err)
+	}
+}
+
+func unreachable(t testing.TB, err error) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("testdb: MySQL/MariaDB of KS_TEST_MYSQL_DSN is unreachable (CI=true): %v", err)
+	}
+	t.Skipf("testdb: MySQL/MariaDB of KS_TEST_MYSQL_DSN is unreachable, skipping: %v", err)
+}
+
+func randomHex(t testing.TB, n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatalf("testdb: random: %v", err)
+	}
+	return hex.EncodeToString(b)
+}

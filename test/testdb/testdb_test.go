@@ -1,0 +1,128 @@
+package testdb_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/bailinghub/knowledge-sidecar/test/testdb"
+)
+
+func TestFixturesMatchConstants(t *testing.T) {
+	db := testdb.New(t)
+	ctx := context.Background()
+
+	var title, content string
+	if err := db.Admin.QueryRowContext(ctx, "SELECT title, content FROM bz_kb_docs WHERE doc_id = ?", testdb.DocBig).Scan(&title, &content); err != nil {
+		t.Fatalf("big doc: %v", err)
+	}
+	if got := utf8.RuneCountInString(content); got != testdb.BigDocChars {
+		t.Errorf("big doc characters: got %d; want %d", got, testdb.BigDocChars)
+	}
+	if content != testdb.BigDocContent() || title != testdb.DocBigTitle {
+		t.Errorf("big doc text differs from BigDocContent()")
+	}
+	if err := db.Admin.QueryRowContext(ctx, "SELECT title, content FROM bz_kb_docs WHERE doc_id = ?", testdb.DocMultiByte).Scan(&title, &content); err != nil {
+		t.Fatalf("multi-byte doc: %v", err)
+	}
+	if title != testdb.DocMultiByteTitle || content != testdb.DocMultiByteContent {
+		t.Errorf("multi-byte doc: got %q / %q; want %q / %q", title, content, testdb.DocMultiByteTitle, testdb.DocMultiByteContent)
+	}
+
+	exists := []struct{ table, column, id string }{
+		{"bz_routes", "route_key", testdb.RouteNull}, {"bz_routes", "route_key", testdb.RouteLegacy},
+		{"bz_routes", "route_key", testdb.RouteMulti}, {"bz_routes", "route_key", testdb.RouteEmptyKBIDs},
+		{"bz_routes", "route_key", testdb.RouteDisabled}, {"bz_routes", "route_key", testdb.RouteAudience},
+		{"bz_routes", "route_key", testdb.RouteAudienceOff}, {"bz_routes", "route_key", testdb.RouteCaseStored},
+		{"bz_routes", "route_key", testdb.RouteQuirky},
+		{"bz_kb_bases", "kb_id", testdb.KBFAQ}, {"bz_kb_bases", "kb_id", testdb.KBManuals},
+		{"bz_kb_bases", "kb_id", testdb.KBDisabled}, {"bz_kb_bases", "kb_id", testdb.KBOther},
+		{"bz_agent_sessions", "session_id", testdb.SessionA}, {"bz_agent_sessions", "session_id", testdb.SessionB},
+		{"bz_clients", "app_id", testdb.AppA}, {"bz_clients", "app_id", testdb.AppB},
+		{"bz_clients", "app_id", testdb.AppStar}, {"bz_clients", "app_id", testdb.AppDisabled},
+		{"bz_clients", "app_id", testdb.AppNoURL}, {"bz_clients", "app_id", testdb.AppNullRoutes},
+		{"bz_clients", "app_id", testdb.AppCaseStored},
+		{"bz_agent_client_runs", "run_id", testdb.RunActive}, {"bz_agent_client_runs", "run_id", testdb.RunCompleted},
+		{"bz_agent_client_runs", "run_id", testdb.RunForeign}, {"bz_agent_client_runs", "run_id", testdb.RunPreparing},
+	}
+	for _, e := range exists {
+		var n int
+		// Identifiers come from the table above, never from input.
+		q := "SELECT COUNT(*) FROM " + e.table + " WHERE BINARY " + e.column + " = ?"
+		if err := db.Admin.QueryRowContext(ctx, q, e.id).Scan(&n); err != nil {
+			t.Fatalf("%s %s: %v", e.table, e.id, err)
+		}
+		if n != 1 {
+			t.Errorf("%s %q rows: got %d; want 1", e.table, e.id, n)
+		}
+	}
+	for _, f := range testdb.RequiredMigrations {
+		var n int
+		if err := db.Admin.QueryRowContext(ctx, "SELECT COUNT(*) FROM bz_schema_migrations WHERE filename = ?", f).Scan(&n); err != nil || n != 1 {
+			t.Errorf("migration %s: got %d rows, err %v; want 1", f, n, err)
+		}
+	}
+}
+
+// The read-only user sees the granted columns and nothing else.
+func TestReadOnlyUserHasOnlyColumnGrants(t *testing.T) {
+	db := testdb.New(t)
+	ro, err := sql.Open("mysql", db.ReadOnlyDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	ctx := context.Background()
+
+	cases := []struct {
+		name    string
+		query   string
+		allowed bool
+	}{
+		{"granted route columns", "SELECT route_key, enabled, knowledge, audience FROM bz_routes LIMIT 1", true},
+		{"granted doc columns", "SELECT doc_id, kb_id, title, content, content_hash, status, updated_at FROM bz_kb_docs LIMIT 1", true},
+		{"route tools", "SELECT tools FROM bz_routes LIMIT 1", false},
+		{"doc source_key", "SELECT source_key FROM bz_kb_docs LIMIT 1", false},
+		{"granted client columns", "SELECT app_id, enabled, allowed_routes, agent_authorize_url FROM bz_clients LIMIT 1", true},
+		{"client token", "SELECT token FROM bz_clients LIMIT 1", false},
+		{"client token in where", "SELECT app_id FROM bz_clients WHERE token = 'x'", false},
+		{"select star", "SELECT * FROM bz_clients LIMIT 1", false},
+		{"run context_json", "SELECT context_json FROM bz_agent_client_runs LIMIT 1", false},
+		{"sessions table", "SELECT session_id FROM bz_agent_sessions LIMIT 1", false},
+		{"write", "UPDATE bz_routes SET enabled = 0 WHERE route_key = 'kb-null'", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rows, err := ro.QueryContext(ctx, tc.query)
+			if err == nil {
+				rows.Close()
+			}
+			var me *mysql.MySQLError
+			switch {
+			case tc.allowed && err != nil:
+				t.Errorf("got error %v; want allowed", err)
+			case !tc.allowed && !errors.As(err, &me):
+				t.Errorf("got %v; want a permission error", err)
+			}
+		})
+	}
+}
+
+// docs/core-contract.md carries the same GRANTs the test user gets.
+func TestContractDocCarriesTheGrants(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/core-contract.md")
+	if err != nil {
+		t.Fatalf("read docs/core-contract.md: %v", err)
+	}
+	for _, g := range testdb.Grants("bailinghub", "'bz_sidecar_ro'@'%'") {
+		if !strings.Contains(string(doc), g) {
+			t.Errorf("docs/core-contract.md lacks %q", g)
+		}
+	}
+}
