@@ -79,6 +79,9 @@ type Catalog struct {
 	QueryTimeout time.Duration `yaml:"query_timeout"`
 	// DocCacheEntries sizes the document revision cache (entries). Default 512.
 	DocCacheEntries int `yaml:"doc_cache_entries"`
+	// DocCacheBytes caps the text the cache holds (bytes); a body over a
+	// quarter of it is not cached. Default 67108864 (64 MiB).
+	DocCacheBytes int64 `yaml:"doc_cache_bytes"`
 	// Breaker is the catalog's circuit breaker.
 	Breaker Breaker `yaml:"breaker"`
 }
@@ -161,7 +164,7 @@ func Defaults() Config {
 		Listen:          ":8080",
 		AdminListen:     "127.0.0.1:9090",
 		Core:            Core{Timeout: 3 * time.Second, Identity: b, Retrieval: b},
-		Catalog:         Catalog{MaxOpenConns: 10, MaxIdleConns: 5, ConnMaxLifetime: 5 * time.Minute, QueryTimeout: 2 * time.Second, DocCacheEntries: 512, Breaker: b},
+		Catalog:         Catalog{MaxOpenConns: 10, MaxIdleConns: 5, ConnMaxLifetime: 5 * time.Minute, QueryTimeout: 2 * time.Second, DocCacheEntries: 512, DocCacheBytes: 64 << 20, Breaker: b},
 		Rollout:         "off",
 		NativeDetection: "auto",
 		ProbeInterval:   60 * time.Second,

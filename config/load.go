@@ -164,6 +164,12 @@ func setFromString(v reflect.Value, raw string) error {
 			return fmt.Errorf("%q is not an integer", raw)
 		}
 		v.SetInt(int64(n))
+	case reflect.Int64:
+		n, err := strconv.ParseInt(raw, 10, 64)
+		if err != nil {
+			return fmt.Errorf("%q is not an integer", raw)
+		}
+		v.SetInt(n)
 	case reflect.Uint32:
 		n, err := strconv.ParseUint(raw, 10, 32)
 		if err != nil {

@@ -50,6 +50,9 @@ func (c *Config) Validate(extra ...func(*Config) (path string, err error)) error
 	if c.Catalog.DocCacheEntries < 1 {
 		p.add("catalog.doc_cache_entries", "must be at least 1")
 	}
+	if c.Catalog.DocCacheBytes < 1<<20 {
+		p.add("catalog.doc_cache_bytes", "must be at least 1048576")
+	}
 	p.breaker("catalog.breaker", c.Catalog.Breaker)
 
 	switch c.NativeDetection {

@@ -1,0 +1,35 @@
+// Package ledger records which knowledge delivery mode ("inline" or
+// "on_demand") a turn was first sent with, so that a retry of the same turn
+// under a different mode is refused before it reaches Core (SPEC §7).
+//
+// Core identifies a turn by two unique keys (CORE_FACTS §3.4):
+// (session_id, route, client_conversation_id, client_turn_id) and
+// (session_id, route, user_message_id). A legacy Core does not know the mode,
+// so a retry that switched mode would make Core replay the frozen run and the
+// sidecar would present it in the other mode. The ledger binds the mode under
+// both keys at once:
+//
+//   - Reserve with the same mode as an earlier record (under either or both
+//     keys) succeeds: it is a retry and is forwarded, Core replays the run.
+//   - Reserve with a different mode under either key fails with ErrConflict and
+//     writes nothing.
+//   - A new turn (neither key held a live record) writes both records with
+//     the ledger's TTL and reports created=true. A successful Reserve always
+//     (re)writes both records, so a retry also refreshes them.
+//   - Release removes the records again when Core refused the turn with a 4xx
+//     other than 409 (no run exists), but only records that still hold the
+//     released mode. Only the request whose Reserve reported created=true
+//     should release: a retry's records may belong to a run Core already has.
+//
+// Ids are opaque to the ledger. Core trims ids before it uses them, so the
+// caller must pass ids trimmed exactly as Core trims them (see
+// proxy.ParseTurnRequest); otherwise two spellings of one Core turn would get
+// two ledger records. Raw ids are never stored: every record key is a SHA-256
+// of a length-prefixed, domain-separated encoding of its tuple, and the only
+// value stored is the mode. No tokens are ever stored.
+//
+// Two backends satisfy Ledger: Memory (a bounded LRU with an injected clock,
+// the single-replica default) and Redis (shared by replicas, atomic through
+// one Lua script per operation). A backend that cannot be reached yields an
+// error matching ErrUnavailable whose message names no address or secret.
+package ledger

@@ -1,0 +1,679 @@
+package ledger
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+const (
+	inline   = "inline"
+	onDemand = "on_demand"
+)
+
+// fakeClock is an injected clock the test moves by hand.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// --- Redis test plumbing ---------------------------------------------------
+
+func testRedisURL() string {
+	if u := os.Getenv("KS_TEST_REDIS_URL"); u != "" {
+		return u
+	}
+	return "redis://127.0.0.1:6379/15"
+}
+
+// requireRedis returns the test Redis URL, or skips (fails when CI=true) if
+// Redis cannot be reached.
+func requireRedis(t *testing.T) string {
+	t.Helper()
+	u := testRedisURL()
+	opts, err := redis.ParseURL(u)
+	if err != nil {
+		t.Fatalf("KS_TEST_REDIS_URL is not a valid redis url")
+	}
+	c := redis.NewClient(opts)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("redis at KS_TEST_REDIS_URL unreachable (CI=true): %v", err)
+		}
+		t.Skipf("redis at KS_TEST_REDIS_URL unreachable, skipping: %v", err)
+	}
+	return u
+}
+
+func uniquePrefix(t *testing.T) string {
+	t.Helper()
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	return "ks:test:" + hex.EncodeToString(b[:]) + ":"
+}
+
+// rawRedis is a plain client for inspecting keys; it deletes every key under
+// prefix when the test ends.
+func rawRedis(t *testing.T, url, prefix string) *redis.Client {
+	t.Helper()
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(opts)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		keys, err := c.Keys(ctx, prefix+"*").Result()
+		if err == nil && len(keys) > 0 {
+			c.Del(ctx, keys...)
+		}
+		c.Close()
+	})
+	return c
+}
+
+func newTestRedis(t *testing.T, url, prefix string, ttl time.Duration) *Redis {
+	t.Helper()
+	r, err := NewRedis(RedisOptions{URL: url, TTL: ttl, KeyPrefix: prefix, OpTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("NewRedis: %v", err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+// --- the behavioural table, run against both backends ----------------------
+
+type backend struct {
+	name string
+	new  func(t *testing.T) Ledger
+}
+
+func backends() []backend {
+	return []backend{
+		{"memory", func(t *testing.T) Ledger {
+			m := NewMemory(1000, time.Hour, newFakeClock().Now)
+			t.Cleanup(func() { m.Close() })
+			return m
+		}},
+		{"redis", func(t *testing.T) Ledger {
+			url := requireRedis(t)
+			prefix := uniquePrefix(t)
+			rawRedis(t, url, prefix)
+			return newTestRedis(t, url, prefix, time.Hour)
+		}},
+	}
+}
+
+func key(turn, msg string) Key {
+	return Key{SessionID: "sess-1", Route: "order-assistant", ConversationID: "conv-1", TurnID: turn, UserMessageID: msg}
+}
+
+type step struct {
+	release     bool
+	k           Key
+	mode        string
+	wantCreated bool
+	want        error
+}
+
+// fresh: Reserve of a new turn; retry: Reserve that finds the same mode;
+// conflict: Reserve refused; invalid: bad input; release: Release.
+func fresh(k Key, mode string) step    { return step{k: k, mode: mode, wantCreated: true} }
+func retry(k Key, mode string) step    { return step{k: k, mode: mode} }
+func conflict(k Key, mode string) step { return step{k: k, mode: mode, want: ErrConflict} }
+func invalid(k Key, mode string) step  { return step{k: k, mode: mode, want: ErrInvalidKey} }
+func release(k Key, mode string) step  { return step{release: true, k: k, mode: mode} }
+
+var behaviourCases = []struct {
+	name  string
+	steps []step
+}{
+	{"new turn then same-mode retry", []step{
+		fresh(key("t1", "m1"), onDemand),
+		retry(key("t1", "m1"), onDemand),
+		retry(key("t1", "m1"), onDemand),
+	}},
+	{"mode switch on the same turn", []step{
+		fresh(key("t1", "m1"), inline),
+		conflict(key("t1", "m1"), onDemand),
+		retry(key("t1", "m1"), inline),
+	}},
+	{"conflict under turn key writes nothing", []step{
+		fresh(key("t1", "m1"), inline),
+		conflict(key("t1", "m2"), onDemand),
+		// m2 must not have been bound to on_demand by the refused call.
+		fresh(key("t9", "m2"), inline),
+	}},
+	{"conflict under user message key writes nothing", []step{
+		fresh(key("t1", "m1"), inline),
+		conflict(key("t2", "m1"), onDemand),
+		// t2 must not have been bound to on_demand by the refused call.
+		fresh(key("t2", "m9"), inline),
+	}},
+	{"keys bound to different earlier turns with different modes", []step{
+		fresh(key("t1", "m1"), inline),
+		fresh(key("t2", "m2"), onDemand),
+		conflict(key("t1", "m2"), inline),
+		conflict(key("t1", "m2"), onDemand),
+	}},
+	{"same mode under one key only is a retry", []step{
+		fresh(key("t1", "m1"), inline),
+		retry(key("t1", "m2"), inline),
+		conflict(key("t3", "m2"), onDemand), // m2 now bound too
+	}},
+	{"release of a new turn frees both keys", []step{
+		fresh(key("t1", "m1"), onDemand),
+		release(key("t1", "m1"), onDemand),
+		fresh(key("t1", "m1"), inline),
+	}},
+	{"release only deletes its own mode", []step{
+		fresh(key("t1", "m1"), inline),
+		release(key("t1", "m1"), onDemand),
+		conflict(key("t1", "m1"), onDemand),
+		release(key("t1", "m1"), inline),
+		fresh(key("t1", "m1"), onDemand),
+	}},
+	{"release across two turns keeps the other mode's record", []step{
+		fresh(key("t1", "m1"), inline),
+		fresh(key("t2", "m2"), onDemand),
+		release(key("t1", "m2"), inline), // removes t1's record only
+		fresh(key("t1", "m3"), onDemand),
+		conflict(key("t3", "m2"), inline),
+	}},
+	{"release of an unknown turn is a no-op", []step{
+		release(key("t1", "m1"), inline),
+		fresh(key("t1", "m1"), onDemand),
+	}},
+	{"sessions, routes and conversations are separate", []step{
+		fresh(key("t1", "m1"), inline),
+		fresh(Key{"sess-2", "order-assistant", "conv-1", "t1", "m1"}, onDemand),
+		fresh(Key{"sess-1", "other-route", "conv-1", "t1", "m1"}, onDemand),
+		fresh(Key{"sess-1", "order-assistant", "conv-2", "t1", "m9"}, onDemand),
+	}},
+	{"ids that concatenate alike do not collide", []step{
+		fresh(Key{"s", "r", "a:b", "c", "m1"}, inline),
+		fresh(Key{"s", "r", "a", "b:c", "m2"}, onDemand),
+		fresh(Key{"s:r", "x", "a", "b", "m"}, inline),
+		fresh(Key{"s", "r:x", "a", "b", "m"}, onDemand),
+	}},
+	{"turn and user message namespaces are separate", []step{
+		fresh(Key{"s", "r", "c", "same", "other"}, inline),
+		fresh(Key{"s", "r", "c2", "x", "same"}, onDemand),
+	}},
+	{"incomplete keys are refused", []step{
+		invalid(Key{"", "r", "c", "t", "m"}, inline),
+		invalid(Key{"s", "", "c", "t", "m"}, inline),
+		invalid(Key{"s", "r", "", "t", "m"}, inline),
+		invalid(Key{"s", "r", "c", "", "m"}, inline),
+		invalid(Key{"s", "r", "c", "t", ""}, inline),
+		invalid(Key{"s", "r", "c", "t", "m"}, ""),
+	}},
+}
+
+func TestLedgerBehaviour(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			for _, tc := range behaviourCases {
+				t.Run(tc.name, func(t *testing.T) {
+					l := b.new(t)
+					ctx := context.Background()
+					for i, s := range tc.steps {
+						if s.release {
+							if err := l.Release(ctx, s.k, s.mode); err != nil {
+								t.Fatalf("step %d: Release(%+v, %q) = %v; want nil", i, s.k, s.mode, err)
+							}
+							continue
+						}
+						created, err := l.Reserve(ctx, s.k, s.mode)
+						if !errors.Is(err, s.want) || (s.want == nil && err != nil) {
+							t.Fatalf("step %d: Reserve(%+v, %q) error = %v; want %v", i, s.k, s.mode, err, s.want)
+						}
+						if created != s.wantCreated {
+							t.Fatalf("step %d: Reserve(%+v, %q) created = %v; want %v", i, s.k, s.mode, created, s.wantCreated)
+						}
+					}
+				})
+			}
+		})
+	}
+}
+
+func TestLedgerConcurrentFirstAttempts(t *testing.T) {
+	const n = 16
+	for _, b := range backends() {
+		t.Run(b.name+"/distinct modes: exactly one wins", func(t *testing.T) {
+			l := b.new(t)
+			created, errs := raceReserve(l, n, func(i int) string { return fmt.Sprintf("mode-%d", i) })
+			wins := 0
+			for i, err := range errs {
+				switch {
+				case err == nil:
+					wins++
+					if !created[i] {
+						t.Errorf("goroutine %d won with created=false; want true", i)
+					}
+				case !errors.Is(err, ErrConflict):
+					t.Errorf("goroutine %d: got %v; want nil or ErrConflict", i, err)
+				}
+			}
+			if wins != 1 {
+				t.Fatalf("got %d winners; want 1", wins)
+			}
+		})
+		t.Run(b.name+"/two modes: winners all share one mode", func(t *testing.T) {
+			l := b.new(t)
+			modeOf := func(i int) string {
+				if i%2 == 0 {
+					return inline
+				}
+				return onDemand
+			}
+			created, errs := raceReserve(l, n, modeOf)
+			winners := map[string]int{}
+			creators := 0
+			for i, err := range errs {
+				if created[i] {
+					creators++
+				}
+				switch {
+				case err == nil:
+					winners[modeOf(i)]++
+				case !errors.Is(err, ErrConflict):
+					t.Errorf("goroutine %d: got %v; want nil or ErrConflict", i, err)
+				}
+			}
+			if len(winners) != 1 {
+				t.Fatalf("got winners per mode %v; want exactly one mode", winners)
+			}
+			if creators != 1 {
+				t.Fatalf("got %d callers with created=true; want 1", creators)
+			}
+			for m, c := range winners {
+				if c != n/2 {
+					t.Fatalf("got %d winners of mode %s; want %d (every attempt of the winning mode)", c, m, n/2)
+				}
+			}
+		})
+	}
+}
+
+// raceReserve starts n goroutines that wait on one gate and then Reserve the
+// same turn, each with modeOf(i).
+func raceReserve(l Ledger, n int, modeOf func(int) string) ([]bool, []error) {
+	errs := make([]error, n)
+	created := make([]bool, n)
+	gate := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-gate
+			created[i], errs[i] = l.Reserve(context.Background(), key("t-race", "m-race"), modeOf(i))
+		}()
+	}
+	close(gate)
+	wg.Wait()
+	return created, errs
+}
+
+func TestLedgerClosed(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			l := b.new(t)
+			if err := l.Close(); err != nil {
+				t.Fatalf("Close: got %v; want nil", err)
+			}
+			if _, err := l.Reserve(context.Background(), key("t1", "m1"), inline); !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("Reserve after Close: got %v; want ErrUnavailable", err)
+			}
+			if err := l.Release(context.Background(), key("t1", "m1"), inline); !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("Release after Close: got %v; want ErrUnavailable", err)
+			}
+		})
+	}
+}
+
+func TestLedgerCanceledContext(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			l := b.new(t)
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			if _, err := l.Reserve(ctx, key("t1", "m1"), inline); !errors.Is(err, context.Canceled) {
+				t.Fatalf("Reserve with canceled ctx: got %v; want context.Canceled", err)
+			}
+			// Nothing was written.
+			if _, err := l.Reserve(context.Background(), key("t1", "m1"), onDemand); err != nil {
+				t.Fatalf("Reserve after canceled attempt: got %v; want nil", err)
+			}
+		})
+	}
+}
+
+// --- Memory only ------------------------------------------------------------
+
+func TestMemoryTTL(t *testing.T) {
+	const ttl = 10 * time.Minute
+	tests := []struct {
+		name    string
+		advance time.Duration
+		want    error
+	}{
+		{"just before expiry the record holds", ttl - time.Nanosecond, ErrConflict},
+		{"at expiry the record is gone", ttl, nil},
+		{"long after expiry the record is gone", 3 * ttl, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := newFakeClock()
+			m := NewMemory(100, ttl, clock.Now)
+			ctx := context.Background()
+			if _, err := m.Reserve(ctx, key("t1", "m1"), inline); err != nil {
+				t.Fatal(err)
+			}
+			clock.Advance(tc.advance)
+			for _, k := range []Key{key("t1", "m-other"), key("t-other", "m1")} {
+				if _, err := m.Reserve(ctx, k, onDemand); !errors.Is(err, tc.want) || (tc.want == nil && err != nil) {
+					t.Fatalf("Reserve(%+v) after %v: got %v; want %v", k, tc.advance, err, tc.want)
+				}
+			}
+		})
+	}
+}
+
+func TestMemoryRetryRefreshesTTL(t *testing.T) {
+	const ttl = 10 * time.Minute
+	clock := newFakeClock()
+	m := NewMemory(100, ttl, clock.Now)
+	ctx := context.Background()
+	if _, err := m.Reserve(ctx, key("t1", "m1"), inline); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(ttl - time.Minute)
+	if _, err := m.Reserve(ctx, key("t1", "m1"), inline); err != nil {
+		t.Fatalf("retry: got %v; want nil", err)
+	}
+	clock.Advance(2 * time.Minute) // past the first TTL, inside the refreshed one
+	if _, err := m.Reserve(ctx, key("t1", "m1"), onDemand); !errors.Is(err, ErrConflict) {
+		t.Fatalf("switch after refresh: got %v; want ErrConflict", err)
+	}
+}
+
+func TestMemoryBounded(t *testing.T) {
+	tests := []struct {
+		name       string
+		maxEntries int
+		turns      int
+		wantMax    int
+	}{
+		{"explicit capacity", 6, 50, 6},
+		{"zero means the default, never unbounded or zero", 0, 10, DefaultMemoryEntries},
+		{"negative means the default", -1, 10, DefaultMemoryEntries},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := NewMemory(tc.maxEntries, time.Hour, newFakeClock().Now)
+			for i := range tc.turns {
+				if _, err := m.Reserve(context.Background(), key(fmt.Sprint("t", i), fmt.Sprint("m", i)), inline); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := m.Len()
+			if got > tc.wantMax || got == 0 {
+				t.Fatalf("got %d records; want 1..%d", got, tc.wantMax)
+			}
+			if tc.turns*2 <= tc.wantMax && got != tc.turns*2 {
+				t.Fatalf("got %d records; want %d (two per turn)", got, tc.turns*2)
+			}
+		})
+	}
+}
+
+// --- Redis only -------------------------------------------------------------
+
+func TestRedisTTLIsSetAndRefreshed(t *testing.T) {
+	url := requireRedis(t)
+	prefix := uniquePrefix(t)
+	raw := rawRedis(t, url, prefix)
+	const ttl = 90 * time.Second
+	l := newTestRedis(t, url, prefix, ttl)
+	ctx := context.Background()
+	k := key("t1", "m1")
+	if _, err := l.Reserve(ctx, k, inline); err != nil {
+		t.Fatal(err)
+	}
+	keys := l.keys(k)
+	for _, rk := range keys {
+		got, err := raw.PTTL(ctx, rk).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got <= 0 || got > ttl {
+			t.Fatalf("PTTL(%s) = %v; want in (0, %v]", rk, got, ttl)
+		}
+		if v := raw.Get(ctx, rk).Val(); v != inline {
+			t.Fatalf("GET(%s) = %q; want %q", rk, v, inline)
+		}
+	}
+	// Shorten both records by hand; a same-mode retry must refresh them.
+	for _, rk := range keys {
+		raw.PExpire(ctx, rk, 5*time.Second)
+	}
+	if _, err := l.Reserve(ctx, k, inline); err != nil {
+		t.Fatalf("retry: got %v; want nil", err)
+	}
+	for _, rk := range keys {
+		if got := raw.PTTL(ctx, rk).Val(); got <= 5*time.Second {
+			t.Fatalf("PTTL(%s) after retry = %v; want > 5s (refreshed)", rk, got)
+		}
+	}
+	// A refused switch leaves the TTL alone.
+	for _, rk := range keys {
+		raw.PExpire(ctx, rk, 5*time.Second)
+	}
+	if _, err := l.Reserve(ctx, k, onDemand); !errors.Is(err, ErrConflict) {
+		t.Fatalf("switch: got %v; want ErrConflict", err)
+	}
+	for _, rk := range keys {
+		if got := raw.PTTL(ctx, rk).Val(); got > 5*time.Second {
+			t.Fatalf("PTTL(%s) after refused switch = %v; want ≤ 5s (untouched)", rk, got)
+		}
+	}
+}
+
+func TestRedisExpiredRecordIsFree(t *testing.T) {
+	url := requireRedis(t)
+	prefix := uniquePrefix(t)
+	raw := rawRedis(t, url, prefix)
+	l := newTestRedis(t, url, prefix, time.Hour)
+	ctx := context.Background()
+	k := key("t1", "m1")
+	if _, err := l.Reserve(ctx, k, inline); err != nil {
+		t.Fatal(err)
+	}
+	// Expire both records now instead of sleeping through a TTL: an expiry
+	// time in the past makes Redis expire the key at once, as PX does when it
+	// runs out.
+	for _, rk := range l.keys(k) {
+		if err := raw.PExpireAt(ctx, rk, time.Unix(1, 0)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := raw.Exists(ctx, l.keys(k)...).Val(); n != 0 {
+		t.Fatalf("got %d records after expiry; want 0", n)
+	}
+	if _, err := l.Reserve(ctx, k, onDemand); err != nil {
+		t.Fatalf("Reserve after expiry: got %v; want nil", err)
+	}
+}
+
+func TestRedisKeysHideRawIDs(t *testing.T) {
+	url := requireRedis(t)
+	prefix := uniquePrefix(t)
+	raw := rawRedis(t, url, prefix)
+	l := newTestRedis(t, url, prefix, time.Hour)
+	k := Key{"session-secretish", "order-assistant", "conversation-xyz", "turn-abc", "message-def"}
+	if _, err := l.Reserve(context.Background(), k, onDemand); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := raw.Keys(context.Background(), prefix+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 2 {
+		t.Fatalf("got %d keys %v; want 2", len(keys), keys)
+	}
+	for _, rk := range keys {
+		for _, id := range []string{k.SessionID, k.Route, k.ConversationID, k.TurnID, k.UserMessageID} {
+			if strings.Contains(rk, id) {
+				t.Fatalf("key %q contains raw id %q", rk, id)
+			}
+		}
+		if v := raw.Get(context.Background(), rk).Val(); v != onDemand {
+			t.Fatalf("value of %q = %q; want only the mode %q", rk, v, onDemand)
+		}
+	}
+	// Both keys share one hash tag (one cluster slot).
+	tag := func(s string) string { return s[strings.Index(s, "{"):strings.Index(s, "}")] }
+	if tag(keys[0]) != tag(keys[1]) {
+		t.Fatalf("hash tags differ: %q vs %q", keys[0], keys[1])
+	}
+}
+
+func TestRedisReplicasShareRecords(t *testing.T) {
+	url := requireRedis(t)
+	prefix := uniquePrefix(t)
+	rawRedis(t, url, prefix)
+	a := newTestRedis(t, url, prefix, time.Hour)
+	b := newTestRedis(t, url, prefix, time.Hour)
+	ctx := context.Background()
+	steps := []struct {
+		name    string
+		l       Ledger
+		release bool
+		k       Key
+		mode    string
+		want    error
+	}{
+		{"a binds the turn", a, false, key("t1", "m1"), inline, nil},
+		{"b sees the turn key", b, false, key("t1", "m2"), onDemand, ErrConflict},
+		{"b sees the message key", b, false, key("t2", "m1"), onDemand, ErrConflict},
+		{"b retries with the same mode", b, false, key("t1", "m1"), inline, nil},
+		{"b releases", b, true, key("t1", "m1"), inline, nil},
+		{"a sees the release", a, false, key("t1", "m1"), onDemand, nil},
+	}
+	for _, s := range steps {
+		var err error
+		if s.release {
+			err = s.l.Release(ctx, s.k, s.mode)
+		} else {
+			_, err = s.l.Reserve(ctx, s.k, s.mode)
+		}
+		if !errors.Is(err, s.want) || (s.want == nil && err != nil) {
+			t.Fatalf("%s: got %v; want %v", s.name, err, s.want)
+		}
+	}
+}
+
+func TestRedisDown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	_, port, _ := net.SplitHostPort(addr)
+	const password = "s3cret-pa55"
+	url := "redis://:" + password + "@" + addr + "/3"
+	r, err := NewRedis(RedisOptions{URL: url, DialTimeout: time.Second, OpTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatalf("NewRedis: %v", err)
+	}
+	defer r.Close()
+	ops := []struct {
+		name string
+		call func() error
+	}{
+		{"Ping", func() error { return r.Ping(context.Background()) }},
+		{"Reserve", func() error { _, err := r.Reserve(context.Background(), key("t1", "m1"), inline); return err }},
+		{"Release", func() error { return r.Release(context.Background(), key("t1", "m1"), inline) }},
+	}
+	for _, op := range ops {
+		t.Run(op.name, func(t *testing.T) {
+			err := op.call()
+			if !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("got %v; want ErrUnavailable", err)
+			}
+			if errors.Is(err, ErrConflict) {
+				t.Fatalf("got %v; must not look like a conflict", err)
+			}
+			msg := err.Error()
+			for _, secret := range []string{password, addr, port, "127.0.0.1", "redis://"} {
+				if strings.Contains(msg, secret) {
+					t.Fatalf("error %q contains %q", msg, secret)
+				}
+			}
+		})
+	}
+}
+
+func TestNewRedisRejectsBracedPrefix(t *testing.T) {
+	if _, err := NewRedis(RedisOptions{URL: "redis://127.0.0.1:1/0", KeyPrefix: "ks:{x}:"}); err == nil {
+		t.Fatal("got nil error for a prefix with a hash tag; want an error")
+	}
+}
+
+func TestNewRedisRejectsBadURLWithoutEchoingIt(t *testing.T) {
+	tests := []struct{ name, url string }{
+		{"empty", ""},
+		{"blank", "   "},
+		{"wrong scheme", "http://user:hunter2@cache.internal:6379/0"},
+		{"bad db number", "redis://:hunter2@cache.internal:6379/notanumber"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := NewRedis(RedisOptions{URL: tc.url})
+			if err == nil {
+				t.Fatal("got nil error; want an invalid url error")
+			}
+			for _, s := range []string{"hunter2", "cache.internal", "notanumber"} {
+				if strings.Contains(err.Error(), s) {
+					t.Fatalf("error %q contains %q", err, s)
+				}
+			}
+		})
+	}
+}
