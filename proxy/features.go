@@ -1,18 +1,173 @@
 package proxy
 
 import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"sync/atomic"
+	"time"
+
 	"github.com/labstack/echo/v4"
+
+	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/knowledge"
+	"github.com/bailinghub/knowledge-sidecar/ledger"
+	"github.com/bailinghub/knowledge-sidecar/rollout"
 )
 
-// Features are the knowledge endpoints and turn interception. Filled in by
-// the knowledge wiring.
-type Features struct{}
+// Prober forwards a caller's capabilities request to Core (native detection).
+type Prober interface {
+	ProbeCapabilities(ctx context.Context, authorization, route string) (*coreclient.Probe, error)
+}
 
-type features struct{}
+// Features are the knowledge endpoints and turn interception.
+type Features struct {
+	Knowledge *knowledge.Service
+	Prober    Prober
+	Ledger    ledger.Ledger
+	Rollout   rollout.Policy
+	// NativeDetection is "auto" (default), "never" (always serve the
+	// protocol) or "always" (the Core is native: pass everything through).
+	NativeDetection string
+	// ProbeInterval is how long a probe's verdict is kept. Default 60s.
+	ProbeInterval time.Duration
+	Now           func() time.Time
+}
 
-func newFeatures(f *Features, s *Server) (*features, error) { return &features{}, nil }
+type features struct {
+	k       *knowledge.Service
+	ledger  ledger.Ledger
+	rollout atomic.Pointer[rollout.Policy]
+	native  *nativeDetector
+	turns   *httputil.ReverseProxy
+}
 
-func (s *Server) capabilities(c echo.Context) error { return s.passH(c) }
-func (s *Server) search(c echo.Context) error       { return s.passH(c) }
-func (s *Server) read(c echo.Context) error         { return s.passH(c) }
-func (s *Server) turns(c echo.Context) error        { return s.passH(c) }
+func newFeatures(f *Features, s *Server) (*features, error) {
+	if f.Knowledge == nil || f.Ledger == nil {
+		return nil, errors.New("proxy: features need a knowledge service and a ledger")
+	}
+	if f.Now == nil {
+		f.Now = time.Now
+	}
+	if f.ProbeInterval <= 0 {
+		f.ProbeInterval = time.Minute
+	}
+	nd, err := newNativeDetector(f.NativeDetection, f.ProbeInterval, f.Prober, f.Now, s.m)
+	if err != nil {
+		return nil, err
+	}
+	ft := &features{k: f.Knowledge, ledger: f.Ledger, native: nd}
+	p := f.Rollout
+	ft.rollout.Store(&p)
+	ft.turns = s.newTurnProxy()
+	return ft, nil
+}
+
+// SetRollout swaps the rollout policy atomically (SIGHUP reload). Requests
+// in flight keep the decision they already made.
+func (s *Server) SetRollout(p rollout.Policy) {
+	if s.feat != nil {
+		s.feat.rollout.Store(&p)
+	}
+}
+
+// decide says whether the sidecar handles a knowledge or turn request for
+// route itself: the workspace is rolled out and the Core is not native.
+func (s *Server) decide(c echo.Context, route string) bool {
+	pol := s.feat.rollout.Load()
+	decision := "enabled"
+	switch {
+	case !pol.Enabled(route):
+		decision = "disabled"
+	case s.feat.native.isNative():
+		decision = "native"
+	}
+	s.m.rollout.WithLabelValues(decision).Inc()
+	if s.log.Enabled(c.Request().Context(), slog.LevelDebug) {
+		s.log.LogAttrs(c.Request().Context(), slog.LevelDebug, "rollout decision",
+			slog.String("request_id", requestID(c.Request().Context())), slog.String("route", route),
+			slog.String("policy", pol.String()), slog.String("decision", decision))
+	}
+	return decision == "enabled"
+}
+
+func (s *Server) capabilities(c echo.Context) error {
+	route := c.Param("route")
+	pol := s.feat.rollout.Load()
+	if !pol.Enabled(route) {
+		s.m.rollout.WithLabelValues("disabled").Inc()
+		return s.passH(c)
+	}
+	r := c.Request()
+	authz := r.Header.Get("Authorization")
+	if probe, handled := s.feat.native.maybeProbe(r.Context(), authz, route); handled {
+		if probe == nil { // Core unreachable during the probe
+			writeError(c.Response(), http.StatusBadGateway, "upstream_unavailable", upstreamMessage(http.StatusBadGateway))
+			return nil
+		}
+		relayProbe(c.Response(), probe)
+		return nil
+	}
+	if !s.decide(c, route) {
+		return s.passH(c)
+	}
+	body, err := s.feat.k.Capabilities(r.Context(), authz, route)
+	return s.answer(c, body, err)
+}
+
+func (s *Server) search(c echo.Context) error {
+	route := c.Param("route")
+	if !s.decide(c, route) {
+		return s.passH(c)
+	}
+	r := c.Request()
+	body, err := s.feat.k.Search(r.Context(), r.Header.Get("Authorization"), route, r.Body)
+	return s.answer(c, body, err)
+}
+
+func (s *Server) read(c echo.Context) error {
+	route := c.Param("route")
+	if !s.decide(c, route) {
+		return s.passH(c)
+	}
+	r := c.Request()
+	body, err := s.feat.k.Read(r.Context(), r.Header.Get("Authorization"), route, r.Body)
+	return s.answer(c, body, err)
+}
+
+// answer writes a knowledge endpoint's result: the body, or its *Error as
+// Core's {"error","message"} convention. Causes are logged, never sent.
+func (s *Server) answer(c echo.Context, body []byte, err error) error {
+	if err == nil {
+		writeJSON(c.Response(), http.StatusOK, body)
+		return nil
+	}
+	ctx := c.Request().Context()
+	var ke *knowledge.Error
+	if !errors.As(err, &ke) {
+		ke = &knowledge.Error{Status: http.StatusServiceUnavailable, Code: "knowledge_unavailable",
+			Message: "Knowledge is temporarily unavailable.", Err: err}
+	}
+	if ke.Status >= 500 {
+		s.log.LogAttrs(ctx, slog.LevelWarn, "knowledge request failed", slog.String("request_id", requestID(ctx)),
+			slog.String("code", ke.Code), slog.Any("cause", ke.Err))
+	}
+	writeError(c.Response(), ke.Status, ke.Code, ke.Message)
+	return nil
+}
+
+// relayProbe sends Core's own answer to the forwarded capabilities request.
+func relayProbe(w http.ResponseWriter, p *coreclient.Probe) {
+	h := w.Header()
+	for k, vs := range p.Header {
+		switch http.CanonicalHeaderKey(k) {
+		case "Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Te", "Trailer", "Upgrade", "Content-Length":
+			continue
+		}
+		h[k] = append([]string(nil), vs...)
+	}
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(p.Body)
+}

@@ -45,7 +45,12 @@ type Server struct {
 	registry *prometheus.Registry
 	ids      *idSource
 	ready    atomic.Bool
-	feat     *features
+
+	target    *url.URL
+	fw        forwarding
+	transport http.RoundTripper
+
+	feat *features
 }
 
 // New builds the edge. It does not listen; see Run and NewHTTPServer.
@@ -68,8 +73,9 @@ func New(o Options) (*Server, error) {
 		registry: o.Registry,
 		ids:      newIDSource(),
 	}
-	fw := forwarding{trusted: o.TrustedProxies, preserveHost: o.PreserveHost}
-	s.pass = newPassthrough(o.CoreURL, fw, o.Transport, s.m, s.log)
+	s.target, s.transport = o.CoreURL, o.Transport
+	s.fw = forwarding{trusted: o.TrustedProxies, preserveHost: o.PreserveHost}
+	s.pass = newPassthrough(s.target, s.fw, s.transport, s.m, s.log)
 	s.passH = echo.WrapHandler(s.pass)
 
 	e := echo.New()

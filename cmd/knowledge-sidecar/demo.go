@@ -1,0 +1,306 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"embed"
+	"encoding/base64"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/knowledge"
+	"github.com/bailinghub/knowledge-sidecar/ledger"
+	"github.com/bailinghub/knowledge-sidecar/proxy"
+	"github.com/bailinghub/knowledge-sidecar/rollout"
+	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
+)
+
+//go:embed demodocs/*.md
+var demoDocs embed.FS
+
+// Demo world: one workspace "demo" backed by one knowledge base "demo-kb".
+const (
+	demoRoute  = "demo"
+	demoKB     = "demo-kb"
+	demoClient = "demo-host"
+	// The fake Core's lexical scores are lower than embedding cosines, so the
+	// demo route's threshold is low; it is still sent to Core as configured.
+	demoKnowledge = `{"kb_ids":["demo-kb"],"top_k":8,"min_score":0.05,"inject":"chunk","max_docs":4}`
+)
+
+type demoDoc struct{ title, content string }
+
+// loadDocs reads *.md and *.txt from dir (or the embedded samples): the title
+// is the first Markdown heading, else the file name.
+func loadDocs(dir string) ([]demoDoc, error) {
+	var fsys fs.FS = demoDocs
+	root := "demodocs"
+	if dir != "" {
+		fsys, root = os.DirFS(dir), "."
+	}
+	entries, err := fs.ReadDir(fsys, root)
+	if err != nil {
+		return nil, err
+	}
+	var docs []demoDoc
+	for _, e := range entries {
+		ext := strings.ToLower(filepath.Ext(e.Name()))
+		if e.IsDir() || (ext != ".md" && ext != ".txt") {
+			continue
+		}
+		raw, err := fs.ReadFile(fsys, filepath.ToSlash(filepath.Join(root, e.Name())))
+		if err != nil {
+			return nil, err
+		}
+		content := strings.ToValidUTF8(string(raw), "\uFFFD")
+		title := strings.TrimSuffix(e.Name(), filepath.Ext(e.Name()))
+		for _, line := range strings.Split(content, "\n") {
+			if t, ok := strings.CutPrefix(strings.TrimSpace(line), "# "); ok && strings.TrimSpace(t) != "" {
+				title = strings.TrimSpace(t)
+				break
+			}
+		}
+		if r := []rune(title); len(r) > 191 { // bz_kb_docs.title is VARCHAR(191)
+			title = string(r[:191])
+		}
+		docs = append(docs, demoDoc{title: title, content: content})
+	}
+	sort.Slice(docs, func(i, j int) bool { return docs[i].title < docs[j].title })
+	if len(docs) == 0 {
+		return nil, fmt.Errorf("no .md or .txt files in %s", dir)
+	}
+	return docs, nil
+}
+
+func randomToken(prefix string) string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return prefix + base64.RawURLEncoding.EncodeToString(b)
+}
+
+func cmdDemo(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "127.0.0.1:8080", "sidecar listen address")
+	adminListen := fs.String("admin-listen", "127.0.0.1:9090", "admin listen address")
+	docsDir := fs.String("docs", "", "directory of .md/.txt files to use as the demo knowledge base (default: built-in samples)")
+	token := fs.String("demo-token", "", "Agent access token to accept (default: random, printed)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *token == "" {
+		*token = randomToken("bha_")
+	} else if !fakecore.ValidAccessToken(*token) {
+		fmt.Fprintln(stderr, "--demo-token must look like a Core Agent token: bha_ followed by at least 36 URL-safe characters")
+		return 2
+	}
+	docs, err := loadDocs(*docsDir)
+	if err != nil {
+		fmt.Fprintln(stderr, "demo:", err)
+		return 1
+	}
+	level := new(slog.LevelVar)
+	level.Set(slog.LevelWarn)
+	log := newLogger(stderr, level)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	w, err := startDemoWorld(docs, *token)
+	if err != nil {
+		fmt.Fprintln(stderr, "demo:", err)
+		return 1
+	}
+	defer w.close()
+
+	srv, err := w.sidecar(log)
+	if err != nil {
+		fmt.Fprintln(stderr, "demo:", err)
+		return 1
+	}
+	err = srv.Run(ctx, proxy.ServeOptions{
+		Listen: *listen, AdminListen: *adminListen,
+		ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 1 << 20,
+		DrainDelay: 0, ShutdownTimeout: 5 * time.Second,
+		OnListening: func(p, a net.Addr) { printWalkthrough(stdout, p.String(), a.String(), *token, docs) },
+	})
+	if err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintln(stderr, "demo:", err)
+		return 1
+	}
+	return 0
+}
+
+// demoWorld is the fake Core on a loopback port and the in-memory catalog,
+// seeded with the same documents.
+type demoWorld struct {
+	core    *fakecore.Core
+	srv     *http.Server
+	coreURL string
+	catalog *coreclient.MemCatalog
+	service string // the sidecar's Core service token
+}
+
+func startDemoWorld(docs []demoDoc, token string) (*demoWorld, error) {
+	w := &demoWorld{catalog: coreclient.NewMemCatalog(), service: randomToken("svc_")}
+	w.core = fakecore.New(fakecore.Options{
+		ServiceToken: w.service,
+		SystemInfo:   true,
+		OnRun:        w.catalog.PutRun, // runs the fake creates become visible to the catalog
+	})
+	w.core.AddKB(demoKB)
+	w.catalog.PutKB(demoKB, true)
+	w.catalog.PutRoute(demoRoute, true, demoKnowledge)
+	w.catalog.PutClient(demoClient, true, []string{demoRoute}, "http://127.0.0.1:8765/callback")
+	w.core.SetRoute(demoRoute, fakecore.GateAllowed)
+	now := time.Now().UTC().Truncate(time.Second)
+	var inline []fakecore.TurnKnowledge
+	for i, d := range docs {
+		id := int64(i + 1)
+		w.core.AddDoc(demoKB, id, d.title, d.content)
+		w.catalog.PutDoc(coreclient.Document{
+			DocMeta: coreclient.DocMeta{DocID: id, KBID: demoKB, Title: d.title, Status: "ready", UpdatedAt: now},
+			Content: d.content,
+		})
+		if i < 2 {
+			inline = append(inline, fakecore.TurnKnowledge{DocID: id, Title: d.title, Content: firstRunes(d.content, 300), Score: 0.8})
+		}
+	}
+	w.core.SetTurnKnowledge(demoRoute, inline)
+	w.core.AddSession(token, coreclient.Session{
+		SessionID:     "6f1c2f7e-5a53-4d52-9a0e-3f3b5f0c9d11",
+		ClientAppID:   demoClient,
+		Principal:     coreclient.Principal{ID: "demo-user", Tenant: "demo-tenant", Roles: []string{"agent"}},
+		OnBehalfOf:    "demo-tenant:demo-user",
+		AllowedRoutes: []string{demoRoute},
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	w.srv = &http.Server{Handler: w.core, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = w.srv.Serve(ln) }()
+	w.coreURL = "http://" + ln.Addr().String()
+	return w, nil
+}
+
+func (w *demoWorld) close() {
+	w.core.Close()
+	_ = w.srv.Close()
+}
+
+// sidecar builds the same edge `serve` builds, over the demo world.
+func (w *demoWorld) sidecar(log *slog.Logger) (*proxy.Server, error) {
+	reg := prometheus.NewRegistry()
+	cm := coreclient.NewMetrics(reg)
+	client, err := coreclient.NewClient(coreclient.Options{BaseURL: w.coreURL, ServiceToken: w.service, Metrics: cm})
+	if err != nil {
+		return nil, err
+	}
+	keys, err := knowledge.NewKeyring("", w.service)
+	if err != nil {
+		return nil, err
+	}
+	svc, err := knowledge.New(knowledge.Options{
+		Identity: client, Retriever: client, Catalog: w.catalog, Keys: keys,
+		RateLimit: 10, RateBurst: 20, Logger: log, Registerer: reg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	pol, err := rollout.Parse("allow:" + demoRoute)
+	if err != nil {
+		return nil, err
+	}
+	u, _ := url.Parse(w.coreURL)
+	return proxy.New(proxy.Options{
+		CoreURL: u, PreserveHost: true, Logger: log, Registry: reg, Version: version,
+		Features: &proxy.Features{
+			Knowledge: svc, Prober: client, Ledger: ledger.NewMemory(10000, time.Hour, time.Now),
+			Rollout: pol, NativeDetection: "auto", ProbeInterval: time.Minute,
+		},
+	})
+}
+
+func firstRunes(s string, n int) string {
+	r := []rune(s)
+	if len(r) > n {
+		r = r[:n]
+	}
+	return string(r)
+}
+
+func printWalkthrough(w io.Writer, addr, admin, token string, docs []demoDoc) {
+	base := "http://" + addr + "/agent-api/v1/workspaces/" + demoRoute
+	fmt.Fprintf(w, `knowledge-sidecar demo is running.
+
+  sidecar   http://%s   (in front of a built-in Core double; workspace %q rolled out)
+  admin     http://%s/metrics  /healthz  /readyz
+  knowledge %d documents in KB %q
+  token     %s
+
+Copy-paste walkthrough (needs curl; jq makes the output readable):
+
+  export TOKEN=%s
+  export WS=%s
+
+  # 1. Negotiate: does this workspace support on-demand knowledge?
+  curl -s -H "Authorization: Bearer $TOKEN" $WS/knowledge/capabilities | jq .
+
+  # 2. Search: at most 3 hints, the whole answer <= 4096 bytes, each with a signed 5-minute ref.
+  curl -s -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
+       -d '{"query":"What happens if the refund window is set to 0?","limit":3}' $WS/knowledge/search | jq .
+
+  # 3. Read a document page by page (pages are bounded by max_bytes, the chain by 128 KiB).
+  REF=$(curl -s -H "Authorization: Bearer $TOKEN" -d '{"query":"operations handbook procedure","limit":1}' \
+        $WS/knowledge/search | jq -r '.hints[0].ref')
+  PAGE=$(curl -s -H "Authorization: Bearer $TOKEN" -d "{\"ref\":\"$REF\",\"max_bytes\":32768}" $WS/knowledge/read)
+  echo "$PAGE" | jq '{title, bytes: (.content|length), next_cursor: (.next_cursor != null), truncated, budget_exhausted, total_content_bytes}'
+  # ...and the next page, passing the cursor back verbatim:
+  CURSOR=$(echo "$PAGE" | jq -r .next_cursor)
+  curl -s -H "Authorization: Bearer $TOKEN" -d "{\"ref\":\"$REF\",\"max_bytes\":32768,\"cursor\":\"$CURSOR\"}" $WS/knowledge/read \
+       | jq '{bytes: (.content|length), next_cursor: (.next_cursor != null), truncated, budget_exhausted}'
+
+  # 4. A turn with on-demand knowledge: inline knowledge comes back empty, plus a delivery block.
+  curl -s -H "Authorization: Bearer $TOKEN" -d '{"client_conversation_id":"c1","client_turn_id":"t1",
+       "user_message_id":"m1","user_input":"Can I get a refund?","knowledge_delivery":"on_demand"}' $WS/turns \
+       | jq '{run_id, knowledge: .context.knowledge, knowledge_delivery}'
+  # Retrying the same turn in another mode is a conflict (no second run at Core):
+  curl -s -H "Authorization: Bearer $TOKEN" -d '{"client_conversation_id":"c1","client_turn_id":"t1",
+       "user_message_id":"m1","user_input":"Can I get a refund?","knowledge_delivery":"inline"}' $WS/turns | jq .
+
+  # 5. Everything else passes through unchanged, e.g. Core's own answer for an unknown path:
+  curl -s -H "Authorization: Bearer $TOKEN" http://%s/agent-api/v1/unknown | jq .
+
+  # 6. Errors are defined, never leaky: a forged reference.
+  curl -s -H "Authorization: Bearer $TOKEN" -d '{"ref":"kr1.forged"}' $WS/knowledge/read | jq .
+
+Documents: %s
+Press Ctrl-C to stop.
+`, addr, demoRoute, admin, len(docs), demoKB, token, token, base, addr, titles(docs))
+}
+
+func titles(docs []demoDoc) string {
+	var t []string
+	for _, d := range docs {
+		t = append(t, d.title)
+	}
+	return strings.Join(t, "; ")
+}

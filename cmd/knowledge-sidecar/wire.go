@@ -1,0 +1,211 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"net/url"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/bailinghub/knowledge-sidecar/config"
+	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/knowledge"
+	"github.com/bailinghub/knowledge-sidecar/ledger"
+	"github.com/bailinghub/knowledge-sidecar/proxy"
+	"github.com/bailinghub/knowledge-sidecar/rollout"
+)
+
+// extraChecks are the Validate checks that live in other packages.
+var extraChecks = []func(*config.Config) (string, error){
+	func(c *config.Config) (string, error) {
+		_, err := rollout.Parse(c.Rollout)
+		return "rollout", err
+	},
+	func(c *config.Config) (string, error) {
+		if ok, _ := c.KnowledgeEnabled(); !ok && c.Signing.Keys == "" {
+			return "", nil
+		}
+		_, err := knowledge.NewKeyring(c.Signing.Keys, c.Core.Token)
+		return "signing.keys", err
+	},
+}
+
+// app is a built sidecar: the edge plus what must be closed after it.
+type app struct {
+	server  *proxy.Server
+	log     *slog.Logger
+	closers []func() error
+	cfg     config.Config
+}
+
+func (a *app) Close() {
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		if err := a.closers[i](); err != nil {
+			a.log.Warn("close failed", slog.Any("error", err))
+		}
+	}
+}
+
+func breaker(b config.Breaker) coreclient.BreakerSettings {
+	return coreclient.BreakerSettings{Failures: b.Failures, Window: b.Window, OpenTimeout: b.OpenTimeout, HalfOpenMax: b.HalfOpenMax}
+}
+
+// build wires the configuration into a server. Secrets go only into the
+// components that use them; nothing here logs them.
+func build(ctx context.Context, cfg config.Config, log *slog.Logger) (*app, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	a := &app{log: log, cfg: cfg}
+	coreURL, _ := url.Parse(cfg.Core.URL) // validated
+	var trusted []netip.Prefix
+	for _, s := range cfg.Proxy.TrustedProxies {
+		p, _ := config.ParsePrefix(s) // validated
+		trusted = append(trusted, p)
+	}
+	opts := proxy.Options{
+		CoreURL: coreURL,
+		Transport: proxy.NewTransport(proxy.TransportOptions{
+			DialTimeout:           cfg.Proxy.DialTimeout,
+			ResponseHeaderTimeout: cfg.Proxy.ResponseHeaderTimeout,
+			MaxIdleConnsPerHost:   cfg.Proxy.MaxIdleConnsPerHost,
+		}),
+		TrustedProxies: trusted,
+		PreserveHost:   cfg.Proxy.PreserveHost,
+		Logger:         log,
+		Registry:       reg,
+		Version:        version,
+	}
+	if ok, reason := cfg.KnowledgeEnabled(); !ok {
+		log.Warn("knowledge features are off; running as a pure pass-through proxy", slog.String("reason", reason))
+	} else {
+		f, err := a.buildFeatures(ctx, cfg, reg, log)
+		if err != nil {
+			a.Close()
+			return nil, err
+		}
+		opts.Features = f
+	}
+	srv, err := proxy.New(opts)
+	if err != nil {
+		a.Close()
+		return nil, err
+	}
+	a.server = srv
+	return a, nil
+}
+
+func (a *app) buildFeatures(ctx context.Context, cfg config.Config, reg prometheus.Registerer, log *slog.Logger) (*proxy.Features, error) {
+	cm := coreclient.NewMetrics(reg)
+	client, err := coreclient.NewClient(coreclient.Options{
+		BaseURL:       cfg.Core.URL,
+		ServiceToken:  cfg.Core.Token,
+		Timeout:       cfg.Core.Timeout,
+		ProbeInterval: cfg.ProbeInterval,
+		Identity:      breaker(cfg.Core.Identity),
+		Retrieval:     breaker(cfg.Core.Retrieval),
+		Metrics:       cm,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("core client: %w", err)
+	}
+	catalog, err := coreclient.OpenCatalog(coreclient.CatalogOptions{
+		DSN:             cfg.Catalog.DSN,
+		MaxOpenConns:    cfg.Catalog.MaxOpenConns,
+		MaxIdleConns:    cfg.Catalog.MaxIdleConns,
+		ConnMaxLifetime: cfg.Catalog.ConnMaxLifetime,
+		QueryTimeout:    cfg.Catalog.QueryTimeout,
+		DocCacheEntries: cfg.Catalog.DocCacheEntries,
+		DocCacheBytes:   cfg.Catalog.DocCacheBytes,
+		Breaker:         breaker(cfg.Catalog.Breaker),
+		Metrics:         cm,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("catalog: %w", err)
+	}
+	a.closers = append(a.closers, catalog.Close)
+	var notReady error
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	if err := catalog.CheckSchema(sctx); err != nil {
+		notReady = err
+		log.Error("catalog schema check failed; the knowledge endpoints will answer 503 until it passes", slog.Any("error", err))
+	}
+	cancel()
+	keys, err := knowledge.NewKeyring(cfg.Signing.Keys, cfg.Core.Token)
+	if err != nil {
+		return nil, fmt.Errorf("signing keys: %w", err)
+	}
+	svc, err := knowledge.New(knowledge.Options{
+		Identity:         client,
+		Retriever:        client,
+		Catalog:          catalog,
+		Keys:             keys,
+		RateLimit:        cfg.RateLimit.RPS,
+		RateBurst:        cfg.RateLimit.Burst,
+		RetrievalTimeout: cfg.Core.Timeout,
+		Logger:           log,
+		Registerer:       reg,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("knowledge: %w", err)
+	}
+	var led ledger.Ledger
+	if cfg.LedgerBackend() == "redis" {
+		// go-redis logs process-wide, with server addresses; silence it. The
+		// ledger reports its own failures (without addresses).
+		redis.SetLogger(quietRedisLog{})
+		r, err := ledger.NewRedis(ledger.RedisOptions{URL: cfg.Ledger.RedisURL, TTL: cfg.Ledger.TTL})
+		if err != nil {
+			return nil, err
+		}
+		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		if err := r.Ping(pctx); err != nil {
+			// Not fatal: pass-through and turns without the field keep working;
+			// turns that need the ledger answer 503 until Redis is back.
+			log.Warn("turn ledger not reachable at startup", slog.Any("error", err))
+		}
+		cancel()
+		led = r
+	} else {
+		led = ledger.NewMemory(cfg.Ledger.MaxEntries, cfg.Ledger.TTL, time.Now)
+	}
+	a.closers = append(a.closers, led.Close)
+	pol, _ := rollout.Parse(cfg.Rollout) // validated
+	_ = notReady
+	return &proxy.Features{
+		Knowledge:       svc,
+		Prober:          client,
+		Ledger:          led,
+		Rollout:         pol,
+		NativeDetection: cfg.NativeDetection,
+		ProbeInterval:   cfg.ProbeInterval,
+	}, nil
+}
+
+// reload re-reads the configuration on SIGHUP. Only hot-reloadable settings
+// (rollout, log level) take effect; an invalid file is rejected and logged
+// and the running configuration is kept.
+func (a *app) reload(path string, level *slog.LevelVar) {
+	cfg, err := loadConfig(path)
+	if err != nil {
+		a.server.ObserveReload("rejected")
+		a.log.Error("configuration reload rejected; keeping the running configuration", slog.Any("error", err))
+		return
+	}
+	pol, _ := rollout.Parse(cfg.Rollout)
+	a.server.SetRollout(pol)
+	level.Set(parseLevel(cfg.Log.Level))
+	if cfg.Core.URL != a.cfg.Core.URL || cfg.Listen != a.cfg.Listen || cfg.AdminListen != a.cfg.AdminListen {
+		a.log.Warn("configuration reload: listener and Core settings need a restart to change")
+	}
+	a.server.ObserveReload("ok")
+	a.log.Info("configuration reloaded", slog.String("rollout", pol.String()), slog.String("log_level", cfg.Log.Level))
+}
+
+type quietRedisLog struct{}
+
+func (quietRedisLog) Printf(context.Context, string, ...interface{}) {}

@@ -1,0 +1,242 @@
+package proxy
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/bailinghub/knowledge-sidecar/ledger"
+)
+
+// coreTurnBodyMax is Core's own limit on a turn body (CORE_FACTS §3.2). A
+// larger body is passed through untouched for Core to refuse with its 413.
+const coreTurnBodyMax = 512 << 10
+
+// turnResponseMax bounds the turn answer the sidecar buffers to rewrite.
+const turnResponseMax = 16 << 20
+
+// turnConflictBody is Core's exact 409 body (CORE_FACTS §3.4).
+var turnConflictBody = []byte(`{"error":"turn_conflict","message":"turn id or user message id is already bound to different input"}`)
+
+var errDeliveryFailed = errors.New("turn answer cannot carry knowledge delivery")
+
+// turnState travels with an intercepted turn to ModifyResponse.
+type turnState struct {
+	mode    string
+	route   string
+	key     ledger.Key
+	created bool // this request wrote the ledger record
+	keyed   bool // the turn has all ids, so it is in the ledger
+}
+
+type turnCtxKey struct{}
+
+// turns intercepts POST …/turns on rolled-out workspaces of a legacy Core
+// (SPEC §7). Without knowledge_delivery the request passes byte for byte.
+func (s *Server) turns(c echo.Context) error {
+	route := c.Param("route")
+	if !s.decide(c, route) {
+		return s.passH(c)
+	}
+	r := c.Request()
+	body, err := io.ReadAll(io.LimitReader(r.Body, coreTurnBodyMax+1))
+	if err != nil {
+		if r.Context().Err() != nil {
+			setOutcome(r.Context(), statusClientClosed)
+			return nil
+		}
+		writeError(c.Response(), http.StatusBadRequest, "invalid_request", "The request body could not be read.")
+		return nil
+	}
+	if len(body) > coreTurnBodyMax {
+		// Too large for Core anyway: let Core answer, byte for byte.
+		r.Body = readCloser{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
+		return s.passH(c)
+	}
+	tr, err := ParseTurnRequest(body)
+	if err != nil {
+		s.m.turns.WithLabelValues("invalid", "rejected").Inc()
+		msg := `knowledge_delivery must be "inline" or "on_demand".`
+		if errors.Is(err, ErrNotJSONObject) {
+			msg = "The request body must be a valid JSON object."
+		}
+		writeError(c.Response(), http.StatusBadRequest, "invalid_request", msg)
+		return nil
+	}
+	if tr.Mode == "" {
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		s.m.turns.WithLabelValues("absent", "passed").Inc()
+		return s.passH(c)
+	}
+
+	ctx := r.Context()
+	sess, err := s.feat.k.Authenticate(ctx, r.Header.Get("Authorization"))
+	if err != nil {
+		s.m.turns.WithLabelValues(tr.Mode, "rejected").Inc()
+		return s.answer(c, nil, err)
+	}
+	st := &turnState{mode: tr.Mode, route: route,
+		key: ledger.Key{SessionID: sess.SessionID, Route: route, ConversationID: tr.ConversationID, TurnID: tr.TurnID, UserMessageID: tr.UserMessageID}}
+	// A turn missing an id is refused by Core (400) and creates no run, so
+	// there is nothing to bind.
+	st.keyed = tr.ConversationID != "" && tr.TurnID != "" && tr.UserMessageID != ""
+	if st.keyed {
+		created, err := s.feat.ledger.Reserve(ctx, st.key, tr.Mode)
+		switch {
+		case errors.Is(err, ledger.ErrConflict):
+			s.m.ledgerConflict.Inc()
+			s.m.turns.WithLabelValues(tr.Mode, "conflict").Inc()
+			writeJSON(c.Response(), http.StatusConflict, turnConflictBody)
+			return nil
+		case err != nil:
+			s.m.ledgerErrors.Inc()
+			s.m.turns.WithLabelValues(tr.Mode, "ledger_unavailable").Inc()
+			return s.answer(c, nil, err) // mapped to 503 knowledge_unavailable
+		}
+		st.created = created
+	}
+
+	out := r.WithContext(context.WithValue(ctx, turnCtxKey{}, st))
+	out.Body = io.NopCloser(bytes.NewReader(tr.Body))
+	out.ContentLength = int64(len(tr.Body))
+	out.Header = r.Header.Clone()
+	out.Header.Del("Content-Length")
+	out.Header.Del("Transfer-Encoding")
+	// Ask for an identity-encoded answer so it can be rewritten.
+	out.Header.Set("Accept-Encoding", "identity")
+	c.SetRequest(out)
+	s.feat.turns.ServeHTTP(c.Response(), out)
+	return nil
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+// newTurnProxy is a ReverseProxy like the pass-through one (same transport,
+// same header rules) whose ModifyResponse rewrites the turn answer.
+func (s *Server) newTurnProxy() *httputil.ReverseProxy {
+	rp := newPassthrough(s.target, s.fw, s.transport, s.m, s.log)
+	rp.ModifyResponse = s.modifyTurn
+	passErr := rp.ErrorHandler
+	rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
+		st, _ := r.Context().Value(turnCtxKey{}).(*turnState)
+		if errors.Is(err, errDeliveryFailed) {
+			s.m.turns.WithLabelValues(st.mode, "delivery_failed").Inc()
+			s.log.LogAttrs(r.Context(), slog.LevelWarn, "turn answer could not be rewritten",
+				slog.String("request_id", requestID(r.Context())), slog.Any("error", err))
+			writeError(w, http.StatusBadGateway, "knowledge_delivery_failed",
+				"Core's turn answer could not be delivered with on-demand knowledge.")
+			return
+		}
+		if st != nil {
+			// Core may or may not have created the run: keep the record,
+			// so only a retry with the same mode goes through.
+			s.m.turns.WithLabelValues(st.mode, "upstream_error").Inc()
+		}
+		passErr(w, r, err)
+	}
+	return rp
+}
+
+// modifyTurn applies SPEC §7 to Core's answer.
+func (s *Server) modifyTurn(resp *http.Response) error {
+	ctx := resp.Request.Context()
+	st, _ := ctx.Value(turnCtxKey{}).(*turnState)
+	if st == nil {
+		return nil
+	}
+	code := resp.StatusCode
+	if code < 200 || code > 299 {
+		if code >= 400 && code < 500 && code != http.StatusConflict && st.keyed && st.created {
+			// Core refused the turn: no run exists, so the mode is not bound.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			if err := s.feat.ledger.Release(rctx, st.key, st.mode); err != nil {
+				s.m.ledgerErrors.Inc()
+				s.log.LogAttrs(ctx, slog.LevelWarn, "turn ledger release failed",
+					slog.String("request_id", requestID(ctx)), slog.Any("error", err))
+			}
+			cancel()
+		}
+		s.m.turns.WithLabelValues(st.mode, "core_"+strconv.Itoa(code/100)+"xx").Inc()
+		return nil // relayed unchanged
+	}
+
+	body, err := readTurnBody(resp)
+	if err != nil {
+		// The answer is consumed and unusable in either mode.
+		return fmt.Errorf("%w: %v", errDeliveryFailed, err)
+	}
+	resp.Header.Del("Content-Encoding") // body is decoded from here on
+	status, rev, serr := s.feat.k.DeliveryStatus(ctx, st.route)
+	if serr != nil {
+		status = "unavailable"
+	}
+	block, _ := json.Marshal(deliveryBlock{
+		SchemaVersion: "bailing.agent-knowledge-delivery.v1", Mode: st.mode,
+		Protocol: "bailing.agent-knowledge.v1", ScopeRevision: rev, Status: status, Hints: []struct{}{},
+	})
+	out, err := RewriteTurnResponse(body, st.mode, block)
+	if err != nil {
+		if st.mode == "on_demand" {
+			return fmt.Errorf("%w: %v", errDeliveryFailed, err)
+		}
+		// Inline mode: Core's knowledge is what the host asked for; hand the
+		// answer over as Core sent it.
+		out = body
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(out))
+	resp.ContentLength = int64(len(out))
+	resp.Header.Set("Content-Length", strconv.Itoa(len(out)))
+	resp.Header.Del("Transfer-Encoding")
+	s.m.turns.WithLabelValues(st.mode, "rewritten").Inc()
+	return nil
+}
+
+type deliveryBlock struct {
+	SchemaVersion string     `json:"schema_version"`
+	Mode          string     `json:"mode"`
+	Protocol      string     `json:"protocol"`
+	ScopeRevision string     `json:"knowledge_scope_revision"`
+	Status        string     `json:"status"`
+	Hints         []struct{} `json:"hints"`
+}
+
+// readTurnBody reads Core's answer, undoing gzip if Core compressed it
+// despite Accept-Encoding: identity. Other encodings are not rewritable.
+func readTurnBody(resp *http.Response) ([]byte, error) {
+	defer resp.Body.Close()
+	var r io.Reader = resp.Body
+	switch enc := resp.Header.Get("Content-Encoding"); enc {
+	case "", "identity":
+	case "gzip":
+		zr, err := gzip.NewReader(resp.Body)
+		if err != nil {
+			return nil, err
+		}
+		defer zr.Close()
+		r = zr
+	default:
+		return nil, fmt.Errorf("content encoding %q", enc)
+	}
+	body, err := io.ReadAll(io.LimitReader(r, turnResponseMax+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(body) > turnResponseMax {
+		return nil, errors.New("turn answer too large to rewrite")
+	}
+	return body, nil
+}
