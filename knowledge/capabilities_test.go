@@ -1,0 +1,267 @@
+package knowledge
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/bailinghub/knowledge-sidecar/coreclient"
+)
+
+func TestCapabilitiesBody(t *testing.T) {
+	e := newEnv(t)
+	_, raw, ke := e.call("capabilities", tokA, routeKey, "")
+	if ke != nil {
+		t.Fatal(ke)
+	}
+	want := `{"schema_version":"bailing.agent-knowledge-capabilities.v1","protocol":"bailing.agent-knowledge.v1","supported":true,"route":"order-assistant","enabled":true,"knowledge_scope_revision":"` +
+		ScopeRevision(routeKey, &defaultKBConfg) +
+		`","delivery_modes":["inline","on_demand"],"limits":{"search_max_results":3,"search_max_bytes":4096,"read_default_bytes":16384,"read_max_bytes":32768,"reference_ttl_seconds":300,"read_chain_max_bytes":131072}}`
+	if string(raw) != want {
+		t.Fatalf("got  %s\nwant %s", raw, want)
+	}
+	if n := len(e.ret.callList()); n != 0 {
+		t.Fatalf("capabilities made %d Core search calls; want 0", n)
+	}
+}
+
+func TestCapabilitiesEnabled(t *testing.T) {
+	tests := []struct {
+		name   string
+		route  string
+		mutate func(e *env)
+		want   bool
+	}{
+		{"knowledge and everything usable", routeKey, nil, true},
+		{"no knowledge configured", routeNone, nil, false},
+		{"retrieval breaker open", routeKey, func(e *env) { e.ret.unusable = true }, false},
+		{"catalog breaker open", routeKey, func(e *env) { e.cat.unusable = true }, false},
+		{"a disabled KB does not disable the route", routeKey, func(e *env) { e.cat.kbs["faq"] = false }, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			if tc.mutate != nil {
+				tc.mutate(e)
+			}
+			m := e.mustOK("capabilities", tokA, tc.route, "")
+			if m["enabled"] != tc.want || m["supported"] != true {
+				t.Fatalf("enabled %v supported %v; want %v true", m["enabled"], m["supported"], tc.want)
+			}
+		})
+	}
+}
+
+func TestCapabilitiesCatalogDown(t *testing.T) {
+	e := newEnv(t)
+	before := e.mustOK("capabilities", tokA, routeKey, "")
+	e.cat.down = true
+	after := e.mustOK("capabilities", tokA, routeKey, "")
+	if after["enabled"] != false || after["knowledge_scope_revision"] != before["knowledge_scope_revision"] {
+		t.Fatalf("catalog down: got enabled %v revision %v; want false and the last known revision", after["enabled"], after["knowledge_scope_revision"])
+	}
+	if _, _, ke := e.call("capabilities", tokA, routeTwin, ""); ke == nil || ke.Status != 503 {
+		t.Fatalf("catalog down, route never seen: got %v; want 503", ke)
+	}
+	if _, _, ke := e.call("search", tokA, routeKey, `{"query":"x"}`); ke == nil || ke.Code != CodeUnavailable {
+		t.Fatalf("search with catalog down: got %v; want 503 knowledge_unavailable (no stale config for search)", ke)
+	}
+}
+
+func TestScopeRevision(t *testing.T) {
+	k := coreclient.KnowledgeConfig{KBIDs: []string{"a", "b"}, TopK: 5, MinScore: 0.35, Inject: "chunk", MaxDocs: 4}
+	canonical := `{"inject":"chunk","kb_ids":["a","b"],"max_docs":4,"min_score":0.35,"page_boost":false,"protocol":"bailing.agent-knowledge.v1","route":"order-assistant","top_k":5}`
+	if got := string(canonicalScope(routeKey, &k)); got != canonical {
+		t.Fatalf("canonical form\n got  %s\n want %s", got, canonical)
+	}
+	sum := sha256.Sum256([]byte(canonical))
+	if got := ScopeRevision(routeKey, &k); got != hex.EncodeToString(sum[:]) || len(got) != 64 {
+		t.Fatalf("revision %s; want sha256 hex of the canonical form", got)
+	}
+	none := `{"knowledge":null,"protocol":"bailing.agent-knowledge.v1","route":"plain-route"}`
+	if got := string(canonicalScope(routeNone, nil)); got != none {
+		t.Fatalf("canonical form without knowledge\n got  %s\n want %s", got, none)
+	}
+	// Same config → same value (a copy, another Service); every field matters.
+	k2 := k
+	k2.KBIDs = []string{"a", "b"}
+	if ScopeRevision(routeKey, &k) != ScopeRevision(routeKey, &k2) {
+		t.Fatalf("equal configs give different revisions")
+	}
+	variants := map[string]func(c *coreclient.KnowledgeConfig){
+		"kb order":   func(c *coreclient.KnowledgeConfig) { c.KBIDs = []string{"b", "a"} },
+		"kb removed": func(c *coreclient.KnowledgeConfig) { c.KBIDs = []string{"a"} },
+		"top_k":      func(c *coreclient.KnowledgeConfig) { c.TopK = 6 },
+		"min_score":  func(c *coreclient.KnowledgeConfig) { c.MinScore = 0.36 },
+		"inject":     func(c *coreclient.KnowledgeConfig) { c.Inject = "doc" },
+		"max_docs":   func(c *coreclient.KnowledgeConfig) { c.MaxDocs = 5 },
+		"page_boost": func(c *coreclient.KnowledgeConfig) { c.PageBoost = true },
+	}
+	seen := map[string]string{ScopeRevision(routeKey, &k): "base", ScopeRevision(routeNone, nil): "none", ScopeRevision(routeTwin, &k): "route"}
+	if len(seen) != 3 {
+		t.Fatalf("route key or knowledge presence does not change the revision")
+	}
+	for name, edit := range variants {
+		c := k
+		c.KBIDs = append([]string(nil), k.KBIDs...)
+		edit(&c)
+		rev := ScopeRevision(routeKey, &c)
+		if prev, dup := seen[rev]; dup {
+			t.Errorf("%s gives the same revision as %s", name, prev)
+		}
+		seen[rev] = name
+	}
+	e1, e2 := newEnv(t), newEnv(t)
+	a := e1.mustOK("capabilities", tokA, routeKey, "")["knowledge_scope_revision"]
+	b := e2.mustOK("capabilities", tokB, routeKey, "")["knowledge_scope_revision"]
+	if a != b || a != ScopeRevision(routeKey, &defaultKBConfg) {
+		t.Fatalf("replicas disagree: %v vs %v", a, b)
+	}
+}
+
+func TestDeliveryStatus(t *testing.T) {
+	tests := []struct {
+		name   string
+		route  string
+		mutate func(e *env)
+		want   string
+		code   string
+	}{
+		{"ok", routeKey, nil, StatusOK, ""},
+		{"disabled", routeNone, nil, StatusDisabled, ""},
+		{"partial", routeKey, func(e *env) { e.cat.kbs["faq"] = false }, StatusPartial, ""},
+		{"kb missing partial", routeKey, func(e *env) { delete(e.cat.kbs, "policy") }, StatusPartial, ""},
+		{"no kb enabled", routeKey, func(e *env) { e.cat.kbs = map[string]bool{} }, StatusUnavailable, ""},
+		{"breaker open", routeKey, func(e *env) { e.ret.unusable = true }, StatusUnavailable, ""},
+		{"catalog unusable", routeKey, func(e *env) { e.cat.unusable = true }, StatusUnavailable, ""},
+		{"unknown route", "ghost-route", nil, "", CodeRouteUnavailable},
+		{"malformed route", "BAD", nil, "", CodeRouteUnavailable},
+		{"disabled route", "off-route", nil, "", CodeRouteUnavailable},
+		{"catalog down nothing known", routeKey, func(e *env) { e.cat.down = true }, "", CodeUnavailable},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			if tc.mutate != nil {
+				tc.mutate(e)
+			}
+			status, rev, err := e.svc.DeliveryStatus(context.Background(), tc.route)
+			if tc.code != "" {
+				var ke *Error
+				if !errors.As(err, &ke) || ke.Code != tc.code {
+					t.Fatalf("got %v; want %s", err, tc.code)
+				}
+				return
+			}
+			if err != nil || status != tc.want {
+				t.Fatalf("got %q, %v; want %q", status, err, tc.want)
+			}
+			r := e.cat.routes[tc.route]
+			if rev != ScopeRevision(tc.route, r.Knowledge) {
+				t.Fatalf("revision %s; want the route's scope revision", rev)
+			}
+			if n := len(e.ret.callList()); n != 0 {
+				t.Fatalf("DeliveryStatus made %d Core search calls; want 0", n)
+			}
+		})
+	}
+	t.Run("catalog down after a success uses last known config", func(t *testing.T) {
+		e := newEnv(t)
+		_, rev, _ := e.svc.DeliveryStatus(context.Background(), routeKey)
+		e.cat.down = true
+		status, rev2, err := e.svc.DeliveryStatus(context.Background(), routeKey)
+		if err != nil || status != StatusUnavailable || rev2 != rev {
+			t.Fatalf("got %q %q %v; want unavailable with the last revision", status, rev2, err)
+		}
+	})
+}
+
+func TestAuthenticate(t *testing.T) {
+	e := newEnv(t)
+	s, err := e.svc.Authenticate(context.Background(), tokA)
+	if err != nil || s.SessionID != "sess-a" {
+		t.Fatalf("got %+v %v; want session A", s, err)
+	}
+	tests := []struct {
+		name   string
+		auth   string
+		mutate func(e *env)
+		status int
+	}{
+		{"rejected", "Bearer bha_x", nil, 401},
+		{"core down", tokA, func(e *env) { e.id.err = coreclient.ErrUnavailable }, 503},
+		{"incomplete session", tokA, func(e *env) { e.id.sessions[tokA] = coreclient.Session{SessionID: "x"} }, 503},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			if tc.mutate != nil {
+				tc.mutate(e)
+			}
+			_, err := e.svc.Authenticate(context.Background(), tc.auth)
+			var ke *Error
+			if !errors.As(err, &ke) || ke.Status != tc.status {
+				t.Fatalf("got %v; want %d", err, tc.status)
+			}
+		})
+	}
+	t.Run("identity is asked on every request", func(t *testing.T) {
+		e := newEnv(t)
+		for i := 0; i < 3; i++ {
+			e.mustOK("capabilities", tokA, routeKey, "")
+		}
+		if e.id.calls != 3 {
+			t.Fatalf("got %d identity calls; want 3 (no caching)", e.id.calls)
+		}
+	})
+}
+
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	e := newEnv(t, func(o *Options) { o.Registerer = reg })
+	// A second Service on the same registry shares the collectors.
+	if _, err := New(Options{Identity: e.id, Retriever: e.ret, Catalog: e.cat, Keys: testKeys(t), Registerer: reg}); err != nil {
+		t.Fatalf("second Service on one registry: %v", err)
+	}
+	e.mustOK("search", tokA, routeKey, `{"query":"x"}`)
+	e.call("read", tokA, routeKey, `{"ref":"knowledge:1"}`)
+	e.call("capabilities", "Bearer nope", routeKey, "")
+	e.id.sysInfo[routeKey] = &coreclient.CoreError{Status: 403, Code: "audience_not_allowed"}
+	e.call("capabilities", tokA, routeKey, "")
+	for _, tc := range []struct {
+		endpoint, code string
+		want           float64
+	}{
+		{"search", statusOK, 1},
+		{"read", CodeReferenceInvalid, 1},
+		{"capabilities", CodeUnauthorized, 1},
+		{"capabilities", codeCoreGate, 1},
+	} {
+		got := testutil.ToFloat64(e.svc.m.requests.WithLabelValues(tc.endpoint, tc.code))
+		if got != tc.want {
+			t.Errorf("requests_total{%s,%s} = %v; want %v", tc.endpoint, tc.code, got, tc.want)
+		}
+	}
+	if got := testutil.ToFloat64(e.svc.m.kbCalls.WithLabelValues("ok")); got != 2 {
+		t.Errorf("search_kb_calls_total{ok} = %v; want 2", got)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if !strings.HasPrefix(mf.GetName(), "knowledge_sidecar_") {
+			t.Errorf("metric %s; want namespace knowledge_sidecar", mf.GetName())
+		}
+	}
+	// nil registerer: no metrics, no panics.
+	if newEnv(t).svc.m != nil {
+		t.Errorf("nil Registerer built metrics; want none")
+	}
+}

@@ -1,0 +1,27 @@
+// Package knowledge implements the optional on-demand knowledge protocol
+// bailing.agent-knowledge.v1 for Agent Sessions: the capabilities, search and
+// read endpoints, the signed references and cursors they hand out, and the
+// byte budgets that bound every response body.
+//
+// The package takes plain Go values and returns the exact response body bytes
+// or an *Error; it never imports an HTTP server framework, so the proxy layer
+// only has to copy bytes and status codes. Everything it needs from the
+// legacy Core is expressed by the three small interfaces in ports.go
+// (Identity, Retriever and Catalog), which package coreclient implements.
+//
+// Every request is checked in the same order as Core checks its own Agent API:
+//
+//	identity (401/503) → per-session rate limit (429) → route syntax and gate
+//	(404/403) → body size and shape (413/400) → ref/cursor MAC (400) →
+//	expiry (410) → binding (400) → run (404/409) → scope (409) → document (409/503)
+//
+// References ("kr1." prefix) and cursors ("kc1." prefix) are compact binary
+// payloads authenticated with HMAC-SHA256 under per-purpose keys derived from
+// the Keyring; nothing is stored on the server, and replicas sharing the keys
+// accept each other's references.
+//
+// Response bodies are serialized by this package's own JSON writer
+// (AppendJSONString) so their size on the wire is known exactly before they
+// are written: search bodies are at most 4096 bytes and read bodies at most
+// the caller's max_bytes.
+package knowledge

@@ -1,0 +1,183 @@
+package knowledge
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/bailinghub/knowledge-sidecar/coreclient"
+)
+
+// Error codes answered by the knowledge endpoints (SPEC §2). A route gate
+// decision from Core is relayed with Core's own code, which may be outside
+// this list.
+const (
+	CodeInvalidRequest   = "invalid_request"
+	CodeReferenceInvalid = "knowledge_reference_invalid"
+	CodeUnauthorized     = "unauthorized"
+	CodeRouteNotAllowed  = "route_not_allowed"
+	CodeRouteUnavailable = "route_unavailable"
+	CodeRunNotFound      = "run_not_found"
+	CodeRunNotActive     = "run_not_active"
+	CodeScopeChanged     = "knowledge_scope_changed"
+	CodeKnowledgeChanged = "knowledge_changed"
+	CodeReferenceExpired = "knowledge_reference_expired"
+	CodePayloadTooLarge  = "payload_too_large"
+	CodeRateLimited      = "rate_limited"
+	CodeUnavailable      = "knowledge_unavailable"
+)
+
+const (
+	codeCoreGate         = "core_gate" // metrics label for any relayed Core gate code
+	statusOK             = "ok"        // metrics label for a success
+	maxRelayedMessageLen = 200
+)
+
+// Error is every failure the knowledge endpoints answer with. The proxy
+// writes {"error":Code,"message":Message} with Status and Cache-Control:
+// no-store. Message is one English sentence and never contains internal
+// addresses, SQL, credentials, tokens or document text; Err is the cause,
+// for logs only.
+type Error struct {
+	Status  int    // HTTP status: 400, 401, 403, 404, 409, 410, 413, 429 or 503
+	Code    string // SPEC §2 code, or Core's relayed gate code
+	Message string // one English sentence, safe to show to clients
+	Err     error  // cause, for logs (Unwrap)
+}
+
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("knowledge: %d %s: %v", e.Status, e.Code, e.Err)
+	}
+	return fmt.Sprintf("knowledge: %d %s", e.Status, e.Code)
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+func newError(status int, code, msg string, cause error) *Error {
+	return &Error{Status: status, Code: code, Message: msg, Err: cause}
+}
+
+func errInvalid(msg string) *Error { return newError(400, CodeInvalidRequest, msg, nil) }
+
+func errRefInvalid(cause error) *Error {
+	return newError(400, CodeReferenceInvalid,
+		"The knowledge reference or cursor is not valid for this request; search again.", cause)
+}
+
+func errRefExpired() *Error {
+	return newError(410, CodeReferenceExpired,
+		"The knowledge reference or cursor has expired; search again.", nil)
+}
+
+func errUnauthorized(cause error) *Error {
+	return newError(401, CodeUnauthorized, "The Agent access token was rejected.", cause)
+}
+
+func errUnavailable(cause error) *Error {
+	return newError(503, CodeUnavailable, "Knowledge is temporarily unavailable.", cause)
+}
+
+func errRouteUnavailable(cause error) *Error {
+	return newError(404, CodeRouteUnavailable, "The configured route is unavailable.", cause)
+}
+
+func errRunNotFound(cause error) *Error {
+	return newError(404, CodeRunNotFound, "The run was not found for this Agent Session and route.", cause)
+}
+
+func errRunNotActive() *Error {
+	return newError(409, CodeRunNotActive, "The run is not active.", nil)
+}
+
+func errScopeChanged() *Error {
+	return newError(409, CodeScopeChanged,
+		"The route's knowledge configuration changed since the reference was issued; search again.", nil)
+}
+
+func errKnowledgeChanged(cause error) *Error {
+	return newError(409, CodeKnowledgeChanged,
+		"The referenced document changed or is no longer available; search again.", cause)
+}
+
+func errTooLarge() *Error {
+	return newError(413, CodePayloadTooLarge, "The request body exceeds 16384 bytes.", nil)
+}
+
+func errRateLimited() *Error {
+	return newError(429, CodeRateLimited, "Too many knowledge requests for this Agent Session.", nil)
+}
+
+// classifyCore maps an error from Identity, Retriever or Catalog to an
+// *Error using errors.Is/As only. notFound is the answer for
+// coreclient.ErrNotFound (it differs per call site); nil means "unavailable".
+func classifyCore(err error, notFound *Error) *Error {
+	var ke *Error
+	if errors.As(err, &ke) {
+		return ke
+	}
+	var ce *coreclient.CoreError
+	switch {
+	case errors.Is(err, coreclient.ErrUnauthorized):
+		return errUnauthorized(err)
+	case errors.As(err, &ce):
+		return relayCoreError(ce)
+	case errors.Is(err, coreclient.ErrNotFound) && notFound != nil:
+		if notFound.Err == nil {
+			notFound.Err = err
+		}
+		return notFound
+	default:
+		return errUnavailable(err)
+	}
+}
+
+// relayCoreError turns Core's gate answer into an *Error with Core's status
+// and code. Only 4xx answers are relayed; anything else means Core is not
+// usable right now.
+func relayCoreError(ce *coreclient.CoreError) *Error {
+	if ce.Status < 400 || ce.Status > 499 || ce.Code == "" || !safeCode(ce.Code) {
+		return errUnavailable(ce)
+	}
+	msg := ce.Message
+	if msg == "" || !safeMessage(msg) {
+		switch ce.Status {
+		case 403:
+			msg = "The Agent Session is not allowed to use this route."
+		case 404:
+			msg = "The configured route is unavailable."
+		default:
+			msg = "The route cannot be used by this Agent Session."
+		}
+	}
+	return newError(ce.Status, ce.Code, msg, ce)
+}
+
+// safeCode accepts Core's snake_case / TASK_* codes only, so nothing odd
+// reaches clients or metrics.
+func safeCode(s string) bool {
+	if len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// safeMessage accepts a short printable ASCII sentence, as Core's Agent API
+// messages are.
+func safeMessage(s string) bool {
+	if len(s) > maxRelayedMessageLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,421 @@
+package knowledge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bailinghub/knowledge-sidecar/coreclient"
+)
+
+// Small in-memory fakes of the three ports. Each is safe for concurrent use.
+
+type fakeIdentity struct {
+	mu       sync.Mutex
+	sessions map[string]coreclient.Session // by Authorization header
+	err      error                         // Session fails with err when set
+	sysInfo  map[string]error              // SystemInfo answer per route (absent: nil)
+	calls    int
+}
+
+func (f *fakeIdentity) Session(_ context.Context, authorization string) (coreclient.Session, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if f.err != nil {
+		return coreclient.Session{}, f.err
+	}
+	s, ok := f.sessions[authorization]
+	if !ok {
+		return coreclient.Session{}, coreclient.ErrUnauthorized
+	}
+	return s, nil
+}
+
+func (f *fakeIdentity) SystemInfo(_ context.Context, _, route string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sysInfo[route]
+}
+
+type searchCall struct {
+	KB       string
+	Query    string
+	TopK     int
+	MinScore float64
+}
+
+type fakeRetriever struct {
+	mu       sync.Mutex
+	hits     map[string][]coreclient.Hit
+	errs     map[string]error
+	hang     map[string]bool // block until the context ends
+	barrier  *sync.WaitGroup // when set, every call waits for all others
+	unusable bool
+	calls    []searchCall
+}
+
+func (f *fakeRetriever) SearchKB(ctx context.Context, kb, query string, topK int, minScore float64) ([]coreclient.Hit, error) {
+	f.mu.Lock()
+	f.calls = append(f.calls, searchCall{kb, query, topK, minScore})
+	hits, err, hang, barrier := f.hits[kb], f.errs[kb], f.hang[kb], f.barrier
+	f.mu.Unlock()
+	if barrier != nil {
+		barrier.Done()
+		done := make(chan struct{})
+		go func() { barrier.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %w", coreclient.ErrUnavailable, ctx.Err())
+		}
+	}
+	if hang {
+		<-ctx.Done()
+		return nil, fmt.Errorf("%w: %w", coreclient.ErrUnavailable, ctx.Err())
+	}
+	if err != nil {
+		return nil, err
+	}
+	return append([]coreclient.Hit(nil), hits...), nil
+}
+
+func (f *fakeRetriever) Usable() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !f.unusable
+}
+
+func (f *fakeRetriever) callList() []searchCall {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]searchCall(nil), f.calls...)
+}
+
+type fakeCatalog struct {
+	mu       sync.Mutex
+	routes   map[string]coreclient.Route
+	kbs      map[string]bool
+	docs     map[int64]coreclient.Document
+	runs     map[string]coreclient.Run
+	gate     map[string]error // RouteGate answer per route
+	down     bool             // every call fails with ErrUnavailable
+	docsDown bool             // Documents/Document fail
+	unusable bool
+}
+
+var errCatalogDown = fmt.Errorf("%w: test catalog down", coreclient.ErrUnavailable)
+
+func (f *fakeCatalog) Route(_ context.Context, key string) (coreclient.Route, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return coreclient.Route{}, errCatalogDown
+	}
+	r, ok := f.routes[key]
+	if !ok {
+		return coreclient.Route{}, coreclient.ErrNotFound
+	}
+	if r.Knowledge != nil {
+		k := *r.Knowledge
+		k.KBIDs = append([]string(nil), k.KBIDs...)
+		r.Knowledge = &k
+	}
+	return r, nil
+}
+
+func (f *fakeCatalog) RouteGate(_ context.Context, route string, _ coreclient.Session) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return errCatalogDown
+	}
+	return f.gate[route]
+}
+
+func (f *fakeCatalog) KBEnabled(_ context.Context, ids []string) (map[string]bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return nil, errCatalogDown
+	}
+	out := map[string]bool{}
+	for _, id := range ids {
+		if on, ok := f.kbs[id]; ok {
+			out[id] = on
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeCatalog) Documents(_ context.Context, ids []int64, kbIDs []string) (map[int64]coreclient.Document, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down || f.docsDown {
+		return nil, errCatalogDown
+	}
+	out := map[int64]coreclient.Document{}
+	for _, id := range ids {
+		if d, ok := f.docs[id]; ok && contains(kbIDs, d.KBID) {
+			out[id] = d
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeCatalog) Document(_ context.Context, id int64, kbIDs []string) (coreclient.Document, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down || f.docsDown {
+		return coreclient.Document{}, errCatalogDown
+	}
+	d, ok := f.docs[id]
+	if !ok || !contains(kbIDs, d.KBID) {
+		return coreclient.Document{}, coreclient.ErrNotFound
+	}
+	return d, nil
+}
+
+func (f *fakeCatalog) Run(_ context.Context, id string) (coreclient.Run, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return coreclient.Run{}, errCatalogDown
+	}
+	r, ok := f.runs[id]
+	if !ok {
+		return coreclient.Run{}, coreclient.ErrNotFound
+	}
+	return r, nil
+}
+
+func (f *fakeCatalog) Usable() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !f.unusable && !f.down
+}
+
+// setDoc stores a document with its revision computed like the catalog does.
+func (f *fakeCatalog) setDoc(d coreclient.Document) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	d.Revision = ComputeRevision(d.Title, d.Content)
+	if d.Status == "" {
+		d.Status = "ready"
+	}
+	f.docs[d.DocID] = d
+}
+
+func (f *fakeCatalog) edit(fn func(c *fakeCatalog)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn(f)
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// ---- test environment ----
+
+const (
+	tokA      = "Bearer bha_session_a_0123456789012345678901234567890"
+	tokB      = "Bearer bha_session_b_0123456789012345678901234567890"
+	tokC      = "Bearer bha_session_c_same_session_other_client_000000"
+	routeKey  = "order-assistant"
+	routeNone = "plain-route"
+	routeTwin = "twin-route" // same knowledge config as routeKey
+	runA      = "6f1c2b9e-7a1d-4c3e-9b8a-2d4e6f8a0b1c"
+	runB      = "0a0b0c0d-1111-4222-8333-444455556666"
+	runDone   = "9e8d7c6b-5a49-4382-9716-aabbccddeeff"
+	runPrep   = "12345678-aaaa-4bbb-8ccc-ddddeeeeffff"
+	runOther  = "fedcba98-7654-4321-8fed-cba987654321"
+	docRefund = int64(101)
+	docShip   = int64(102)
+	docPolicy = int64(201)
+)
+
+var (
+	t0             = time.Date(2026, 9, 1, 12, 0, 0, 0, time.UTC)
+	refundContent  = "# 退款规则\n\n退款窗口设为0时，订单不可退款。\n\n![流程图](https://cdn.example/flow.png)\n\n超过窗口的退款需要主管审批。"
+	shipContent    = "Shipping takes 3-5 days.\n\nExpress shipping takes 1 day."
+	policyContent  = "Policy: refunds over 1000 need two approvals."
+	sessionA       = coreclient.Session{SessionID: "sess-a", ClientAppID: "app-1", Principal: coreclient.Principal{ID: "user-42", Tenant: "t7"}, OnBehalfOf: "t7:user-42", AllowedRoutes: []string{routeKey}}
+	sessionB       = coreclient.Session{SessionID: "sess-b", ClientAppID: "app-1", Principal: coreclient.Principal{ID: "user-43"}, OnBehalfOf: "t7:user-43"}
+	sessionC       = coreclient.Session{SessionID: "sess-a", ClientAppID: "app-2", Principal: coreclient.Principal{ID: "user-42", Tenant: "t7"}, OnBehalfOf: "t7:user-42"}
+	defaultKBConfg = coreclient.KnowledgeConfig{KBIDs: []string{"faq", "policy"}, TopK: 5, MinScore: 0.35, Inject: "chunk", MaxDocs: 4}
+)
+
+type env struct {
+	t   testing.TB
+	id  *fakeIdentity
+	ret *fakeRetriever
+	cat *fakeCatalog
+	svc *Service
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (e *env) clock() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.now
+}
+
+func (e *env) advance(d time.Duration) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.now = e.now.Add(d)
+}
+
+func testKeys(t testing.TB) *Keyring {
+	t.Helper()
+	k, err := NewKeyring("k1:"+strings.Repeat("QUJD", 11), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func newEnv(t testing.TB, opts ...func(*Options)) *env {
+	t.Helper()
+	e := &env{t: t, now: t0}
+	kc := defaultKBConfg
+	twin := defaultKBConfg
+	e.id = &fakeIdentity{
+		sessions: map[string]coreclient.Session{tokA: sessionA, tokB: sessionB, tokC: sessionC},
+		sysInfo:  map[string]error{},
+	}
+	e.ret = &fakeRetriever{
+		hits: map[string][]coreclient.Hit{
+			"faq": {
+				{KBID: "faq", DocID: docRefund, Seq: 0, Title: "退款规则", Content: "# 退款规则\n退款窗口设为0时，订单不可退款。", Score: 0.82},
+				{KBID: "faq", DocID: docShip, Seq: 0, Title: "Shipping", Content: "Shipping takes 3-5 days.", Score: 0.61},
+				{KBID: "faq", DocID: docRefund, Seq: 1, Title: "退款规则", Content: "[图：流程图]\n超过窗口的退款需要主管审批。", Score: 0.55},
+			},
+			"policy": {
+				{KBID: "policy", DocID: docPolicy, Seq: 0, Title: "Policy", Content: "Policy: refunds over 1000 need two approvals.", Score: 0.7},
+			},
+		},
+		errs: map[string]error{}, hang: map[string]bool{},
+	}
+	e.cat = &fakeCatalog{
+		routes: map[string]coreclient.Route{
+			routeKey:    {Key: routeKey, Enabled: true, Knowledge: &kc},
+			routeTwin:   {Key: routeTwin, Enabled: true, Knowledge: &twin},
+			routeNone:   {Key: routeNone, Enabled: true},
+			"off-route": {Key: "off-route", Enabled: false, Knowledge: &kc},
+		},
+		kbs:  map[string]bool{"faq": true, "policy": true},
+		docs: map[int64]coreclient.Document{},
+		runs: map[string]coreclient.Run{
+			runA:     {RunID: runA, SessionID: "sess-a", ClientAppID: "app-1", RouteKey: routeKey, Status: "context_ready"},
+			runB:     {RunID: runB, SessionID: "sess-a", ClientAppID: "app-1", RouteKey: routeKey, Status: "context_ready"},
+			runDone:  {RunID: runDone, SessionID: "sess-a", ClientAppID: "app-1", RouteKey: routeKey, Status: "completed", CompletedAt: &t0},
+			runPrep:  {RunID: runPrep, SessionID: "sess-a", ClientAppID: "app-1", RouteKey: routeKey, Status: "preparing"},
+			runOther: {RunID: runOther, SessionID: "sess-b", ClientAppID: "app-1", RouteKey: routeKey, Status: "context_ready"},
+		},
+		gate: map[string]error{},
+	}
+	e.cat.setDoc(coreclient.Document{DocMeta: coreclient.DocMeta{DocID: docRefund, KBID: "faq", Title: "退款规则"}, Content: refundContent})
+	e.cat.setDoc(coreclient.Document{DocMeta: coreclient.DocMeta{DocID: docShip, KBID: "faq", Title: "Shipping"}, Content: shipContent})
+	e.cat.setDoc(coreclient.Document{DocMeta: coreclient.DocMeta{DocID: docPolicy, KBID: "policy", Title: "Policy"}, Content: policyContent})
+	o := Options{Identity: e.id, Retriever: e.ret, Catalog: e.cat, Keys: testKeys(t), Now: e.clock}
+	for _, fn := range opts {
+		fn(&o)
+	}
+	svc, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.svc = svc
+	return e
+}
+
+// call invokes one endpoint and decodes a success body.
+func (e *env) call(endpoint, auth, route, body string) (map[string]any, []byte, *Error) {
+	e.t.Helper()
+	var (
+		out []byte
+		err error
+	)
+	ctx := context.Background()
+	switch endpoint {
+	case "capabilities":
+		out, err = e.svc.Capabilities(ctx, auth, route)
+	case "search":
+		out, err = e.svc.Search(ctx, auth, route, strings.NewReader(body))
+	case "read":
+		out, err = e.svc.Read(ctx, auth, route, strings.NewReader(body))
+	default:
+		e.t.Fatalf("unknown endpoint %q", endpoint)
+	}
+	if err != nil {
+		var ke *Error
+		if !errors.As(err, &ke) {
+			e.t.Fatalf("%s: got error of type %T (%v); want *Error", endpoint, err, err)
+		}
+		return nil, nil, ke
+	}
+	var m map[string]any
+	if jerr := json.Unmarshal(out, &m); jerr != nil {
+		e.t.Fatalf("%s: body is not JSON: %v: %s", endpoint, jerr, out)
+	}
+	return m, out, nil
+}
+
+// mustOK calls and fails the test on an *Error.
+func (e *env) mustOK(endpoint, auth, route, body string) map[string]any {
+	e.t.Helper()
+	m, _, ke := e.call(endpoint, auth, route, body)
+	if ke != nil {
+		e.t.Fatalf("%s %s: got error %d %s (%s); want success", endpoint, body, ke.Status, ke.Code, ke.Message)
+	}
+	return m
+}
+
+// refFor searches and returns the ref of the hint for docID.
+func (e *env) refFor(auth, route, runID string, docID int64) string {
+	e.t.Helper()
+	body := `{"query":"退款"}`
+	if runID != "" {
+		body = `{"query":"退款","run_id":"` + runID + `"}`
+	}
+	m := e.mustOK("search", auth, route, body)
+	title := e.cat.docs[docID].Title
+	for _, h := range m["hints"].([]any) {
+		hm := h.(map[string]any)
+		if hm["title"] == title {
+			return hm["ref"].(string)
+		}
+	}
+	e.t.Fatalf("no hint for doc %d in %v", docID, m)
+	return ""
+}
+
+func readBodyJSON(fields map[string]any) string {
+	b, err := json.Marshal(fields)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+// failingReader fails the test if anything reads it.
+type failingReader struct{ t testing.TB }
+
+func (r failingReader) Read([]byte) (int, error) {
+	r.t.Errorf("request body was read; want it untouched")
+	return 0, io.EOF
+}

@@ -1,0 +1,156 @@
+package knowledge
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are optional: every method is a no-op on a nil *metrics.
+type metrics struct {
+	requests  *prometheus.CounterVec   // endpoint, code
+	duration  *prometheus.HistogramVec // endpoint
+	kbCalls   *prometheus.CounterVec   // result
+	dropped   *prometheus.CounterVec   // reason
+	truncated *prometheus.CounterVec   // endpoint
+	readBytes prometheus.Counter
+}
+
+// Closed label sets.
+var (
+	endpointLabels = []string{"capabilities", "search", "read"}
+	codeLabels     = []string{statusOK, CodeInvalidRequest, CodeReferenceInvalid, CodeUnauthorized,
+		CodeRouteNotAllowed, CodeRouteUnavailable, CodeRunNotFound, CodeRunNotActive, CodeScopeChanged,
+		CodeKnowledgeChanged, CodeReferenceExpired, CodePayloadTooLarge, CodeRateLimited, CodeUnavailable, codeCoreGate}
+	kbResultLabels   = []string{"ok", "error", "timeout", "skipped"}
+	dropReasonLabels = []string{"stale_fragment", "not_ready", "kb_unavailable", "missing", "budget"}
+)
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	if reg == nil {
+		return nil, nil
+	}
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "knowledge_sidecar", Subsystem: "knowledge", Name: "requests_total",
+			Help: "Knowledge endpoint requests by endpoint and answer code (ok or error code).",
+		}, []string{"endpoint", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "knowledge_sidecar", Subsystem: "knowledge", Name: "request_duration_seconds",
+			Help:    "Time spent answering knowledge endpoint requests.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"endpoint"}),
+		kbCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "knowledge_sidecar", Subsystem: "knowledge", Name: "search_kb_calls_total",
+			Help: "Per-knowledge-base retrieval attempts during search by result.",
+		}, []string{"result"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "knowledge_sidecar", Subsystem: "knowledge", Name: "search_hits_dropped_total",
+			Help: "Search hits or hints dropped by reason.",
+		}, []string{"reason"}),
+		truncated: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "knowledge_sidecar", Subsystem: "knowledge", Name: "truncated_responses_total",
+			Help: "Responses shortened to fit a byte budget, by endpoint.",
+		}, []string{"endpoint"}),
+		readBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "knowledge_sidecar", Subsystem: "knowledge", Name: "read_content_bytes_total",
+			Help: "Document content bytes served by read pages.",
+		}),
+	}
+	var err error
+	m.requests, err = register(reg, m.requests)
+	if err != nil {
+		return nil, err
+	}
+	if m.duration, err = register(reg, m.duration); err != nil {
+		return nil, err
+	}
+	if m.kbCalls, err = register(reg, m.kbCalls); err != nil {
+		return nil, err
+	}
+	if m.dropped, err = register(reg, m.dropped); err != nil {
+		return nil, err
+	}
+	if m.truncated, err = register(reg, m.truncated); err != nil {
+		return nil, err
+	}
+	if m.readBytes, err = register(reg, m.readBytes); err != nil {
+		return nil, err
+	}
+	// Pre-create the closed label sets so dashboards see zeros.
+	for _, e := range endpointLabels {
+		m.duration.WithLabelValues(e)
+		m.truncated.WithLabelValues(e)
+		for _, c := range codeLabels {
+			m.requests.WithLabelValues(e, c)
+		}
+	}
+	for _, r := range kbResultLabels {
+		m.kbCalls.WithLabelValues(r)
+	}
+	for _, r := range dropReasonLabels {
+		m.dropped.WithLabelValues(r)
+	}
+	return m, nil
+}
+
+// register registers c, or reuses an identical collector already registered
+// (two Services on one registry share their metrics).
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing, nil
+			}
+		}
+		return c, err
+	}
+	return c, nil
+}
+
+func (m *metrics) observe(endpoint string, err error, seconds float64) {
+	if m == nil {
+		return
+	}
+	code := statusOK
+	if err != nil {
+		code = CodeUnavailable
+		var ke *Error
+		if errors.As(err, &ke) {
+			code = codeCoreGate
+			for _, c := range codeLabels {
+				if c == ke.Code {
+					code = c
+					break
+				}
+			}
+		}
+	}
+	m.requests.WithLabelValues(endpoint, code).Inc()
+	m.duration.WithLabelValues(endpoint).Observe(seconds)
+}
+
+func (m *metrics) kbCall(result string) {
+	if m != nil {
+		m.kbCalls.WithLabelValues(result).Inc()
+	}
+}
+
+func (m *metrics) drop(reason string, n int) {
+	if m != nil && n > 0 {
+		m.dropped.WithLabelValues(reason).Add(float64(n))
+	}
+}
+
+func (m *metrics) truncate(endpoint string) {
+	if m != nil {
+		m.truncated.WithLabelValues(endpoint).Inc()
+	}
+}
+
+func (m *metrics) served(n int) {
+	if m != nil {
+		m.readBytes.Add(float64(n))
+	}
+}

@@ -1,0 +1,122 @@
+package knowledge
+
+import (
+	"context"
+	"errors"
+	"io"
+	"slices"
+	"time"
+)
+
+// Read answers POST …/knowledge/read (SPEC §6). Every page re-checks
+// identity, route, run, scope revision, KB state and the document's
+// revision; a changed document is 409 knowledge_changed, never a newer body
+// under an old reference.
+func (s *Service) Read(ctx context.Context, authorization, route string, body io.Reader) (out []byte, err error) {
+	start := time.Now()
+	defer func() { s.m.observe("read", err, time.Since(start).Seconds()) }()
+
+	a, err := s.admit(ctx, authorization, route, false)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := readBody(body)
+	if err != nil {
+		return nil, err
+	}
+	req, err := parseRead(raw)
+	if err != nil {
+		return nil, err
+	}
+	// MAC.
+	rc, err := s.keys.OpenRef(req.ref)
+	if err != nil {
+		return nil, errRefInvalid(err)
+	}
+	var cc CursorClaims
+	if req.hasCursor {
+		if cc, err = s.keys.OpenCursor(req.cursor); err != nil {
+			return nil, errRefInvalid(err)
+		}
+	}
+	// Expiry.
+	now := s.now()
+	if expired(rc.Expiry, now) || req.hasCursor && expired(cc.Expiry, now) {
+		return nil, errRefExpired()
+	}
+	// Binding.
+	if rc.Binding != s.binding(a, req.runID).Digest() {
+		return nil, errRefInvalid(errors.New("reference bound to another identity, route or run"))
+	}
+	if req.hasCursor && cc.RefDigest != RefDigest(req.ref) {
+		return nil, errRefInvalid(errors.New("cursor continues another reference"))
+	}
+	// Run.
+	if req.runID != "" {
+		if err := s.checkRun(ctx, req.runID, a); err != nil {
+			return nil, err
+		}
+	}
+	// Scope.
+	scope := ScopeRevision(a.route.Key, a.route.Knowledge)
+	if scope != rc.ScopeRevision || a.route.Knowledge == nil {
+		return nil, errScopeChanged()
+	}
+	// Document.
+	if !slices.Contains(a.route.Knowledge.KBIDs, rc.KBID) {
+		return nil, errKnowledgeChanged(errors.New("knowledge base not in route"))
+	}
+	flags, err := s.catalog.KBEnabled(ctx, []string{rc.KBID})
+	if err != nil {
+		return nil, classifyCore(err, nil)
+	}
+	if !flags[rc.KBID] {
+		return nil, errKnowledgeChanged(errors.New("knowledge base disabled or removed"))
+	}
+	doc, err := s.catalog.Document(ctx, rc.DocID, []string{rc.KBID})
+	if err != nil {
+		return nil, classifyCore(err, errKnowledgeChanged(nil))
+	}
+	if doc.Status != docReady || doc.KBID != rc.KBID || doc.DocID != rc.DocID || docRevision(doc) != rc.DocRevision {
+		return nil, errKnowledgeChanged(errors.New("document not ready or revised"))
+	}
+	page := ReadPage{
+		Route: a.route.Key, RunID: req.runID, ScopeRevision: scope, Ref: req.ref,
+		Revision: rc.DocRevision, Title: doc.Title, Content: doc.Content,
+	}
+	if req.hasCursor {
+		off, served := cc.NextOffset, cc.Served
+		if off >= int64(len(doc.Content)) || served >= ReadChainMaxBytes ||
+			boundaryAtOrBefore(doc.Content, int(off)) != int(off) {
+			return nil, errRefInvalid(errors.New("cursor position does not fit the document"))
+		}
+		page.Offset, page.Served = int(off), int(served)
+	}
+	plan, ok := page.Plan(req.maxBytes, s.keys.cursorLen())
+	if !ok {
+		return nil, errInvalid("max_bytes is too small for this document; use a larger value.")
+	}
+	var cursor string
+	n := plan.End - page.Offset
+	if plan.More {
+		cursor, err = s.keys.SealCursor(CursorClaims{
+			Expiry:     now.Add(ReferenceTTL).Truncate(time.Second),
+			RefDigest:  RefDigest(req.ref),
+			NextOffset: int64(plan.End),
+			Served:     int64(page.Served + n),
+		})
+		if err != nil {
+			return nil, errUnavailable(err)
+		}
+	}
+	out = page.AppendJSON(make([]byte, 0, req.maxBytes), plan, cursor)
+	s.m.served(n)
+	if plan.Truncated() {
+		s.m.truncate("read")
+	}
+	return out, nil
+}
+
+// expired reports whether a reference or cursor with this expiry is older
+// than its lifetime at now (valid through the expiry second itself).
+func expired(expiry, now time.Time) bool { return now.Unix() > expiry.Unix() }

@@ -1,0 +1,204 @@
+package knowledge
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/bailinghub/knowledge-sidecar/coreclient"
+)
+
+type readResp struct {
+	SchemaVersion   string  `json:"schema_version"`
+	Route           string  `json:"route"`
+	RunID           *string `json:"run_id"`
+	Scope           string  `json:"knowledge_scope_revision"`
+	Ref             string  `json:"ref"`
+	Revision        string  `json:"revision"`
+	Title           string  `json:"title"`
+	Content         string  `json:"content"`
+	Trust           string  `json:"trust"`
+	NextCursor      *string `json:"next_cursor"`
+	Truncated       bool    `json:"truncated"`
+	BudgetExhausted bool    `json:"budget_exhausted"`
+	Total           int     `json:"total_content_bytes"`
+	ChainMax        int     `json:"read_chain_max_bytes"`
+}
+
+func (e *env) readPage(body string) (readResp, []byte) {
+	e.t.Helper()
+	_, raw, ke := e.call("read", tokA, routeKey, body)
+	if ke != nil {
+		e.t.Fatalf("read: got %d %s (%s); want success", ke.Status, ke.Code, ke.Message)
+	}
+	var r readResp
+	if err := json.Unmarshal(raw, &r); err != nil {
+		e.t.Fatal(err)
+	}
+	return r, raw
+}
+
+func TestReadResponseShape(t *testing.T) {
+	e := newEnv(t)
+	ref := e.refFor(tokA, routeKey, runA, docRefund)
+	r, raw := e.readPage(`{"ref":"` + ref + `","run_id":"` + runA + `"}`)
+	wantPrefix := `{"schema_version":"bailing.agent-knowledge-read.v1","route":"order-assistant","run_id":"` + runA +
+		`","knowledge_scope_revision":"` + ScopeRevision(routeKey, &defaultKBConfg) + `","ref":"` + ref +
+		`","revision":"` + ComputeRevision("退款规则", refundContent) + `","title":"退款规则","content":`
+	if !strings.HasPrefix(string(raw), wantPrefix) {
+		t.Fatalf("body %s; want prefix %s", raw, wantPrefix)
+	}
+	wantSuffix := `,"trust":"reference_only","next_cursor":null,"truncated":false,"budget_exhausted":false,"total_content_bytes":150,"read_chain_max_bytes":131072}`
+	if !strings.HasSuffix(string(raw), wantSuffix) {
+		t.Fatalf("body %s; want suffix %s", raw, wantSuffix)
+	}
+	if r.Content != refundContent || r.Total != len(refundContent) {
+		t.Fatalf("content %q total %d; want the whole current document (%d bytes, images kept)", r.Content, r.Total, len(refundContent))
+	}
+	r, _ = e.readPage(`{"ref":"` + e.refFor(tokA, routeKey, "", docRefund) + `"}`)
+	if r.RunID != nil {
+		t.Fatalf("run_id %v present without being given", *r.RunID)
+	}
+}
+
+// TestReadChainThroughService pages a 300 000-character adversarial
+// document through the Service with each max_bytes, checking the body
+// bound, the concatenation and the 131072-byte chain budget.
+func TestReadChainThroughService(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	doc := string([]rune(nastyString(r, 1_200_000))[:300_000])
+	small := nastyString(r, 9000)
+	for _, tc := range []struct {
+		name     string
+		content  string
+		maxBytes string
+	}{
+		{"300k doc default max_bytes", doc, ""},
+		{"300k doc 4096", doc, `,"max_bytes":4096`},
+		{"300k doc 32768", doc, `,"max_bytes":32768`},
+		{"9k doc 4096", small, `,"max_bytes":4096`},
+		{"empty doc", "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			d := e.cat.docs[docRefund]
+			d.Content = tc.content
+			e.cat.setDoc(d)
+			e.ret.hits["faq"] = []coreclient.Hit{{KBID: "faq", DocID: docRefund, Content: "", Score: 0.9}}
+			ref := e.refFor(tokA, routeKey, "", docRefund)
+			limit := ReadDefaultBytes
+			if tc.maxBytes != "" {
+				_ = json.Unmarshal([]byte(tc.maxBytes[len(`,"max_bytes":`):]), &limit)
+			}
+			var got strings.Builder
+			body := `{"ref":"` + ref + `"` + tc.maxBytes + `}`
+			for page := 0; ; page++ {
+				e.advance(time.Second / 10) // stay under the per-session rate limit
+				p, raw := e.readPage(body)
+				if len(raw) > limit {
+					t.Fatalf("page %d: %d bytes; want ≤ %d", page, len(raw), limit)
+				}
+				if !utf8.ValidString(p.Content) || p.Total != len(tc.content) || p.ChainMax != ReadChainMaxBytes {
+					t.Fatalf("page %d: invalid UTF-8 or wrong totals", page)
+				}
+				got.WriteString(p.Content)
+				if got.Len() > ReadChainMaxBytes {
+					t.Fatalf("served %d bytes; want ≤ %d", got.Len(), ReadChainMaxBytes)
+				}
+				if p.NextCursor == nil {
+					if len(tc.content) > ReadChainMaxBytes {
+						if !p.Truncated || !p.BudgetExhausted {
+							t.Fatalf("last page of a long doc: truncated=%v exhausted=%v; want true,true", p.Truncated, p.BudgetExhausted)
+						}
+					} else if p.Truncated || p.BudgetExhausted || got.String() != tc.content {
+						t.Fatalf("final page: truncated=%v exhausted=%v complete=%v; want false,false,true", p.Truncated, p.BudgetExhausted, got.String() == tc.content)
+					}
+					break
+				}
+				if !p.Truncated || p.BudgetExhausted || len(*p.NextCursor) > MaxTokenLen {
+					t.Fatalf("non-final page: truncated=%v exhausted=%v; want true,false", p.Truncated, p.BudgetExhausted)
+				}
+				body = `{"ref":"` + ref + `","cursor":"` + *p.NextCursor + `"` + tc.maxBytes + `}`
+			}
+			if !strings.HasPrefix(tc.content, got.String()) {
+				t.Fatalf("pages do not concatenate to the document prefix")
+			}
+			if len(tc.content) > ReadChainMaxBytes && got.Len() < ReadChainMaxBytes-utf8.UTFMax {
+				t.Fatalf("chain stopped at %d bytes; want ≈ %d", got.Len(), ReadChainMaxBytes)
+			}
+		})
+	}
+}
+
+// TestReadNeverServesNewerBody: a document edited mid-chain answers 409 on
+// the next page, with the cursor as well as without it.
+func TestReadNeverServesNewerBody(t *testing.T) {
+	e := newEnv(t)
+	d := e.cat.docs[docRefund]
+	d.Content = strings.Repeat("旧内容。", 4000)
+	e.cat.setDoc(d)
+	e.ret.hits["faq"] = []coreclient.Hit{{KBID: "faq", DocID: docRefund, Content: "旧内容。", Score: 0.9}}
+	ref := e.refFor(tokA, routeKey, "", docRefund)
+	p, _ := e.readPage(`{"ref":"` + ref + `","max_bytes":4096}`)
+	if p.NextCursor == nil {
+		t.Fatalf("want a multi-page document")
+	}
+	d.Content = strings.Repeat("新内容。", 4000)
+	e.cat.setDoc(d)
+	for _, body := range []string{
+		`{"ref":"` + ref + `","cursor":"` + *p.NextCursor + `"}`,
+		`{"ref":"` + ref + `"}`,
+	} {
+		_, _, ke := e.call("read", tokA, routeKey, body)
+		if ke == nil || ke.Code != CodeKnowledgeChanged {
+			t.Fatalf("got %v; want 409 knowledge_changed", ke)
+		}
+	}
+}
+
+// TestReadCursorRules: a cursor continues only its own ref, and a cursor
+// pointing outside the document is refused.
+func TestReadCursorRules(t *testing.T) {
+	e := newEnv(t)
+	ref := e.refFor(tokA, routeKey, "", docRefund)
+	for _, tc := range []struct {
+		name   string
+		offset int64
+		served int64
+	}{
+		{"past the end", int64(len(refundContent)) + 1, 0},
+		{"at the end", int64(len(refundContent)), 0},
+		{"inside a character", 3, 3}, // "# 退" : byte 3 is inside 退
+		{"chain already spent", 0, ReadChainMaxBytes},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cur, _ := e.svc.keys.SealCursor(CursorClaims{Expiry: e.clock().Add(ReferenceTTL), RefDigest: RefDigest(ref), NextOffset: tc.offset, Served: tc.served})
+			_, _, ke := e.call("read", tokA, routeKey, `{"ref":"`+ref+`","cursor":"`+cur+`"}`)
+			if ke == nil || ke.Code != CodeReferenceInvalid {
+				t.Fatalf("got %v; want knowledge_reference_invalid", ke)
+			}
+		})
+	}
+	t.Run("valid mid-document cursor", func(t *testing.T) {
+		cur := cursorOf(e, ref, 2)
+		p, _ := e.readPage(`{"ref":"` + ref + `","cursor":"` + cur + `"}`)
+		if p.Content != refundContent[2:] {
+			t.Fatalf("content %q; want the rest from byte 2", p.Content)
+		}
+	})
+}
+
+func TestReadDefaultMaxBytes(t *testing.T) {
+	e := newEnv(t)
+	d := e.cat.docs[docRefund]
+	d.Content = strings.Repeat("x", 100000)
+	e.cat.setDoc(d)
+	e.ret.hits["faq"] = []coreclient.Hit{{KBID: "faq", DocID: docRefund, Content: "xxx", Score: 0.9}}
+	_, raw := e.readPage(`{"ref":"` + e.refFor(tokA, routeKey, "", docRefund) + `"}`)
+	if len(raw) != ReadDefaultBytes {
+		t.Fatalf("page of an ASCII document is %d bytes; want exactly the default %d", len(raw), ReadDefaultBytes)
+	}
+}

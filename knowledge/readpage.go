@@ -1,0 +1,128 @@
+package knowledge
+
+import (
+	"strconv"
+)
+
+// ReadPage is one read response before serialization (SPEC §6).
+type ReadPage struct {
+	Route         string
+	RunID         string // omitted from the body when empty
+	ScopeRevision string
+	Ref           string
+	Revision      string
+	Title         string
+	Content       string // the whole current document content
+	Offset        int    // byte offset where this page starts (a character boundary)
+	Served        int    // content bytes already served along this reference's chain
+}
+
+// PagePlan is where a page ends and how it continues.
+type PagePlan struct {
+	End             int  // the page's content is Content[Offset:End]
+	More            bool // a next_cursor follows (truncated: true)
+	BudgetExhausted bool // the chain budget ended the read before the document did
+}
+
+// Truncated reports whether the page stops before the end of the document.
+func (p PagePlan) Truncated() bool { return p.More || p.BudgetExhausted }
+
+// Plan chooses the longest continuation of the content such that the whole
+// body, serialized by AppendJSON with a next_cursor of cursorLen bytes when
+// one is needed, is at most maxBytes, never splitting a character and never
+// serving more than ReadChainMaxBytes content bytes along the chain. ok is
+// false when not even one character fits (only possible with a pathological
+// title and a small maxBytes). The cost is linear in the page size.
+func (p *ReadPage) Plan(maxBytes, cursorLen int) (plan PagePlan, ok bool) {
+	rest := p.Content[p.Offset:]
+	chainRoom := ReadChainMaxBytes - p.Served
+	fixed := p.fixedLen()
+	if len(rest) <= chainRoom {
+		// The final page: the whole rest, with next_cursor null.
+		room := maxBytes - fixed - len("null") - len("false") - len("false")
+		if room >= 0 {
+			if n, _ := FitPrefix(rest, room); n == len(rest) {
+				return PagePlan{End: len(p.Content)}, true
+			}
+		}
+	}
+	limit := boundaryAtOrBefore(p.Content, p.Offset+min(len(rest), max(chainRoom, 0))) - p.Offset
+	room := maxBytes - fixed - (cursorLen + 2) - len("true") - len("false")
+	n := 0
+	if room >= 0 {
+		n, _ = FitPrefix(rest[:limit], room)
+	}
+	if n == limit && limit < len(rest) {
+		// The chain budget, not the body, ends this page.
+		room = maxBytes - fixed - len("null") - len("true") - len("true")
+		if room < 0 {
+			return PagePlan{}, false
+		}
+		return PagePlan{End: p.Offset + n, BudgetExhausted: true}, true
+	}
+	if n == 0 {
+		return PagePlan{}, false
+	}
+	return PagePlan{End: p.Offset + n, More: true}, true
+}
+
+// fixedLen is the body size without the content characters (its quotes
+// included) and without the next_cursor/truncated/budget_exhausted values.
+func (p *ReadPage) fixedLen() int {
+	return len(p.appendHead(nil)) + 2 + len(p.appendTail(nil, PagePlan{}, "", true))
+}
+
+// AppendJSON appends the response body for plan, with keys in protocol
+// order: schema_version, route, run_id (only when set),
+// knowledge_scope_revision, ref, revision, title, content, trust,
+// next_cursor, truncated, budget_exhausted, total_content_bytes,
+// read_chain_max_bytes. cursor is the next_cursor when plan.More.
+func (p *ReadPage) AppendJSON(b []byte, plan PagePlan, cursor string) []byte {
+	b = p.appendHead(b)
+	b = AppendJSONString(b, p.Content[p.Offset:plan.End])
+	return p.appendTail(b, plan, cursor, false)
+}
+
+func (p *ReadPage) appendHead(b []byte) []byte {
+	b = append(b, `{"schema_version":"bailing.agent-knowledge-read.v1","route":`...)
+	b = AppendJSONString(b, p.Route)
+	if p.RunID != "" {
+		b = append(b, `,"run_id":`...)
+		b = AppendJSONString(b, p.RunID)
+	}
+	b = append(b, `,"knowledge_scope_revision":`...)
+	b = AppendJSONString(b, p.ScopeRevision)
+	b = append(b, `,"ref":`...)
+	b = AppendJSONString(b, p.Ref)
+	b = append(b, `,"revision":`...)
+	b = AppendJSONString(b, p.Revision)
+	b = append(b, `,"title":`...)
+	b = AppendJSONString(b, p.Title)
+	return append(b, `,"content":`...)
+}
+
+// appendTail writes everything after content; with valuesOmitted the three
+// plan-dependent values are left out (for measuring).
+func (p *ReadPage) appendTail(b []byte, plan PagePlan, cursor string, valuesOmitted bool) []byte {
+	b = append(b, `,"trust":"reference_only","next_cursor":`...)
+	if !valuesOmitted {
+		if plan.More {
+			b = AppendJSONString(b, cursor)
+		} else {
+			b = append(b, "null"...)
+		}
+	}
+	b = append(b, `,"truncated":`...)
+	if !valuesOmitted {
+		b = appendBool(b, plan.Truncated())
+	}
+	b = append(b, `,"budget_exhausted":`...)
+	if !valuesOmitted {
+		b = appendBool(b, plan.BudgetExhausted)
+	}
+	b = append(b, `,"total_content_bytes":`...)
+	b = strconv.AppendInt(b, int64(len(p.Content)), 10)
+	b = append(b, `,"read_chain_max_bytes":`...)
+	b = strconv.AppendInt(b, ReadChainMaxBytes, 10)
+	return append(b, '}')
+}

@@ -1,0 +1,315 @@
+package knowledge
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"log/slog"
+	"math"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bailinghub/knowledge-sidecar/coreclient"
+)
+
+const (
+	maxRetrievalTopK = 20
+	// SummaryMaxBytes bounds a hint summary before the body budget is
+	// applied: an extractive excerpt of at most this many UTF-8 bytes.
+	SummaryMaxBytes = 600
+	// summarySeparator joins excerpts of several hit chunks of one document.
+	summarySeparator = " … "
+	// tinyMinScore replaces a configured min_score of 0, which Core's
+	// /kb/search would silently turn into 0.35 (CORE_FACTS §5.2).
+	tinyMinScore = 1e-9
+	docReady     = "ready"
+)
+
+// Search answers POST …/knowledge/search (SPEC §4).
+func (s *Service) Search(ctx context.Context, authorization, route string, body io.Reader) (out []byte, err error) {
+	start := time.Now()
+	defer func() { s.m.observe("search", err, time.Since(start).Seconds()) }()
+
+	a, err := s.admit(ctx, authorization, route, false)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := readBody(body)
+	if err != nil {
+		return nil, err
+	}
+	req, err := parseSearch(raw)
+	if err != nil {
+		return nil, err
+	}
+	if req.runID != "" {
+		if err := s.checkRun(ctx, req.runID, a); err != nil {
+			return nil, err
+		}
+	}
+	res := SearchBody{
+		Route: a.route.Key, RunID: req.runID,
+		ScopeRevision: ScopeRevision(a.route.Key, a.route.Knowledge),
+		Status:        StatusDisabled,
+	}
+	kc := a.route.Knowledge
+	if kc == nil {
+		return res.body(), nil
+	}
+	kbs := uniqueStrings(kc.KBIDs)
+	flags, err := s.catalog.KBEnabled(ctx, kbs)
+	if err != nil {
+		return nil, classifyCore(err, nil)
+	}
+	var searchable []string
+	for _, id := range kbs {
+		if flags[id] {
+			searchable = append(searchable, id)
+		} else {
+			s.m.kbCall("skipped")
+		}
+	}
+	answers := s.retrieve(ctx, searchable, req.query, retrievalTopK(kc.TopK, req.limit), kc.MinScore)
+	answered := 0
+	for _, ans := range answers {
+		if ans.err == nil {
+			answered++
+		}
+	}
+	switch {
+	case answered == len(kbs):
+		res.Status = StatusOK
+	case answered == 0:
+		res.Status = StatusUnavailable
+	default:
+		res.Status = StatusPartial
+	}
+	groups, err := s.rank(ctx, answers, flags, searchable, kc.MinScore, req.limit)
+	if err != nil {
+		return nil, err
+	}
+	now := s.now()
+	expiry := now.Add(ReferenceTTL).Truncate(time.Second)
+	bind := s.binding(a, req.runID).Digest()
+	for _, g := range groups {
+		rev := docRevision(g.doc)
+		ref, err := s.keys.SealRef(RefClaims{
+			Expiry: expiry, Binding: bind, ScopeRevision: res.ScopeRevision,
+			DocRevision: rev, DocID: g.doc.DocID, KBID: g.doc.KBID,
+		})
+		if err != nil {
+			return nil, errUnavailable(err)
+		}
+		res.Hints = append(res.Hints, Hint{
+			Ref: ref, Title: g.doc.Title, Summary: summarize(g.chunks), Revision: rev,
+			Score: g.score, ExpiresAt: expiry,
+		})
+	}
+	before := len(res.Hints)
+	res.Fit(SearchMaxBytes)
+	s.m.drop("budget", before-len(res.Hints))
+	if res.Truncated {
+		s.m.truncate("search")
+	}
+	return res.body(), nil
+}
+
+// retrievalTopK is k = max(route top_k, 4 × limit) capped at 20.
+func retrievalTopK(topK, limit int) int {
+	return min(max(topK, 4*limit), maxRetrievalTopK)
+}
+
+type kbAnswer struct {
+	kb   string
+	hits []coreclient.Hit
+	err  error
+}
+
+// retrieve runs one Core search per KB concurrently, each with its own
+// timeout.
+func (s *Service) retrieve(ctx context.Context, kbs []string, query string, topK int, minScore float64) []kbAnswer {
+	if minScore == 0 {
+		minScore = tinyMinScore
+	}
+	answers := make([]kbAnswer, len(kbs))
+	var wg sync.WaitGroup
+	for i, kb := range kbs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, s.timeout)
+			defer cancel()
+			hits, err := s.retriever.SearchKB(cctx, kb, query, topK, minScore)
+			answers[i] = kbAnswer{kb: kb, hits: hits, err: err}
+			switch {
+			case err == nil:
+				s.m.kbCall("ok")
+			case errors.Is(err, context.DeadlineExceeded):
+				s.m.kbCall("timeout")
+			default:
+				s.m.kbCall("error")
+			}
+			if err != nil {
+				s.log.LogAttrs(ctx, slog.LevelWarn, "knowledge base search failed",
+					slog.String("kb_id", kb), slog.String("error_class", errorClass(err)))
+			}
+		}()
+	}
+	wg.Wait()
+	return answers
+}
+
+type docGroup struct {
+	doc    coreclient.Document
+	score  float64
+	chunks []string // current hit chunk texts, best first
+}
+
+// rank merges hits by score, keeps each document's best surviving rank,
+// re-checks every hit against the current document and returns at most
+// limit documents.
+func (s *Service) rank(ctx context.Context, answers []kbAnswer, flags map[string]bool, fence []string, minScore float64, limit int) ([]docGroup, error) {
+	var hits []coreclient.Hit
+	for _, ans := range answers {
+		if ans.err != nil {
+			continue
+		}
+		for _, h := range ans.hits {
+			if h.KBID == "" {
+				h.KBID = ans.kb
+			}
+			if h.KBID != ans.kb || h.DocID <= 0 || math.IsNaN(h.Score) || math.IsInf(h.Score, 0) || h.Score < minScore {
+				continue
+			}
+			hits = append(hits, h)
+		}
+	}
+	if len(hits) == 0 {
+		return nil, nil
+	}
+	sort.SliceStable(hits, func(i, j int) bool { return hits[i].Score > hits[j].Score })
+	var ids []int64
+	seen := map[int64]bool{}
+	for _, h := range hits {
+		if !seen[h.DocID] {
+			seen[h.DocID] = true
+			ids = append(ids, h.DocID)
+		}
+	}
+	docs, err := s.catalog.Documents(ctx, ids, fence)
+	if err != nil {
+		return nil, classifyCore(err, nil)
+	}
+	var groups []docGroup
+	index := map[int64]int{}
+	normalized := map[int64]string{}
+	for _, h := range hits {
+		gi, grouped := index[h.DocID]
+		if !grouped && len(groups) >= limit {
+			continue
+		}
+		doc, ok := docs[h.DocID]
+		switch {
+		case !ok:
+			s.m.drop("missing", 1)
+			continue
+		case doc.Status != docReady:
+			s.m.drop("not_ready", 1)
+			continue
+		case doc.KBID != h.KBID || !flags[doc.KBID]:
+			s.m.drop("kb_unavailable", 1)
+			continue
+		}
+		norm, ok := normalized[h.DocID]
+		if !ok {
+			norm = normalizeForMatch(doc.Content)
+			normalized[h.DocID] = norm
+		}
+		if !strings.Contains(norm, normalizeForMatch(h.Content)) {
+			s.m.drop("stale_fragment", 1)
+			continue
+		}
+		if grouped {
+			groups[gi].chunks = append(groups[gi].chunks, h.Content)
+			continue
+		}
+		index[h.DocID] = len(groups)
+		groups = append(groups, docGroup{doc: doc, score: h.Score, chunks: []string{h.Content}})
+	}
+	return groups, nil
+}
+
+// summarize is the bounded extractive excerpt of a document's hit chunks:
+// each chunk whitespace-collapsed, joined by " … ", cut on a character
+// boundary at SummaryMaxBytes.
+func summarize(chunks []string) string {
+	var b strings.Builder
+	for _, c := range chunks {
+		c = collapseSpace(c)
+		if c == "" {
+			continue
+		}
+		if b.Len() > 0 {
+			if b.Len()+len(summarySeparator) >= SummaryMaxBytes {
+				break
+			}
+			b.WriteString(summarySeparator)
+		}
+		b.WriteString(c)
+		if b.Len() >= SummaryMaxBytes {
+			break
+		}
+	}
+	return cutBytes(b.String(), SummaryMaxBytes)
+}
+
+// docRevision is the catalog's revision when well-formed, else computed.
+func docRevision(d coreclient.Document) string {
+	if _, err := decodeRevision(d.Revision); err == nil {
+		return d.Revision
+	}
+	return ComputeRevision(d.Title, d.Content)
+}
+
+// ComputeRevision is SHA-256 hex of title + "\x00" + content (SPEC §4).
+func ComputeRevision(title, content string) string {
+	h := sha256.New()
+	h.Write([]byte(title))
+	h.Write([]byte{0})
+	h.Write([]byte(content))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func uniqueStrings(in []string) []string {
+	out := make([]string, 0, len(in))
+	seen := map[string]bool{}
+	for _, s := range in {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// errorClass names an error's class for logs without its text.
+func errorClass(err error) string {
+	switch {
+	case errors.Is(err, coreclient.ErrBreakerOpen):
+		return "breaker_open"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.Is(err, coreclient.ErrUnavailable):
+		return "unavailable"
+	case errors.Is(err, coreclient.ErrUnauthorized):
+		return "unauthorized"
+	default:
+		return "other"
+	}
+}

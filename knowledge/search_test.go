@@ -1,0 +1,393 @@
+package knowledge
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/bailinghub/knowledge-sidecar/coreclient"
+)
+
+func hintsOf(t *testing.T, m map[string]any) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, h := range m["hints"].([]any) {
+		out = append(out, h.(map[string]any))
+	}
+	return out
+}
+
+func titles(hs []map[string]any) string {
+	var s []string
+	for _, h := range hs {
+		s = append(s, h["title"].(string))
+	}
+	return strings.Join(s, ",")
+}
+
+func TestSearchResponseShape(t *testing.T) {
+	e := newEnv(t)
+	_, raw, ke := e.call("search", tokA, routeKey, `{"query":"退款","run_id":"`+strings.ToUpper(runA)+`"}`)
+	if ke != nil {
+		t.Fatal(ke)
+	}
+	// Keys in protocol order, run_id canonical lowercase.
+	wantPrefix := `{"schema_version":"bailing.agent-knowledge-search.v1","route":"order-assistant","run_id":"` + runA +
+		`","knowledge_scope_revision":"` + ScopeRevision(routeKey, &defaultKBConfg) + `","trust":"reference_only","status":"ok","hints":[{"ref":"kr1.`
+	if !strings.HasPrefix(string(raw), wantPrefix) {
+		t.Fatalf("body starts %.300s; want %s", raw, wantPrefix)
+	}
+	if !strings.HasSuffix(string(raw), `],"truncated":false}`) {
+		t.Fatalf("body ends %s; want truncated last", raw[len(raw)-40:])
+	}
+	var m map[string]json.RawMessage
+	_ = json.Unmarshal(raw, &m)
+	var hints []map[string]json.RawMessage
+	_ = json.Unmarshal(m["hints"], &hints)
+	for _, h := range hints {
+		var keys []string
+		for k := range h {
+			keys = append(keys, k)
+		}
+		if len(h) != 6 {
+			t.Fatalf("hint keys %v; want exactly ref,title,summary,revision,score,expires_at", keys)
+		}
+		for _, k := range []string{"ref", "title", "summary", "revision", "score", "expires_at"} {
+			if _, ok := h[k]; !ok {
+				t.Fatalf("hint lacks %q", k)
+			}
+		}
+	}
+	// Hint order and contents.
+	got := e.mustOK("search", tokA, routeKey, `{"query":"退款"}`)
+	if _, has := got["run_id"]; has {
+		t.Fatalf("run_id present without being given")
+	}
+	hs := hintsOf(t, got)
+	if titles(hs) != "退款规则,Policy,Shipping" {
+		t.Fatalf("titles %s; want merged by score across KBs, one per doc", titles(hs))
+	}
+	first := hs[0]
+	if first["revision"] != ComputeRevision("退款规则", refundContent) {
+		t.Errorf("revision %v; want sha256(title NUL content)", first["revision"])
+	}
+	if first["score"] != 0.82 {
+		t.Errorf("score %v; want Core's 0.82 as returned", first["score"])
+	}
+	if first["expires_at"] != "2026-09-01T12:05:00Z" {
+		t.Errorf("expires_at %v; want issue + 300 s in RFC 3339 UTC", first["expires_at"])
+	}
+	if s := first["summary"].(string); s != "# 退款规则 退款窗口设为0时，订单不可退款。 … [图：流程图] 超过窗口的退款需要主管审批。" {
+		t.Errorf("summary %q; want both hit chunks, whitespace-collapsed, best first", s)
+	}
+}
+
+func TestSearchRetrievalCalls(t *testing.T) {
+	tests := []struct {
+		name     string
+		topK     int
+		minScore float64
+		limit    string
+		wantK    int
+		wantMin  float64
+	}{
+		{"default limit", 5, 0.35, "", 12, 0.35},
+		{"limit 1 uses top_k", 5, 0.5, `,"limit":1`, 5, 0.5},
+		{"large top_k", 15, 0.35, `,"limit":3`, 15, 0.35},
+		{"top_k 20 cap", 20, 0.9, "", 20, 0.9},
+		{"unnormalized top_k capped at 20", 30, 0.9, "", 20, 0.9},
+		{"min_score 0 is not raised to Core's 0.35", 5, 0, `,"limit":2`, 8, tinyMinScore},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.cat.edit(func(c *fakeCatalog) {
+				k := *c.routes[routeKey].Knowledge
+				k.TopK, k.MinScore = tc.topK, tc.minScore
+				c.routes[routeKey] = coreclient.Route{Key: routeKey, Enabled: true, Knowledge: &k}
+			})
+			e.mustOK("search", tokA, routeKey, `{"query":" 退款 "`+tc.limit+`}`)
+			calls := e.ret.callList()
+			if len(calls) != 2 {
+				t.Fatalf("got %d Core calls; want one per KB (2)", len(calls))
+			}
+			seen := map[string]bool{}
+			for _, c := range calls {
+				seen[c.KB] = true
+				if c.TopK != tc.wantK || c.MinScore != tc.wantMin || c.Query != " 退款 " {
+					t.Fatalf("call %+v; want top_k %d min_score %v and the query as given", c, tc.wantK, tc.wantMin)
+				}
+			}
+			if !seen["faq"] || !seen["policy"] {
+				t.Fatalf("searched %v; want faq and policy", seen)
+			}
+		})
+	}
+}
+
+func TestSearchHitsBelowRouteThresholdAreDropped(t *testing.T) {
+	e := newEnv(t)
+	e.cat.edit(func(c *fakeCatalog) {
+		k := *c.routes[routeKey].Knowledge
+		k.MinScore = 0.65
+		c.routes[routeKey] = coreclient.Route{Key: routeKey, Enabled: true, Knowledge: &k}
+	})
+	hs := hintsOf(t, e.mustOK("search", tokA, routeKey, `{"query":"x"}`))
+	if titles(hs) != "退款规则,Policy" {
+		t.Fatalf("titles %s; want only hits ≥ 0.65 (Core may ignore thresholds)", titles(hs))
+	}
+}
+
+func TestSearchConcurrentPerKB(t *testing.T) {
+	e := newEnv(t)
+	var barrier sync.WaitGroup
+	barrier.Add(2) // both KB calls must be in flight at once
+	e.ret.barrier = &barrier
+	m := e.mustOK("search", tokA, routeKey, `{"query":"x"}`)
+	if m["status"] != StatusOK {
+		t.Fatalf("status %v; want ok (calls ran concurrently)", m["status"])
+	}
+}
+
+func TestSearchPerKBTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, func(o *Options) { o.RetrievalTimeout = 2 * time.Second })
+		e.ret.hang["policy"] = true
+		start := time.Now()
+		m := e.mustOK("search", tokA, routeKey, `{"query":"x"}`)
+		if m["status"] != StatusPartial {
+			t.Fatalf("status %v; want partial when one KB times out", m["status"])
+		}
+		if d := time.Since(start); d != 2*time.Second {
+			t.Fatalf("search took %v; want exactly the per-KB timeout 2s", d)
+		}
+		if titles(hintsOf(t, m)) != "退款规则,Shipping" {
+			t.Fatalf("titles %s; want the answering KB's hits", titles(hintsOf(t, m)))
+		}
+	})
+}
+
+func TestSearchStatus(t *testing.T) {
+	tests := []struct {
+		name       string
+		mutate     func(e *env)
+		route      string
+		wantStatus string
+		wantTitles string
+		wantCalls  int
+	}{
+		{"all answered", nil, routeKey, StatusOK, "退款规则,Policy,Shipping", 2},
+		{"no hits above threshold is ok and empty", func(e *env) { e.ret.hits = nil }, routeKey, StatusOK, "", 2},
+		{"one KB errors", func(e *env) { e.ret.errs["policy"] = coreclient.ErrUnavailable }, routeKey, StatusPartial, "退款规则,Shipping", 2},
+		{"one KB disabled is skipped", func(e *env) { e.cat.kbs["policy"] = false }, routeKey, StatusPartial, "退款规则,Shipping", 1},
+		{"one KB missing is skipped", func(e *env) { delete(e.cat.kbs, "policy") }, routeKey, StatusPartial, "退款规则,Shipping", 1},
+		{"every KB fails", func(e *env) {
+			e.ret.errs["faq"], e.ret.errs["policy"] = coreclient.ErrBreakerOpen, coreclient.ErrUnavailable
+		}, routeKey, StatusUnavailable, "", 2},
+		{"every KB disabled", func(e *env) { e.cat.kbs["faq"], e.cat.kbs["policy"] = false, false }, routeKey, StatusUnavailable, "", 0},
+		{"no knowledge configured", nil, routeNone, StatusDisabled, "", 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			if tc.mutate != nil {
+				tc.mutate(e)
+			}
+			m := e.mustOK("search", tokA, tc.route, `{"query":"x"}`)
+			if m["status"] != tc.wantStatus || titles(hintsOf(t, m)) != tc.wantTitles {
+				t.Fatalf("got %v %q; want %s %q", m["status"], titles(hintsOf(t, m)), tc.wantStatus, tc.wantTitles)
+			}
+			if _, isArray := m["hints"].([]any); !isArray {
+				t.Fatalf("hints %v; want an array, never null", m["hints"])
+			}
+			if n := len(e.ret.callList()); n != tc.wantCalls {
+				t.Fatalf("got %d Core calls; want %d", n, tc.wantCalls)
+			}
+		})
+	}
+}
+
+func TestSearchRecheck(t *testing.T) {
+	tests := []struct {
+		name       string
+		mutate     func(e *env)
+		wantTitles string
+	}{
+		{"doc not ready", func(e *env) {
+			d := e.cat.docs[docRefund]
+			d.Status = "embedding"
+			e.cat.setDoc(d)
+		}, "Policy,Shipping"},
+		{"doc deleted", func(e *env) { delete(e.cat.docs, docShip) }, "退款规则,Policy"},
+		{"doc moved to a KB outside the route", func(e *env) {
+			d := e.cat.docs[docShip]
+			d.KBID = "elsewhere"
+			e.cat.setDoc(d)
+		}, "退款规则,Policy"},
+		{"doc moved to another route KB than the hit's", func(e *env) {
+			d := e.cat.docs[docShip]
+			d.KBID = "policy"
+			e.cat.setDoc(d)
+		}, "退款规则,Policy"},
+		{"hit from a KB not asked for", func(e *env) {
+			e.ret.hits["policy"] = append(e.ret.hits["policy"], coreclient.Hit{KBID: "secret-kb", DocID: 999, Content: "x", Score: 0.99})
+			e.cat.docs[999] = coreclient.Document{DocMeta: coreclient.DocMeta{DocID: 999, KBID: "secret-kb", Title: "Secret", Status: "ready"}, Content: "x"}
+		}, "退款规则,Policy,Shipping"},
+		{"stale fragment dropped", func(e *env) {
+			d := e.cat.docs[docShip]
+			d.Content = "Shipping is now free."
+			e.cat.setDoc(d)
+		}, "退款规则,Policy"},
+		{"doc rank from best surviving hit", func(e *env) {
+			// The refund doc's best chunk is gone; its second chunk (0.55)
+			// still matches, so it ranks below Shipping (0.61).
+			d := e.cat.docs[docRefund]
+			d.Content = "![流程图](https://cdn/x.png)\n\n\n超过窗口的退款需要主管审批。"
+			e.cat.setDoc(d)
+		}, "Policy,Shipping,退款规则"},
+		{"whitespace differences tolerated", func(e *env) {
+			d := e.cat.docs[docShip]
+			d.Content = "Shipping\n\ttakes   3-5\r\ndays."
+			e.cat.setDoc(d)
+		}, "退款规则,Policy,Shipping"},
+		{"image with empty alt removed like Core", func(e *env) {
+			e.ret.hits["policy"] = []coreclient.Hit{{KBID: "policy", DocID: docPolicy, Content: "Policy:\nrefunds over 1000 need two approvals.", Score: 0.7}}
+			d := e.cat.docs[docPolicy]
+			d.Content = "Policy: ![](https://x/y.png)refunds over 1000 need two approvals."
+			e.cat.setDoc(d)
+		}, "退款规则,Policy,Shipping"},
+		{"image alt changed is stale", func(e *env) {
+			d := e.cat.docs[docRefund]
+			d.Content = strings.Replace(refundContent, "![流程图]", "![新流程]", 1)
+			d.Content = strings.Replace(d.Content, "退款窗口设为0时，订单不可退款。", "", 1)
+			e.cat.setDoc(d)
+		}, "Policy,Shipping"},
+		{"hit claims a doc of another KB", func(e *env) {
+			e.ret.hits["faq"] = append(e.ret.hits["faq"], coreclient.Hit{KBID: "faq", DocID: docPolicy, Content: policyContent, Score: 0.99})
+		}, "退款规则,Policy,Shipping"},
+		{"non-finite scores ignored", func(e *env) {
+			e.ret.hits["policy"] = []coreclient.Hit{{KBID: "policy", DocID: docPolicy, Content: policyContent, Score: nan()}}
+		}, "退款规则,Shipping"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			tc.mutate(e)
+			m := e.mustOK("search", tokA, routeKey, `{"query":"x"}`)
+			if got := titles(hintsOf(t, m)); got != tc.wantTitles {
+				t.Fatalf("titles %q; want %q", got, tc.wantTitles)
+			}
+			for _, h := range hintsOf(t, m) {
+				if strings.Contains(h["summary"].(string), "free") || strings.Contains(h["title"].(string), "Secret") {
+					t.Fatalf("hint %v quotes text the route may not show", h)
+				}
+			}
+		})
+	}
+}
+
+func nan() float64 { var z float64; return z / z }
+
+func TestSearchLimit(t *testing.T) {
+	e := newEnv(t)
+	for limit, want := range map[int]string{1: "退款规则", 2: "退款规则,Policy", 3: "退款规则,Policy,Shipping"} {
+		m := e.mustOK("search", tokA, routeKey, fmt.Sprintf(`{"query":"x","limit":%d}`, limit))
+		if got := titles(hintsOf(t, m)); got != want {
+			t.Errorf("limit %d: titles %q; want %q", limit, got, want)
+		}
+	}
+}
+
+func TestSearchSummaryBounded(t *testing.T) {
+	e := newEnv(t)
+	long := strings.Repeat("退款窗口 规则\n\n", 300)
+	e.ret.hits = map[string][]coreclient.Hit{"faq": {{KBID: "faq", DocID: docRefund, Content: long[:2100], Score: 0.9}}}
+	d := e.cat.docs[docRefund]
+	d.Content = long
+	e.cat.setDoc(d)
+	hs := hintsOf(t, e.mustOK("search", tokA, routeKey, `{"query":"x"}`))
+	s := hs[0]["summary"].(string)
+	if len(s) > SummaryMaxBytes || strings.Contains(s, "\n") || strings.Contains(s, "  ") {
+		t.Fatalf("summary of %d bytes %q; want ≤ %d bytes, whitespace-collapsed", len(s), s[:40], SummaryMaxBytes)
+	}
+	if !strings.HasPrefix(collapseSpace(long), s) {
+		t.Fatalf("summary is not an extract of the chunk")
+	}
+}
+
+// TestSearchBodyBudgetEndToEnd: adversarial titles and chunks through the
+// whole Service; every body ≤ 4096 bytes and truncated reflects the fitting.
+func TestSearchBodyBudgetEndToEnd(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	for i := 0; i < 150; i++ {
+		e := newEnv(t)
+		e.ret.hits = map[string][]coreclient.Hit{}
+		var chunks []string
+		for j := 0; j < 3; j++ {
+			id := int64(500 + j)
+			kb := []string{"faq", "policy"}[j%2]
+			chunk := nastyString(r, 50+r.IntN(2000))
+			chunks = append(chunks, chunk)
+			content := nastyString(r, r.IntN(100)) + chunk + nastyString(r, r.IntN(100))
+			title := nastyString(r, r.IntN(400))
+			if n := []rune(title); len(n) > 191 {
+				title = string(n[:191])
+			}
+			e.cat.setDoc(coreclient.Document{DocMeta: coreclient.DocMeta{DocID: id, KBID: kb, Title: title}, Content: content})
+			e.ret.hits[kb] = append(e.ret.hits[kb], coreclient.Hit{KBID: kb, DocID: id, Content: chunk, Score: 0.9 - float64(j)/10})
+		}
+		_, raw, ke := e.call("search", tokA, routeKey, `{"query":"x","run_id":"`+runA+`"}`)
+		if ke != nil {
+			t.Fatal(ke)
+		}
+		if len(raw) > SearchMaxBytes {
+			t.Fatalf("body %d bytes; want ≤ %d", len(raw), SearchMaxBytes)
+		}
+		var m struct {
+			Hints []struct {
+				Title   string `json:"title"`
+				Summary string `json:"summary"`
+			} `json:"hints"`
+			Truncated bool `json:"truncated"`
+		}
+		if err := json.Unmarshal(raw, &m); err != nil {
+			t.Fatal(err)
+		}
+		complete := len(m.Hints) == 3
+		for _, h := range m.Hints {
+			full := ""
+			for j, c := range chunks {
+				if e.cat.docs[int64(500+j)].Title == h.Title {
+					full = summarize([]string{c})
+				}
+			}
+			if !strings.HasPrefix(full, h.Summary) {
+				t.Fatalf("summary is not a prefix of the chunk excerpt")
+			}
+			complete = complete && h.Summary == full
+		}
+		if m.Truncated == complete {
+			t.Fatalf("truncated %v with %d hints (complete=%v); want truncated iff something was shortened or dropped", m.Truncated, len(m.Hints), complete)
+		}
+	}
+}
+
+func TestSearchCancelledContext(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	e.ret.hang["faq"], e.ret.hang["policy"] = true, true
+	out, err := e.svc.Search(ctx, tokA, routeKey, strings.NewReader(`{"query":"x"}`))
+	if err != nil {
+		t.Fatalf("got %v; want a body", err)
+	}
+	if !strings.Contains(string(out), `"status":"unavailable"`) {
+		t.Fatalf("body %s; want status unavailable", out)
+	}
+}

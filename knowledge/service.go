@@ -1,0 +1,279 @@
+package knowledge
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"regexp"
+	"sync"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+
+	"github.com/bailinghub/knowledge-sidecar/coreclient"
+)
+
+// Protocol constants (SPEC §3 limits; fixed, not configuration).
+const (
+	SearchMaxResults  = 3
+	SearchMaxBytes    = 4096
+	ReadDefaultBytes  = 16384
+	ReadMinBytes      = 4096
+	ReadMaxBytes      = 32768
+	ReadChainMaxBytes = 131072
+	// MaxRequestBytes bounds every request body.
+	MaxRequestBytes = 16 << 10
+
+	defaultRateLimit        = 10
+	defaultRateBurst        = 20
+	defaultRetrievalTimeout = 3 * time.Second
+	limiterCacheSize        = 16384
+	routeCacheSize          = 1024
+)
+
+// routePattern is the route key syntax shared with Core.
+var routePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{1,63}$`)
+
+// Options configures a Service. Identity, Retriever, Catalog and Keys are
+// required.
+type Options struct {
+	Identity  Identity
+	Retriever Retriever
+	Catalog   Catalog
+	Keys      *Keyring
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// RateLimit is the per-session token rate in requests per second (default 10).
+	RateLimit float64
+	// RateBurst is the per-session bucket size (default 20).
+	RateBurst int
+	// RetrievalTimeout bounds each per-KB Core search (default 3s).
+	RetrievalTimeout time.Duration
+	// Logger receives diagnostics (default: discard). Bearer tokens, full
+	// refs/cursors, queries and document text are never logged.
+	Logger *slog.Logger
+	// Registerer receives the metrics (nil: no metrics).
+	Registerer prometheus.Registerer
+}
+
+// Service answers the knowledge endpoints. It is safe for concurrent use.
+type Service struct {
+	id        Identity
+	retriever Retriever
+	catalog   Catalog
+	keys      *Keyring
+	now       func() time.Time
+	rate      rate.Limit
+	burst     int
+	timeout   time.Duration
+	log       *slog.Logger
+	m         *metrics
+
+	limMu    sync.Mutex
+	limiters *lru.Cache[string, *rate.Limiter]
+	// routes remembers the last configuration seen per route, used only
+	// to answer capabilities while the catalog is unreachable.
+	routes *lru.Cache[string, coreclient.Route]
+}
+
+// New builds a Service.
+func New(o Options) (*Service, error) {
+	var problems []error
+	if o.Identity == nil {
+		problems = append(problems, errors.New("identity is required"))
+	}
+	if o.Retriever == nil {
+		problems = append(problems, errors.New("retriever is required"))
+	}
+	if o.Catalog == nil {
+		problems = append(problems, errors.New("catalog is required"))
+	}
+	if o.Keys == nil || len(o.Keys.keys) == 0 {
+		problems = append(problems, errors.New("keys are required"))
+	}
+	if o.RateLimit < 0 {
+		problems = append(problems, errors.New("rate limit must not be negative"))
+	}
+	if o.RateBurst < 0 {
+		problems = append(problems, errors.New("rate burst must not be negative"))
+	}
+	if o.RetrievalTimeout < 0 {
+		problems = append(problems, errors.New("retrieval timeout must not be negative"))
+	}
+	if len(problems) > 0 {
+		return nil, errors.Join(problems...)
+	}
+	s := &Service{
+		id: o.Identity, retriever: o.Retriever, catalog: o.Catalog, keys: o.Keys,
+		now: o.Now, rate: rate.Limit(o.RateLimit), burst: o.RateBurst,
+		timeout: o.RetrievalTimeout, log: o.Logger,
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if o.RateLimit == 0 {
+		s.rate = defaultRateLimit
+	}
+	if s.burst == 0 {
+		s.burst = defaultRateBurst
+	}
+	if s.timeout == 0 {
+		s.timeout = defaultRetrievalTimeout
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	var err error
+	if s.limiters, err = lru.New[string, *rate.Limiter](limiterCacheSize); err != nil {
+		return nil, err
+	}
+	if s.routes, err = lru.New[string, coreclient.Route](routeCacheSize); err != nil {
+		return nil, err
+	}
+	if s.m, err = newMetrics(o.Registerer); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Authenticate asks Core who the bearer is (identity only: no rate limit,
+// no route check). Failures are *Error: 401 unauthorized or 503
+// knowledge_unavailable.
+func (s *Service) Authenticate(ctx context.Context, authorization string) (coreclient.Session, error) {
+	sess, err := s.id.Session(ctx, authorization)
+	if err != nil {
+		if errors.Is(err, coreclient.ErrUnauthorized) {
+			return coreclient.Session{}, errUnauthorized(err)
+		}
+		return coreclient.Session{}, errUnavailable(err)
+	}
+	if sess.SessionID == "" || sess.ClientAppID == "" || sess.Principal.ID == "" {
+		return coreclient.Session{}, errUnavailable(errors.New("core returned an incomplete session"))
+	}
+	return sess, nil
+}
+
+// allow takes one token from the session's bucket.
+func (s *Service) allow(sessionID string) bool {
+	s.limMu.Lock()
+	lim, ok := s.limiters.Get(sessionID)
+	if !ok {
+		lim = rate.NewLimiter(s.rate, s.burst)
+		s.limiters.Add(sessionID, lim)
+	}
+	s.limMu.Unlock()
+	return lim.AllowN(s.now(), 1)
+}
+
+// admitted is the state shared by every endpoint once identity, rate limit
+// and route gate have passed.
+type admitted struct {
+	sess  coreclient.Session
+	route coreclient.Route
+	// stale is true when route came from the last-known cache because the
+	// catalog could not be reached.
+	stale bool
+}
+
+// admit runs the common prefix of the check order: identity → rate limit →
+// route syntax → route gate → route row. allowStale lets capabilities fall
+// back to the last-known configuration when the catalog is down.
+func (s *Service) admit(ctx context.Context, authorization, route string, allowStale bool) (admitted, error) {
+	sess, err := s.Authenticate(ctx, authorization)
+	if err != nil {
+		return admitted{}, err
+	}
+	if !s.allow(sess.SessionID) {
+		return admitted{}, errRateLimited()
+	}
+	if !routePattern.MatchString(route) {
+		return admitted{}, errRouteUnavailable(nil)
+	}
+	if err := s.gate(ctx, authorization, route, sess); err != nil {
+		return admitted{}, err
+	}
+	r, err := s.catalog.Route(ctx, route)
+	if err != nil {
+		if errors.Is(err, coreclient.ErrNotFound) {
+			return admitted{}, errRouteUnavailable(err)
+		}
+		if allowStale {
+			if last, ok := s.routes.Get(route); ok {
+				return admitted{sess: sess, route: last, stale: true}, nil
+			}
+		}
+		return admitted{}, classifyCore(err, nil)
+	}
+	if r.Key == "" {
+		r.Key = route
+	}
+	if !r.Enabled || r.Key != route {
+		return admitted{}, errRouteUnavailable(nil)
+	}
+	s.routes.Add(route, r)
+	return admitted{sess: sess, route: r}, nil
+}
+
+// gate asks Core's system-info; an older Core (endpoint absent) or an
+// answer that only concerns the Agent Client Runtime or direct tools (which
+// knowledge must not require, SPEC §2) falls back to the catalog gate.
+func (s *Service) gate(ctx context.Context, authorization, route string, sess coreclient.Session) error {
+	err := s.id.SystemInfo(ctx, authorization, route)
+	if err == nil {
+		return nil
+	}
+	var ce *coreclient.CoreError
+	useCatalog := errors.Is(err, coreclient.ErrEndpointAbsent) ||
+		errors.As(err, &ce) && (ce.Code == "agent_client_disabled" || ce.Code == "agent_direct_disabled")
+	if !useCatalog {
+		return classifyCore(err, errRouteUnavailable(nil))
+	}
+	if err := s.catalog.RouteGate(ctx, route, sess); err != nil {
+		return classifyCore(err, errRouteUnavailable(nil))
+	}
+	return nil
+}
+
+// readBody reads at most MaxRequestBytes; one byte more is 413.
+func readBody(body io.Reader) ([]byte, error) {
+	if body == nil {
+		return nil, nil
+	}
+	b, err := io.ReadAll(io.LimitReader(body, MaxRequestBytes+1))
+	if err != nil {
+		return nil, errInvalid("The request body could not be read.")
+	}
+	if len(b) > MaxRequestBytes {
+		return nil, errTooLarge()
+	}
+	return b, nil
+}
+
+// checkRun enforces run ownership and activity (SPEC §2 table).
+func (s *Service) checkRun(ctx context.Context, runID string, a admitted) error {
+	run, err := s.catalog.Run(ctx, runID)
+	if err != nil {
+		return classifyCore(err, errRunNotFound(nil))
+	}
+	if run.SessionID != a.sess.SessionID || run.ClientAppID != a.sess.ClientAppID || run.RouteKey != a.route.Key {
+		return errRunNotFound(nil)
+	}
+	if !run.Active() {
+		return errRunNotActive()
+	}
+	return nil
+}
+
+func (s *Service) binding(a admitted, runID string) Binding {
+	return Binding{
+		ClientAppID: a.sess.ClientAppID,
+		SessionID:   a.sess.SessionID,
+		PrincipalID: a.sess.Principal.ID,
+		OnBehalfOf:  a.sess.OnBehalfOf,
+		Route:       a.route.Key,
+		RunID:       runID,
+	}
+}
