@@ -1,0 +1,297 @@
+package test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/knowledge"
+	"github.com/bailinghub/knowledge-sidecar/ledger"
+	"github.com/bailinghub/knowledge-sidecar/proxy"
+	"github.com/bailinghub/knowledge-sidecar/rollout"
+	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
+	"github.com/bailinghub/knowledge-sidecar/test/testdb"
+)
+
+// World is a complete environment for end-to-end tests: a fresh MariaDB
+// database loaded with the testdb fixtures (the catalog, read through the
+// read-only user), and a fake Core on a real socket that knows the same
+// knowledge bases, documents, sessions and routes. Runs the fake Core
+// creates on turns are inserted into the database, as Core would.
+type World struct {
+	DB           *testdb.DB
+	Core         *fakecore.Core
+	CoreURL      string
+	ServiceToken string
+	// TokenA and TokenB are Agent bearer tokens of testdb.SessionA (app-a,
+	// routes kb-multi and kb-legacy) and testdb.SessionB (app-b, kb-multi).
+	TokenA, TokenB string
+}
+
+// WorldOptions are the fake Core's switches; ServiceToken and OnRun are the world's.
+type WorldOptions struct {
+	Core fakecore.Options
+}
+
+// NewWorld builds a World; everything is torn down by t.Cleanup.
+func NewWorld(t testing.TB, o WorldOptions) *World {
+	t.Helper()
+	db := testdb.New(t)
+	w := &World{DB: db, ServiceToken: randomToken(t, "svc_")}
+	co := o.Core
+	co.ServiceToken = w.ServiceToken
+	co.OnRun = func(r coreclient.Run) {
+		_, err := db.Admin.Exec(`INSERT INTO bz_agent_client_runs
+			(run_id, session_id, client_app_id, route_key, status, created_at, updated_at)
+			VALUES (?, ?, ?, ?, 'context_ready', UTC_TIMESTAMP(), UTC_TIMESTAMP())`,
+			r.RunID, r.SessionID, r.ClientAppID, r.RouteKey)
+		if err != nil {
+			t.Errorf("world: insert run: %v", err)
+		}
+	}
+	w.Core = fakecore.New(co)
+	srv := httptest.NewServer(w.Core)
+	t.Cleanup(func() { w.Core.Close(); srv.Close() })
+	w.CoreURL = srv.URL
+
+	w.syncKnowledge(t)
+	rows, err := db.Admin.Query(`SELECT route_key FROM bz_routes`)
+	if err != nil {
+		t.Fatalf("world: routes: %v", err)
+	}
+	for rows.Next() {
+		var key string
+		if err := rows.Scan(&key); err != nil {
+			t.Fatal(err)
+		}
+		w.Core.SetRoute(key, fakecore.GateAllowed)
+	}
+	rows.Close()
+	w.Core.SetTurnKnowledge(testdb.RouteMulti, []fakecore.TurnKnowledge{
+		{DocID: testdb.DocRefund, Title: testdb.DocRefundTitle, Content: testdb.DocRefundContent, Score: 0.82},
+	})
+	w.TokenA = fakecore.Token("session-a")
+	w.Core.AddSession(w.TokenA, coreclient.Session{
+		SessionID: testdb.SessionA, ClientAppID: testdb.AppA,
+		Principal:     coreclient.Principal{ID: "user-42", Tenant: "tenant-7", Roles: []string{"manager"}, Audience: "internal"},
+		OnBehalfOf:    "tenant-7:user-42",
+		AllowedRoutes: []string{testdb.RouteMulti, testdb.RouteLegacy},
+		ExpiresAt:     time.Now().Add(15 * time.Minute),
+	})
+	w.TokenB = fakecore.Token("session-b")
+	w.Core.AddSession(w.TokenB, coreclient.Session{
+		SessionID: testdb.SessionB, ClientAppID: testdb.AppB,
+		Principal:     coreclient.Principal{ID: "user-7"},
+		OnBehalfOf:    "user-7",
+		AllowedRoutes: []string{testdb.RouteMulti},
+		ExpiresAt:     time.Now().Add(15 * time.Minute),
+	})
+	return w
+}
+
+// syncKnowledge (re)indexes the fake Core's knowledge bases from the
+// database, so Core's /kb/search and the catalog agree.
+func (w *World) syncKnowledge(t testing.TB) {
+	t.Helper()
+	rows, err := w.DB.Admin.Query(`SELECT kb_id, enabled FROM bz_kb_bases`)
+	if err != nil {
+		t.Fatalf("world: kbs: %v", err)
+	}
+	for rows.Next() {
+		var id string
+		var enabled bool
+		if err := rows.Scan(&id, &enabled); err != nil {
+			t.Fatal(err)
+		}
+		w.Core.AddKB(id)
+		if !enabled {
+			w.Core.DisableKB(id)
+		}
+	}
+	rows.Close()
+	rows, err = w.DB.Admin.Query(`SELECT doc_id, kb_id, title, content FROM bz_kb_docs`)
+	if err != nil {
+		t.Fatalf("world: docs: %v", err)
+	}
+	for rows.Next() {
+		var id int64
+		var kb, title, content string
+		if err := rows.Scan(&id, &kb, &title, &content); err != nil {
+			t.Fatal(err)
+		}
+		w.Core.AddDoc(kb, id, title, content)
+	}
+	rows.Close()
+}
+
+// FeatureOptions choose how a sidecar of the world runs its features.
+type FeatureOptions struct {
+	Rollout         string        // default "all"
+	NativeDetection string        // default "auto"
+	ProbeInterval   time.Duration // default 1m
+	Ledger          ledger.Ledger // default a fresh memory ledger
+	SigningKeys     string        // default: derived from the world's service token
+	Now             func() time.Time
+	RateLimit       float64 // default 1000 (tests are not about the limit unless they say so)
+	RateBurst       int     // default 1000
+	Registerer      prometheus.Registerer
+}
+
+// Features builds the knowledge features wired to the world, as `serve`
+// wires them: the real Core client against the fake Core and the real SQL
+// catalog against MariaDB.
+func (w *World) Features(t testing.TB, o FeatureOptions) *proxy.Features {
+	t.Helper()
+	if o.Rollout == "" {
+		o.Rollout = "all"
+	}
+	if o.NativeDetection == "" {
+		o.NativeDetection = "auto"
+	}
+	if o.ProbeInterval == 0 {
+		o.ProbeInterval = time.Minute
+	}
+	if o.Ledger == nil {
+		o.Ledger = ledger.NewMemory(1000, time.Hour, time.Now)
+	}
+	if o.RateLimit == 0 {
+		o.RateLimit, o.RateBurst = 1000, 1000
+	}
+	if o.Registerer == nil {
+		o.Registerer = prometheus.NewRegistry()
+	}
+	cm := coreclient.NewMetrics(o.Registerer)
+	client, err := coreclient.NewClient(coreclient.Options{
+		BaseURL: w.CoreURL, ServiceToken: w.ServiceToken, Metrics: cm, ProbeInterval: o.ProbeInterval, Now: o.Now,
+	})
+	if err != nil {
+		t.Fatalf("world: core client: %v", err)
+	}
+	cat, err := coreclient.OpenCatalog(coreclient.CatalogOptions{DSN: w.DB.ReadOnlyDSN, Metrics: cm})
+	if err != nil {
+		t.Fatalf("world: catalog: %v", err)
+	}
+	t.Cleanup(func() { cat.Close() })
+	if err := cat.CheckSchema(context.Background()); err != nil {
+		t.Fatalf("world: schema: %v", err)
+	}
+	keys, err := knowledge.NewKeyring(o.SigningKeys, w.ServiceToken)
+	if err != nil {
+		t.Fatalf("world: keys: %v", err)
+	}
+	svc, err := knowledge.New(knowledge.Options{
+		Identity: client, Retriever: client, Catalog: cat, Keys: keys, Now: o.Now,
+		RateLimit: o.RateLimit, RateBurst: o.RateBurst, Logger: testLogger(t), Registerer: o.Registerer,
+	})
+	if err != nil {
+		t.Fatalf("world: knowledge: %v", err)
+	}
+	pol, err := rollout.Parse(o.Rollout)
+	if err != nil {
+		t.Fatalf("world: rollout: %v", err)
+	}
+	t.Cleanup(func() { o.Ledger.Close() })
+	return &proxy.Features{
+		Knowledge: svc, Prober: client, Ledger: o.Ledger, Rollout: pol,
+		NativeDetection: o.NativeDetection, ProbeInterval: o.ProbeInterval, Now: o.Now,
+	}
+}
+
+// StartSidecar runs a sidecar in front of the world's Core with features.
+func (w *World) StartSidecar(t testing.TB, o FeatureOptions) *Sidecar {
+	t.Helper()
+	return StartSidecar(t, SidecarOptions{CoreURL: w.CoreURL, Features: w.Features(t, o)})
+}
+
+// Call sends a JSON request with the bearer and returns status, headers and body.
+func Call(t testing.TB, c *http.Client, method, url, token string, body any) (int, http.Header, []byte) {
+	t.Helper()
+	var r io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		r = strings.NewReader(b)
+	case []byte:
+		r = bytes.NewReader(b)
+	default:
+		raw, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, url, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if r != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: read: %v", method, url, err)
+	}
+	return resp.StatusCode, resp.Header, raw
+}
+
+// WS is the base URL of a workspace behind the sidecar.
+func (s *Sidecar) WS(route string) string { return s.URL + "/agent-api/v1/workspaces/" + route }
+
+func randomToken(t testing.TB, prefix string) string {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return prefix + base64.RawURLEncoding.EncodeToString(b)
+}
+
+// TestWorldSmoke: negotiate, search and read end to end through the sidecar,
+// the fake Core and the real MariaDB catalog.
+func TestWorldSmoke(t *testing.T) {
+	w := NewWorld(t, WorldOptions{Core: fakecore.Options{SystemInfo: true}})
+	sc := w.StartSidecar(t, FeatureOptions{})
+	c := newClient(t)
+	code, h, body := Call(t, c, "GET", sc.WS(testdb.RouteMulti)+"/knowledge/capabilities", w.TokenA, nil)
+	if code != 200 || h.Get("Cache-Control") != "no-store" || !bytes.Contains(body, []byte(`"enabled":true`)) {
+		t.Fatalf("capabilities: got %d %q %s", code, h.Get("Cache-Control"), body)
+	}
+	code, _, body = Call(t, c, "POST", sc.WS(testdb.RouteMulti)+"/knowledge/search", w.TokenA,
+		map[string]any{"query": "refunds accepted within days of delivery", "limit": 3})
+	var sr struct {
+		Status string `json:"status"`
+		Hints  []struct {
+			Ref   string `json:"ref"`
+			Title string `json:"title"`
+		} `json:"hints"`
+	}
+	if code != 200 || json.Unmarshal(body, &sr) != nil || len(sr.Hints) == 0 {
+		t.Fatalf("search: got %d %s", code, body)
+	}
+	if sr.Status != "partial" { // kb-multi lists a disabled and a missing KB
+		t.Errorf("search status: got %q; want partial", sr.Status)
+	}
+	code, _, body = Call(t, c, "POST", sc.WS(testdb.RouteMulti)+"/knowledge/read", w.TokenA,
+		map[string]any{"ref": sr.Hints[0].Ref})
+	if code != 200 || !bytes.Contains(body, []byte(`"schema_version":"bailing.agent-knowledge-read.v1"`)) {
+		t.Fatalf("read: got %d %s", code, body)
+	}
+}
