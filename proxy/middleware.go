@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -19,6 +21,8 @@ import (
 type reqState struct {
 	id      string
 	outcome int
+	// Set from the transport's goroutine while it reads the client's body.
+	bodyBad, bodyGone atomic.Bool
 }
 
 type ctxKey struct{}
@@ -75,8 +79,13 @@ func validRequestID(v string) bool {
 
 // edge is the one middleware every request passes: request id, refusal of
 // h2c upgrades, in-flight gauge, status/duration metrics and the access log.
-// It wraps nothing around the ResponseWriter (echo's Response already records
-// status and size and keeps Flush/Hijack/Unwrap), so streams stay streams.
+// The only thing it puts around the ResponseWriter is edgeWriter, which keeps
+// Flush/Hijack reachable through Unwrap, so streams stay streams.
+//
+// The accounting runs in a defer: ReverseProxy aborts a response whose body
+// copy fails (client gone mid-stream, Core reset) by panicking with
+// http.ErrAbortHandler, and such requests must still leave the in-flight
+// gauge and be counted. The panic is re-raised for net/http to handle.
 func (s *Server) edge(handler string) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -86,43 +95,166 @@ func (s *Server) edge(handler string) echo.MiddlewareFunc {
 			if !validRequestID(st.id) {
 				st.id = s.ids.next()
 			}
-			c.Response().Header().Set("X-Request-Id", st.id)
-			c.SetRequest(r.WithContext(context.WithValue(r.Context(), ctxKey{}, st)))
+			resp := c.Response()
+			resp.Writer = &edgeWriter{ResponseWriter: resp.Writer, resp: resp, id: st.id}
+			r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, st))
+			c.SetRequest(r)
 			name := handler
 			if name == "" {
 				name = handlerName(c)
 			}
 			s.m.inFlight.Inc()
-			var err error
+			defer func() {
+				p := recover()
+				s.m.inFlight.Dec()
+				status := resp.Status
+				switch {
+				case st.outcome != 0:
+					status = st.outcome
+				case p != nil && r.Context().Err() != nil:
+					status = statusClientClosed // the client went away mid-response
+				case p != nil:
+					status = http.StatusBadGateway // the response was cut short
+				}
+				s.observe(r, st.id, name, status, resp.Size, time.Since(start))
+				if p != nil {
+					panic(p)
+				}
+			}()
 			if isH2CUpgrade(r.Header) {
-				writeError(c.Response(), http.StatusBadRequest, "invalid_request", "HTTP/2 cleartext upgrade (h2c) is not supported.")
-			} else {
-				err = next(c)
+				writeError(resp, http.StatusBadRequest, "invalid_request", "HTTP/2 cleartext upgrade (h2c) is not supported.")
+				return nil
 			}
-			s.m.inFlight.Dec()
-			status := c.Response().Status
-			if st.outcome != 0 {
-				status = st.outcome
+			if r.ContentLength != 0 {
+				// Without full duplex, net/http drains and closes the request
+				// body when the response header is written, while the
+				// transport may still be reading it to send to Core (it has
+				// not seen EOF yet): the transport then kills the upstream
+				// connection and the response is cut short.
+				_ = http.NewResponseController(resp.Writer).EnableFullDuplex()
 			}
-			s.m.requests.WithLabelValues(name, strconv.Itoa(status)).Inc()
-			elapsed := time.Since(start)
-			s.m.duration.WithLabelValues(name).Observe(elapsed.Seconds())
-			level := slog.LevelDebug
-			if status >= 500 {
-				level = slog.LevelWarn
-			}
-			if s.log.Enabled(r.Context(), level) {
-				// Path only: the query may hold a token (Core accepts ?token=).
-				s.log.LogAttrs(r.Context(), level, "request",
-					slog.String("request_id", st.id), slog.String("handler", name),
-					slog.String("method", r.Method), slog.String("path", r.URL.Path),
-					slog.Int("status", status), slog.Int64("bytes", c.Response().Size),
-					slog.Duration("duration", elapsed))
+			body := r.Body // handlers may swap r.Body; the wire is this one
+			err := next(c)
+			if r.ContentLength < 0 && !headerHasToken(resp.Header(), "Connection", "close") && !bodyEndsCleanly(body) {
+				// A chunked body that breaks after the answer went out
+				// (Core answered early). With full duplex net/http would
+				// keep the connection and parse whatever follows the break
+				// as the next request; aborting closes it instead.
+				if st.outcome == 0 {
+					st.outcome = resp.Status
+				}
+				panic(http.ErrAbortHandler)
 			}
 			return err
 		}
 	}
 }
+
+// maxBodyDrain bounds how much of an unread request body the edge reads
+// after the handler, like net/http's own post-handler drain.
+const maxBodyDrain = 256 << 10
+
+// bodyEndsCleanly reads what is left of a request body (bounded) and
+// reports false only when its framing is broken. A body already closed, at
+// EOF, or longer than the bound is left to net/http, which closes the
+// connection for the last case itself.
+func bodyEndsCleanly(body io.Reader) bool {
+	if body == nil || body == http.NoBody {
+		return true
+	}
+	_, err := io.CopyN(io.Discard, body, maxBodyDrain)
+	switch {
+	case err == nil, errors.Is(err, io.EOF), errors.Is(err, http.ErrBodyReadAfterClose):
+		return true
+	}
+	return false
+}
+
+// observe records one finished request in the metrics and the access log.
+func (s *Server) observe(r *http.Request, id, handler string, status int, size int64, elapsed time.Duration) {
+	s.m.requests.WithLabelValues(handler, strconv.Itoa(status)).Inc()
+	s.m.duration.WithLabelValues(handler).Observe(elapsed.Seconds())
+	level := slog.LevelDebug
+	if status >= 500 {
+		level = slog.LevelWarn
+	}
+	if s.log.Enabled(r.Context(), level) {
+		// Path only: the query may hold a token (Core accepts ?token=).
+		s.log.LogAttrs(r.Context(), level, "request",
+			slog.String("request_id", id), slog.String("handler", handler),
+			slog.String("method", r.Method), slog.String("path", r.URL.Path),
+			slog.Int("status", status), slog.Int64("bytes", size),
+			slog.Duration("duration", elapsed))
+	}
+}
+
+// edgeWriter sits between echo's Response and net/http's writer. It fixes
+// two things echo's Response gets wrong for a proxy:
+//
+//   - informational (1xx) responses: echo marks the response committed on
+//     the first WriteHeader, so after a 103 Early Hints the final status was
+//     dropped and the client got 200. edgeWriter passes 1xx straight through
+//     and un-commits echo's Response before the final header is written
+//     (ReverseProxy always touches Header() between the two; a handler of
+//     our own that sends a 1xx must do the same).
+//   - 100 Continue from Core is not relayed (see WriteHeader).
+//   - X-Request-Id: set when the final header is written, and only if the
+//     answer does not already carry one (Core's own passes through once).
+//
+// Unwrap keeps Flush, Hijack and deadlines reachable via ResponseController.
+type edgeWriter struct {
+	http.ResponseWriter
+	resp          *echo.Response
+	id            string
+	informational bool // a 1xx went out and echo now thinks it is committed
+}
+
+func (w *edgeWriter) Header() http.Header {
+	if w.informational {
+		w.informational = false
+		w.resp.Committed = false
+		w.resp.Status = http.StatusOK
+	}
+	return w.ResponseWriter.Header()
+}
+
+func (w *edgeWriter) WriteHeader(code int) {
+	if code == http.StatusContinue {
+		// 100-continue is per hop: net/http sends the client its own 100
+		// when the body is first read, which the transport does only once
+		// Core has said 100 itself. Relaying Core's as well would send two.
+		w.informational = true // echo has marked itself committed all the same
+		return
+	}
+	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
+		w.informational = true
+		w.ResponseWriter.WriteHeader(code)
+		return
+	}
+	w.stampID()
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Write covers a handler that writes a body right after a 1xx without
+// touching Header(): net/http then sends an implicit 200, which gets the id.
+func (w *edgeWriter) Write(p []byte) (int, error) {
+	if w.informational {
+		w.informational = false
+		w.resp.Status = http.StatusOK
+		w.stampID()
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// stampID adds the request id unless the answer already has one.
+func (w *edgeWriter) stampID() {
+	h := w.ResponseWriter.Header()
+	if len(h.Values("X-Request-Id")) == 0 {
+		h.Set("X-Request-Id", w.id)
+	}
+}
+
+func (w *edgeWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // handlerName labels a request by the route it matched (closed set).
 func handlerName(c echo.Context) string {

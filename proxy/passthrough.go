@@ -3,12 +3,14 @@ package proxy
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 )
@@ -65,11 +67,26 @@ func (f forwarding) isTrusted(remoteAddr string) bool {
 }
 
 // rewrite prepares the outbound request: target URL (raw path and query
-// kept), Host, and X-Forwarded-* per the trusted-proxy list. ReverseProxy has
-// already removed hop-by-hop headers, including those named in Connection,
-// and the inbound Forwarded/X-Forwarded-* headers.
+// kept), Host, request trailers, and X-Forwarded-* per the trusted-proxy
+// list. ReverseProxy has already removed hop-by-hop headers, including those
+// named in Connection, and the inbound Forwarded/X-Forwarded-* headers.
 func (f forwarding) rewrite(target *url.URL, pr *httputil.ProxyRequest) {
 	pr.SetURL(target)
+	// ReverseProxy re-encodes a query it cannot parse (a ';', a bad escape,
+	// too many parameters), which drops parameters and reorders the rest.
+	// The sidecar decides nothing from a passed-through query, so Core gets
+	// the client's bytes, as the contract requires.
+	pr.Out.URL.RawQuery = joinQuery(target.RawQuery, pr.In.URL.RawQuery)
+	// Request trailers arrive after the body; the server fills them into
+	// In.Trailer when the body hits EOF, which the transport reads before it
+	// writes the outbound trailers. Sharing the map (Clone copied it before
+	// any value was known) lets them through.
+	if len(pr.In.Trailer) > 0 {
+		pr.Out.Trailer = pr.In.Trailer
+	}
+	if st := stateOf(pr.In.Context()); st != nil && pr.Out.Body != nil {
+		pr.Out.Body = &bodyWatch{ReadCloser: pr.Out.Body, st: st}
+	}
 	if f.preserveHost {
 		pr.Out.Host = pr.In.Host
 	}
@@ -95,6 +112,16 @@ func (f forwarding) rewrite(target *url.URL, pr *httputil.ProxyRequest) {
 	}
 }
 
+func joinQuery(target, in string) string {
+	switch {
+	case target == "":
+		return in
+	case in == "":
+		return target
+	}
+	return target + "&" + in
+}
+
 // bufferPool lends 32 KiB copy buffers to the ReverseProxy.
 type bufferPool struct{ p sync.Pool }
 
@@ -108,24 +135,107 @@ func (b *bufferPool) Put(p []byte) { b.p.Put(&p) }
 // newPassthrough builds the one ReverseProxy for all pass-through traffic.
 func newPassthrough(target *url.URL, fw forwarding, transport http.RoundTripper, m *metrics, log *slog.Logger) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
-		Rewrite:       func(pr *httputil.ProxyRequest) { fw.rewrite(target, pr) },
-		Transport:     transport,
-		FlushInterval: -1, // flush every write: SSE and unknown-length bodies stream
-		BufferPool:    newBufferPool(),
-		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		Rewrite:        func(pr *httputil.ProxyRequest) { fw.rewrite(target, pr) },
+		Transport:      transport,
+		FlushInterval:  -1, // flush every write: SSE and unknown-length bodies stream
+		BufferPool:     newBufferPool(),
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		ModifyResponse: checkUpgrade,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			kind, status := classifyUpstreamError(r.Context(), err)
+			ctx := r.Context()
+			// The client's own body can fail first (malformed chunking, or
+			// the client hung up mid-upload). That is not Core's fault: it
+			// is answered 400 / recorded 499 and not counted against Core.
+			if st := stateOf(ctx); st != nil {
+				switch {
+				case st.bodyGone.Load(), st.bodyBad.Load() && ctx.Err() != nil:
+					setOutcome(ctx, statusClientClosed)
+					return
+				case st.bodyBad.Load():
+					setOutcome(ctx, http.StatusBadRequest)
+					// Whatever follows the broken framing on the wire must
+					// never be parsed as another request. Without this, a
+					// full-duplex request (see edge) keeps the connection.
+					w.Header().Set("Connection", "close")
+					writeError(w, http.StatusBadRequest, "invalid_request", "The request body is malformed.")
+					return
+				}
+			}
+			kind, status := classifyUpstreamError(ctx, err)
 			m.upstreamErrors.WithLabelValues(kind).Inc()
+			// Recorded even when a 101 was already noted (the tunnel then
+			// failed to open).
+			setOutcome(ctx, status)
 			if kind == "canceled" {
 				// The client went away; nobody reads this. Recorded as 499.
-				setOutcome(r.Context(), statusClientClosed)
 				return
 			}
-			log.LogAttrs(r.Context(), slog.LevelWarn, "core request failed",
-				slog.String("kind", kind), slog.Int("status", status), slog.String("request_id", requestID(r.Context())))
+			log.LogAttrs(ctx, slog.LevelWarn, "core request failed",
+				slog.String("kind", kind), slog.Int("status", status), slog.String("request_id", requestID(ctx)))
 			writeError(w, status, upstreamCode(status), upstreamMessage(status))
 		},
 	}
+}
+
+// bodyWatch notes how the client's request body failed, for the error
+// handler: the transport reports a body read error as its own.
+type bodyWatch struct {
+	io.ReadCloser
+	st *reqState
+}
+
+func (b *bodyWatch) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		var ne net.Error
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne) || errors.Is(err, net.ErrClosed) {
+			b.st.bodyGone.Store(true)
+		} else {
+			b.st.bodyBad.Store(true)
+		}
+	}
+	return n, err
+}
+
+// checkUpgrade vets a 101 before ReverseProxy opens a tunnel: Core may only
+// switch to the protocol the client asked for (a 101 to a request that asked
+// for none, or for another protocol, is refused as a protocol error). An
+// accepted switch is recorded as 101, which echo's Response never sees
+// because the connection is hijacked, and gets the request id.
+func checkUpgrade(res *http.Response) error {
+	if res.StatusCode != http.StatusSwitchingProtocols {
+		return nil
+	}
+	want := upgradeType(res.Request.Header)
+	if want == "" || !strings.EqualFold(want, upgradeType(res.Header)) {
+		return errUpgradeRefused
+	}
+	ctx := res.Request.Context()
+	setOutcome(ctx, http.StatusSwitchingProtocols)
+	if id := requestID(ctx); id != "" && res.Header.Get("X-Request-Id") == "" {
+		res.Header.Set("X-Request-Id", id)
+	}
+	return nil
+}
+
+// upgradeType is the protocol a message switches to: its Upgrade header when
+// Connection lists "upgrade", else "".
+func upgradeType(h http.Header) string {
+	if !headerHasToken(h, "Connection", "upgrade") {
+		return ""
+	}
+	return strings.TrimSpace(h.Get("Upgrade"))
+}
+
+func headerHasToken(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // statusClientClosed is nginx's code for "client closed request", used only

@@ -1,0 +1,626 @@
+package test
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha1"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"os"
+	"reflect"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/bailinghub/knowledge-sidecar/config"
+	"github.com/bailinghub/knowledge-sidecar/proxy"
+)
+
+// SidecarOptions configure StartSidecar. Every zero value means the
+// production default from config.Defaults, so a test states only what it
+// changes.
+type SidecarOptions struct {
+	// CoreURL is the upstream (required), e.g. an httptest.Server's URL.
+	CoreURL string
+	// Transport replaces the pass-through transport; nil → proxy.NewTransport
+	// with TransportOptions.
+	Transport http.RoundTripper
+	// TransportOptions: zero fields take the production defaults.
+	TransportOptions proxy.TransportOptions
+	TrustedProxies   []netip.Prefix
+	// RewriteHost sends Core's own host as Host; false (the default, like
+	// preserve_host: true in production) forwards the client's Host.
+	RewriteHost bool
+	Features    *proxy.Features
+	// Serve: zero timeouts take the production defaults, except DrainDelay
+	// (default 0 here so stopping is quick) and ShutdownTimeout (default 10s).
+	// Listener, AdminListener and OnListening are the harness's own.
+	Serve  proxy.ServeOptions
+	Logger *slog.Logger
+}
+
+// Sidecar is a running sidecar: proxy.New + (*Server).Run on pre-bound
+// 127.0.0.1:0 listeners.
+type Sidecar struct {
+	URL       string // http://127.0.0.1:port of the proxy listener
+	Addr      string // host:port of the proxy listener
+	AdminURL  string
+	AdminAddr string
+	Server    *proxy.Server
+	Registry  *prometheus.Registry
+	// Cancel cancels Run's context (what SIGTERM does): the drain starts.
+	Cancel context.CancelFunc
+
+	finished chan struct{} // closed when Run has returned
+	runErr   error         // Run's result, valid after finished
+	bound    time.Duration // how long Stop waits for Run
+}
+
+// Finished is closed once Run has returned.
+func (s *Sidecar) Finished() <-chan struct{} { return s.finished }
+
+// Wait waits (bounded) for Run to return and returns its result.
+func (s *Sidecar) Wait() error {
+	select {
+	case <-s.finished:
+		return s.runErr
+	case <-time.After(s.bound):
+		return errors.New("run did not return")
+	}
+}
+
+// Stop cancels Run and waits for it. Safe to call more than once; it also
+// runs at test cleanup.
+func (s *Sidecar) Stop() error {
+	s.Cancel()
+	return s.Wait()
+}
+
+// StartSidecar starts a sidecar and registers its Stop with t.Cleanup.
+func StartSidecar(t testing.TB, o SidecarOptions) *Sidecar {
+	t.Helper()
+	core, err := url.Parse(o.CoreURL)
+	if err != nil || core.Host == "" {
+		t.Fatalf("StartSidecar: bad CoreURL %q", o.CoreURL)
+	}
+	def := config.Defaults()
+	tr := o.Transport
+	closeIdle := func() {}
+	if tr == nil {
+		to := o.TransportOptions
+		if to.DialTimeout == 0 {
+			to.DialTimeout = def.Proxy.DialTimeout
+		}
+		if to.ResponseHeaderTimeout == 0 {
+			to.ResponseHeaderTimeout = def.Proxy.ResponseHeaderTimeout
+		}
+		if to.MaxIdleConnsPerHost == 0 {
+			to.MaxIdleConnsPerHost = def.Proxy.MaxIdleConnsPerHost
+		}
+		ht := proxy.NewTransport(to)
+		t.Cleanup(ht.CloseIdleConnections)
+		tr = ht
+		closeIdle = ht.CloseIdleConnections
+	}
+	log := o.Logger
+	if log == nil {
+		log = testLogger(t)
+	}
+	reg := prometheus.NewRegistry()
+	srv, err := proxy.New(proxy.Options{
+		CoreURL:        core,
+		Transport:      tr,
+		TrustedProxies: o.TrustedProxies,
+		PreserveHost:   !o.RewriteHost,
+		Logger:         log,
+		Registry:       reg,
+		Version:        "test",
+		Features:       o.Features,
+	})
+	if err != nil {
+		t.Fatalf("proxy.New: %v", err)
+	}
+	so := o.Serve
+	if so.ReadHeaderTimeout == 0 {
+		so.ReadHeaderTimeout = def.Proxy.ReadHeaderTimeout
+	}
+	if so.IdleTimeout == 0 {
+		so.IdleTimeout = def.Proxy.IdleTimeout
+	}
+	if so.MaxHeaderBytes == 0 {
+		so.MaxHeaderBytes = def.Proxy.MaxHeaderBytes
+	}
+	if so.ShutdownTimeout == 0 {
+		so.ShutdownTimeout = 10 * time.Second
+	}
+	ln := listenLocal(t)
+	aln := listenLocal(t)
+	so.Listener, so.AdminListener, so.OnListening = ln, aln, nil
+
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Sidecar{
+		URL:       "http://" + ln.Addr().String(),
+		Addr:      ln.Addr().String(),
+		AdminURL:  "http://" + aln.Addr().String(),
+		AdminAddr: aln.Addr().String(),
+		Server:    srv,
+		Registry:  reg,
+		Cancel:    cancel,
+		finished:  make(chan struct{}),
+		bound:     so.DrainDelay + so.ShutdownTimeout + 10*time.Second,
+	}
+	go func() {
+		s.runErr = srv.Run(ctx, so)
+		closeIdle() // the pass-through pool outlives Run otherwise
+		close(s.finished)
+	}()
+	t.Cleanup(func() {
+		if err := s.Stop(); err != nil {
+			t.Errorf("sidecar Run: %v", err)
+		}
+	})
+	return s
+}
+
+func listenLocal(t testing.TB) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	return ln
+}
+
+// deadAddr returns an address nothing listens on: listen on :0, then close.
+func deadAddr(t testing.TB) string {
+	t.Helper()
+	ln := listenLocal(t)
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// testLogger writes the sidecar's logs to the test log when -v is on, and
+// discards them otherwise.
+func testLogger(t testing.TB) *slog.Logger {
+	if !testing.Verbose() {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type tWriter struct{ t testing.TB }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// newClient returns a client with its own transport (so idle connections can
+// be closed and counted) that neither follows redirects nor asks for gzip.
+func newClient(t testing.TB) *http.Client {
+	tr := &http.Transport{
+		Proxy:               nil,
+		DisableCompression:  true,
+		MaxIdleConnsPerHost: 16,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{
+		Transport:     tr,
+		Timeout:       30 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// eventually polls cond until it is true or the bound passes. It is for
+// states that have no event to wait on (a listener closing, a metric the edge
+// records just after the answer went out); it never stands in for a channel.
+func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if !poll(within, cond) {
+		t.Fatalf("%s: not true within %v", what, within)
+	}
+}
+
+// poll reports whether cond became true within the bound, checking every few
+// milliseconds on a ticker.
+func poll(within time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(within)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		runtime.Gosched()
+		<-tick.C
+	}
+	return true
+}
+
+// waitFor receives from ch or fails the test after a generous bound.
+func waitFor[T any](t testing.TB, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(15 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+		var zero T
+		return zero
+	}
+}
+
+// metricValue returns the value of a counter or gauge series in reg with
+// exactly the given labels (0 when absent).
+func metricValue(t testing.TB, reg prometheus.Gatherer, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if !labelsMatch(m.GetLabel(), labels) {
+				continue
+			}
+			switch {
+			case m.Counter != nil:
+				return m.Counter.GetValue()
+			case m.Gauge != nil:
+				return m.Gauge.GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// waitMetric waits (bounded) until a series has the wanted value. The edge
+// records a request after its handler returns, which can be just after the
+// client has read the whole answer.
+func waitMetric(t testing.TB, reg prometheus.Gatherer, name string, labels map[string]string, want float64) {
+	t.Helper()
+	var got float64
+	if !poll(10*time.Second, func() bool { got = metricValue(t, reg, name, labels); return got == want }) {
+		t.Errorf("%s%v: got %v; want %v", name, labels, got, want)
+	}
+}
+
+// waitGatherAndCompare polls testutil.GatherAndCompare until it matches or
+// the bound passes, and reports the last difference.
+func waitGatherAndCompare(t testing.TB, reg prometheus.Gatherer, want string, names ...string) {
+	t.Helper()
+	var err error
+	if !poll(10*time.Second, func() bool {
+		err = testutil.GatherAndCompare(reg, strings.NewReader(want), names...)
+		return err == nil
+	}) {
+		t.Error(err)
+	}
+}
+
+func labelsMatch(got []*dto.LabelPair, want map[string]string) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for _, lp := range got {
+		if v, ok := want[lp.GetName()]; !ok || v != lp.GetValue() {
+			return false
+		}
+	}
+	return true
+}
+
+// requireService reports an unreachable real service: a failure in CI, a
+// skip elsewhere. Shared with end-to-end tests that need MariaDB or Redis.
+func requireService(t testing.TB, name string, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s unreachable (CI=true): %v", name, err)
+	}
+	t.Skipf("%s unreachable: %v", name, err)
+}
+
+// drainClose reads a body to the end and closes it.
+func drainClose(b io.ReadCloser) {
+	_, _ = io.Copy(io.Discard, b)
+	b.Close()
+}
+
+func mustGet(t testing.TB, c *http.Client, u string) (int, string) {
+	t.Helper()
+	res, err := c.Get(u)
+	if err != nil {
+		t.Fatalf("GET %s: %v", u, err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatalf("GET %s body: %v", u, err)
+	}
+	return res.StatusCode, string(b)
+}
+
+// seenRequest is what an upstream received.
+type seenRequest struct {
+	Method     string
+	RequestURI string
+	Host       string
+	Proto      string
+	Header     http.Header
+	Body       []byte
+	Trailer    http.Header
+	RemoteAddr string
+}
+
+// upstream is an httptest server standing in for Core. It records every
+// request it receives (the handler decides when the body has been read) and
+// counts new connections.
+type upstream struct {
+	*httptest.Server
+	newConns atomic.Int64
+
+	mu   sync.Mutex
+	seen []seenRequest
+}
+
+// startUpstream starts an upstream whose handler gets a record func: call it
+// once the body has been read (or pass the body it read).
+func startUpstream(t testing.TB, h func(u *upstream, w http.ResponseWriter, r *http.Request)) *upstream {
+	t.Helper()
+	u := &upstream{}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h(u, w, r)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			u.newConns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	u.Server = srv
+	return u
+}
+
+// record stores r with the body already read.
+func (u *upstream) record(r *http.Request, body []byte) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.seen = append(u.seen, seenRequest{
+		Method: r.Method, RequestURI: r.RequestURI, Host: r.Host, Proto: r.Proto,
+		Header: r.Header.Clone(), Body: body, Trailer: r.Trailer.Clone(), RemoteAddr: r.RemoteAddr,
+	})
+}
+
+// readAndRecord reads the whole body, records the request and returns the body.
+func (u *upstream) readAndRecord(r *http.Request) []byte {
+	b, _ := io.ReadAll(r.Body)
+	u.record(r, b)
+	return b
+}
+
+func (u *upstream) requests() []seenRequest {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]seenRequest(nil), u.seen...)
+}
+
+func (u *upstream) count() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return len(u.seen)
+}
+
+func (u *upstream) reset() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.seen = nil
+}
+
+// last returns the one request received since the last reset.
+func (u *upstream) last(t testing.TB) seenRequest {
+	t.Helper()
+	got := u.requests()
+	if len(got) != 1 {
+		t.Fatalf("upstream received %d requests; want 1", len(got))
+	}
+	return got[0]
+}
+
+// hopByHop are the headers a proxy must not forward (RFC 9110 §7.6.1 and the
+// legacy ones Go strips).
+var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// endToEnd returns h without hop-by-hop headers, Date, X-Request-Id and the
+// extra names given. Never nil.
+func endToEnd(h http.Header, drop ...string) http.Header {
+	out := http.Header{}
+	for k, v := range h {
+		out[k] = append([]string(nil), v...)
+	}
+	for _, k := range hopByHop {
+		out.Del(k)
+	}
+	out.Del("Date")
+	out.Del("X-Request-Id")
+	for _, k := range drop {
+		out.Del(k)
+	}
+	return out
+}
+
+func headerDiff(got, want http.Header) string {
+	if reflect.DeepEqual(got, want) {
+		return ""
+	}
+	keys := map[string]bool{}
+	for k := range got {
+		keys[k] = true
+	}
+	for k := range want {
+		keys[k] = true
+	}
+	var names []string
+	for k := range keys {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	for _, k := range names {
+		if !reflect.DeepEqual(got[k], want[k]) {
+			fmt.Fprintf(&b, "\n  %s: got %q; want %q", k, got[k], want[k])
+		}
+	}
+	return b.String()
+}
+
+// --- a minimal WebSocket (RFC 6455) for raw-socket tests ---
+
+const wsGUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+func wsAccept(key string) string {
+	h := sha1.Sum([]byte(key + wsGUID))
+	return base64.StdEncoding.EncodeToString(h[:])
+}
+
+const (
+	wsText  = 0x1
+	wsClose = 0x8
+)
+
+func writeFrame(w io.Writer, opcode byte, payload []byte, masked bool) error {
+	hdr := []byte{0x80 | opcode}
+	maskBit := byte(0)
+	if masked {
+		maskBit = 0x80
+	}
+	switch n := len(payload); {
+	case n < 126:
+		hdr = append(hdr, maskBit|byte(n))
+	case n <= 0xffff:
+		hdr = append(hdr, maskBit|126, byte(n>>8), byte(n))
+	default:
+		return errors.New("frame too large for this test helper")
+	}
+	body := append([]byte(nil), payload...)
+	if masked {
+		key := [4]byte{0x12, 0x34, 0x56, 0x78}
+		hdr = append(hdr, key[:]...)
+		for i := range body {
+			body[i] ^= key[i%4]
+		}
+	}
+	_, err := w.Write(append(hdr, body...))
+	return err
+}
+
+func readFrame(r io.Reader) (opcode byte, payload []byte, err error) {
+	var h [2]byte
+	if _, err = io.ReadFull(r, h[:]); err != nil {
+		return 0, nil, err
+	}
+	opcode = h[0] & 0x0f
+	masked := h[1]&0x80 != 0
+	n := int(h[1] & 0x7f)
+	switch n {
+	case 126:
+		var l [2]byte
+		if _, err = io.ReadFull(r, l[:]); err != nil {
+			return 0, nil, err
+		}
+		n = int(binary.BigEndian.Uint16(l[:]))
+	case 127:
+		return 0, nil, errors.New("64-bit frame length not supported by this test helper")
+	}
+	var key [4]byte
+	if masked {
+		if _, err = io.ReadFull(r, key[:]); err != nil {
+			return 0, nil, err
+		}
+	}
+	payload = make([]byte, n)
+	if _, err = io.ReadFull(r, payload); err != nil {
+		return 0, nil, err
+	}
+	if masked {
+		for i := range payload {
+			payload[i] ^= key[i%4]
+		}
+	}
+	return opcode, payload, nil
+}
+
+// serveWebSocketEcho completes the handshake by hijacking and echoes frames
+// until a close frame. It is the upstream side of the WebSocket tests.
+func serveWebSocketEcho(w http.ResponseWriter, r *http.Request) error {
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		return errors.New("no websocket upgrade header")
+	}
+	key := r.Header.Get("Sec-WebSocket-Key")
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\nX-Upstream: ws\r\n\r\n", wsAccept(key))
+	if err := brw.Flush(); err != nil {
+		return err
+	}
+	for {
+		op, p, err := readFrame(brw)
+		if err != nil {
+			return err
+		}
+		if err := writeFrame(conn, op, p, false); err != nil {
+			return err
+		}
+		if op == wsClose {
+			return nil
+		}
+	}
+}
+
+// wsDial performs a raw WebSocket handshake against addr and returns the
+// connection, a reader positioned after the 101 and the response.
+func wsDial(t testing.TB, addr, path string) (net.Conn, *bufio.Reader, *http.Response) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	const key = "dGhlIHNhbXBsZSBub25jZQ=="
+	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: ks.example\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n", path, key)
+	br := bufio.NewReader(conn)
+	res, err := http.ReadResponse(br, &http.Request{Method: http.MethodGet})
+	if err != nil {
+		t.Fatalf("read handshake response: %v", err)
+	}
+	return conn, br, res
+}
