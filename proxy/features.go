@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
@@ -102,9 +103,13 @@ func (s *Server) capabilities(c echo.Context) error {
 	}
 	r := c.Request()
 	authz := r.Header.Get("Authorization")
-	if probe, handled := s.feat.native.maybeProbe(r.Context(), authz, route); handled {
+	if probe, handled, perr := s.feat.native.maybeProbe(r.Context(), authz, route); handled {
 		if probe == nil { // Core unreachable during the probe
-			writeError(c.Response(), http.StatusBadGateway, "upstream_unavailable", upstreamMessage(http.StatusBadGateway))
+			status := http.StatusBadGateway
+			if errors.Is(perr, context.DeadlineExceeded) {
+				status = http.StatusGatewayTimeout
+			}
+			writeError(c.Response(), status, upstreamCode(status), upstreamMessage(status))
 			return nil
 		}
 		relayProbe(c.Response(), probe)
@@ -140,6 +145,7 @@ func (s *Server) read(c echo.Context) error {
 // answer writes a knowledge endpoint's result: the body, or its *Error as
 // Core's {"error","message"} convention. Causes are logged, never sent.
 func (s *Server) answer(c echo.Context, body []byte, err error) error {
+	finishBody(c.Request(), c.Response().Header())
 	if err == nil {
 		writeJSON(c.Response(), http.StatusOK, body)
 		return nil
@@ -156,6 +162,23 @@ func (s *Server) answer(c echo.Context, body []byte, err error) error {
 	}
 	writeError(c.Response(), ke.Status, ke.Code, ke.Message)
 	return nil
+}
+
+// finishBody consumes what is left of a knowledge request's body, at most
+// the protocol's request limit, before the answer is written. The edge
+// enables full duplex for every request with a body, so net/http no longer
+// does this itself, and a keep-alive connection whose request body was left
+// unread (an answer decided before the body, such as 401 or 403) is reset
+// under the next request on it. A larger remainder is not read: the
+// connection is closed after the answer instead.
+func finishBody(r *http.Request, h http.Header) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return
+	}
+	n, err := io.CopyN(io.Discard, r.Body, knowledge.MaxRequestBytes+1)
+	if n > knowledge.MaxRequestBytes || err != nil && !errors.Is(err, io.EOF) {
+		h.Set("Connection", "close")
+	}
 }
 
 // relayProbe sends Core's own answer to the forwarded capabilities request.

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -65,18 +66,22 @@ func (d *nativeDetector) isNative() bool {
 }
 
 // maybeProbe forwards this capabilities request to Core when a probe is due.
-// handled reports that the caller must relay probe (nil: Core unreachable)
-// instead of deciding itself; a legacy verdict is not handled, so the
-// sidecar serves the request.
-func (d *nativeDetector) maybeProbe(ctx context.Context, authorization, route string) (probe *coreclient.Probe, handled bool) {
+// handled reports that the caller must relay probe instead of deciding
+// itself; probe is nil when Core could not be reached (err says why), and
+// the caller answers 502/504. A legacy verdict is not handled, so the
+// sidecar serves the request. A request the prober refuses to send (a route
+// outside Core's workspace pattern, an unusable Authorization header) is not
+// handled either and decides nothing: the sidecar answers it as it answers
+// any knowledge request (404 route_unavailable, 401).
+func (d *nativeDetector) maybeProbe(ctx context.Context, authorization, route string) (probe *coreclient.Probe, handled bool, err error) {
 	if d.mode != "auto" {
-		return nil, false
+		return nil, false, nil
 	}
 	now := d.now()
 	d.mu.Lock()
 	if d.probing || now.Before(d.due) {
 		d.mu.Unlock()
-		return nil, false
+		return nil, false, nil
 	}
 	d.probing = true
 	d.mu.Unlock()
@@ -87,22 +92,22 @@ func (d *nativeDetector) maybeProbe(ctx context.Context, authorization, route st
 	defer d.mu.Unlock()
 	d.probing = false
 	if err != nil {
-		if ctx.Err() != nil { // the caller left; nothing learned
-			return nil, true
+		if errors.Is(err, coreclient.ErrUnavailable) {
+			return nil, true, err // Core unreachable (or the caller left): nothing learned
 		}
-		return nil, true
+		return nil, false, nil // not sent: nothing learned
 	}
 	switch p.Kind {
 	case coreclient.ProbeLegacy:
 		d.state, d.due = stateLegacy, now.Add(d.interval)
 		d.publish()
-		return nil, false
+		return nil, false, nil
 	case coreclient.ProbeNative:
 		d.state, d.due = stateNative, now.Add(d.interval)
 		d.publish()
-		return p, true
+		return p, true, nil
 	default:
-		return p, true
+		return p, true, nil
 	}
 }
 

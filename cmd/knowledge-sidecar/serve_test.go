@@ -1,0 +1,266 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
+	"github.com/bailinghub/knowledge-sidecar/test/testdb"
+)
+
+// serveProc is a running `knowledge-sidecar serve` process.
+type serveProc struct {
+	cmd      *exec.Cmd
+	url      string // proxy listener
+	adminURL string
+	done     chan struct{} // closed when the process has exited
+	exitErr  error         // valid after done
+	mu       sync.Mutex
+	stderr   bytes.Buffer
+}
+
+func (p *serveProc) logs() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stderr.String()
+}
+
+type lockedWriter struct{ p *serveProc }
+
+func (w lockedWriter) Write(b []byte) (int, error) {
+	w.p.mu.Lock()
+	defer w.p.mu.Unlock()
+	return w.p.stderr.Write(b)
+}
+
+// freePort returns a port nothing listened on a moment ago. The CLI takes
+// addresses, not listeners, so a race with another process is possible:
+// startServe retries when the bind fails.
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// buildBinary compiles this command into a temporary directory.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "knowledge-sidecar")
+	gocmd := filepath.Join(runtime.GOROOT(), "bin", "go")
+	out, err := exec.Command(gocmd, "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// startServe runs `serve --config cfgPath` with env and waits for /readyz.
+// writeConfig is called with the chosen addresses (again on a retry).
+func startServe(t *testing.T, bin string, env []string, writeConfig func(listen, admin string)) *serveProc {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		listen, admin := freePort(t), freePort(t)
+		writeConfig(listen, admin)
+		p := &serveProc{url: "http://" + listen, adminURL: "http://" + admin, done: make(chan struct{})}
+		p.cmd = exec.Command(bin, "serve")
+		p.cmd.Env = env
+		p.cmd.Stderr = lockedWriter{p}
+		if err := p.cmd.Start(); err != nil {
+			t.Fatalf("start: %v", err)
+		}
+		go func() { p.exitErr = p.cmd.Wait(); close(p.done) }()
+		if waitReady(p) {
+			t.Cleanup(func() {
+				_ = p.cmd.Process.Kill()
+				<-p.done
+			})
+			return p
+		}
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		if attempt == 3 || !strings.Contains(p.logs(), "address already in use") {
+			t.Fatalf("serve did not become ready (attempt %d): %v\n%s", attempt, p.exitErr, p.logs())
+		}
+	}
+}
+
+// waitReady polls /readyz until 200, the process exits, or a bound passes.
+// A process starting has no event to wait on; polling is the only way.
+func waitReady(p *serveProc) bool {
+	c := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(20 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for time.Now().Before(deadline) {
+		select {
+		case <-p.done:
+			return false
+		case <-tick.C:
+		}
+		res, err := c.Get(p.adminURL + "/readyz")
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == 200 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// metricLine returns the value of one exposition line, "" when absent.
+func metricLine(t *testing.T, adminURL, series string) string {
+	t.Helper()
+	res, err := http.Get(adminURL + "/metrics")
+	if err != nil {
+		t.Fatalf("metrics: %v", err)
+	}
+	defer res.Body.Close()
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// waitMetric polls /metrics until series has value want (a signal is
+// handled asynchronously and has no acknowledgement but the metric).
+func waitMetric(t *testing.T, adminURL, series, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for metricLine(t, adminURL, series) != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: got %q; want %q", series, metricLine(t, adminURL, series), want)
+		}
+		<-tick.C
+	}
+}
+
+// TestServeReloadAndStop builds the binary and runs `serve` against a fake
+// Core and a real MariaDB catalog: SIGHUP with a changed rollout takes
+// effect without a restart, SIGHUP with an invalid file is rejected and
+// keeps the running policy, both counted in config_reloads_total; SIGTERM
+// drains and exits 0.
+func TestServeReloadAndStop(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	db := testdb.New(t)
+	const serviceToken = "svc_serve-test-service-token-0123456789abcdef"
+	core := fakecore.New(fakecore.Options{ServiceToken: serviceToken})
+	coreSrv := httptest.NewServer(core)
+	t.Cleanup(func() { core.Close(); coreSrv.Close() })
+	core.SetRoute(testdb.RouteMulti, fakecore.GateAllowed)
+	token := fakecore.Token("serve-test")
+	core.AddSession(token, coreclient.Session{
+		SessionID: testdb.SessionA, ClientAppID: testdb.AppA,
+		Principal: coreclient.Principal{ID: "user-42"}, AllowedRoutes: []string{testdb.RouteMulti},
+		ExpiresAt: time.Now().Add(15 * time.Minute),
+	})
+
+	bin := buildBinary(t)
+	cfgPath := filepath.Join(t.TempDir(), "sidecar.yaml")
+	var listen, admin string
+	writeCfg := func(rollout string) {
+		cfg := fmt.Sprintf("listen: %q\nadmin_listen: %q\ncore:\n  url: %q\nrollout: %q\nnative_detection: never\nshutdown:\n  drain_delay: 0s\n  timeout: 5s\nlog:\n  level: info\n",
+			listen, admin, coreSrv.URL, rollout)
+		if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "KNOWLEDGE_SIDECAR_") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env,
+		"KNOWLEDGE_SIDECAR_CONFIG="+cfgPath,
+		"KNOWLEDGE_SIDECAR_CORE_TOKEN="+serviceToken,
+		"KNOWLEDGE_SIDECAR_CATALOG_DSN="+db.ReadOnlyDSN,
+	)
+	p := startServe(t, bin, env, func(l, a string) { listen, admin = l, a; writeCfg("off") })
+
+	c := &http.Client{Timeout: 10 * time.Second}
+	capabilities := func() (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", p.url+"/agent-api/v1/workspaces/"+testdb.RouteMulti+"/knowledge/capabilities", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		res, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("capabilities: %v", err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	served := func(code int, body string) bool {
+		return code == 200 && strings.Contains(body, `"schema_version":"bailing.agent-knowledge-capabilities.v1"`)
+	}
+
+	if code, body := capabilities(); code != 404 || body != `{"error":"not_found"}` {
+		t.Fatalf("rollout off: got %d %s; want Core's 404", code, body)
+	}
+
+	writeCfg("allow:" + testdb.RouteMulti)
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitMetric(t, p.adminURL, `knowledge_sidecar_config_reloads_total{result="ok"}`, "1")
+	if code, body := capabilities(); !served(code, body) {
+		t.Fatalf("after SIGHUP with allow: got %d %s; want the sidecar's capabilities", code, body)
+	}
+
+	if err := os.WriteFile(cfgPath, []byte("rollout: \"percent:200\"\nno_such_key: 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitMetric(t, p.adminURL, `knowledge_sidecar_config_reloads_total{result="rejected"}`, "1")
+	if code, body := capabilities(); !served(code, body) {
+		t.Fatalf("after a rejected reload: got %d %s; want the running policy kept", code, body)
+	}
+	if got := metricLine(t, p.adminURL, `knowledge_sidecar_config_reloads_total{result="ok"}`); got != "1" {
+		t.Errorf(`config_reloads_total{result="ok"}: got %q; want 1`, got)
+	}
+	if strings.Contains(p.logs(), serviceToken) || strings.Contains(p.logs(), db.ReadOnlyDSN) {
+		t.Errorf("logs contain a secret")
+	}
+
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("serve did not exit after SIGTERM\n%s", p.logs())
+	}
+	if p.exitErr != nil {
+		t.Fatalf("exit after SIGTERM: %v; want 0\n%s", p.exitErr, p.logs())
+	}
+}
