@@ -1,0 +1,359 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bailinghub/knowledge-sidecar/proxy"
+)
+
+// runningDemo is the demo's world and sidecar, in process, on 127.0.0.1:0.
+type runningDemo struct {
+	base    string // http://addr
+	ws      string // base of the demo workspace
+	token   string
+	text    string // the printed walkthrough
+	world   *demoWorld
+	client  *http.Client
+	content map[string]string // document content by title
+}
+
+// startDemo runs what cmdDemo runs, with the given documents, and stops it at
+// cleanup.
+func startDemo(t *testing.T, docs []demoDoc) *runningDemo {
+	t.Helper()
+	token := randomToken("bha_")
+	w, err := startDemoWorld(docs, token)
+	if err != nil {
+		t.Fatalf("startDemoWorld: %v", err)
+	}
+	t.Cleanup(w.close)
+	srv, err := w.sidecar(slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("sidecar: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	aln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	walkthrough := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- srv.Run(ctx, proxy.ServeOptions{
+			Listener: ln, AdminListener: aln,
+			ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 1 << 20,
+			ShutdownTimeout: 5 * time.Second,
+			OnListening: func(p, a net.Addr) {
+				var b bytes.Buffer
+				printWalkthrough(&b, p.String(), a.String(), token, docs)
+				walkthrough <- b.String()
+			},
+		})
+	}()
+	tr := &http.Transport{DisableCompression: true}
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Error("Run did not return")
+		}
+		tr.CloseIdleConnections()
+	})
+	d := &runningDemo{token: token, world: w, client: &http.Client{Transport: tr, Timeout: 30 * time.Second}, content: map[string]string{}}
+	select {
+	case d.text = <-walkthrough:
+	case err := <-done:
+		t.Fatalf("Run returned before listening: %v", err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("demo did not start listening")
+	}
+	d.base = "http://" + ln.Addr().String()
+	d.ws = d.base + "/agent-api/v1/workspaces/" + demoRoute
+	for _, doc := range docs {
+		d.content[doc.title] = doc.content
+	}
+	return d
+}
+
+// do sends what the walkthrough's curl sends: the bearer, and with -d a
+// form-encoded Content-Type (curl's default), not JSON.
+func (d *runningDemo) do(t *testing.T, method, url, body string) (int, []byte) {
+	t.Helper()
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+d.token)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	res, err := d.client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.StatusCode, raw
+}
+
+type demoHint struct {
+	Ref   string `json:"ref"`
+	Title string `json:"title"`
+}
+
+func (d *runningDemo) search(t *testing.T, query string, limit int) []demoHint {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"query": query, "limit": limit})
+	code, raw := d.do(t, "POST", d.ws+"/knowledge/search", string(body))
+	var res struct {
+		Status string     `json:"status"`
+		Hints  []demoHint `json:"hints"`
+	}
+	if code != 200 || json.Unmarshal(raw, &res) != nil || res.Status != "ok" {
+		t.Fatalf("search %q: got %d %s; want 200 status ok", query, code, raw)
+	}
+	return res.Hints
+}
+
+// TestDemoWalkthrough performs the printed walkthrough's steps over HTTP.
+func TestDemoWalkthrough(t *testing.T) {
+	docs, err := loadDocs("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := startDemo(t, docs)
+	if !strings.Contains(d.text, d.ws) || !strings.Contains(d.text, d.token) || !strings.Contains(d.text, "Refund policy") {
+		t.Errorf("walkthrough does not show the workspace URL, the token and the documents:\n%s", d.text)
+	}
+
+	t.Run("1 capabilities", func(t *testing.T) {
+		code, raw := d.do(t, "GET", d.ws+"/knowledge/capabilities", "")
+		var c struct {
+			Supported bool `json:"supported"`
+			Enabled   bool `json:"enabled"`
+		}
+		if code != 200 || json.Unmarshal(raw, &c) != nil || !c.Supported || !c.Enabled {
+			t.Errorf("got %d %s; want supported and enabled", code, raw)
+		}
+	})
+
+	t.Run("2 search", func(t *testing.T) {
+		hints := d.search(t, "What happens if the refund window is set to 0?", 3)
+		if len(hints) == 0 || hints[0].Title != "Refund policy" {
+			t.Errorf("hints %+v; want \"Refund policy\" first", hints)
+		}
+	})
+
+	t.Run("3 read until the chain budget", func(t *testing.T) {
+		hints := d.search(t, "operations handbook procedure", 1)
+		if len(hints) != 1 || hints[0].Title != "Operations handbook" {
+			t.Fatalf("hints %+v; want the operations handbook", hints)
+		}
+		content := d.content["Operations handbook"]
+		if len(content) <= 131072 {
+			t.Fatalf("precondition: the handbook has %d bytes; want more than the 131072-byte chain budget", len(content))
+		}
+		var got strings.Builder
+		cursor := ""
+		for page := 1; ; page++ {
+			req := map[string]any{"ref": hints[0].Ref, "max_bytes": 32768}
+			if cursor != "" {
+				req["cursor"] = cursor
+			}
+			body, _ := json.Marshal(req)
+			code, raw := d.do(t, "POST", d.ws+"/knowledge/read", string(body))
+			var p struct {
+				Content         string  `json:"content"`
+				NextCursor      *string `json:"next_cursor"`
+				Truncated       bool    `json:"truncated"`
+				BudgetExhausted bool    `json:"budget_exhausted"`
+				Total           int     `json:"total_content_bytes"`
+			}
+			if code != 200 || json.Unmarshal(raw, &p) != nil {
+				t.Fatalf("page %d: got %d %.200s", page, code, raw)
+			}
+			if len(raw) > 32768 || p.Total != len(content) {
+				t.Errorf("page %d: %d bytes, total_content_bytes %d; want ≤ 32768 and %d", page, len(raw), p.Total, len(content))
+			}
+			got.WriteString(p.Content)
+			if p.NextCursor == nil {
+				if !p.BudgetExhausted || !p.Truncated {
+					t.Errorf("last page: budget_exhausted %v truncated %v; want true true", p.BudgetExhausted, p.Truncated)
+				}
+				break
+			}
+			cursor = *p.NextCursor
+			if page > 20 {
+				t.Fatal("more than 20 pages")
+			}
+		}
+		if s := got.String(); len(s) > 131072 || len(s) < 131072-3 || !strings.HasPrefix(content, s) {
+			t.Errorf("pages concatenate to %d bytes; want the first 131072 bytes of the handbook", len(s))
+		}
+	})
+
+	turn := func(mode string) (int, []byte) {
+		return d.do(t, "POST", d.ws+"/turns", `{"client_conversation_id":"c1","client_turn_id":"t1",
+       "user_message_id":"m1","user_input":"Can I get a refund?","knowledge_delivery":"`+mode+`"}`)
+	}
+	t.Run("4 on-demand turn", func(t *testing.T) {
+		code, raw := turn("on_demand")
+		var res struct {
+			RunID   string `json:"run_id"`
+			Context struct {
+				Knowledge     []json.RawMessage `json:"knowledge"`
+				KnowledgeRefs []json.RawMessage `json:"knowledge_refs"`
+				Instructions  string            `json:"instructions"`
+			} `json:"context"`
+			Delivery *struct {
+				SchemaVersion string            `json:"schema_version"`
+				Mode          string            `json:"mode"`
+				Protocol      string            `json:"protocol"`
+				Scope         string            `json:"knowledge_scope_revision"`
+				Status        string            `json:"status"`
+				Hints         []json.RawMessage `json:"hints"`
+			} `json:"knowledge_delivery"`
+		}
+		if code != 200 || json.Unmarshal(raw, &res) != nil {
+			t.Fatalf("got %d %.300s; want 200", code, raw)
+		}
+		if res.Context.Knowledge == nil || len(res.Context.Knowledge) != 0 || res.Context.KnowledgeRefs == nil || len(res.Context.KnowledgeRefs) != 0 {
+			t.Errorf("context knowledge %v refs %v; want two empty arrays", res.Context.Knowledge, res.Context.KnowledgeRefs)
+		}
+		dl := res.Delivery
+		if dl == nil || dl.SchemaVersion != "bailing.agent-knowledge-delivery.v1" || dl.Mode != "on_demand" ||
+			dl.Protocol != "bailing.agent-knowledge.v1" || dl.Status != "ok" || len(dl.Scope) != 64 || dl.Hints == nil {
+			t.Errorf("knowledge_delivery block: %+v", dl)
+		}
+		if res.RunID == "" || res.Context.Instructions == "" {
+			t.Errorf("run_id %q instructions %q; want Core's turn context kept", res.RunID, res.Context.Instructions)
+		}
+	})
+
+	t.Run("4 inline retry conflicts", func(t *testing.T) {
+		runs := d.world.core.RunsCreated()
+		code, raw := turn("inline")
+		var e struct{ Error, Message string }
+		if code != 409 || json.Unmarshal(raw, &e) != nil || e.Error != "turn_conflict" {
+			t.Errorf("got %d %s; want 409 turn_conflict", code, raw)
+		}
+		if got := d.world.core.RunsCreated(); got != runs {
+			t.Errorf("runs: got %d; want %d (no new business work)", got, runs)
+		}
+	})
+
+	t.Run("5 pass-through", func(t *testing.T) {
+		code, raw := d.do(t, "GET", d.base+"/agent-api/v1/unknown", "")
+		if code != 404 || strings.TrimSpace(string(raw)) != `{"error":"not_found"}` {
+			t.Errorf("got %d %s; want Core's own 404", code, raw)
+		}
+	})
+
+	t.Run("6 forged reference", func(t *testing.T) {
+		code, raw := d.do(t, "POST", d.ws+"/knowledge/read", `{"ref":"kr1.forged"}`)
+		var e struct{ Error, Message string }
+		if code != 400 || json.Unmarshal(raw, &e) != nil || e.Error != "knowledge_reference_invalid" || e.Message == "" {
+			t.Errorf("got %d %s; want 400 knowledge_reference_invalid", code, raw)
+		}
+		if strings.Contains(string(raw), d.world.coreURL) || strings.Contains(string(raw), "127.0.0.1") {
+			t.Errorf("error names an address: %s", raw)
+		}
+	})
+}
+
+// TestDemoDocsDir: --docs takes .md and .txt files, titled by the first
+// Markdown heading or else the file name.
+func TestDemoDocsDir(t *testing.T) {
+	dir := t.TempDir()
+	files := map[string]string{
+		"guide.md":  "intro line before the heading\n\n# Zebra Care Guide\n\nZebras need fresh water and open pasture.\n",
+		"notes.txt": "Giraffes sleep standing up for short periods.\n",
+		"image.png": "not a document",
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(dir, "sub.md"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	docs, err := loadDocs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var titles []string
+	for _, doc := range docs {
+		titles = append(titles, doc.title)
+	}
+	if strings.Join(titles, "|") != "Zebra Care Guide|notes" {
+		t.Fatalf("titles: got %q; want [Zebra Care Guide notes]", titles)
+	}
+	d := startDemo(t, docs)
+	if !strings.Contains(d.text, "Documents: Zebra Care Guide; notes") {
+		t.Errorf("walkthrough does not list the documents:\n%s", d.text)
+	}
+	for query, want := range map[string]string{"zebras pasture water": "Zebra Care Guide", "giraffes sleep standing": "notes"} {
+		hints := d.search(t, query, 1)
+		if len(hints) != 1 || hints[0].Title != want {
+			t.Errorf("search %q: hints %+v; want %q", query, hints, want)
+		}
+	}
+}
+
+// TestDemoCommandErrors: bad flags and inputs exit before anything listens.
+func TestDemoCommandErrors(t *testing.T) {
+	empty := t.TempDir()
+	cases := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"unknown flag", []string{"--nope"}, 2, "flag provided but not defined"},
+		{"token not shaped like Core's", []string{"--demo-token", "secret-demo-token"}, 2, "--demo-token must look like"},
+		{"docs dir without documents", []string{"--docs", empty}, 1, "no .md or .txt files"},
+		{"docs dir missing", []string{"--docs", filepath.Join(empty, "missing")}, 1, "demo:"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			if got := run(append([]string{"demo"}, tc.args...), &stdout, &stderr); got != tc.code {
+				t.Errorf("exit: got %d; want %d (stderr %s)", got, tc.code, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("stderr: got %q; want it to contain %q", stderr.String(), tc.want)
+			}
+			if strings.Contains(stderr.String()+stdout.String(), "secret-demo-token") {
+				t.Errorf("the rejected token was echoed")
+			}
+		})
+	}
+}

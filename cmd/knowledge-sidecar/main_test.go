@@ -1,0 +1,205 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/bailinghub/knowledge-sidecar/config"
+)
+
+func runCLI(args ...string) (code int, stdout, stderr string) {
+	var o, e bytes.Buffer
+	code = run(args, &o, &e)
+	return code, o.String(), e.String()
+}
+
+func TestCommands(t *testing.T) {
+	cases := []struct {
+		name       string
+		args       []string
+		code       int
+		stdout     string // substring
+		stderr     string // substring
+		stdoutOnly bool   // stderr must be empty
+	}{
+		{"version", []string{"version"}, 0, "knowledge-sidecar " + version + "\n", "", true},
+		{"--version", []string{"--version"}, 0, "knowledge-sidecar " + version, "", true},
+		{"help", []string{"help"}, 0, "usage:", "", true},
+		{"no command", nil, 2, "", "usage:", false},
+		{"unknown command", []string{"frobnicate"}, 2, "", `unknown command "frobnicate"`, false},
+		{"unknown check-config flag", []string{"check-config", "--frob"}, 2, "", "flag provided but not defined", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := runCLI(tc.args...)
+			if code != tc.code {
+				t.Errorf("exit: got %d; want %d", code, tc.code)
+			}
+			if !strings.Contains(stdout, tc.stdout) {
+				t.Errorf("stdout: got %q; want it to contain %q", stdout, tc.stdout)
+			}
+			if !strings.Contains(stderr, tc.stderr) {
+				t.Errorf("stderr: got %q; want it to contain %q", stderr, tc.stderr)
+			}
+			if tc.stdoutOnly && stderr != "" {
+				t.Errorf("stderr: got %q; want nothing", stderr)
+			}
+			if tc.code == 2 && tc.name == "unknown command" && !strings.Contains(stderr, "usage:") {
+				t.Errorf("stderr: got %q; want the usage too", stderr)
+			}
+		})
+	}
+}
+
+// cleanEnv removes every variable the configuration reads, so the test's
+// own settings are the only ones (restored at cleanup).
+func cleanEnv(t *testing.T) {
+	t.Helper()
+	names := []string{"KNOWLEDGE_SIDECAR_CONFIG"}
+	for env := range config.EnvNames() {
+		names = append(names, env)
+	}
+	for _, n := range names {
+		t.Setenv(n, "")
+		if err := os.Unsetenv(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// envOf returns the environment variable of a field path.
+func envOf(t *testing.T, path string) string {
+	t.Helper()
+	for env, p := range config.EnvNames() {
+		if p == path {
+			return env
+		}
+	}
+	t.Fatalf("no environment variable for %s", path)
+	return ""
+}
+
+// TestCheckConfig: exit 0 for a valid configuration, 1 with every problem
+// listed, and never a secret in the output.
+func TestCheckConfig(t *testing.T) {
+	const (
+		coreToken  = "core-token-zzz-must-not-leak"
+		dsnPass    = "dsn-password-must-not-leak"
+		keySecret  = "c2hvcnQtc2lnbmluZy1zZWNyZXQ" // base64 of 20 bytes: too short
+		redisPass  = "redis-pass-must-not-leak"
+		goodDSN    = "ro:" + dsnPass + "@tcp(db.internal:3306)/bailinghub"
+		badRedis   = "http://:" + redisPass + "@redis.internal:6379/0"
+		configFile = "sidecar.yaml"
+	)
+	secrets := []string{coreToken, dsnPass, keySecret, redisPass}
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	unknownKey := write("unknown.yaml", "core:\n  url: http://core:8000\n  tokn: x\n")
+	rolloutNoCatalog := write(configFile, "core:\n  url: http://core:8000\nrollout: all\n")
+
+	cases := []struct {
+		name   string
+		env    map[string]string // by field path, or by variable name (KNOWLEDGE_SIDECAR_…)
+		args   []string
+		code   int
+		stdout string
+		stderr []string // every one must appear
+	}{
+		{
+			name: "valid with knowledge",
+			env: map[string]string{"core.url": "http://core.internal:8000", "core.token": coreToken,
+				"catalog.dsn": goodDSN, "rollout": "all"},
+			code: 0, stdout: "configuration is valid\n",
+		},
+		{
+			name: "valid pass-through only",
+			env:  map[string]string{"core.url": "http://core.internal:8000"},
+			code: 0, stdout: "knowledge features are off",
+		},
+		{
+			name: "every problem at once",
+			env: map[string]string{
+				"core.url": "ftp://core.internal", "core.token": coreToken, "catalog.dsn": goodDSN,
+				"signing.keys": "k1:" + keySecret, "rate_limit.rps": "0", "log.level": "loud",
+				"listen": ":8080", "admin_listen": ":8080", "KNOWLEDGE_SIDECAR_LEDGER_REDIS_URL": badRedis, "native_detection": "sometimes",
+			},
+			code: 1,
+			stderr: []string{"core.url: must be an absolute http(s) URL", "rate_limit.rps:", "log.level:",
+				"admin_listen: must differ from listen", "signing.keys:", "ledger.redis_url:", "native_detection:"},
+		},
+		{
+			name:   "unparseable environment value",
+			env:    map[string]string{"core.url": "http://core:8000", "rate_limit.burst": "many", "core.timeout": "soon"},
+			code:   1,
+			stderr: []string{envOfPath("rate_limit.burst"), envOfPath("core.timeout")},
+		},
+		{
+			name: "missing core url",
+			env:  map[string]string{"core.token": coreToken},
+			code: 1, stderr: []string{"core.url: is required"},
+		},
+		{
+			name: "unknown key in the file",
+			args: []string{"--config", unknownKey},
+			code: 1, stderr: []string{"tokn"},
+		},
+		{
+			name: "file named by the environment",
+			env:  map[string]string{"KNOWLEDGE_SIDECAR_CONFIG": rolloutNoCatalog},
+			code: 1, stderr: []string{"rollout: rolls the protocol out"},
+		},
+		{
+			name: "missing file",
+			args: []string{"--config", filepath.Join(dir, "absent.yaml")},
+			code: 1, stderr: []string{"absent.yaml"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cleanEnv(t)
+			for key, v := range tc.env {
+				name := key
+				if !strings.HasPrefix(key, config.EnvPrefix) {
+					name = envOf(t, key)
+				}
+				t.Setenv(name, v)
+			}
+			code, stdout, stderr := runCLI(append([]string{"check-config"}, tc.args...)...)
+			if code != tc.code {
+				t.Errorf("exit: got %d; want %d (stdout %q, stderr %q)", code, tc.code, stdout, stderr)
+			}
+			if !strings.Contains(stdout, tc.stdout) {
+				t.Errorf("stdout: got %q; want it to contain %q", stdout, tc.stdout)
+			}
+			for _, want := range tc.stderr {
+				if !strings.Contains(stderr, want) {
+					t.Errorf("stderr: got %q; want it to list %q", stderr, want)
+				}
+			}
+			for _, s := range secrets {
+				if strings.Contains(stdout+stderr, s) {
+					t.Errorf("output echoes a secret (%.8s…)", s)
+				}
+			}
+		})
+	}
+}
+
+// envOfPath is envOf without a test, for table literals.
+func envOfPath(path string) string {
+	for env, p := range config.EnvNames() {
+		if p == path {
+			return env
+		}
+	}
+	return "no environment variable for " + path
+}
