@@ -1,0 +1,27 @@
+// Command bench is the side-by-side load tool of issue 6: it measures what
+// the sidecar costs on top of a direct connection to Core, on this machine,
+// in one run.
+//
+//	go run ./test/bench --quick                 # well under a minute
+//	go run ./test/bench --out bench.json        # the fuller run
+//
+// It starts its own processes, all on 127.0.0.1 with kernel-chosen ports:
+//
+//   - upstream: a Core double (canned 1 KiB / 10 KiB / 64 KiB JSON, SSE,
+//     canned 10 KiB / 256 KiB turn contexts, and the fake Core of
+//     test/fakecore for identity, route gate and /kb/search);
+//   - sidecar: the real proxy.Server with knowledge features over that
+//     upstream, with the in-memory catalog seeded with the same documents;
+//   - revproxy: a bare, tuned httputil.ReverseProxy (the baseline);
+//   - nginx, when the nginx binary is installed (proxy_buffering off,
+//     upstream keep-alive).
+//
+// The Go children are this same binary re-executed in a serve-target mode
+// (--serve-target=upstream|sidecar|revproxy), so the load generator (vegeta
+// as a library) never shares a process, a heap or a scheduler with the
+// server it measures; it still shares the machine's cores, which is why
+// only ratios and deltas measured in interleaved A/B pairs are reported.
+//
+// Nothing here is run by `go test`; docs/performance.md explains every
+// number and records the latest table.
+package main

@@ -1,0 +1,494 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// config are the orchestrator's flags.
+type config struct {
+	quick      bool
+	out        string
+	pairs      int
+	warm, dur  time.Duration
+	satDur     time.Duration
+	conc       int
+	rates      []int
+	loads      []string
+	satLoads   []string
+	turnRate   int
+	turn256    int
+	kbRate     int
+	twRate     int
+	twDur      time.Duration
+	soak       time.Duration
+	nginx      bool
+	profileDir string
+	keep       bool
+	only       map[string]bool
+}
+
+// sections of a run, for --only.
+var sections = []string{"timewait", "latency", "saturation", "turns", "kb", "sse"}
+
+func (c config) want(section string) bool { return len(c.only) == 0 || c.only[section] }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	role := fs.String("serve-target", "", "internal: serve one role (upstream, sidecar, revproxy) for the orchestrator")
+	upstream := fs.String("upstream", "", "internal: upstream URL for --serve-target")
+	var c config
+	fs.BoolVar(&c.quick, "quick", false, "short runs (finishes well under a minute; numbers are noisier)")
+	fs.StringVar(&c.out, "out", "", "write the full results as JSON to this file")
+	fs.IntVar(&c.pairs, "pairs", 5, "interleaved repetitions per comparison (A/B pairs); at least 5")
+	fs.DurationVar(&c.warm, "warmup", 1*time.Second, "warm-up run per target before the pairs")
+	fs.DurationVar(&c.dur, "dur", 2*time.Second, "length of each open-loop run")
+	fs.DurationVar(&c.satDur, "sat-dur", 2*time.Second, "length of each closed-loop (saturation) run")
+	fs.IntVar(&c.conc, "conc", 32, "closed-loop concurrency (connections) for saturation")
+	rates := fs.String("rates", "1000,2000", "open-loop rates in req/s for the pass-through comparison")
+	loads := fs.String("loads", "1k,10k,64k,sse", "pass-through loads: 1k, 10k, 64k (JSON bodies), sse")
+	satLoads := fs.String("sat-loads", "", "loads for saturation (default: same as --loads; --quick: 1k,64k)")
+	fs.IntVar(&c.turnRate, "turn-rate", 1000, "open-loop rate for 10 KiB turns (req/s)")
+	fs.IntVar(&c.turn256, "turn256-rate", 200, "open-loop rate for 256 KiB turns (req/s)")
+	fs.IntVar(&c.kbRate, "kb-rate", 1000, "open-loop rate for search and read (req/s)")
+	fs.IntVar(&c.twRate, "tw-rate", 2000, "rate of the TIME_WAIT run through the sidecar (req/s)")
+	fs.DurationVar(&c.twDur, "tw-dur", 20*time.Second, "length of the TIME_WAIT run")
+	fs.DurationVar(&c.soak, "soak", 0, "RSS soak through the sidecar at 50% of its 1 KiB knee (e.g. 5m; 0: skip)")
+	fs.BoolVar(&c.nginx, "nginx", true, "compare with nginx when the nginx binary is installed")
+	fs.StringVar(&c.profileDir, "profile", "", "directory for CPU profiles of the sidecar under load (pass-through 1 KiB saturation, 10 KiB turns)")
+	only := fs.String("only", "", "run only these sections: "+strings.Join(sections, ",")+" (default: all)")
+	fs.BoolVar(&c.keep, "keep", false, "keep the work directory (child logs, nginx config) and print its path")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *role != "" {
+		return serveTarget(*role, *upstream, stdout, stderr)
+	}
+	if c.quick {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		def := func(name string, d *time.Duration, v time.Duration) {
+			if !set[name] {
+				*d = v
+			}
+		}
+		def("warmup", &c.warm, 100*time.Millisecond)
+		def("dur", &c.dur, 150*time.Millisecond)
+		def("sat-dur", &c.satDur, 200*time.Millisecond)
+		def("tw-dur", &c.twDur, 2*time.Second)
+		if !set["sat-loads"] {
+			*satLoads = "1k,64k"
+		}
+	}
+	var err error
+	if c.rates, err = parseInts(*rates); err != nil {
+		fmt.Fprintln(stderr, "bench: --rates:", err)
+		return 2
+	}
+	for _, s := range splitList(*only) {
+		if !slices.Contains(sections, s) {
+			fmt.Fprintf(stderr, "bench: unknown section %q (want %s)\n", s, strings.Join(sections, ", "))
+			return 2
+		}
+		if c.only == nil {
+			c.only = map[string]bool{}
+		}
+		c.only[s] = true
+	}
+	c.loads = splitList(*loads)
+	c.satLoads = splitList(*satLoads)
+	if len(c.satLoads) == 0 {
+		c.satLoads = c.loads
+	}
+	for _, l := range append(append([]string(nil), c.loads...), c.satLoads...) {
+		if _, ok := passLoads[l]; !ok {
+			fmt.Fprintf(stderr, "bench: unknown load %q (want 1k, 10k, 64k, sse)\n", l)
+			return 2
+		}
+	}
+	if c.pairs < 5 {
+		fmt.Fprintln(stderr, "bench: --pairs must be at least 5")
+		return 2
+	}
+	rep, err := orchestrate(c, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return 1
+	}
+	printReport(stdout, rep)
+	if c.out != "" {
+		b, _ := json.MarshalIndent(rep, "", "  ")
+		if err := os.WriteFile(c.out, append(b, '\n'), 0o644); err != nil {
+			fmt.Fprintln(stderr, "bench:", err)
+			return 1
+		}
+	}
+	return 0
+}
+
+// passLoads are the pass-through request kinds.
+var passLoads = map[string]reqSpec{
+	"1k":  {method: http.MethodGet, path: "/bench/json/1k"},
+	"10k": {method: http.MethodGet, path: "/bench/json/10k"},
+	"64k": {method: http.MethodGet, path: "/bench/json/64k"},
+	"sse": {method: http.MethodGet, path: "/bench/sse"},
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range splitList(s) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func progress(w io.Writer, format string, a ...any) {
+	fmt.Fprintf(w, "[%s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, a...))
+}
+
+// orchestrate starts the processes, runs every measurement and assembles
+// the report.
+func orchestrate(c config, logw io.Writer) (*report, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "ks-bench-")
+	if err != nil {
+		return nil, err
+	}
+	if c.keep {
+		progress(logw, "work directory (kept): %s", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return nil, err
+	}
+
+	up, err := spawn(exe, "upstream", "", dir)
+	if err != nil {
+		return nil, err
+	}
+	defer up.stop()
+	upURL := "http://" + up.info.Addr
+	sc, err := spawn(exe, "sidecar", upURL, dir)
+	if err != nil {
+		return nil, err
+	}
+	defer sc.stop()
+	rp, err := spawn(exe, "revproxy", upURL, dir)
+	if err != nil {
+		return nil, err
+	}
+	defer rp.stop()
+	single := func(pid int) func() []int { return func() []int { return []int{pid} } }
+	direct := newEndpoint("direct", up.info.Addr, nil, "")
+	side := newEndpoint("sidecar", sc.info.Addr, single(sc.info.PID), sc.info.Stats)
+	bare := newEndpoint("revproxy", rp.info.Addr, single(rp.info.PID), rp.info.Stats)
+	eps := []*endpoint{direct, side, bare}
+	ports := map[int]string{portOf(up.info.Addr): "direct", portOf(sc.info.Addr): "sidecar", portOf(rp.info.Addr): "revproxy"}
+
+	r := &report{Meta: meta{
+		Started: time.Now().UTC().Format(time.RFC3339), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
+		Quick: c.quick, Pairs: c.pairs, RunMS: c.dur.Milliseconds(), SatRunMS: c.satDur.Milliseconds(),
+		WarmupMS: c.warm.Milliseconds(), Concurrency: c.conc, LoadAvgBefore: loadAvg(),
+	}}
+	var ngx *endpoint
+	if c.nginx {
+		n, why := startNginx(dir, up.info.Addr)
+		if n != nil {
+			defer n.stop()
+			ngx = newEndpoint("nginx", n.addr, func() []int { return withChildren(n.cmd.Process.Pid) }, "")
+			eps = append(eps, ngx)
+			ports[portOf(n.addr)] = "nginx"
+			r.Meta.Nginx = n.version
+		} else {
+			r.Meta.Nginx = "skipped: " + why
+		}
+	} else {
+		r.Meta.Nginx = "skipped: --nginx=false"
+	}
+
+	// Every endpoint answers before anything is measured.
+	for _, ep := range eps {
+		if err := check(ep, passLoads["1k"]); err != nil {
+			return nil, fmt.Errorf("%s: %w", ep.name, err)
+		}
+	}
+	r.Resources.IdleRSSMiB = mib(rss([]int{sc.info.PID}))
+	r.Resources.IdleGoroutines = goroutines(side)
+	r.Resources.TimeWaitBefore, _ = timeWait(ports)
+
+	auth := http.Header{"Authorization": {"Bearer " + benchToken}, "Content-Type": {"application/json"}}
+
+	// 0. TIME_WAIT over a sustained pass-through run, first, so sockets
+	// closed by later phases (they live 60 s) are not counted.
+	if c.want("timewait") {
+		progress(logw, "TIME_WAIT run: %s at %d req/s", c.twDur, c.twRate)
+		load(target{"sidecar", side, passLoads["1k"]}, c.twRate, 0, c.warm) // warm the pools first
+		r.Resources.TWRunBefore, _ = timeWait(ports)
+		tw := load(target{"sidecar", side, passLoads["1k"]}, c.twRate, 0, c.twDur)
+		r.Resources.TWRunAfter, r.Resources.TWRunBy = timeWait(ports)
+		r.Resources.TWRun = fmt.Sprintf("%s at %d req/s, 1 KiB", c.twDur, c.twRate)
+		r.Resources.TWRunErrors = tw.Errors
+	}
+
+	// 1. Pass-through latency at fixed rates, direct vs sidecar.
+	for _, l := range c.loads {
+		if !c.want("latency") {
+			break
+		}
+		for _, rate := range c.rates {
+			progress(logw, "latency %s at %d req/s", l, rate)
+			g := runGroup(fmt.Sprintf("latency/%s/%d", l, rate), []target{
+				{"direct", direct, passLoads[l]}, {"sidecar", side, passLoads[l]}, {"revproxy", bare, passLoads[l]},
+			}, rate, 0, c.warm, c.dur, c.pairs)
+			r.Groups = append(r.Groups, g)
+			r.PassLatency = append(r.PassLatency, latencyRowOf(l, g, "direct", "sidecar"))
+		}
+	}
+
+	// 2. Saturation, closed loop: direct, sidecar, bare ReverseProxy, nginx.
+	var knee float64
+	for _, l := range c.satLoads {
+		if !c.want("saturation") {
+			break
+		}
+		progress(logw, "saturation %s, %d connections", l, c.conc)
+		var ts []target
+		for _, ep := range eps {
+			ts = append(ts, target{ep.name, ep, passLoads[l]})
+		}
+		g := runGroup("saturation/"+l, ts, 0, c.conc, c.warm, c.satDur, c.pairs)
+		r.Groups = append(r.Groups, g)
+		row := satRowOf(l, g)
+		if l == "1k" {
+			knee = row.RPS["sidecar"]
+		}
+		r.Saturation = append(r.Saturation, row)
+	}
+
+	// 3. Intercepted paths with a zero-latency Core.
+	var turnSeq = newTurnBodies()
+	turn := func(route string) reqSpec {
+		return reqSpec{method: http.MethodPost, path: "/agent-api/v1/workspaces/" + route + "/turns", gen: turnSeq.next, header: auth}
+	}
+	if c.want("turns") {
+		progress(logw, "turns 10 KiB at %d req/s", c.turnRate)
+		g := runGroup("turn/10k", []target{
+			{"direct", direct, turn(routeTurn10)}, {"sidecar", side, turn(routeTurn10)}, {"sidecar-passthrough", side, turn(routePass10)},
+		}, c.turnRate, 0, c.warm, c.dur, c.pairs)
+		r.Groups = append(r.Groups, g)
+		r.Intercepted = append(r.Intercepted, interRowOf("turn 10 KiB (on_demand)", g, "direct", "sidecar", "sidecar-passthrough"))
+		progress(logw, "turns 256 KiB at %d req/s", c.turn256)
+		g = runGroup("turn/256k", []target{{"direct", direct, turn(routeTurn256)}, {"sidecar", side, turn(routeTurn256)}},
+			c.turn256, 0, c.warm, c.dur, c.pairs)
+		r.Groups = append(r.Groups, g)
+		r.Intercepted = append(r.Intercepted, interRowOf("turn 256 KiB (on_demand)", g, "direct", "sidecar", ""))
+	}
+	if c.want("kb") {
+		kbPath := "/agent-api/v1/workspaces/" + routeKB + "/knowledge/"
+		progress(logw, "search and read at %d req/s", c.kbRate)
+		g := runGroup("search", []target{{"sidecar", side, reqSpec{method: http.MethodPost, path: kbPath + "search", body: []byte(searchQuery), header: auth}}},
+			c.kbRate, 0, c.warm, c.dur, c.pairs)
+		r.Groups = append(r.Groups, g)
+		r.Intercepted = append(r.Intercepted, interRowOf("search (3 Core calls)", g, "", "sidecar", ""))
+		// Refs live 5 minutes: take a fresh one just before the read load.
+		ref, err := searchRef(side, auth)
+		if err != nil {
+			return nil, err
+		}
+		readBody, _ := json.Marshal(map[string]any{"ref": ref, "max_bytes": 32768})
+		g = runGroup("read", []target{{"sidecar", side, reqSpec{method: http.MethodPost, path: kbPath + "read", body: readBody, header: auth}}},
+			c.kbRate, 0, c.warm, c.dur, c.pairs)
+		r.Groups = append(r.Groups, g)
+		r.Intercepted = append(r.Intercepted, interRowOf("read 32 KiB page", g, "", "sidecar", ""))
+	}
+
+	// 4. SSE event delay, direct vs sidecar, quiet machine.
+	if c.want("sse") {
+		progress(logw, "sse event delay")
+		streams, events, gap := 8, 40, 5*time.Millisecond
+		if c.quick {
+			events = 15
+		}
+		for i := 0; i < c.pairs; i++ {
+			a, b := direct, side
+			if i%2 == 1 {
+				a, b = b, a
+			}
+			r.SSE.Reps = append(r.SSE.Reps, sseProbe(a, streams, events, gap), sseProbe(b, streams, events, gap))
+		}
+		r.SSE.summarize(streams, events, gap)
+	}
+
+	// 5. Optional RSS soak at half the knee.
+	if c.soak > 0 && knee > 0 {
+		progress(logw, "soak %s at %.0f req/s", c.soak, knee/2)
+		r.Soak = soak(side, sc.info.PID, int(knee/2), c.soak)
+	}
+
+	// 6. Optional CPU profiles of the sidecar under load.
+	if c.profileDir != "" {
+		progress(logw, "profiles into %s", c.profileDir)
+		if err := os.MkdirAll(c.profileDir, 0o755); err != nil {
+			return nil, err
+		}
+		profile(side, filepath.Join(c.profileDir, "sidecar-passthrough-1k.pprof"), target{"sidecar", side, passLoads["1k"]}, 0, c.conc)
+		profile(side, filepath.Join(c.profileDir, "sidecar-turn-10k.pprof"), target{"sidecar", side, turn(routeTurn10)}, 0, c.conc)
+	}
+
+	r.Resources.AfterRSSMiB = mib(rss([]int{sc.info.PID}))
+	r.Resources.AfterGoroutines = goroutines(side)
+	r.Resources.TimeWaitAfter, r.Resources.TimeWaitBy = timeWait(ports)
+	r.Meta.LoadAvgAfter = loadAvg()
+	r.Meta.Finished = time.Now().UTC().Format(time.RFC3339)
+	r.evaluate()
+	return r, nil
+}
+
+func check(ep *endpoint, rq reqSpec) error {
+	resp, err := ep.client.Get(ep.base + rq.path)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("probe answered %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// searchRef searches once through the sidecar and returns the first hint's
+// ref, for the read load.
+func searchRef(ep *endpoint, h http.Header) (string, error) {
+	req, _ := http.NewRequest(http.MethodPost, ep.base+"/agent-api/v1/workspaces/"+routeKB+"/knowledge/search", strings.NewReader(searchQuery))
+	req.Header = h.Clone()
+	resp, err := ep.client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Hints []struct {
+			Ref string `json:"ref"`
+		} `json:"hints"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&body) != nil || len(body.Hints) == 0 {
+		return "", fmt.Errorf("search through the sidecar answered %d without hints", resp.StatusCode)
+	}
+	return body.Hints[0].Ref, nil
+}
+
+// turnBodies makes turn requests with unique ids, as a host sends them.
+type turnBodies struct{ prefix string }
+
+func newTurnBodies() *turnBodies {
+	return &turnBodies{prefix: strconv.FormatInt(time.Now().UnixNano(), 36)}
+}
+
+func (t *turnBodies) next(seq uint64) []byte {
+	id := t.prefix + "-" + strconv.FormatUint(seq, 36)
+	return []byte(`{"client_conversation_id":"c-` + id + `","client_turn_id":"t-` + id + `","user_message_id":"m-` + id +
+		`","user_input":"Can I get a refund after the window closed?","knowledge_delivery":"on_demand","page_context":{"url":"/orders"},"renderers":["markdown"]}`)
+}
+
+func goroutines(ep *endpoint) int {
+	if ep.stats == "" {
+		return 0
+	}
+	resp, err := ep.client.Get("http://" + ep.stats + "/stats")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Goroutines int `json:"goroutines"`
+	}
+	if json.NewDecoder(resp.Body).Decode(&v) != nil {
+		return -1
+	}
+	return v.Goroutines
+}
+
+func mib(b int64) float64 { return float64(b*10/(1<<20)) / 10 }
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// soak runs the sidecar at rate for d, sampling its RSS every 5 s.
+func soak(ep *endpoint, pid, rate int, d time.Duration) *soakResult {
+	s := &soakResult{Rate: rate, Seconds: int(d.Seconds())}
+	done := make(chan runStats, 1)
+	go func() { done <- load(target{"sidecar", ep, passLoads["1k"]}, rate, 0, d) }()
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case rs := <-done:
+			s.Errors = rs.Errors
+			s.P99 = rs.P99
+			s.finish()
+			return s
+		case <-tick.C:
+			s.RSSMiB = append(s.RSSMiB, mib(rss([]int{pid})))
+		}
+	}
+}
+
+// profile takes a 5 s CPU profile of the sidecar while loading it.
+func profile(ep *endpoint, path string, t target, rate, conc int) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		load(t, rate, conc, 6*time.Second)
+	}()
+	c := &http.Client{Timeout: 20 * time.Second}
+	resp, err := c.Get("http://" + ep.stats + "/debug/pprof/profile?seconds=5")
+	if err == nil {
+		if f, ferr := os.Create(path); ferr == nil {
+			_, _ = io.Copy(f, resp.Body)
+			f.Close()
+		}
+		resp.Body.Close()
+	}
+	<-done
+}

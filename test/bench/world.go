@@ -1,0 +1,372 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/knowledge"
+	"github.com/bailinghub/knowledge-sidecar/ledger"
+	"github.com/bailinghub/knowledge-sidecar/proxy"
+	"github.com/bailinghub/knowledge-sidecar/rollout"
+	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
+)
+
+// The bench world is deterministic, so the upstream and sidecar processes
+// build the same documents, routes and tokens independently.
+const (
+	routeKB      = "bench-kb"    // search and read
+	routeTurn10  = "bench-t10k"  // turns, rolled out, 10 KiB context
+	routeTurn256 = "bench-t256k" // turns, rolled out, 256 KiB context
+	routePass10  = "bench-p10k"  // turns, NOT rolled out: pure pass-through
+	benchKB      = "bench-kb"
+	benchClient  = "bench-host"
+	// benchService is the sidecar's Core service token in this closed,
+	// loopback-only world. Not a secret: it is printed nowhere and protects
+	// nothing outside the bench processes.
+	benchService = "svc_bench_world_0123456789abcdefghijklmnopqrstuvwxyz"
+	benchDocs    = 12
+	benchDocSize = 40 << 10
+	searchQuery  = `{"query":"refund window shipping carrier","limit":3}`
+	benchKnowCfg = `{"kb_ids":["bench-kb"],"top_k":8,"min_score":0.01,"inject":"chunk","max_docs":4}`
+)
+
+var benchToken = fakecore.Token("bench")
+
+// jsonSizes are the pass-through JSON bodies, by the name used in paths.
+var jsonSizes = map[string]int{"1k": 1 << 10, "10k": 10 << 10, "64k": 64 << 10}
+
+// turnSizes are the canned turn contexts by route.
+var turnSizes = map[string]int{routeTurn10: 10 << 10, routeTurn256: 256 << 10, routePass10: 10 << 10}
+
+// vocabulary gives the fake Core's lexical scorer something to match.
+var vocabulary = strings.Fields(`refund window shipping carrier order return policy customer
+	退款 窗口 operations handbook procedure escalation invoice warehouse parcel tracking
+	damaged replacement "quoted" back\slash tab	stop`)
+
+// docText is a deterministic document of about size bytes.
+func docText(i, size int) (title, content string) {
+	title = fmt.Sprintf("Bench document %02d", i)
+	var b strings.Builder
+	b.WriteString("# " + title + "\n\n")
+	for n := 0; b.Len() < size; n++ {
+		if n%40 == 0 {
+			fmt.Fprintf(&b, "\n\n## Section %d\n\n", n/40)
+		}
+		b.WriteString(vocabulary[(n*7+i*13)%len(vocabulary)])
+		if n%12 == 11 {
+			b.WriteString(". ")
+		} else {
+			b.WriteByte(' ')
+		}
+	}
+	return title, b.String()
+}
+
+// jsonBody is a JSON object of at least size bytes.
+func jsonBody(size int) []byte {
+	type item struct {
+		ID    int     `json:"id"`
+		Name  string  `json:"name"`
+		Price float64 `json:"price"`
+		Tags  []string
+		Text  string `json:"text"`
+	}
+	var items []item
+	for {
+		b, _ := json.Marshal(map[string]any{"schema_version": "bench.v1", "items": items})
+		if len(b) >= size {
+			return b
+		}
+		n := len(items)
+		items = append(items, item{ID: n, Name: "item " + strconv.Itoa(n), Price: float64(n) * 1.25,
+			Tags: []string{"a", "b"}, Text: vocabulary[n%len(vocabulary)] + " 退款窗口 \"q\" " + strings.Repeat("x", 40)})
+	}
+}
+
+// turnContext is a bailing.agent-turn-context.v1 answer of at least size
+// bytes: inline knowledge (≤ 3000 characters per chunk, as Core cuts them),
+// memory and tool schemas.
+func turnContext(size int) []byte {
+	type kitem struct {
+		Ref, Title, Content string
+	}
+	type kref struct {
+		Ref   string  `json:"ref"`
+		DocID int     `json:"doc_id"`
+		Title string  `json:"title"`
+		Score float64 `json:"score"`
+	}
+	runes := []rune(strings.Repeat("退款窗口设为0时, the refund window closes immediately. \"quoted\" \\ ", 60))
+	text := string(runes[:3000])
+	var (
+		know   []map[string]string
+		refs   []kref
+		recent []map[string]string
+		tools  []map[string]any
+	)
+	for i := 1; ; i++ {
+		v := map[string]any{
+			"schema_version":      "bailing.agent-turn-context.v1",
+			"run_id":              "6f1c2a8e-6a55-4c6b-9d7e-2f1f1f1f1f1f",
+			"profile_revision":    strings.Repeat("a", 64),
+			"capability_revision": strings.Repeat("b", 64),
+			"context": map[string]any{
+				"instructions":   "Answer using the workspace's rules.",
+				"page_context":   map[string]any{"url": "/orders", "title": "Orders"},
+				"renderers":      []string{"markdown"},
+				"memory":         map[string]any{"summary": nil, "recent": recent},
+				"memory_refs":    []any{map[string]any{"thread_id": 7, "summary_upto_id": 0, "prior_messages": len(recent)}},
+				"knowledge":      know,
+				"knowledge_refs": refs,
+				"governance":     map[string]any{"planner": "local_agent", "knowledge_trust": "reference_only", "max_tool_calls": 5},
+			},
+			"active_tools": tools,
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			panic(err)
+		}
+		if len(b) >= size {
+			return b
+		}
+		switch i % 3 {
+		case 0:
+			ref := "knowledge:" + strconv.Itoa(len(know)+1)
+			know = append(know, map[string]string{"ref": ref, "title": "Refund policy", "content": text})
+			refs = append(refs, kref{ref, i, "Refund policy", 0.82})
+		case 1:
+			recent = append(recent, map[string]string{"role": "user", "content": string(runes[:600])})
+		default:
+			tools = append(tools, map[string]any{"name": "tool_" + strconv.Itoa(i), "input_schema": map[string]any{
+				"type": "object", "properties": map[string]any{"order_id": map[string]any{"type": "string", "description": string(runes[:300])}}}})
+		}
+	}
+}
+
+// newFakeCore seeds the fake Core with the bench world.
+func newFakeCore() *fakecore.Core {
+	core := fakecore.New(fakecore.Options{ServiceToken: benchService, SystemInfo: true})
+	core.AddKB(benchKB)
+	routes := []string{routeKB, routeTurn10, routeTurn256, routePass10}
+	for _, r := range routes {
+		core.SetRoute(r, fakecore.GateAllowed)
+	}
+	for i := 1; i <= benchDocs; i++ {
+		title, content := docText(i, benchDocSize)
+		core.AddDoc(benchKB, int64(i), title, content)
+	}
+	core.AddSession(benchToken, coreclient.Session{
+		SessionID:     "0b6f8c3e-1d2a-4c4b-8e6f-3a2b1c0d9e8f",
+		ClientAppID:   benchClient,
+		Principal:     coreclient.Principal{ID: "bench-user", Tenant: "bench-tenant", Roles: []string{"agent"}},
+		OnBehalfOf:    "bench-tenant:bench-user",
+		AllowedRoutes: routes,
+		ExpiresAt:     time.Now().Add(24 * time.Hour).UTC(),
+	})
+	return core
+}
+
+// newMemCatalog is the catalog twin of newFakeCore.
+func newMemCatalog() *coreclient.MemCatalog {
+	cat := coreclient.NewMemCatalog()
+	cat.PutKB(benchKB, true)
+	routes := []string{routeKB, routeTurn10, routeTurn256, routePass10}
+	for _, r := range routes {
+		cat.PutRoute(r, true, benchKnowCfg)
+	}
+	cat.PutClient(benchClient, true, routes, "http://127.0.0.1:1/callback")
+	now := time.Now().UTC().Truncate(time.Second)
+	for i := 1; i <= benchDocs; i++ {
+		title, content := docText(i, benchDocSize)
+		cat.PutDoc(coreclient.Document{
+			DocMeta: coreclient.DocMeta{DocID: int64(i), KBID: benchKB, Title: title, Status: "ready", UpdatedAt: now},
+			Content: content,
+		})
+	}
+	return cat
+}
+
+// upstreamHandler is the Core double: canned pass-through bodies, canned
+// turn contexts, everything else answered by the fake Core.
+func upstreamHandler() (http.Handler, func()) {
+	core := newFakeCore()
+	bodies := map[string][]byte{}
+	for name, n := range jsonSizes {
+		bodies[name] = jsonBody(n)
+	}
+	turns := map[string][]byte{}
+	for route, n := range turnSizes {
+		turns[route] = turnContext(n)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /bench/json/{size}", func(w http.ResponseWriter, r *http.Request) {
+		b, ok := bodies[r.PathValue("size")]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		writeCanned(w, b)
+	})
+	mux.HandleFunc("GET /bench/sse", serveSSE)
+	mux.HandleFunc("POST /agent-api/v1/workspaces/{route}/turns", func(w http.ResponseWriter, r *http.Request) {
+		b, ok := turns[r.PathValue("route")]
+		if !ok {
+			core.ServeHTTP(w, r)
+			return
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		writeCanned(w, b)
+	})
+	// The fake Core scores every chunk per /kb/search (tens of ms for this
+	// corpus): answers are memoized per request, so the Core double has
+	// (close to) zero latency and the sidecar's own cost is what is measured.
+	var kbAnswers sync.Map
+	mux.HandleFunc("POST /kb/search", func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		key := r.Header.Get("Authorization") + "\x00" + r.URL.RawQuery + "\x00" + string(body)
+		if v, ok := kbAnswers.Load(key); ok {
+			writeCanned(w, v.([]byte))
+			return
+		}
+		rec := httptest.NewRecorder()
+		in := r.Clone(r.Context())
+		in.Body = io.NopCloser(bytes.NewReader(body))
+		core.ServeHTTP(rec, in)
+		if rec.Code == http.StatusOK {
+			kbAnswers.Store(key, rec.Body.Bytes())
+		}
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(rec.Body.Bytes())
+	})
+	mux.Handle("/", core)
+	return mux, core.Close
+}
+
+func writeCanned(w http.ResponseWriter, b []byte) {
+	h := w.Header()
+	h["Content-Type"] = []string{"application/json"}
+	h["Content-Length"] = []string{strconv.Itoa(len(b))}
+	_, _ = w.Write(b)
+}
+
+// serveSSE streams n events (default 5), each flushed on its own, gap apart
+// (default 0). Each event's data carries the upstream's wall clock at the
+// flush, in Unix nanoseconds, for the event-delay probe.
+func serveSSE(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	n, _ := strconv.Atoi(q.Get("n"))
+	if n <= 0 || n > 10000 {
+		n = 5
+	}
+	gap, _ := time.ParseDuration(q.Get("gap"))
+	if gap < 0 || gap > time.Second {
+		gap = 0
+	}
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	pad := strings.Repeat("p", 160)
+	var t *time.Timer
+	for i := 0; i < n; i++ {
+		if i > 0 && gap > 0 {
+			if t == nil {
+				t = time.NewTimer(gap)
+			} else {
+				t.Reset(gap)
+			}
+			select {
+			case <-t.C:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		if _, err := fmt.Fprintf(w, "id: %d\ndata: {\"t\":%d,\"pad\":%q}\n\n", i, time.Now().UnixNano(), pad); err != nil {
+			return
+		}
+		if err := rc.Flush(); err != nil {
+			return
+		}
+	}
+}
+
+// newSidecar builds the edge the way `serve` does (own registry with the Go
+// and process collectors, the default tuned transport, knowledge features),
+// over the upstream at coreURL with the in-memory catalog. The per-session
+// rate limit is lifted so the load is not answered 429.
+func newSidecar(coreURL string, log *slog.Logger) (*proxy.Server, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cm := coreclient.NewMetrics(reg)
+	client, err := coreclient.NewClient(coreclient.Options{BaseURL: coreURL, ServiceToken: benchService, Metrics: cm})
+	if err != nil {
+		return nil, err
+	}
+	keys, err := knowledge.NewKeyring("", benchService)
+	if err != nil {
+		return nil, err
+	}
+	svc, err := knowledge.New(knowledge.Options{
+		Identity: client, Retriever: client, Catalog: newMemCatalog(), Keys: keys,
+		RateLimit: 1e9, RateBurst: 1 << 30, Logger: log, Registerer: reg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	pol, err := rollout.Parse("allow:" + strings.Join([]string{routeKB, routeTurn10, routeTurn256}, ","))
+	if err != nil {
+		return nil, err
+	}
+	u, err := url.Parse(coreURL)
+	if err != nil {
+		return nil, err
+	}
+	return proxy.New(proxy.Options{
+		CoreURL: u, Logger: log, Registry: reg, Version: "bench",
+		Features: &proxy.Features{
+			Knowledge: svc, Prober: client, Ledger: ledger.NewMemory(100000, time.Hour, time.Now),
+			Rollout: pol, NativeDetection: "auto", ProbeInterval: time.Minute,
+		},
+	})
+}
+
+// newBareProxy is the baseline: a tuned httputil.ReverseProxy with nothing
+// around it (same transport settings as the sidecar's pass-through).
+func newBareProxy(coreURL string) (http.Handler, error) {
+	u, err := url.Parse(coreURL)
+	if err != nil {
+		return nil, err
+	}
+	t := proxy.NewTransport(proxy.TransportOptions{DialTimeout: 5 * time.Second, ResponseHeaderTimeout: time.Minute, MaxIdleConnsPerHost: 256})
+	pool := &bufPool{p: sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}}
+	return &httputil.ReverseProxy{
+		Rewrite:       func(pr *httputil.ProxyRequest) { pr.SetURL(u); pr.SetXForwarded() },
+		Transport:     t,
+		FlushInterval: -1,
+		BufferPool:    pool,
+	}, nil
+}
+
+type bufPool struct{ p sync.Pool }
+
+func (b *bufPool) Get() []byte  { return *(b.p.Get().(*[]byte)) }
+func (b *bufPool) Put(p []byte) { b.p.Put(&p) }
