@@ -22,7 +22,9 @@ type LookupEnv func(string) (string, bool)
 
 // Load builds the configuration: defaults, then the YAML file at path (if
 // path is not empty), then environment overrides, then secrets from their
-// files. It returns decoding problems; call Validate for semantic ones.
+// files. It returns decoding problems; call Validate for semantic ones. An
+// unreadable or undecodable file is fatal (zero Config); environment and
+// secret-file problems come back as an *Error next to the partly built Config.
 func Load(path string, env LookupEnv) (Config, error) {
 	if env == nil {
 		env = os.LookupEnv
@@ -37,13 +39,39 @@ func Load(path string, env LookupEnv) (Config, error) {
 			return Config{}, fmt.Errorf("config: %s: %w", path, err)
 		}
 	}
-	if err := applyEnv(&cfg, env); err != nil {
-		return Config{}, err
+	// Environment and secret-file problems do not stop loading: the caller
+	// gets the configuration built so far with an *Error listing them, so
+	// that Validate's problems can be reported in the same breath.
+	var problems []string
+	for _, err := range []error{applyEnv(&cfg, env), readSecretFiles(&cfg)} {
+		var ce *Error
+		if errors.As(err, &ce) {
+			problems = append(problems, ce.Problems...)
+		}
 	}
-	if err := readSecretFiles(&cfg); err != nil {
-		return Config{}, err
+	if len(problems) > 0 {
+		return cfg, &Error{Problems: problems}
 	}
 	return cfg, nil
+}
+
+// Join merges configuration errors (nil and *Error values) into one *Error.
+func Join(errs ...error) error {
+	var problems []string
+	for _, err := range errs {
+		var ce *Error
+		switch {
+		case err == nil:
+		case errors.As(err, &ce):
+			problems = append(problems, ce.Problems...)
+		default:
+			problems = append(problems, err.Error())
+		}
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return &Error{Problems: problems}
 }
 
 func decodeYAML(raw []byte, cfg *Config) error {

@@ -114,7 +114,8 @@ func NewClient(o Options) (*Client, error) {
 }
 
 // DefaultTransport is a clone of http.DefaultTransport tuned for one busy
-// upstream: 2s dial, 5s response-header timeout, 256 idle connections per host.
+// upstream: 2s dial, 5s response-header timeout, 256 idle connections per
+// host, and no environment proxy.
 func DefaultTransport() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	d := &net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}
@@ -123,6 +124,9 @@ func DefaultTransport() *http.Transport {
 	t.MaxIdleConns = 1024
 	t.MaxIdleConnsPerHost = 256
 	t.IdleConnTimeout = 90 * time.Second
+	// Calls carry the caller's bearer or the service token: never route them
+	// through a proxy named by HTTP(S)_PROXY in the environment.
+	t.Proxy = nil
 	return t
 }
 

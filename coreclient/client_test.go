@@ -555,3 +555,11 @@ var _ interface {
 	SearchKB(context.Context, string, string, int, float64) ([]coreclient.Hit, error)
 	Usable() bool
 } = (*coreclient.Client)(nil)
+
+// The Core client carries bearers and the service token: an HTTP(S)_PROXY in
+// the environment must never see them.
+func TestDefaultTransportIgnoresEnvironmentProxy(t *testing.T) {
+	if coreclient.DefaultTransport().Proxy != nil {
+		t.Fatal("got a Proxy func on the Core transport; want nil (no environment proxy)")
+	}
+}

@@ -104,13 +104,12 @@ func (s *Server) capabilities(c echo.Context) error {
 	r := c.Request()
 	authz := r.Header.Get("Authorization")
 	if probe, handled, perr := s.feat.native.maybeProbe(r.Context(), authz, route); handled {
-		if probe == nil { // Core unreachable during the probe
-			status := http.StatusBadGateway
-			if errors.Is(perr, context.DeadlineExceeded) {
-				status = http.StatusGatewayTimeout
-			}
-			writeError(c.Response(), status, upstreamCode(status), upstreamMessage(status))
-			return nil
+		if probe == nil {
+			// Core could not be reached for the probe: like every knowledge
+			// endpoint facing an unreachable Core, 503 knowledge_unavailable
+			// (SPEC §2); the verdict stays open for the next request.
+			return s.answer(c, nil, &knowledge.Error{Status: http.StatusServiceUnavailable,
+				Code: knowledge.CodeUnavailable, Message: "Knowledge is temporarily unavailable.", Err: perr})
 		}
 		relayProbe(c.Response(), probe)
 		return nil
@@ -153,7 +152,7 @@ func (s *Server) answer(c echo.Context, body []byte, err error) error {
 	ctx := c.Request().Context()
 	var ke *knowledge.Error
 	if !errors.As(err, &ke) {
-		ke = &knowledge.Error{Status: http.StatusServiceUnavailable, Code: "knowledge_unavailable",
+		ke = &knowledge.Error{Status: http.StatusServiceUnavailable, Code: knowledge.CodeUnavailable,
 			Message: "Knowledge is temporarily unavailable.", Err: err}
 	}
 	if ke.Status >= 500 {

@@ -257,7 +257,7 @@ func TestNativeProbeRelayed(t *testing.T) {
 		w.Core.SetFault(capsPath(route), fakecore.Fault{Reset: true})
 		r := send(t, c, "GET", side.WS(route)+"/knowledge/capabilities", w.TokenA, nil, nil)
 		w.Core.ClearFaults()
-		checkErrorJSON(t, r, http.StatusBadGateway, "upstream_unavailable")
+		checkErrorJSON(t, r, http.StatusServiceUnavailable, "knowledge_unavailable")
 		wantState(t, side, "unknown")
 		r = send(t, c, "GET", side.WS(route)+"/knowledge/capabilities", w.TokenA, nil, nil)
 		servedCapabilities(t, r, route)

@@ -24,6 +24,7 @@ const usage = `usage:
   knowledge-sidecar demo [--listen ADDR] [--admin-listen ADDR] [--docs DIR] [--demo-token TOKEN]
                                                   run in front of a built-in Core double
   knowledge-sidecar check-config [--config FILE]  validate the configuration and exit
+                                                  (also: --check-config, serve --check-config)
   knowledge-sidecar version                       print the version
 The config file may also be named by KNOWLEDGE_SIDECAR_CONFIG.
 `
@@ -35,10 +36,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "serve":
-		return cmdServe(args[1:], stderr)
+		return cmdServe(args[1:], stdout, stderr)
 	case "demo":
 		return cmdDemo(args[1:], stdout, stderr)
-	case "check-config":
+	case "check-config", "--check-config", "-check-config":
 		return cmdCheckConfig(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "knowledge-sidecar %s\n", version)

@@ -203,3 +203,26 @@ func envOfPath(path string) string {
 	}
 	return "no environment variable for " + path
 }
+
+// TestCheckConfigAliases: SPEC §9 names a --check-config flag; the top-level
+// flag and `serve --check-config` behave exactly like `check-config`, and an
+// unparseable environment value is listed together with validation problems.
+func TestCheckConfigAliases(t *testing.T) {
+	for _, args := range [][]string{{"check-config"}, {"--check-config"}, {"serve", "--check-config"}} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			cleanEnv(t)
+			t.Setenv(envOf(t, "core.url"), "http://core.internal:8000")
+			code, stdout, stderr := runCLI(args...)
+			if code != 0 || !strings.Contains(stdout, "knowledge features are off") {
+				t.Fatalf("valid: got exit %d, stdout %q, stderr %q; want 0 and the pass-through note", code, stdout, stderr)
+			}
+			t.Setenv(envOf(t, "core.url"), "ftp://core")
+			t.Setenv(envOf(t, "rate_limit.burst"), "many")
+			code, _, stderr = runCLI(args...)
+			if code != 1 || !strings.Contains(stderr, "core.url: must be an absolute http(s) URL") ||
+				!strings.Contains(stderr, envOf(t, "rate_limit.burst")) {
+				t.Fatalf("invalid: got exit %d, stderr %q; want 1 listing the URL and the burst problems", code, stderr)
+			}
+		})
+	}
+}

@@ -22,10 +22,12 @@ func configFlag(fs *flag.FlagSet) *string {
 // loadConfig loads and validates; the error lists every problem.
 func loadConfig(path string) (config.Config, error) {
 	cfg, err := config.Load(path, os.LookupEnv)
-	if err != nil {
-		return config.Config{}, err
+	var ce *config.Error
+	if err != nil && !errors.As(err, &ce) {
+		return config.Config{}, err // the file itself is unreadable or malformed
 	}
-	if err := cfg.Validate(extraChecks...); err != nil {
+	// Report environment problems and validation problems together.
+	if err := config.Join(err, cfg.Validate(extraChecks...)); err != nil {
 		return config.Config{}, err
 	}
 	return cfg, nil
@@ -61,12 +63,16 @@ func parseLevel(s string) slog.Level {
 	return l
 }
 
-func cmdServe(args []string, stderr io.Writer) int {
+func cmdServe(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := configFlag(fs)
+	check := fs.Bool("check-config", false, "validate the configuration, print the result and exit")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *check {
+		return cmdCheckConfig([]string{"--config", *path}, stdout, stderr)
 	}
 	cfg, err := loadConfig(*path)
 	if err != nil {

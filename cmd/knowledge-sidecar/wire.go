@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net/netip"
 	"net/url"
+	"reflect"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -128,11 +130,13 @@ func (a *app) buildFeatures(ctx context.Context, cfg config.Config, reg promethe
 		return nil, fmt.Errorf("catalog: %w", err)
 	}
 	a.closers = append(a.closers, catalog.Close)
-	var notReady error
+	// The knowledge endpoints answer 503 until Core's tables are verified;
+	// pass-through and readiness do not depend on it.
+	gated := coreclient.NewSchemaGate(catalog, 30*time.Second, nil, reg)
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	if err := catalog.CheckSchema(sctx); err != nil {
-		notReady = err
-		log.Error("catalog schema check failed; the knowledge endpoints will answer 503 until it passes", slog.Any("error", err))
+	if err := gated.Check(sctx); err != nil {
+		log.Error("catalog schema check failed; the knowledge endpoints answer 503 until it passes (re-checked every 30s)",
+			slog.Any("error", err))
 	}
 	cancel()
 	keys, err := knowledge.NewKeyring(cfg.Signing.Keys, cfg.Core.Token)
@@ -142,7 +146,7 @@ func (a *app) buildFeatures(ctx context.Context, cfg config.Config, reg promethe
 	svc, err := knowledge.New(knowledge.Options{
 		Identity:         client,
 		Retriever:        client,
-		Catalog:          catalog,
+		Catalog:          gated,
 		Keys:             keys,
 		RateLimit:        cfg.RateLimit.RPS,
 		RateBurst:        cfg.RateLimit.Burst,
@@ -175,7 +179,6 @@ func (a *app) buildFeatures(ctx context.Context, cfg config.Config, reg promethe
 	}
 	a.closers = append(a.closers, led.Close)
 	pol, _ := rollout.Parse(cfg.Rollout) // validated
-	_ = notReady
 	return &proxy.Features{
 		Knowledge:       svc,
 		Prober:          client,
@@ -199,9 +202,11 @@ func (a *app) reload(path string, level *slog.LevelVar) {
 	pol, _ := rollout.Parse(cfg.Rollout)
 	a.server.SetRollout(pol)
 	level.Set(parseLevel(cfg.Log.Level))
-	if cfg.Core.URL != a.cfg.Core.URL || cfg.Listen != a.cfg.Listen || cfg.AdminListen != a.cfg.AdminListen {
-		a.log.Warn("configuration reload: listener and Core settings need a restart to change")
+	if changed := restartOnly(a.cfg, cfg); len(changed) > 0 {
+		a.log.Warn("configuration reload: these settings changed but need a restart to take effect",
+			slog.Any("settings", changed))
 	}
+	a.cfg.Rollout, a.cfg.Log = cfg.Rollout, cfg.Log
 	a.server.ObserveReload("ok")
 	a.log.Info("configuration reloaded", slog.String("rollout", pol.String()), slog.String("log_level", cfg.Log.Level))
 }
@@ -209,3 +214,19 @@ func (a *app) reload(path string, level *slog.LevelVar) {
 type quietRedisLog struct{}
 
 func (quietRedisLog) Printf(context.Context, string, ...interface{}) {}
+
+// restartOnly names the top-level settings (by YAML key, never by value: some
+// hold secrets) that differ between two configurations and cannot be applied
+// by a reload: everything but rollout and log.
+func restartOnly(running, next config.Config) []string {
+	running.Rollout, running.Log = "", config.Log{}
+	next.Rollout, next.Log = "", config.Log{}
+	rv, nv := reflect.ValueOf(running), reflect.ValueOf(next)
+	var changed []string
+	for i := 0; i < rv.NumField(); i++ {
+		if !reflect.DeepEqual(rv.Field(i).Interface(), nv.Field(i).Interface()) {
+			changed = append(changed, strings.Split(rv.Type().Field(i).Tag.Get("yaml"), ",")[0])
+		}
+	}
+	return changed
+}

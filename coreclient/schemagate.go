@@ -1,0 +1,156 @@
+package coreclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// schemaCatalog is what SchemaGate guards: the catalog methods plus the
+// startup schema probe (Q0). *SQLCatalog satisfies it.
+type schemaCatalog interface {
+	CheckSchema(ctx context.Context) error
+	Usable() bool
+	Route(ctx context.Context, key string) (Route, error)
+	RouteGate(ctx context.Context, route string, s Session) error
+	KBEnabled(ctx context.Context, kbIDs []string) (map[string]bool, error)
+	Documents(ctx context.Context, docIDs []int64, kbIDs []string) (map[int64]Document, error)
+	Document(ctx context.Context, docID int64, kbIDs []string) (Document, error)
+	Run(ctx context.Context, runID string) (Run, error)
+}
+
+// SchemaGate keeps the knowledge features unavailable until the catalog's
+// schema check has passed: pointed at the wrong database, or at a Core older
+// than 0.5, the sidecar answers 503 knowledge_unavailable instead of running
+// queries against tables that do not exist. The check is retried at most once
+// per interval while it fails; once it passes it is not repeated. Readiness
+// is not tied to it (pass-through keeps working); the state is the gauge
+// knowledge_sidecar_catalog_schema_ok and the error log of the caller.
+type SchemaGate struct {
+	inner    schemaCatalog
+	interval time.Duration
+	now      func() time.Time
+	gauge    prometheus.Gauge
+
+	mu      sync.Mutex
+	ok      bool
+	lastErr error
+	next    time.Time
+}
+
+// NewSchemaGate wraps c; interval ≤ 0 means 30s, now nil means time.Now, reg
+// nil means no gauge.
+func NewSchemaGate(c schemaCatalog, interval time.Duration, now func() time.Time, reg prometheus.Registerer) *SchemaGate {
+	if interval <= 0 {
+		interval = 30 * time.Second
+	}
+	if now == nil {
+		now = time.Now
+	}
+	g := &SchemaGate{inner: c, interval: interval, now: now,
+		gauge: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: "catalog", Name: "schema_ok",
+			Help: "1 once the catalog schema check passed (Core's knowledge and agent tables are present).",
+		})}
+	if reg != nil {
+		g.gauge = register(reg, g.gauge)
+	}
+	return g
+}
+
+// Check runs the schema check now unless it already passed, and returns its
+// result (a *SchemaError, or an error wrapping ErrUnavailable).
+func (g *SchemaGate) Check(ctx context.Context) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.checkLocked(ctx)
+}
+
+func (g *SchemaGate) checkLocked(ctx context.Context) error {
+	if g.ok {
+		return nil
+	}
+	g.next = g.now().Add(g.interval)
+	g.lastErr = g.inner.CheckSchema(ctx)
+	g.ok = g.lastErr == nil
+	if g.ok {
+		g.gauge.Set(1)
+	}
+	return g.lastErr
+}
+
+// ErrSchemaUnverified wraps ErrUnavailable: the catalog schema check has not passed.
+var ErrSchemaUnverified = fmt.Errorf("%w: catalog schema not verified", ErrUnavailable)
+
+// ready returns nil once the schema check passed, re-checking when due.
+func (g *SchemaGate) ready(ctx context.Context) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ok {
+		return nil
+	}
+	if !g.now().Before(g.next) {
+		if err := g.checkLocked(ctx); err == nil {
+			return nil
+		}
+	}
+	var se *SchemaError
+	if errors.As(g.lastErr, &se) {
+		return fmt.Errorf("%w: %v", ErrSchemaUnverified, se)
+	}
+	return ErrSchemaUnverified
+}
+
+// Usable is false until the schema check passed or while the inner catalog is unusable.
+func (g *SchemaGate) Usable() bool {
+	g.mu.Lock()
+	ok := g.ok
+	g.mu.Unlock()
+	return ok && g.inner.Usable()
+}
+
+func (g *SchemaGate) Route(ctx context.Context, key string) (Route, error) {
+	if err := g.ready(ctx); err != nil {
+		return Route{}, err
+	}
+	return g.inner.Route(ctx, key)
+}
+
+func (g *SchemaGate) RouteGate(ctx context.Context, route string, s Session) error {
+	if err := g.ready(ctx); err != nil {
+		return err
+	}
+	return g.inner.RouteGate(ctx, route, s)
+}
+
+func (g *SchemaGate) KBEnabled(ctx context.Context, kbIDs []string) (map[string]bool, error) {
+	if err := g.ready(ctx); err != nil {
+		return nil, err
+	}
+	return g.inner.KBEnabled(ctx, kbIDs)
+}
+
+func (g *SchemaGate) Documents(ctx context.Context, docIDs []int64, kbIDs []string) (map[int64]Document, error) {
+	if err := g.ready(ctx); err != nil {
+		return nil, err
+	}
+	return g.inner.Documents(ctx, docIDs, kbIDs)
+}
+
+func (g *SchemaGate) Document(ctx context.Context, docID int64, kbIDs []string) (Document, error) {
+	if err := g.ready(ctx); err != nil {
+		return Document{}, err
+	}
+	return g.inner.Document(ctx, docID, kbIDs)
+}
+
+func (g *SchemaGate) Run(ctx context.Context, runID string) (Run, error) {
+	if err := g.ready(ctx); err != nil {
+		return Run{}, err
+	}
+	return g.inner.Run(ctx, runID)
+}
