@@ -135,7 +135,13 @@ func (s *Server) edge(handler string) echo.MiddlewareFunc {
 			}
 			body := r.Body // handlers may swap r.Body; the wire is this one
 			err := next(c)
-			if r.ContentLength < 0 && !headerHasToken(resp.Header(), "Connection", "close") && !bodyEndsCleanly(body) {
+			// Read what the handler left of the body (bounded) before the
+			// connection is reused. With full duplex net/http no longer does
+			// this reliably: a fixed-length body left unread (Core
+			// unreachable, an early answer) made the next request on the
+			// connection fail with a reset.
+			clean := r.ContentLength == 0 || bodyEndsCleanly(body)
+			if r.ContentLength < 0 && !clean && !headerHasToken(resp.Header(), "Connection", "close") {
 				// A chunked body that breaks after the answer went out
 				// (Core answered early). With full duplex net/http would
 				// keep the connection and parse whatever follows the break

@@ -64,7 +64,7 @@ func TestFaultIdentityDown(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			sc := kw.start(t, kopts{CoreTimeout: 300 * time.Millisecond})
+			sc := kw.start(t, kopts{FeatureOptions: FeatureOptions{CoreTimeout: 300 * time.Millisecond}})
 			kw.Core.SetFault("/agent-auth", tc.fault)
 			defer kw.Core.ClearFault("/agent-auth")
 			kbBefore := kw.Core.Calls("/kb/search")
@@ -89,7 +89,7 @@ func TestFaultIdentityDown(t *testing.T) {
 func TestFaultRetrievalDown(t *testing.T) {
 	kw := newKWorld(t, fakecore.Options{SystemInfo: true})
 	const failures = 3
-	sc := kw.start(t, kopts{Retrieval: coreclient.BreakerSettings{Failures: failures, Window: time.Minute, OpenTimeout: time.Hour}})
+	sc := kw.start(t, kopts{FeatureOptions: FeatureOptions{Retrieval: coreclient.BreakerSettings{Failures: failures, Window: time.Minute, OpenTimeout: time.Hour}}})
 	caps := func() bool {
 		r := kw.call(t, "GET", sc.WS(testdb.RouteMulti)+"/knowledge/capabilities", kw.TokenA, nil)
 		if r.Status != 200 {
@@ -148,7 +148,7 @@ func TestFaultCatalogDown(t *testing.T) {
 		kw.addSecret(dsn)
 		kw.addSecret(password)
 		kw.addSecret("ks_dead_db")
-		sc := kw.start(t, kopts{CatalogDSN: dsn})
+		sc := kw.start(t, kopts{FeatureOptions: FeatureOptions{CatalogDSN: dsn}})
 		for ep, r := range knowledgeEndpoints(t, kw, sc, testdb.RouteMulti, kw.TokenA, h.Ref) {
 			wantError(t, ep, r, 503, "knowledge_unavailable")
 		}

@@ -2,7 +2,6 @@ package test
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
@@ -20,13 +19,10 @@ import (
 	"unicode/utf8"
 
 	"github.com/go-sql-driver/mysql"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
-	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
-	"github.com/bailinghub/knowledge-sidecar/rollout"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
@@ -203,14 +199,9 @@ func (r *coreRecorder) since(mark int, prefix string) []fakecore.Request {
 }
 
 // kopts are a kworld sidecar's settings: the world's FeatureOptions plus
-// what World.Features does not expose.
+// what only the knowledge tests need.
 type kopts struct {
 	FeatureOptions
-	CoreTimeout         time.Duration
-	Identity, Retrieval coreclient.BreakerSettings
-	// CatalogDSN replaces the world's read-only DSN (the schema check is
-	// then skipped: the catalog may be unreachable on purpose).
-	CatalogDSN string
 	// NoSettle skips the first capabilities call that lets auto native
 	// detection reach its legacy verdict.
 	NoSettle bool
@@ -222,70 +213,13 @@ type ksidecar struct {
 	svc *knowledge.Service
 }
 
-// features wires the world like `serve` does (see World.Features), with the
-// kworld's logger and the extra settings of o.
+// features wires the world like `serve` does (World.Features), with the
+// kworld's logger.
 func (kw *kworld) features(t *testing.T, o kopts, log *slog.Logger) (*proxy.Features, *knowledge.Service) {
 	t.Helper()
-	if o.Rollout == "" {
-		o.Rollout = "all"
-	}
-	if o.NativeDetection == "" {
-		o.NativeDetection = "auto"
-	}
-	if o.ProbeInterval == 0 {
-		o.ProbeInterval = time.Minute
-	}
-	if o.Ledger == nil {
-		o.Ledger = ledger.NewMemory(1000, time.Hour, time.Now)
-	}
-	if o.RateLimit == 0 {
-		o.RateLimit, o.RateBurst = 1000, 1000
-	}
-	if o.Registerer == nil {
-		o.Registerer = prometheus.NewRegistry()
-	}
-	cm := coreclient.NewMetrics(o.Registerer)
-	client, err := coreclient.NewClient(coreclient.Options{
-		BaseURL: kw.CoreURL, ServiceToken: kw.ServiceToken, Metrics: cm, ProbeInterval: o.ProbeInterval,
-		Now: o.Now, Timeout: o.CoreTimeout, Identity: o.Identity, Retrieval: o.Retrieval,
-	})
-	if err != nil {
-		t.Fatalf("kworld: core client: %v", err)
-	}
-	dsn := o.CatalogDSN
-	if dsn == "" {
-		dsn = kw.DB.ReadOnlyDSN
-	}
-	cat, err := coreclient.OpenCatalog(coreclient.CatalogOptions{DSN: dsn, Metrics: cm, QueryTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatalf("kworld: catalog: %v", err)
-	}
-	t.Cleanup(func() { cat.Close() })
-	if o.CatalogDSN == "" {
-		if err := cat.CheckSchema(context.Background()); err != nil {
-			t.Fatalf("kworld: schema: %v", err)
-		}
-	}
-	keys, err := knowledge.NewKeyring(o.SigningKeys, kw.ServiceToken)
-	if err != nil {
-		t.Fatalf("kworld: keys: %v", err)
-	}
-	svc, err := knowledge.New(knowledge.Options{
-		Identity: client, Retriever: client, Catalog: cat, Keys: keys, Now: o.Now,
-		RateLimit: o.RateLimit, RateBurst: o.RateBurst, Logger: log, Registerer: o.Registerer,
-	})
-	if err != nil {
-		t.Fatalf("kworld: knowledge: %v", err)
-	}
-	pol, err := rollout.Parse(o.Rollout)
-	if err != nil {
-		t.Fatalf("kworld: rollout: %v", err)
-	}
-	t.Cleanup(func() { o.Ledger.Close() })
-	return &proxy.Features{
-		Knowledge: svc, Prober: client, Ledger: o.Ledger, Rollout: pol,
-		NativeDetection: o.NativeDetection, ProbeInterval: o.ProbeInterval, Now: o.Now,
-	}, svc
+	o.Logger = log
+	f := kw.World.Features(t, o.FeatureOptions)
+	return f, f.Knowledge
 }
 
 // start runs a sidecar of the world.

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -146,6 +147,14 @@ type FeatureOptions struct {
 	RateLimit       float64 // default 1000 (tests are not about the limit unless they say so)
 	RateBurst       int     // default 1000
 	Registerer      prometheus.Registerer
+	// CoreTimeout and the breakers tune the Core client (zero: defaults).
+	CoreTimeout         time.Duration
+	Identity, Retrieval coreclient.BreakerSettings
+	// CatalogDSN replaces the world's read-only DSN; the schema check is
+	// then skipped (the catalog may be unreachable on purpose).
+	CatalogDSN string
+	// Logger is the knowledge service's logger (default: the test log).
+	Logger *slog.Logger
 }
 
 // Features builds the knowledge features wired to the world, as `serve`
@@ -171,20 +180,30 @@ func (w *World) Features(t testing.TB, o FeatureOptions) *proxy.Features {
 	if o.Registerer == nil {
 		o.Registerer = prometheus.NewRegistry()
 	}
+	if o.Logger == nil {
+		o.Logger = testLogger(t)
+	}
 	cm := coreclient.NewMetrics(o.Registerer)
 	client, err := coreclient.NewClient(coreclient.Options{
-		BaseURL: w.CoreURL, ServiceToken: w.ServiceToken, Metrics: cm, ProbeInterval: o.ProbeInterval, Now: o.Now,
+		BaseURL: w.CoreURL, ServiceToken: w.ServiceToken, Metrics: cm, ProbeInterval: o.ProbeInterval,
+		Now: o.Now, Timeout: o.CoreTimeout, Identity: o.Identity, Retrieval: o.Retrieval,
 	})
 	if err != nil {
 		t.Fatalf("world: core client: %v", err)
 	}
-	cat, err := coreclient.OpenCatalog(coreclient.CatalogOptions{DSN: w.DB.ReadOnlyDSN, Metrics: cm})
+	dsn := o.CatalogDSN
+	if dsn == "" {
+		dsn = w.DB.ReadOnlyDSN
+	}
+	cat, err := coreclient.OpenCatalog(coreclient.CatalogOptions{DSN: dsn, Metrics: cm, QueryTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatalf("world: catalog: %v", err)
 	}
 	t.Cleanup(func() { cat.Close() })
-	if err := cat.CheckSchema(context.Background()); err != nil {
-		t.Fatalf("world: schema: %v", err)
+	if o.CatalogDSN == "" {
+		if err := cat.CheckSchema(context.Background()); err != nil {
+			t.Fatalf("world: schema: %v", err)
+		}
 	}
 	keys, err := knowledge.NewKeyring(o.SigningKeys, w.ServiceToken)
 	if err != nil {
@@ -192,7 +211,7 @@ func (w *World) Features(t testing.TB, o FeatureOptions) *proxy.Features {
 	}
 	svc, err := knowledge.New(knowledge.Options{
 		Identity: client, Retriever: client, Catalog: cat, Keys: keys, Now: o.Now,
-		RateLimit: o.RateLimit, RateBurst: o.RateBurst, Logger: testLogger(t), Registerer: o.Registerer,
+		RateLimit: o.RateLimit, RateBurst: o.RateBurst, Logger: o.Logger, Registerer: o.Registerer,
 	})
 	if err != nil {
 		t.Fatalf("world: knowledge: %v", err)
