@@ -276,11 +276,66 @@ func (c *SQLCatalog) route(ctx context.Context, key string) (routeRow, error) {
 // routeOf builds a Route, shared with MemCatalog. A malformed knowledge column
 // is reported as unavailable: the sidecar cannot tell what Core would do.
 func routeOf(key string, enabled bool, knowledge []byte) (Route, error) {
-	kc, err := NormalizeKnowledge(knowledge)
+	kc, err := normalized.get(knowledge)
 	if err != nil {
 		return Route{}, fmt.Errorf("%w: route knowledge: %w", ErrUnavailable, err)
 	}
 	return Route{Key: key, Enabled: enabled, Knowledge: kc}, nil
+}
+
+// Bounds of the normalization memo.
+const (
+	normMemoEntries = 256
+	normMemoMaxRaw  = 4 << 10
+)
+
+// normalized memoizes NormalizeKnowledge, a pure function of the column's
+// bytes, so the JSON decoding is not redone on every Route call of every
+// request. It is not a cache of the route: the row is still read on every
+// call, and a changed column is a different key. Safe for concurrent use.
+var normalized = &normMemo{m: map[string]normResult{}}
+
+type normMemo struct {
+	mu sync.RWMutex
+	m  map[string]normResult // by the raw column bytes
+}
+
+type normResult struct {
+	kc  *KnowledgeConfig
+	err error
+}
+
+// get returns NormalizeKnowledge(raw), with a config of the caller's own (the
+// memo's copy is never handed out, so callers may modify theirs). Columns
+// longer than normMemoMaxRaw are not memoized; when the memo is full it is
+// emptied (route configurations are few, so this happens only on churn).
+func (n *normMemo) get(raw []byte) (*KnowledgeConfig, error) {
+	if len(raw) > normMemoMaxRaw {
+		return NormalizeKnowledge(raw)
+	}
+	n.mu.RLock()
+	r, ok := n.m[string(raw)]
+	n.mu.RUnlock()
+	if !ok {
+		r.kc, r.err = NormalizeKnowledge(raw)
+		n.mu.Lock()
+		if len(n.m) >= normMemoEntries {
+			clear(n.m)
+		}
+		n.m[string(raw)] = r
+		n.mu.Unlock()
+	}
+	return cloneKnowledge(r.kc), r.err
+}
+
+// cloneKnowledge is a deep copy; nil stays nil.
+func cloneKnowledge(k *KnowledgeConfig) *KnowledgeConfig {
+	if k == nil {
+		return nil
+	}
+	c := *k
+	c.KBIDs = append([]string(nil), k.KBIDs...)
+	return &c
 }
 
 // RouteGate is the gate for Cores without system-info (Q1 + Q7, session from

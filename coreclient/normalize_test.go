@@ -2,6 +2,7 @@ package coreclient
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"testing"
@@ -154,5 +155,37 @@ func TestJSRound(t *testing.T) {
 		if got := jsRound(tc.in); got != tc.want {
 			t.Errorf("jsRound(%v): got %v; want %v", tc.in, got, tc.want)
 		}
+	}
+}
+
+// The normalization memo returns exactly what NormalizeKnowledge returns, a
+// copy of the caller's own, and stays bounded.
+func TestNormalizationMemo(t *testing.T) {
+	raw := []byte(`{"kb_ids":["faq","manuals"],"top_k":7}`)
+	want, err := NormalizeKnowledge(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := normalized.get(raw)
+	if err != nil || !reflect.DeepEqual(a, want) {
+		t.Fatalf("first get: got %+v, %v; want %+v", a, err, want)
+	}
+	a.KBIDs[0] = "tampered"
+	a.TopK = 1
+	b, _ := normalized.get(raw)
+	if !reflect.DeepEqual(b, want) {
+		t.Fatalf("second get after the caller modified its copy: got %+v; want %+v", b, want)
+	}
+	if _, err := normalized.get([]byte(`{"kb_ids":`)); err == nil {
+		t.Fatal("malformed column: got no error; want the NormalizeKnowledge error, memoized or not")
+	}
+	for i := 0; i < 3*normMemoEntries; i++ {
+		normalized.get([]byte(fmt.Sprintf(`{"kb_id":"kb-%d"}`, i)))
+	}
+	normalized.mu.RLock()
+	n := len(normalized.m)
+	normalized.mu.RUnlock()
+	if n > normMemoEntries {
+		t.Fatalf("memo holds %d entries; want at most %d", n, normMemoEntries)
 	}
 }

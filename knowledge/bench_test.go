@@ -1,9 +1,19 @@
 package knowledge
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+	"unicode"
+
+	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 )
 
 func BenchmarkSealRef(b *testing.B) {
@@ -69,6 +79,311 @@ func BenchmarkReadPage32K(b *testing.B) {
 		}
 		if out := p.AppendJSON(buf[:0], plan, cursor); len(out) > ReadMaxBytes {
 			b.Fatal("over budget")
+		}
+	}
+}
+
+// ---- end-to-end search and read with zero-latency fakes ----
+
+// benchCatalog is the in-memory catalog (the route's knowledge column is
+// stored raw and normalized on every Route call, as the SQL catalog does)
+// with the documents served as the SQL catalog serves them on a revision
+// cache hit: body and revision precomputed, fenced to the requested KBs.
+type benchCatalog struct {
+	*coreclient.MemCatalog
+	docs map[int64]coreclient.Document
+}
+
+func (c *benchCatalog) Documents(_ context.Context, ids []int64, kbIDs []string) (map[int64]coreclient.Document, error) {
+	out := make(map[int64]coreclient.Document, len(ids))
+	for _, id := range ids {
+		if d, ok := c.docs[id]; ok && slices.Contains(kbIDs, d.KBID) {
+			out[id] = d
+		}
+	}
+	return out, nil
+}
+
+func (c *benchCatalog) Document(_ context.Context, id int64, kbIDs []string) (coreclient.Document, error) {
+	d, ok := c.docs[id]
+	if !ok || !slices.Contains(kbIDs, d.KBID) {
+		return coreclient.Document{}, coreclient.ErrNotFound
+	}
+	return d, nil
+}
+
+const (
+	benchKB     = "bench-kb"
+	benchDocs   = 12
+	benchDocLen = 40 << 10
+	benchQuery  = `{"query":"refund window shipping carrier","limit":3}`
+)
+
+// benchDocText is a deterministic Markdown document of about size bytes in
+// the load tool's style (test/bench): English and CJK words, punctuation,
+// quotes and backslashes, headings every 40 words.
+func benchDocText(i, size int) (title, content string) {
+	words := strings.Fields("refund window shipping carrier order return policy customer 退款 窗口 " +
+		`operations handbook procedure escalation invoice warehouse parcel tracking damaged replacement "quoted" back\slash stop`)
+	title = fmt.Sprintf("Bench document %02d", i)
+	var b strings.Builder
+	b.WriteString("# " + title + "\n\n")
+	for n := 0; b.Len() < size; n++ {
+		if n%40 == 0 {
+			fmt.Fprintf(&b, "\n\n## Section %d\n\n", n/40)
+		}
+		b.WriteString(words[(n*7+i*13)%len(words)])
+		if n%12 == 11 {
+			b.WriteString(". ")
+		} else {
+			b.WriteByte(' ')
+		}
+	}
+	return title, b.String()
+}
+
+// newBenchService is a Service over zero-latency fakes with the load tool's
+// corpus: 12 documents of 40 KiB, a route with top_k 8, and a Core search
+// that answers 8 chunk hits spread over 6 documents.
+func newBenchService(b *testing.B) *Service {
+	b.Helper()
+	cat := &benchCatalog{MemCatalog: coreclient.NewMemCatalog(), docs: map[int64]coreclient.Document{}}
+	cat.PutKB(benchKB, true)
+	cat.PutRoute(routeKey, true, `{"kb_ids":["`+benchKB+`"],"top_k":8,"min_score":0.01,"inject":"chunk","max_docs":4}`)
+	var hits []coreclient.Hit
+	for i := 1; i <= benchDocs; i++ {
+		title, content := benchDocText(i, benchDocLen)
+		d := coreclient.Document{
+			DocMeta: coreclient.DocMeta{DocID: int64(i), KBID: benchKB, Title: title, Status: "ready", UpdatedAt: t0},
+			Content: content, Revision: ComputeRevision(title, content),
+		}
+		cat.docs[d.DocID] = d
+		if i <= 6 {
+			ch := fakecore.Chunks(content)
+			for _, j := range []int{3, 11} {
+				if len(hits) < 8 && j < len(ch) {
+					hits = append(hits, coreclient.Hit{KBID: benchKB, DocID: d.DocID, Seq: j, Title: title, Content: ch[j],
+						Score: 0.9 - 0.05*float64(len(hits))})
+				}
+			}
+		}
+	}
+	id := &fakeIdentity{sessions: map[string]coreclient.Session{tokA: sessionA}, sysInfo: map[string]error{}}
+	ret := &fakeRetriever{hits: map[string][]coreclient.Hit{benchKB: hits}}
+	svc, err := New(Options{Identity: id, Retriever: ret, Catalog: cat, Keys: testKeys(b), Now: func() time.Time { return t0 },
+		RateLimit: 1e9, RateBurst: 1 << 30})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return svc
+}
+
+// BenchmarkServiceSearch is one whole search (identity, route gate, route
+// row, KB flags, Core search, re-check of every hit against the current
+// document, refs, summaries, budget) with zero-latency fakes: the sidecar's
+// own CPU per search, without the HTTP round trips to Core.
+func BenchmarkServiceSearch(b *testing.B) {
+	svc := newBenchService(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		out, err := svc.Search(ctx, tokA, routeKey, strings.NewReader(benchQuery))
+		if err != nil || !bytes.Contains(out, []byte(`"hints":[{`)) {
+			b.Fatalf("got %v, %s; want hints", err, out)
+		}
+	}
+}
+
+// BenchmarkServiceRead is one whole 32 KiB read (identity, route gate, route
+// row, ref and binding checks, KB flag, document, page) with zero-latency
+// fakes.
+func BenchmarkServiceRead(b *testing.B) {
+	svc := newBenchService(b)
+	ctx := context.Background()
+	out, err := svc.Search(ctx, tokA, routeKey, strings.NewReader(benchQuery))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var res struct {
+		Hints []struct{ Ref string } `json:"hints"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil || len(res.Hints) == 0 {
+		b.Fatalf("got %v, %s; want hints", err, out)
+	}
+	body := `{"ref":"` + res.Hints[0].Ref + `","max_bytes":32768}`
+	b.ReportAllocs()
+	for b.Loop() {
+		out, err := svc.Read(ctx, tokA, routeKey, strings.NewReader(body))
+		if err != nil || len(out) < ReadMaxBytes/2 {
+			b.Fatalf("got %v with %d bytes; want a page", err, len(out))
+		}
+	}
+}
+
+// stripSpaceRef is the plain definition stripSpace must keep: every rune
+// that is not unicode.IsSpace, invalid bytes as U+FFFD.
+func stripSpaceRef(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if !unicode.IsSpace(r) {
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+func TestStripSpaceMatchesDefinition(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 9))
+	inputs := []string{"", " ", "a", " a b ", "\t\n\v\f\r x", "\u0085\u00a0\u1680\u2000\u200a\u200b\u2028\u2029\u202f\u205f\u3000\ufeff",
+		"退款 窗口\u3000设为0", "\xff", "a\xffb \xc3", "\xe2\x80", "\xed\xa0\x80", "no-space-at-all", refundContent}
+	for i := 0; i < 2000; i++ {
+		inputs = append(inputs, nastyString(r, r.IntN(64)))
+	}
+	for i, in := range inputs {
+		if got, want := stripSpace(in), stripSpaceRef(in); got != want {
+			t.Fatalf("input %d %q: got %q; want %q", i, in, got, want)
+		}
+	}
+	// Every rune up to U+3100, alone and between letters.
+	for c := rune(0); c <= 0x3100; c++ {
+		in := "a" + string(c) + "b"
+		if got, want := stripSpace(in), stripSpaceRef(in); got != want {
+			t.Fatalf("U+%04X: got %q; want %q", c, got, want)
+		}
+	}
+}
+
+func FuzzStripSpace(f *testing.F) {
+	f.Add("退款 窗口\u3000设为0\n\n![图](x)")
+	f.Add("a\xffb \xc3\u2028")
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := stripSpace(s), stripSpaceRef(s); got != want {
+			t.Fatalf("%q: got %q; want %q", s, got, want)
+		}
+	})
+}
+
+// TestDocMatchAgreesWithNormalizedContains: the shortcut of docMatch gives
+// strings.Contains(normalizeForMatch(doc), frag) for fragments cut from the
+// document (with their whitespace changed, as Core's chunker does),
+// fragments that are not in it, and documents where the shortcut does not
+// apply (images, "图", invalid UTF-8) or gives up (long near-misses).
+func TestDocMatchAgreesWithNormalizedContains(t *testing.T) {
+	r := rand.New(rand.NewPCG(4, 4))
+	docs := []string{refundContent, shipContent, policyContent, "", "a", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaab",
+		strings.Repeat("ab ", 500) + "abc", "x\xffy z\u3000w", "no 图 here? 图 yes", "[ 图 ： ] text"}
+	for i := 1; i <= 3; i++ {
+		_, d := benchDocText(i, 4<<10)
+		docs = append(docs, d)
+	}
+	for range 200 {
+		docs = append(docs, nastyString(r, r.IntN(300)))
+	}
+	respace := func(s string) string {
+		var b strings.Builder
+		for _, c := range s {
+			switch r.IntN(8) {
+			case 0:
+				b.WriteString("\n")
+			case 1:
+				continue // drop whitespace, or keep it below
+			}
+			if unicode.IsSpace(c) && r.IntN(2) == 0 {
+				continue
+			}
+			b.WriteRune(c)
+		}
+		return b.String()
+	}
+	for di, doc := range docs {
+		m := newDocMatch(doc)
+		want := normalizeForMatch(doc)
+		var frags []string
+		for range 30 {
+			if len(doc) == 0 {
+				break
+			}
+			a := r.IntN(len(doc))
+			b := a + r.IntN(min(len(doc)-a, 200)+1)
+			frags = append(frags, doc[a:b], respace(doc[a:b]))
+		}
+		frags = append(frags, "", "a", "ab", "aab", "abc", "refund", "退款", "[图：流程图]超过", "y", "\ufffd", "z\u3000w", nastyString(r, 5))
+		for _, raw := range frags {
+			frag := normalizeForMatch(raw)
+			if got, exp := m.contains(frag), strings.Contains(want, frag); got != exp {
+				t.Fatalf("doc %d %.60q, fragment %q: got %v; want %v", di, doc, frag, got, exp)
+			}
+		}
+	}
+}
+
+func FuzzDocMatch(f *testing.F) {
+	f.Add(refundContent, "窗口设为0时，订单")
+	f.Add("ab ab ab abc", "abc")
+	f.Add("x\xffy", "y")
+	f.Fuzz(func(t *testing.T, doc, raw string) {
+		frag := normalizeForMatch(raw)
+		if got, want := newDocMatch(doc).contains(frag), strings.Contains(normalizeForMatch(doc), frag); got != want {
+			t.Fatalf("doc %q, fragment %q: got %v; want %v", doc, frag, got, want)
+		}
+	})
+}
+
+// collapseSpaceRef is the plain definition collapseSpace must keep.
+func collapseSpaceRef(s string) string {
+	var b strings.Builder
+	space := false
+	for _, r := range s {
+		if unicode.IsSpace(r) {
+			space = b.Len() > 0
+			continue
+		}
+		if space {
+			b.WriteByte(' ')
+			space = false
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func TestCollapseSpaceMatchesDefinition(t *testing.T) {
+	r := rand.New(rand.NewPCG(10, 10))
+	inputs := []string{"", " ", "  a  ", "a \t\n b", "\u3000退款\u2028 窗口\u00a0", "\xffa \xff", " \xff ", "a\xc3 b", refundContent}
+	for i := 0; i < 2000; i++ {
+		inputs = append(inputs, nastyString(r, r.IntN(64)))
+	}
+	for c := rune(0); c <= 0x3100; c++ {
+		inputs = append(inputs, " a"+string(c)+"b "+string(c))
+	}
+	for i, in := range inputs {
+		if got, want := collapseSpace(in), collapseSpaceRef(in); got != want {
+			t.Fatalf("input %d %q: got %q; want %q", i, in, got, want)
+		}
+	}
+}
+
+func FuzzCollapseSpace(f *testing.F) {
+	f.Add(" 退款 \u3000窗口\n\n\xff x ")
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := collapseSpace(s), collapseSpaceRef(s); got != want {
+			t.Fatalf("%q: got %q; want %q", s, got, want)
+		}
+	})
+}
+
+// BenchmarkCatalogRoute is one Route call of the in-memory catalog, which
+// shares the SQL catalog's handling of the raw knowledge column (without the
+// query): what every search, read, capabilities and intercepted turn pays
+// for the route's configuration.
+func BenchmarkCatalogRoute(b *testing.B) {
+	cat := coreclient.NewMemCatalog()
+	cat.PutRoute(routeKey, true, `{"kb_ids":["`+benchKB+`","faq"],"top_k":8,"min_score":0.01,"inject":"chunk","max_docs":4}`)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if r, err := cat.Route(ctx, routeKey); err != nil || r.Knowledge == nil {
+			b.Fatalf("got %+v, %v; want a route with knowledge", r, err)
 		}
 	}
 }

@@ -206,7 +206,7 @@ func (s *Service) rank(ctx context.Context, answers []kbAnswer, flags map[string
 	}
 	var groups []docGroup
 	index := map[int64]int{}
-	normalized := map[int64]string{}
+	texts := map[int64]*docMatch{}
 	for _, h := range hits {
 		gi, grouped := index[h.DocID]
 		if !grouped && len(groups) >= limit {
@@ -224,12 +224,12 @@ func (s *Service) rank(ctx context.Context, answers []kbAnswer, flags map[string
 			s.m.drop("kb_unavailable", 1)
 			continue
 		}
-		norm, ok := normalized[h.DocID]
+		text, ok := texts[h.DocID]
 		if !ok {
-			norm = normalizeForMatch(doc.Content)
-			normalized[h.DocID] = norm
+			text = newDocMatch(doc.Content)
+			texts[h.DocID] = text
 		}
-		if !strings.Contains(norm, normalizeForMatch(h.Content)) {
+		if !text.contains(normalizeForMatch(h.Content)) {
 			s.m.drop("stale_fragment", 1)
 			continue
 		}

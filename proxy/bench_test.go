@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
@@ -207,6 +210,70 @@ func BenchmarkTurn(b *testing.B) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// TestAppendDeliveryBlock: the hand-written block is byte for byte what
+// encoding/json writes for the same fields.
+func TestAppendDeliveryBlock(t *testing.T) {
+	type block struct {
+		SchemaVersion string     `json:"schema_version"`
+		Mode          string     `json:"mode"`
+		Protocol      string     `json:"protocol"`
+		ScopeRevision string     `json:"knowledge_scope_revision"`
+		Status        string     `json:"status"`
+		Hints         []struct{} `json:"hints"`
+	}
+	rev := knowledge.ScopeRevision(benchRouteOn, nil)
+	for _, mode := range []string{turnModeInline, turnModeOnDemand} {
+		for _, status := range []string{knowledge.StatusOK, knowledge.StatusPartial, knowledge.StatusUnavailable, knowledge.StatusDisabled, ""} {
+			for _, rev := range []string{rev, ""} {
+				want, err := json.Marshal(block{"bailing.agent-knowledge-delivery.v1", mode, knowledge.Protocol, rev, status, []struct{}{}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := appendDeliveryBlock(nil, mode, rev, status); !bytes.Equal(got, want) {
+					t.Errorf("got %s; want %s", got, want)
+				}
+			}
+		}
+	}
+}
+
+// TestReadSized: the same bytes and errors as io.ReadAll over a LimitReader
+// of limit+1, whatever the announced size (right, short, long, unknown) and
+// however the reader splits its data; an announced size never reserves more
+// than prealloc before the bytes arrive.
+func TestReadSized(t *testing.T) {
+	const limit = 3000
+	errBoom := errors.New("boom")
+	for _, n := range []int{0, 1, 511, 512, 513, 2999, 3000, 3001, 5000} {
+		data := bytes.Repeat([]byte("0123456789abcdef"), n/16+1)[:n]
+		for _, size := range []int64{-1, 0, int64(n) - 1, int64(n), int64(n) + 1, limit, limit + 1, 1 << 40} {
+			for _, wrap := range []struct {
+				name string
+				fn   func(io.Reader) io.Reader
+			}{
+				{"plain", func(r io.Reader) io.Reader { return r }},
+				{"one-byte", iotest.OneByteReader},
+				{"half", iotest.HalfReader},
+				{"data-err", iotest.DataErrReader},
+				{"failing", func(r io.Reader) io.Reader { return io.MultiReader(r, iotest.ErrReader(errBoom)) }},
+			} {
+				for _, prealloc := range []int64{limit, 700} {
+					t.Run(fmt.Sprintf("%d/%d/%s/%d", n, size, wrap.name, prealloc), func(t *testing.T) {
+						want, wantErr := io.ReadAll(io.LimitReader(wrap.fn(bytes.NewReader(data)), limit+1))
+						got, err := readSized(wrap.fn(bytes.NewReader(data)), size, limit, prealloc)
+						if !bytes.Equal(got, want) || !errors.Is(err, wantErr) {
+							t.Fatalf("got %d bytes, %v; want %d bytes, %v", len(got), err, len(want), wantErr)
+						}
+						if size >= 0 && cap(got) > int(max(prealloc+1, int64(len(got))*2+512)) {
+							t.Fatalf("got a buffer of %d bytes for %d bytes read with prealloc %d; want no large reservation", cap(got), len(got), prealloc)
+						}
+					})
+				}
+			}
 		}
 	}
 }

@@ -13,6 +13,7 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"slices"
@@ -231,8 +232,24 @@ func RewriteTurnResponse(body []byte, mode string, deliveryBlock []byte) ([]byte
 		schemaOK           bool
 		ctxM, kdM          turnMember
 		lastEnd            = i + 1 // insertion point for a new top-level member
+		// The members of context, collected during the same scan (on_demand).
+		kN, rN     int
+		kM, rM     turnMember
+		ctxLastEnd = -1 // value end of context's last member
 	)
-	end, err := turnScanObject(body, i, 1, func(m turnMember) {
+	isContext := func(m turnMember) bool { return mode == turnModeOnDemand && m.keyIs(body, "context") }
+	inContext := func(m turnMember) {
+		switch {
+		case m.keyIs(body, "knowledge"):
+			kN++
+			kM = m
+		case m.keyIs(body, "knowledge_refs"):
+			rN++
+			rM = m
+		}
+		ctxLastEnd = m.valEnd
+	}
+	end, err := turnScanMembers(body, i, 1, func(m turnMember) {
 		switch {
 		case m.keyIs(body, "schema_version"):
 			schemaN++
@@ -246,7 +263,7 @@ func RewriteTurnResponse(body []byte, mode string, deliveryBlock []byte) ([]byte
 			kdM = m
 		}
 		lastEnd = m.valEnd
-	})
+	}, isContext, inContext)
 	if err != nil || turnSkipWS(body, end) != len(body) ||
 		schemaN != 1 || !schemaOK || ctxN != 1 || kdN > 1 || body[ctxM.valStart] != '{' {
 		return nil, ErrUnexpectedTurnBody
@@ -254,24 +271,12 @@ func RewriteTurnResponse(body []byte, mode string, deliveryBlock []byte) ([]byte
 
 	edits := make([]turnEdit, 0, 4)
 	if mode == turnModeOnDemand {
-		var (
-			kN, rN     int
-			kM, rM     turnMember
-			ctxLastEnd = ctxM.valStart + 1
-		)
-		// The context object was validated by the scan above.
-		if _, err := turnScanObject(body, ctxM.valStart, 2, func(m turnMember) {
-			switch {
-			case m.keyIs(body, "knowledge"):
-				kN++
-				kM = m
-			case m.keyIs(body, "knowledge_refs"):
-				rN++
-				rM = m
-			}
-			ctxLastEnd = m.valEnd
-		}); err != nil || kN > 1 || rN > 1 {
+		// context is the only one (ctxN == 1), so the counts are its own.
+		if kN > 1 || rN > 1 {
 			return nil, ErrUnexpectedTurnBody
+		}
+		if ctxLastEnd < 0 {
+			ctxLastEnd = ctxM.valStart + 1 // empty context
 		}
 		if kN == 1 {
 			edits = append(edits, turnEdit{kM.valStart, kM.valEnd, "[]", nil})
@@ -409,6 +414,14 @@ func turnSkipWS(b []byte, i int) int {
 // index just after the closing '}'. When a member's value is invalid, fn is
 // still called for it, with valEnd == -1, before the error is returned.
 func turnScanObject(b []byte, i, depth int, fn func(turnMember)) (int, error) {
+	return turnScanMembers(b, i, depth, fn, nil, nil)
+}
+
+// turnScanMembers is turnScanObject that can also look one level down in the
+// same pass: when into is not nil it is called (with the key fields of m set)
+// for every member whose value is an object, and when it answers true, sub
+// gets that object's members the way fn gets this object's.
+func turnScanMembers(b []byte, i, depth int, fn func(turnMember), into func(turnMember) bool, sub func(turnMember)) (int, error) {
 	if depth > turnMaxDepth {
 		return 0, errTurnJSON
 	}
@@ -433,7 +446,12 @@ func turnScanObject(b []byte, i, depth int, fn func(turnMember)) (int, error) {
 		}
 		i = turnSkipWS(b, i+1)
 		m.valStart = i
-		if i, err = turnSkipValue(b, i, depth); err != nil {
+		if into != nil && i < len(b) && b[i] == '{' && into(m) {
+			i, err = turnScanObject(b, i, depth+1, sub)
+		} else {
+			i, err = turnSkipValue(b, i, depth)
+		}
+		if err != nil {
 			if fn != nil {
 				// Report the key even though its value is broken, so a caller
 				// can tell that the member was there.
@@ -520,10 +538,23 @@ func turnScanArray(b []byte, i, depth int) (int, error) {
 // index after its closing quote and whether it contains escapes. Like
 // encoding/json it rejects raw control characters and bad escapes and does
 // not check UTF-8.
+//
+// Plain bytes (anything but '"', '\\' and controls) are skipped eight at a
+// time (turnPlain8), then one at a time up to the next byte that needs a
+// decision; the byte-by-byte switch below only sees those.
 func turnScanString(b []byte, i int) (int, bool, error) {
 	i++
 	esc := false
 	for i < len(b) {
+		for i+8 <= len(b) && turnPlain8(binary.LittleEndian.Uint64(b[i:])) {
+			i += 8
+		}
+		for i < len(b) && turnPlainByte[b[i]] {
+			i++
+		}
+		if i >= len(b) {
+			break
+		}
 		c := b[i]
 		switch {
 		case c == '"':
@@ -557,6 +588,33 @@ func turnScanString(b []byte, i int) (int, bool, error) {
 	}
 	return 0, false, errTurnJSON
 }
+
+const (
+	turnSWARLo = 0x0101010101010101
+	turnSWARHi = 0x8080808080808080
+)
+
+// turnPlain8 reports whether none of the eight bytes packed in x is '"',
+// '\\' or a control character (< 0x20). It uses the exact "has a zero byte"
+// and "has a byte less than n" word tests (n ≤ 128), so it has no false
+// answers in either direction.
+func turnPlain8(x uint64) bool {
+	q := x ^ (turnSWARLo * '"')
+	s := x ^ (turnSWARLo * '\\')
+	special := (x - turnSWARLo*0x20) &^ x
+	special |= (q - turnSWARLo) &^ q
+	special |= (s - turnSWARLo) &^ s
+	return special&turnSWARHi == 0
+}
+
+// turnPlainByte[c] is true for the bytes a JSON string may hold as they are
+// and that do not end or escape it.
+var turnPlainByte = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 func turnIsHex(c byte) bool {
 	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')

@@ -1,8 +1,11 @@
 package proxy
 
 import (
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -116,4 +119,75 @@ func BenchmarkParseTurnRequest(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestTurnPlain8 checks the eight-byte test against the byte table: every
+// byte value at every position of words whose other bytes are random, and
+// words of random bytes.
+func TestTurnPlain8(t *testing.T) {
+	r := rand.New(rand.NewPCG(6, 6))
+	ref := func(w [8]byte) bool {
+		for _, c := range w {
+			if !turnPlainByte[c] {
+				return false
+			}
+		}
+		return true
+	}
+	check := func(w [8]byte) {
+		t.Helper()
+		if got, want := turnPlain8(binary.LittleEndian.Uint64(w[:])), ref(w); got != want {
+			t.Fatalf("turnPlain8(%q) = %v; want %v", w[:], got, want)
+		}
+	}
+	for c := range 256 {
+		for pos := range 8 {
+			for range 64 {
+				var w [8]byte
+				for i := range w {
+					w[i] = byte(0x20 + r.IntN(256-0x20)) // mostly plain
+				}
+				w[pos] = byte(c)
+				check(w)
+			}
+		}
+	}
+	for range 1 << 16 {
+		var w [8]byte
+		binary.LittleEndian.PutUint64(w[:], r.Uint64())
+		check(w)
+	}
+}
+
+// FuzzTurnScanString: on any input, the scanner accepts exactly what
+// encoding/json accepts as one object, and finds the same end for a string.
+func FuzzTurnScanString(f *testing.F) {
+	for _, s := range []string{`"abc"`, `"0123456789abcdef\"x"`, "\"0123456\x1f89\"", `"\u00e9\\\/ \t"`,
+		`"退款窗口设为0时, the refund window closes immediately."`, `"unterminated 01234567`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		obj := append(append([]byte(`{"k":`), in...), '}')
+		end, err := turnScanObject(obj, 0, 1, nil)
+		if got, want := err == nil && end == len(obj), json.Valid(obj); got != want {
+			t.Fatalf("scanner accepts %q: %v; json.Valid: %v", obj, got, want)
+		}
+		if len(in) == 0 || in[0] != '"' {
+			return
+		}
+		end, esc, err := turnScanString(in, 0)
+		var s string
+		jerr := json.Unmarshal(in, &s)
+		if err == nil && jerr == nil {
+			if want := bytes.IndexByte(in, '\\') >= 0; esc != want {
+				t.Fatalf("escape flag for %q: got %v; want %v", in, esc, want)
+			}
+		}
+		if err == nil && !json.Valid(in[:end]) {
+			t.Fatalf("scanner ends a string at %d in %q, which is not a valid JSON string", end, in)
+		}
+		if jerr == nil && (err != nil || end != len(bytes.TrimRight(in, " \t\r\n"))) {
+			t.Fatalf("scanner rejects or cuts the valid string %q: end %d, %v", in, end, err)
+		}
+	})
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 )
 
@@ -50,7 +50,7 @@ func (s *Server) turns(c echo.Context) error {
 		return s.passH(c)
 	}
 	r := c.Request()
-	body, err := io.ReadAll(io.LimitReader(r.Body, coreTurnBodyMax+1))
+	body, err := readSized(r.Body, r.ContentLength, coreTurnBodyMax, turnRequestPrealloc)
 	if err != nil {
 		if r.Context().Err() != nil {
 			setOutcome(r.Context(), statusClientClosed)
@@ -110,11 +110,8 @@ func (s *Server) turns(c echo.Context) error {
 	out := r.WithContext(context.WithValue(ctx, turnCtxKey{}, st))
 	out.Body = io.NopCloser(bytes.NewReader(tr.Body))
 	out.ContentLength = int64(len(tr.Body))
-	out.Header = r.Header.Clone()
-	out.Header.Del("Content-Length")
-	out.Header.Del("Transfer-Encoding")
-	// Ask for an identity-encoded answer so it can be rewritten.
-	out.Header.Set("Accept-Encoding", "identity")
+	// The outbound headers (framing, Accept-Encoding) are set on the
+	// ReverseProxy's own copy, in the turn proxy's Rewrite.
 	c.SetRequest(out)
 	s.feat.turns.ServeHTTP(c.Response(), out)
 	return nil
@@ -129,6 +126,16 @@ type readCloser struct {
 // same header rules) whose ModifyResponse rewrites the turn answer.
 func (s *Server) newTurnProxy() *httputil.ReverseProxy {
 	rp := newPassthrough(s.target, s.fw, s.transport, s.m, s.log)
+	passRewrite := rp.Rewrite
+	rp.Rewrite = func(pr *httputil.ProxyRequest) {
+		passRewrite(pr)
+		// pr.Out.Header is the ReverseProxy's copy of the client's headers.
+		// The body was re-sliced: its length is pr.Out.ContentLength.
+		pr.Out.Header.Del("Content-Length")
+		pr.Out.Header.Del("Transfer-Encoding")
+		// Ask for an identity-encoded answer so it can be rewritten.
+		pr.Out.Header.Set("Accept-Encoding", "identity")
+	}
 	rp.ModifyResponse = s.modifyTurn
 	passErr := rp.ErrorHandler
 	rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
@@ -184,10 +191,8 @@ func (s *Server) modifyTurn(resp *http.Response) error {
 	if serr != nil {
 		status = "unavailable"
 	}
-	block, _ := json.Marshal(deliveryBlock{
-		SchemaVersion: "bailing.agent-knowledge-delivery.v1", Mode: st.mode,
-		Protocol: "bailing.agent-knowledge.v1", ScopeRevision: rev, Status: status, Hints: []struct{}{},
-	})
+	var blockBuf [256]byte
+	block := appendDeliveryBlock(blockBuf[:0], st.mode, rev, status)
 	out, err := RewriteTurnResponse(body, st.mode, block)
 	if err != nil {
 		if st.mode == "on_demand" {
@@ -205,13 +210,20 @@ func (s *Server) modifyTurn(resp *http.Response) error {
 	return nil
 }
 
-type deliveryBlock struct {
-	SchemaVersion string     `json:"schema_version"`
-	Mode          string     `json:"mode"`
-	Protocol      string     `json:"protocol"`
-	ScopeRevision string     `json:"knowledge_scope_revision"`
-	Status        string     `json:"status"`
-	Hints         []struct{} `json:"hints"`
+// appendDeliveryBlock appends the turn's knowledge_delivery object: the keys
+// and values encoding/json would write for the block (mode, revision and
+// status are ASCII without characters it escapes differently), without its
+// reflection and allocations.
+func appendDeliveryBlock(b []byte, mode, scopeRevision, status string) []byte {
+	b = append(b, `{"schema_version":"bailing.agent-knowledge-delivery.v1","mode":`...)
+	b = knowledge.AppendJSONString(b, mode)
+	b = append(b, `,"protocol":`...)
+	b = knowledge.AppendJSONString(b, knowledge.Protocol)
+	b = append(b, `,"knowledge_scope_revision":`...)
+	b = knowledge.AppendJSONString(b, scopeRevision)
+	b = append(b, `,"status":`...)
+	b = knowledge.AppendJSONString(b, status)
+	return append(b, `,"hints":[]}`...)
 }
 
 // readTurnBody reads Core's answer, undoing gzip if Core compressed it
@@ -231,7 +243,11 @@ func readTurnBody(resp *http.Response) ([]byte, error) {
 	default:
 		return nil, fmt.Errorf("content encoding %q", enc)
 	}
-	body, err := io.ReadAll(io.LimitReader(r, turnResponseMax+1))
+	size := resp.ContentLength
+	if r != resp.Body {
+		size = -1 // the decoded length is unknown
+	}
+	body, err := readSized(r, size, turnResponseMax, turnResponseMax)
 	if err != nil {
 		return nil, err
 	}
@@ -239,4 +255,39 @@ func readTurnBody(resp *http.Response) ([]byte, error) {
 		return nil, errors.New("turn answer too large to rewrite")
 	}
 	return body, nil
+}
+
+// turnRequestPrealloc bounds the buffer reserved for a client's turn body
+// before its bytes arrive: a client may announce a large Content-Length and
+// then send slowly, and must not make the sidecar hold coreTurnBodyMax per
+// connection for that. Larger bodies grow as they arrive.
+const turnRequestPrealloc = 64 << 10
+
+// readSized reads r to EOF, but at most limit+1 bytes, like
+// io.ReadAll(io.LimitReader(r, limit+1)). size is the expected length (a
+// Content-Length, -1 when unknown): the buffer starts at that size (bounded
+// by limit and by prealloc), so a body whose length is announced is read
+// into one allocation instead of a doubling series of them.
+func readSized(r io.Reader, size, limit, prealloc int64) ([]byte, error) {
+	n := int64(512)
+	if size >= 0 {
+		// One byte more than the body, so the read that sees EOF needs no
+		// room of its own.
+		n = min(size, limit, prealloc) + 1
+	}
+	lr := io.LimitedReader{R: r, N: limit + 1}
+	b := make([]byte, 0, n)
+	for {
+		m, err := lr.Read(b[len(b):cap(b)])
+		b = b[:len(b)+m]
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return b, nil
+			}
+			return b, err
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // let append pick the next size
+		}
+	}
 }
