@@ -38,9 +38,22 @@ type turnState struct {
 	key     ledger.Key
 	created bool // this request wrote the ledger record
 	keyed   bool // the turn has all ids, so it is in the ledger
+	// absent: the request had no knowledge_delivery; it is bound as inline
+	// but forwarded and relayed byte for byte.
+	absent bool
+	// status and revision of the route's knowledge, taken before forwarding.
+	status, revision string
 }
 
 type turnCtxKey struct{}
+
+// label is the mode label of the turn metrics.
+func (st *turnState) label() string {
+	if st.absent {
+		return "absent"
+	}
+	return st.mode
+}
 
 // turns intercepts POST …/turns on rolled-out workspaces of a legacy Core
 // (SPEC §7). Without knowledge_delivery the request passes byte for byte.
@@ -74,42 +87,103 @@ func (s *Server) turns(c echo.Context) error {
 		writeError(c.Response(), http.StatusBadRequest, "invalid_request", msg)
 		return nil
 	}
+	ctx := r.Context()
+	keyed := tr.ConversationID != "" && tr.TurnID != "" && tr.UserMessageID != ""
 	if tr.Mode == "" {
+		// No field: the bytes go to Core unchanged. The turn is still bound
+		// to inline delivery (what the host gets), so a retry of an
+		// on_demand turn without the field, or the reverse, is the mode
+		// switch SPEC §7 refuses. Best effort: when identity or the ledger
+		// cannot be had, the turn passes as before (Core decides).
 		r.Body = io.NopCloser(bytes.NewReader(body))
-		s.m.turns.WithLabelValues("absent", "passed").Inc()
-		return s.passH(c)
+		if !keyed {
+			s.m.turns.WithLabelValues("absent", "passed").Inc()
+			return s.passH(c)
+		}
+		sess, err := s.feat.k.Authenticate(ctx, r.Header.Get("Authorization"))
+		if err != nil {
+			s.m.turns.WithLabelValues("absent", "passed").Inc()
+			return s.passH(c)
+		}
+		st := &turnState{mode: modeInline, absent: true, route: route, keyed: true, key: turnKey(sess.SessionID, route, tr)}
+		ok, err := s.reserve(c, st)
+		if err != nil {
+			s.m.turns.WithLabelValues("absent", "passed").Inc()
+			return s.passH(c)
+		}
+		if !ok {
+			return nil
+		}
+		return s.forwardTurn(c, r, st, body)
 	}
 
-	ctx := r.Context()
 	sess, err := s.feat.k.Authenticate(ctx, r.Header.Get("Authorization"))
 	if err != nil {
 		s.m.turns.WithLabelValues(tr.Mode, "rejected").Inc()
 		return s.answer(c, nil, err)
 	}
-	st := &turnState{mode: tr.Mode, route: route,
-		key: ledger.Key{SessionID: sess.SessionID, Route: route, ConversationID: tr.ConversationID, TurnID: tr.TurnID, UserMessageID: tr.UserMessageID}}
+	// The delivery block needs the route's scope revision: without one
+	// (catalog down and the route never seen) the turn is not forwarded,
+	// so no run exists that the host could not be told about.
+	status, rev, serr := s.feat.k.DeliveryStatus(ctx, route)
+	if rev == "" {
+		s.m.turns.WithLabelValues(tr.Mode, "knowledge_unavailable").Inc()
+		return s.answer(c, nil, &knowledge.Error{Status: http.StatusServiceUnavailable, Code: knowledge.CodeUnavailable,
+			Message: "Knowledge is temporarily unavailable.", Err: serr})
+	}
+	if serr != nil {
+		status = knowledge.StatusUnavailable
+	}
+	st := &turnState{mode: tr.Mode, route: route, key: turnKey(sess.SessionID, route, tr),
+		status: status, revision: rev}
 	// A turn missing an id is refused by Core (400) and creates no run, so
 	// there is nothing to bind.
-	st.keyed = tr.ConversationID != "" && tr.TurnID != "" && tr.UserMessageID != ""
+	st.keyed = keyed
 	if st.keyed {
-		created, err := s.feat.ledger.Reserve(ctx, st.key, tr.Mode)
-		switch {
-		case errors.Is(err, ledger.ErrConflict):
-			s.m.ledgerConflict.Inc()
-			s.m.turns.WithLabelValues(tr.Mode, "conflict").Inc()
-			writeJSON(c.Response(), http.StatusConflict, turnConflictBody)
-			return nil
-		case err != nil:
-			s.m.ledgerErrors.Inc()
+		ok, err := s.reserve(c, st)
+		if err != nil {
 			s.m.turns.WithLabelValues(tr.Mode, "ledger_unavailable").Inc()
 			return s.answer(c, nil, err) // mapped to 503 knowledge_unavailable
 		}
-		st.created = created
+		if !ok {
+			return nil
+		}
 	}
+	return s.forwardTurn(c, r, st, tr.Body)
+}
 
-	out := r.WithContext(context.WithValue(ctx, turnCtxKey{}, st))
-	out.Body = io.NopCloser(bytes.NewReader(tr.Body))
-	out.ContentLength = int64(len(tr.Body))
+// modeInline is what a turn without knowledge_delivery is bound to.
+const modeInline = "inline"
+
+func turnKey(sessionID, route string, tr TurnRequest) ledger.Key {
+	return ledger.Key{SessionID: sessionID, Route: route, ConversationID: tr.ConversationID, TurnID: tr.TurnID, UserMessageID: tr.UserMessageID}
+}
+
+// reserve binds the turn's mode in the ledger under both of Core's keys. ok
+// is false when a different mode is already bound: the 409 is written.
+func (s *Server) reserve(c echo.Context, st *turnState) (ok bool, err error) {
+	created, err := s.feat.ledger.Reserve(c.Request().Context(), st.key, st.mode)
+	switch {
+	case errors.Is(err, ledger.ErrConflict):
+		s.m.ledgerConflict.Inc()
+		s.m.turns.WithLabelValues(st.label(), "conflict").Inc()
+		writeJSON(c.Response(), http.StatusConflict, turnConflictBody)
+		return false, nil
+	case err != nil:
+		s.m.ledgerErrors.Inc()
+		return false, err
+	}
+	st.created = created
+	return true, nil
+}
+
+// forwardTurn sends the (possibly stripped) turn through the turn proxy.
+func (s *Server) forwardTurn(c echo.Context, r *http.Request, st *turnState, body []byte) error {
+	out := r.WithContext(context.WithValue(r.Context(), turnCtxKey{}, st))
+	out.Body = io.NopCloser(bytes.NewReader(body))
+	if !st.absent { // an untouched body keeps the client's framing
+		out.ContentLength = int64(len(body))
+	}
 	// The outbound headers (framing, Accept-Encoding) are set on the
 	// ReverseProxy's own copy, in the turn proxy's Rewrite.
 	c.SetRequest(out)
@@ -129,6 +203,9 @@ func (s *Server) newTurnProxy() *httputil.ReverseProxy {
 	passRewrite := rp.Rewrite
 	rp.Rewrite = func(pr *httputil.ProxyRequest) {
 		passRewrite(pr)
+		if st, _ := pr.In.Context().Value(turnCtxKey{}).(*turnState); st == nil || st.absent {
+			return // a turn without the field goes to Core as the client sent it
+		}
 		// pr.Out.Header is the ReverseProxy's copy of the client's headers.
 		// The body was re-sliced: its length is pr.Out.ContentLength.
 		pr.Out.Header.Del("Content-Length")
@@ -151,7 +228,7 @@ func (s *Server) newTurnProxy() *httputil.ReverseProxy {
 		if st != nil {
 			// Core may or may not have created the run: keep the record,
 			// so only a retry with the same mode goes through.
-			s.m.turns.WithLabelValues(st.mode, "upstream_error").Inc()
+			s.m.turns.WithLabelValues(st.label(), "upstream_error").Inc()
 		}
 		passErr(w, r, err)
 	}
@@ -177,8 +254,12 @@ func (s *Server) modifyTurn(resp *http.Response) error {
 			}
 			cancel()
 		}
-		s.m.turns.WithLabelValues(st.mode, "core_"+strconv.Itoa(code/100)+"xx").Inc()
+		s.m.turns.WithLabelValues(st.label(), "core_"+strconv.Itoa(code/100)+"xx").Inc()
 		return nil // relayed unchanged
+	}
+	if st.absent {
+		s.m.turns.WithLabelValues("absent", "passed").Inc()
+		return nil // relayed unchanged: the host asked for nothing else
 	}
 
 	body, err := readTurnBody(resp)
@@ -187,12 +268,8 @@ func (s *Server) modifyTurn(resp *http.Response) error {
 		return fmt.Errorf("%w: %v", errDeliveryFailed, err)
 	}
 	resp.Header.Del("Content-Encoding") // body is decoded from here on
-	status, rev, serr := s.feat.k.DeliveryStatus(ctx, st.route)
-	if serr != nil {
-		status = "unavailable"
-	}
 	var blockBuf [256]byte
-	block := appendDeliveryBlock(blockBuf[:0], st.mode, rev, status)
+	block := appendDeliveryBlock(blockBuf[:0], st.mode, st.revision, st.status)
 	out, err := RewriteTurnResponse(body, st.mode, block)
 	if err != nil {
 		if st.mode == "on_demand" {

@@ -152,6 +152,15 @@ func TestFaultCatalogDown(t *testing.T) {
 		for ep, r := range knowledgeEndpoints(t, kw, sc, testdb.RouteMulti, kw.TokenA, h.Ref) {
 			wantError(t, ep, r, 503, "knowledge_unavailable")
 		}
+		// An on_demand turn cannot get a delivery block without the route's
+		// scope revision: 503, and Core never sees the turn (no run).
+		turns := kw.Core.Calls("/agent-api/v1/workspaces/" + testdb.RouteMulti + "/turns")
+		r := kw.call(t, "POST", sc.WS(testdb.RouteMulti)+"/turns", kw.TokenA,
+			`{"client_conversation_id":"c-down","client_turn_id":"t-down","user_message_id":"m-down","user_input":"hi","knowledge_delivery":"on_demand"}`)
+		wantError(t, "turns", r, 503, "knowledge_unavailable")
+		if kw.Core.Calls("/agent-api/v1/workspaces/"+testdb.RouteMulti+"/turns") != turns {
+			t.Error("the on_demand turn reached Core without a scope revision for its delivery block")
+		}
 		checkStillServing(t, kw, sc)
 	})
 

@@ -753,6 +753,47 @@ func TestTurnLostResponseRetry(t *testing.T) {
 		})
 	}
 
+	// A turn without the field is an inline turn: its bytes pass unchanged,
+	// but switching it to on_demand on a retry (or an on_demand turn to no
+	// field) is the mode switch SPEC §7 refuses; inline ↔ absent is not.
+	t.Run("absent_field", func(t *testing.T) {
+		cases := []struct {
+			name          string
+			first, second string // "" = no field
+			wantConflict  bool
+		}{
+			{"absent_then_on_demand", "", `"on_demand"`, true},
+			{"on_demand_then_absent", `"on_demand"`, "", true},
+			{"absent_then_inline", "", `"inline"`, false},
+			{"inline_then_absent", `"inline"`, "", false},
+			{"absent_then_absent", "", "", false},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				ti := newTurn("absent-" + tc.name)
+				runs := w.Core.RunsCreated()
+				if r := send(t, c, "POST", url, w.TokenA, ti.body(tc.first), nil); r.Status != 200 {
+					t.Fatalf("first: got %d %s", r.Status, r.Body)
+				}
+				turnCalls := w.Core.Calls(turnsPath(route))
+				r := send(t, c, "POST", url, w.TokenA, ti.body(tc.second), nil)
+				if tc.wantConflict {
+					if r.Status != http.StatusConflict || string(r.Body) != turnConflictJSON {
+						t.Fatalf("got %d %s; want 409 %s", r.Status, r.Body, turnConflictJSON)
+					}
+					if w.Core.Calls(turnsPath(route)) != turnCalls {
+						t.Error("the conflicting turn reached Core")
+					}
+				} else if r.Status != 200 {
+					t.Fatalf("got %d %s; want 200 (same delivery)", r.Status, r.Body)
+				}
+				if got := w.Core.RunsCreated() - runs; got != 1 {
+					t.Errorf("runs created: got %d; want 1", got)
+				}
+			})
+		}
+	})
+
 	t.Run("released_after_400", func(t *testing.T) {
 		ti := newTurn("released")
 		bad := ti
@@ -1036,8 +1077,10 @@ func TestTurnLedgerRedisDown(t *testing.T) {
 			t.Fatalf("got %d %s; want Core's session", code, body)
 		}
 	})
-	if got := metricValue(t, side.Registry, "knowledge_sidecar_ledger_errors_total", nil); got != 2 {
-		t.Errorf("ledger_errors_total: got %v; want 2", got)
+	// Three: the two turns with the field, and the field-less one, whose
+	// inline binding is attempted and skipped (it passes anyway).
+	if got := metricValue(t, side.Registry, "knowledge_sidecar_ledger_errors_total", nil); got != 3 {
+		t.Errorf("ledger_errors_total: got %v; want 3", got)
 	}
 	if got := metricValue(t, side.Registry, "knowledge_sidecar_turns_total", map[string]string{"mode": "inline", "outcome": "ledger_unavailable"}); got != 1 {
 		t.Errorf("turns_total{inline,ledger_unavailable}: got %v; want 1", got)
