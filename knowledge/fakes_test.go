@@ -108,6 +108,7 @@ type fakeCatalog struct {
 	down     bool             // every call fails with ErrUnavailable
 	docsDown bool             // Documents/Document fail
 	unusable bool
+	docsRead []int64 // every id asked of Documents, in order
 }
 
 var errCatalogDown = fmt.Errorf("%w: test catalog down", coreclient.ErrUnavailable)
@@ -161,6 +162,7 @@ func (f *fakeCatalog) Documents(_ context.Context, ids []int64, kbIDs []string) 
 		return nil, errCatalogDown
 	}
 	out := map[int64]coreclient.Document{}
+	f.docsRead = append(f.docsRead, ids...)
 	for _, id := range ids {
 		if d, ok := f.docs[id]; ok && contains(kbIDs, d.KBID) {
 			out[id] = d

@@ -200,10 +200,13 @@ func (s *Service) rank(ctx context.Context, answers []kbAnswer, flags map[string
 			ids = append(ids, h.DocID)
 		}
 	}
-	docs, err := s.catalog.Documents(ctx, ids, fence)
-	if err != nil {
-		return nil, classifyCore(err, nil)
-	}
+	// Bodies are fetched lazily, in rank order and in small batches, until
+	// limit documents survive: a search reads a few bodies, not every
+	// candidate of every knowledge base.
+	docs := make(map[int64]coreclient.Document, len(ids))
+	fetched := make(map[int64]bool, len(ids))
+	next := 0
+	batch := 2 * limit
 	var groups []docGroup
 	index := map[int64]int{}
 	texts := map[int64]*docMatch{}
@@ -211,6 +214,20 @@ func (s *Service) rank(ctx context.Context, answers []kbAnswer, flags map[string
 		gi, grouped := index[h.DocID]
 		if !grouped && len(groups) >= limit {
 			continue
+		}
+		for !fetched[h.DocID] {
+			part := ids[next:min(next+batch, len(ids))]
+			next += len(part)
+			got, err := s.catalog.Documents(ctx, part, fence)
+			if err != nil {
+				return nil, classifyCore(err, nil)
+			}
+			for _, id := range part {
+				fetched[id] = true
+				if d, ok := got[id]; ok {
+					docs[id] = d
+				}
+			}
 		}
 		doc, ok := docs[h.DocID]
 		switch {

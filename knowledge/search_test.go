@@ -391,3 +391,44 @@ func TestSearchCancelledContext(t *testing.T) {
 		t.Fatalf("body %s; want status unavailable", out)
 	}
 }
+
+// Bodies are read lazily in rank order: with many candidate documents, a
+// search asks the catalog only for the first batch (2 × limit) when those
+// survive, and for more only when some are dropped.
+func TestSearchReadsOnlyTheBodiesItNeeds(t *testing.T) {
+	e := newEnv(t)
+	var hits []coreclient.Hit
+	for i := int64(0); i < 20; i++ {
+		id := 500 + i
+		content := fmt.Sprintf("Candidate document %d about refunds.", i)
+		e.cat.setDoc(coreclient.Document{DocMeta: coreclient.DocMeta{DocID: id, KBID: "faq", Title: fmt.Sprintf("Doc %d", i)}, Content: content})
+		hits = append(hits, coreclient.Hit{KBID: "faq", DocID: id, Title: fmt.Sprintf("Doc %d", i), Content: content, Score: 0.9 - float64(i)/100})
+	}
+	e.ret.mu.Lock()
+	e.ret.hits = map[string][]coreclient.Hit{"faq": hits}
+	e.ret.mu.Unlock()
+
+	m := e.mustOK("search", tokA, routeKey, `{"query":"refunds","limit":2}`)
+	if got := titles(hintsOf(t, m)); got != "Doc 0,Doc 1" {
+		t.Fatalf("titles %q; want Doc 0,Doc 1", got)
+	}
+	if got := len(e.cat.docsRead); got != 4 {
+		t.Errorf("bodies asked of the catalog: got %d %v; want 4 (one batch of 2 × limit)", got, e.cat.docsRead)
+	}
+
+	// The first five candidates are gone: the search fetches further
+	// batches until two documents survive.
+	e.cat.mu.Lock()
+	for i := int64(0); i < 5; i++ {
+		delete(e.cat.docs, 500+i)
+	}
+	e.cat.docsRead = nil
+	e.cat.mu.Unlock()
+	m = e.mustOK("search", tokA, routeKey, `{"query":"refunds","limit":2}`)
+	if got := titles(hintsOf(t, m)); got != "Doc 5,Doc 6" {
+		t.Fatalf("titles %q; want Doc 5,Doc 6", got)
+	}
+	if got := len(e.cat.docsRead); got != 8 {
+		t.Errorf("bodies asked of the catalog: got %d; want 8 (two batches)", got)
+	}
+}
