@@ -34,6 +34,7 @@ type config struct {
 	twRate     int
 	twDur      time.Duration
 	soak       time.Duration
+	soakRate   int
 	nginx      bool
 	profileDir string
 	keep       bool
@@ -67,6 +68,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.twRate, "tw-rate", 2000, "rate of the TIME_WAIT run through the sidecar (req/s)")
 	fs.DurationVar(&c.twDur, "tw-dur", 20*time.Second, "length of the TIME_WAIT run")
 	fs.DurationVar(&c.soak, "soak", 0, "RSS soak through the sidecar at 50% of its 1 KiB knee (e.g. 5m; 0: skip)")
+	fs.IntVar(&c.soakRate, "soak-rate", 0, "soak rate in req/s instead of half the knee (the closed-loop knee overstates what an open-loop generator sharing the cores can sustain)")
 	fs.BoolVar(&c.nginx, "nginx", true, "compare with nginx when the nginx binary is installed")
 	fs.StringVar(&c.profileDir, "profile", "", "directory for CPU profiles of the sidecar under load (pass-through 1 KiB saturation, 10 KiB turns)")
 	only := fs.String("only", "", "run only these sections: "+strings.Join(sections, ",")+" (default: all)")
@@ -351,9 +353,12 @@ func orchestrate(c config, logw io.Writer) (*report, error) {
 	}
 
 	// 5. Optional RSS soak at half the knee.
-	if c.soak > 0 && knee > 0 {
-		progress(logw, "soak %s at %.0f req/s", c.soak, knee/2)
-		r.Soak = soak(side, sc.info.PID, int(knee/2), c.soak)
+	if rate := int(knee / 2); c.soak > 0 && (knee > 0 || c.soakRate > 0) {
+		if c.soakRate > 0 {
+			rate = c.soakRate
+		}
+		progress(logw, "soak %s at %d req/s", c.soak, rate)
+		r.Soak = soak(side, sc.info.PID, rate, c.soak)
 	}
 
 	// 6. Optional CPU profiles of the sidecar under load.
