@@ -140,8 +140,11 @@ func (s *Server) edge(handler string) echo.MiddlewareFunc {
 			// this reliably: a fixed-length body left unread (Core
 			// unreachable, an early answer) made the next request on the
 			// connection fail with a reset.
-			clean := r.ContentLength == 0 || bodyEndsCleanly(body)
-			if r.ContentLength < 0 && !clean && !headerHasToken(resp.Header(), "Connection", "close") {
+			// A handler that already chose to close the connection (say, a
+			// 401 to an oversized body) is not made to read the rest.
+			closing := headerHasToken(resp.Header(), "Connection", "close")
+			clean := r.ContentLength == 0 || closing || bodyEndsCleanly(body)
+			if r.ContentLength < 0 && !clean {
 				// A chunked body that breaks after the answer went out
 				// (Core answered early). With full duplex net/http would
 				// keep the connection and parse whatever follows the break
