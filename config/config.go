@@ -130,6 +130,10 @@ type Proxy struct {
 	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
 	// IdleTimeout closes idle keep-alive connections. Default 120s.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// BodyIdleTimeout ends a request whose body sends no byte for this long
+	// (408 if nothing was answered yet; the connection closes), so a slow
+	// sender cannot hold a request open. Default 30s.
+	BodyIdleTimeout time.Duration `yaml:"body_idle_timeout"`
 	// MaxHeaderBytes caps request header size (bytes). Default 1048576.
 	MaxHeaderBytes int `yaml:"max_header_bytes"`
 	// DialTimeout bounds connecting to Core. Default 5s.
@@ -174,6 +178,7 @@ func Defaults() Config {
 			PreserveHost:          true,
 			ReadHeaderTimeout:     10 * time.Second,
 			IdleTimeout:           120 * time.Second,
+			BodyIdleTimeout:       30 * time.Second,
 			MaxHeaderBytes:        1 << 20,
 			DialTimeout:           5 * time.Second,
 			ResponseHeaderTimeout: 60 * time.Second,

@@ -102,6 +102,7 @@ func (c *Config) Validate(extra ...func(*Config) (path string, err error)) error
 	}
 	p.positive("proxy.read_header_timeout", c.Proxy.ReadHeaderTimeout, 10*time.Minute)
 	p.positive("proxy.idle_timeout", c.Proxy.IdleTimeout, time.Hour)
+	p.positive("proxy.body_idle_timeout", c.Proxy.BodyIdleTimeout, 10*time.Minute)
 	if c.Proxy.MaxHeaderBytes < 4096 {
 		p.add("proxy.max_header_bytes", "must be at least 4096")
 	}

@@ -3,6 +3,7 @@ package knowledge
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
 )
@@ -42,6 +43,16 @@ type Error struct {
 	Code    string // SPEC §2 code, or Core's relayed gate code
 	Message string // one English sentence, safe to show to clients
 	Err     error  // cause, for logs (Unwrap)
+	// RetryAfter, on a 429, is when the session's next token is back; the
+	// edge sends it as Retry-After in whole seconds (at least 1).
+	RetryAfter time.Duration
+}
+
+// RetryAfterSeconds is RetryAfter as the Retry-After header's value: whole
+// seconds, rounded up, at least 1.
+func (e *Error) RetryAfterSeconds() int {
+	secs := int((e.RetryAfter + time.Second - 1) / time.Second)
+	return max(secs, 1)
 }
 
 func (e *Error) Error() string {
@@ -104,8 +115,10 @@ func errTooLarge() *Error {
 	return newError(413, CodePayloadTooLarge, "The request body exceeds 16384 bytes.", nil)
 }
 
-func errRateLimited() *Error {
-	return newError(429, CodeRateLimited, "Too many knowledge requests for this Agent Session.", nil)
+func errRateLimited(retryAfter time.Duration) *Error {
+	e := newError(429, CodeRateLimited, "Too many knowledge requests for this Agent Session.", nil)
+	e.RetryAfter = retryAfter
+	return e
 }
 
 // classifyCore maps an error from Identity, Retriever or Catalog to an

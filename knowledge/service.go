@@ -156,16 +156,22 @@ func (s *Service) Authenticate(ctx context.Context, authorization string) (corec
 	return sess, nil
 }
 
-// allow takes one token from the session's bucket.
-func (s *Service) allow(sessionID string) bool {
+// allow takes one token from the session's bucket. When none is left,
+// retryAfter is how long until one is back.
+func (s *Service) allow(sessionID string) (ok bool, retryAfter time.Duration) {
 	s.limMu.Lock()
-	lim, ok := s.limiters.Get(sessionID)
-	if !ok {
+	lim, found := s.limiters.Get(sessionID)
+	if !found {
 		lim = rate.NewLimiter(s.rate, s.burst)
 		s.limiters.Add(sessionID, lim)
 	}
 	s.limMu.Unlock()
-	return lim.AllowN(s.now(), 1)
+	now := s.now()
+	if lim.AllowN(now, 1) {
+		return true, 0
+	}
+	missing := 1 - lim.TokensAt(now)
+	return false, time.Duration(missing / float64(s.rate) * float64(time.Second))
 }
 
 // admitted is the state shared by every endpoint once identity, rate limit
@@ -186,8 +192,8 @@ func (s *Service) admit(ctx context.Context, authorization, route string, allowS
 	if err != nil {
 		return admitted{}, err
 	}
-	if !s.allow(sess.SessionID) {
-		return admitted{}, errRateLimited()
+	if ok, retry := s.allow(sess.SessionID); !ok {
+		return admitted{}, errRateLimited(retry)
 	}
 	if !routePattern.MatchString(route) {
 		return admitted{}, errRouteUnavailable(nil)

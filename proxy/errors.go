@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"time"
 )
 
 // errorBody is Core's Agent API error convention: {"error","message"}.
@@ -27,4 +28,13 @@ func writeJSON(w http.ResponseWriter, status int, body []byte) {
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
+}
+
+// closeConn makes the answer the connection's last: Connection: close, and
+// the read deadline expired, so that net/http gives up at once on whatever
+// of the request body is still unread (its post-handler drain would
+// otherwise wait for a body that trickles or never comes).
+func closeConn(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 }

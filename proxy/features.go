@@ -3,10 +3,10 @@ package proxy
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -80,6 +80,11 @@ func (s *Server) decide(c echo.Context, route string) bool {
 	pol := s.feat.rollout.Load()
 	decision := "enabled"
 	switch {
+	case !validRouteKey(route) && !s.feat.native.isNative():
+		// No workspace has this key (upper case, encoded, too long): the
+		// sidecar answers 404 route_unavailable after identity, like
+		// Core's own 404, rather than guess how Core would spell it.
+		decision = "invalid_route"
 	case !pol.Enabled(route):
 		decision = "disabled"
 	case s.feat.native.isNative():
@@ -91,19 +96,20 @@ func (s *Server) decide(c echo.Context, route string) bool {
 			slog.String("request_id", requestID(c.Request().Context())), slog.String("route", route),
 			slog.String("policy", pol.String()), slog.String("decision", decision))
 	}
-	return decision == "enabled"
+	return decision == "enabled" || decision == "invalid_route"
 }
 
 func (s *Server) capabilities(c echo.Context) error {
 	route := c.Param("route")
 	pol := s.feat.rollout.Load()
-	if !pol.Enabled(route) {
+	valid := validRouteKey(route)
+	if valid && !pol.Enabled(route) {
 		s.m.rollout.WithLabelValues("disabled").Inc()
 		return s.passH(c)
 	}
 	r := c.Request()
 	authz := r.Header.Get("Authorization")
-	if probe, handled, perr := s.feat.native.maybeProbe(r.Context(), authz, route); handled {
+	if probe, handled, perr := s.feat.native.maybeProbe(r.Context(), authz, route); valid && handled {
 		if probe == nil {
 			// Core could not be reached for the probe: like every knowledge
 			// endpoint facing an unreachable Core, 503 knowledge_unavailable
@@ -144,12 +150,25 @@ func (s *Server) read(c echo.Context) error {
 // answer writes a knowledge endpoint's result: the body, or its *Error as
 // Core's {"error","message"} convention. Causes are logged, never sent.
 func (s *Server) answer(c echo.Context, body []byte, err error) error {
-	finishBody(c.Request(), c.Response().Header())
+	r := c.Request()
+	ctx := r.Context()
+	h := c.Response().Header()
+	st := stateOf(ctx)
+	if st != nil && r.ContentLength != 0 && !st.bodyEOF.Load() {
+		// The answer was decided before the body was read to its end (401,
+		// 403, 404, 413, 429, or the body stalled): it goes out at once and
+		// the connection closes, rather than waiting on a body that may
+		// trickle forever.
+		closeConn(c.Response())
+		if st.bodyTimeout.Load() || st.bodyGone.Load() || st.bodyBad.Load() {
+			writeBodyFailure(c.Response(), st, ctx)
+			return nil
+		}
+	}
 	if err == nil {
 		writeJSON(c.Response(), http.StatusOK, body)
 		return nil
 	}
-	ctx := c.Request().Context()
 	var ke *knowledge.Error
 	if !errors.As(err, &ke) {
 		ke = &knowledge.Error{Status: http.StatusServiceUnavailable, Code: knowledge.CodeUnavailable,
@@ -159,24 +178,29 @@ func (s *Server) answer(c echo.Context, body []byte, err error) error {
 		s.log.LogAttrs(ctx, slog.LevelWarn, "knowledge request failed", slog.String("request_id", requestID(ctx)),
 			slog.String("code", ke.Code), slog.Any("cause", ke.Err))
 	}
+	if ke.Status == http.StatusTooManyRequests {
+		h.Set("Retry-After", strconv.Itoa(ke.RetryAfterSeconds()))
+	}
 	writeError(c.Response(), ke.Status, ke.Code, ke.Message)
 	return nil
 }
 
-// finishBody consumes what is left of a knowledge request's body, at most
-// the protocol's request limit, before the answer is written. The edge
-// enables full duplex for every request with a body, so net/http no longer
-// does this itself, and a keep-alive connection whose request body was left
-// unread (an answer decided before the body, such as 401 or 403) is reset
-// under the next request on it. A larger remainder is not read: the
-// connection is closed after the answer instead.
-func finishBody(r *http.Request, h http.Header) {
-	if r.Body == nil || r.Body == http.NoBody {
-		return
-	}
-	n, err := io.CopyN(io.Discard, r.Body, knowledge.MaxRequestBytes+1)
-	if n > knowledge.MaxRequestBytes || err != nil && !errors.Is(err, io.EOF) {
-		h.Set("Connection", "close")
+// wrongMethod answers a knowledge path asked with another method: 405 with
+// Allow on a rolled-out workspace of a legacy Core, pass-through otherwise
+// (a native Core, or a workspace the sidecar does not serve).
+func (s *Server) wrongMethod(allow string) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if !s.decide(c, c.Param("route")) {
+			return s.passH(c)
+		}
+		h := c.Response().Header()
+		h.Set("Allow", allow)
+		if r := c.Request(); r.ContentLength != 0 {
+			closeConn(c.Response()) // the body is not read
+		}
+		writeError(c.Response(), http.StatusMethodNotAllowed, "method_not_allowed",
+			"This knowledge endpoint does not accept that method.")
+		return nil
 	}
 }
 

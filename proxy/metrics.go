@@ -17,6 +17,7 @@ type metrics struct {
 	turns          *prometheus.CounterVec
 	ledgerConflict prometheus.Counter
 	ledgerErrors   prometheus.Counter
+	ledgerFailOpen *prometheus.CounterVec
 	rollout        *prometheus.CounterVec
 	native         *prometheus.GaugeVec
 	reloads        *prometheus.CounterVec
@@ -28,7 +29,7 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "http_requests_total",
-			Help: "Requests answered, by handler and status code (499: client went away).",
+			Help: "Requests answered, by handler and status code (499: client went away mid-response).",
 		}, []string{"handler", "code"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "http_request_duration_seconds",
@@ -57,6 +58,10 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 			Namespace: namespace, Name: "ledger_errors_total",
 			Help: "Turn-mode ledger backend failures.",
 		}),
+		ledgerFailOpen: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "ledger_fail_open_total",
+			Help: "Turns without knowledge_delivery forwarded unbound because identity or the ledger could not be reached (reason: identity, ledger).",
+		}, []string{"reason"}),
 		rollout: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "rollout_decisions_total",
 			Help: "Knowledge and turn requests by rollout decision (enabled, disabled, native).",
@@ -76,7 +81,7 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 	build.WithLabelValues(version, runtime.Version()).Set(1)
 	if reg != nil {
 		reg.MustRegister(m.requests, m.duration, m.inFlight, m.upstreamErrors, m.ready, m.turns,
-			m.ledgerConflict, m.ledgerErrors, m.rollout, m.native, m.reloads, build)
+			m.ledgerConflict, m.ledgerErrors, m.ledgerFailOpen, m.rollout, m.native, m.reloads, build)
 	}
 	return m
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -23,6 +24,9 @@ type reqState struct {
 	outcome int
 	// Set from the transport's goroutine while it reads the client's body.
 	bodyBad, bodyGone atomic.Bool
+	// bodyTimeout: no byte of the body arrived for the idle timeout.
+	// bodyEOF: the body was read to its end.
+	bodyTimeout, bodyEOF atomic.Bool
 }
 
 type ctxKey struct{}
@@ -125,6 +129,16 @@ func (s *Server) edge(handler string) echo.MiddlewareFunc {
 				writeError(resp, http.StatusBadRequest, "invalid_request", "HTTP/2 cleartext upgrade (h2c) is not supported.")
 				return nil
 			}
+			if r.Method == "PRI" || r.RequestURI == "*" && r.Method != http.MethodOptions {
+				// An HTTP/2 connection preface (or another asterisk-form
+				// target) on this HTTP/1 listener: not a request Core serves.
+				closeConn(resp)
+				writeError(resp, http.StatusBadRequest, "invalid_request", "The request line is not valid HTTP/1.1.")
+				return nil
+			}
+			if s.feat != nil && s.refusePath(c) {
+				return nil
+			}
 			if r.ContentLength != 0 {
 				// Without full duplex, net/http drains and closes the request
 				// body when the response header is written, while the
@@ -132,6 +146,7 @@ func (s *Server) edge(handler string) echo.MiddlewareFunc {
 				// not seen EOF yet): the transport then kills the upstream
 				// connection and the response is cut short.
 				_ = http.NewResponseController(resp.Writer).EnableFullDuplex()
+				r.Body = &idleBody{ReadCloser: r.Body, ctl: http.NewResponseController(resp.Writer), idle: s.bodyIdle, st: st}
 			}
 			body := r.Body // handlers may swap r.Body; the wire is this one
 			err := next(c)
@@ -154,9 +169,71 @@ func (s *Server) edge(handler string) echo.MiddlewareFunc {
 				}
 				panic(http.ErrAbortHandler)
 			}
+			if !resp.Committed && st.outcome != http.StatusSwitchingProtocols {
+				// Every request gets an answer: net/http would otherwise send
+				// an empty 200 for a handler that wrote nothing (the upstream
+				// call was cancelled because the client half-closed its
+				// side after a complete request, say). A half-closed client
+				// still reads this; a vanished one does not, at no cost.
+				st.outcome = 0
+				closeConn(resp)
+				writeError(resp, http.StatusBadGateway, "upstream_unavailable", "Core could not be reached.")
+			}
 			return err
 		}
 	}
+}
+
+// refusePath answers 400 to a request whose target is an intercepted path
+// in a spelling other than the literal one, and reports whether it did. The
+// body is never read: the connection closes after. (A literal intercepted
+// path whose route segment is no route key reaches its handler, which
+// answers 404 route_unavailable after identity.)
+func (s *Server) refusePath(c echo.Context) bool {
+	raw, ok := rawRequestPath(c.Request())
+	if !ok || classifyPath(raw) != pathNonCanon {
+		return false
+	}
+	closeConn(c.Response())
+	writeError(c.Response(), http.StatusBadRequest, "invalid_request", "The request path must be in canonical form.")
+	return true
+}
+
+// idleBody is every request body as the edge hands it on: a read that sees
+// no byte for idle ends with a timeout (the connection's read deadline), so
+// a client trickling or stalling its body cannot hold a goroutine, a Core
+// connection or a ledger record forever. It also notes whether the body was
+// read to its end, which decides whether an early answer closes the
+// connection.
+type idleBody struct {
+	io.ReadCloser
+	ctl  *http.ResponseController
+	idle time.Duration
+	st   *reqState
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	if b.idle > 0 {
+		_ = b.ctl.SetReadDeadline(time.Now().Add(b.idle))
+	}
+	n, err := b.ReadCloser.Read(p)
+	switch {
+	case err == nil:
+	case errors.Is(err, io.EOF):
+		b.st.bodyEOF.Store(true)
+		if b.idle > 0 {
+			// Past the body, net/http's own background read must not
+			// inherit the deadline (it would cancel a long answer).
+			_ = b.ctl.SetReadDeadline(time.Time{})
+		}
+	default:
+		// A timeout leaves the deadline expired, so nothing waits on
+		// this connection's body again; it closes after the answer.
+		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+			b.st.bodyTimeout.Store(true)
+		}
+	}
+	return n, err
 }
 
 // maxBodyDrain bounds how much of an unread request body the edge reads

@@ -77,6 +77,7 @@ func (f forwarding) rewrite(target *url.URL, pr *httputil.ProxyRequest) {
 	// The sidecar decides nothing from a passed-through query, so Core gets
 	// the client's bytes, as the contract requires.
 	pr.Out.URL.RawQuery = joinQuery(target.RawQuery, pr.In.URL.RawQuery)
+	keepRawPath(target, pr)
 	// Request trailers arrive after the body; the server fills them into
 	// In.Trailer when the body hits EOF, which the transport reads before it
 	// writes the outbound trailers. Sharing the map (Clone copied it before
@@ -110,6 +111,23 @@ func (f forwarding) rewrite(target *url.URL, pr *httputil.ProxyRequest) {
 		// Core may trust X-Real-IP; an untrusted peer must not choose it.
 		pr.Out.Header.Del("X-Real-Ip")
 	}
+}
+
+// keepRawPath sends Core the client's path bytes where url.URL would
+// re-encode them: a backslash, for one, arrives as %5C otherwise. The exact
+// path goes out as the URL's opaque part (the request line's path). A path
+// starting with "//" keeps url.URL's form, which an opaque part would turn
+// into an absolute URL.
+func keepRawPath(target *url.URL, pr *httputil.ProxyRequest) {
+	raw, ok := rawRequestPath(pr.In)
+	if !ok || raw == pr.In.URL.EscapedPath() {
+		return
+	}
+	base := strings.TrimSuffix(target.EscapedPath(), "/")
+	if base == "" && strings.HasPrefix(raw, "//") {
+		return
+	}
+	pr.Out.URL.Opaque = base + raw
 }
 
 func joinQuery(target, in string) string {
@@ -146,30 +164,23 @@ func newPassthrough(target *url.URL, fw forwarding, transport http.RoundTripper,
 			// The client's own body can fail first (malformed chunking, or
 			// the client hung up mid-upload). That is not Core's fault: it
 			// is answered 400 / recorded 499 and not counted against Core.
-			if st := stateOf(ctx); st != nil {
-				switch {
-				case st.bodyGone.Load(), st.bodyBad.Load() && ctx.Err() != nil:
-					setOutcome(ctx, statusClientClosed)
-					return
-				case st.bodyBad.Load():
-					setOutcome(ctx, http.StatusBadRequest)
-					// Whatever follows the broken framing on the wire must
-					// never be parsed as another request. Without this, a
-					// full-duplex request (see edge) keeps the connection.
-					w.Header().Set("Connection", "close")
-					writeError(w, http.StatusBadRequest, "invalid_request", "The request body is malformed.")
-					return
-				}
+			if st := stateOf(ctx); st != nil && writeBodyFailure(w, st, ctx) {
+				return
 			}
 			kind, status := classifyUpstreamError(ctx, err)
 			m.upstreamErrors.WithLabelValues(kind).Inc()
 			// Recorded even when a 101 was already noted (the tunnel then
 			// failed to open).
-			setOutcome(ctx, status)
 			if kind == "canceled" {
-				// The client went away; nobody reads this. Recorded as 499.
+				// The client's side of the connection ended (it went away,
+				// or half-closed after a complete request, which net/http
+				// cannot tell apart). A half-closed client still reads the
+				// 502; it is what it gets and what is recorded.
+				closeConn(w)
+				writeError(w, http.StatusBadGateway, upstreamCode(http.StatusBadGateway), upstreamMessage(http.StatusBadGateway))
 				return
 			}
+			setOutcome(ctx, status)
 			log.LogAttrs(ctx, slog.LevelWarn, "core request failed",
 				slog.String("kind", kind), slog.Int("status", status), slog.String("request_id", requestID(ctx)))
 			writeError(w, status, upstreamCode(status), upstreamMessage(status))
@@ -186,7 +197,7 @@ type bodyWatch struct {
 
 func (b *bodyWatch) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if err != nil && !errors.Is(err, io.EOF) {
+	if err != nil && !errors.Is(err, io.EOF) && !b.st.bodyTimeout.Load() {
 		var ne net.Error
 		if errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne) || errors.Is(err, net.ErrClosed) {
 			b.st.bodyGone.Store(true)
@@ -195,6 +206,28 @@ func (b *bodyWatch) Read(p []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// writeBodyFailure answers a request whose own body failed (stalled past
+// the idle timeout: 408; malformed framing: 400; cut off by the client: 400
+// for a client that may still read) and reports whether it did. The
+// connection closes after: what follows a broken body on the wire must never
+// be parsed as another request.
+func writeBodyFailure(w http.ResponseWriter, st *reqState, ctx context.Context) bool {
+	switch {
+	case st.bodyTimeout.Load():
+		closeConn(w)
+		writeError(w, http.StatusRequestTimeout, "request_timeout", "The request body was not received in time.")
+	case st.bodyBad.Load() && ctx.Err() == nil:
+		closeConn(w)
+		writeError(w, http.StatusBadRequest, "invalid_request", "The request body is malformed.")
+	case st.bodyGone.Load(), st.bodyBad.Load():
+		closeConn(w)
+		writeError(w, http.StatusBadRequest, "invalid_request", "The request body was not received completely.")
+	default:
+		return false
+	}
+	return true
 }
 
 // checkUpgrade vets a 101 before ReverseProxy opens a tunnel: Core may only

@@ -33,6 +33,9 @@ type Options struct {
 	Registry       *prometheus.Registry // own registry, served on /metrics; nil → a new one
 	Version        string
 	Features       *Features // knowledge endpoints and turn interception; nil → off
+	// BodyIdleTimeout ends a request whose body sends no byte for this long
+	// (408 if nothing was answered yet; the connection closes). 0 → none.
+	BodyIdleTimeout time.Duration
 }
 
 // Server is the sidecar's edge.
@@ -45,6 +48,7 @@ type Server struct {
 	registry *prometheus.Registry
 	ids      *idSource
 	ready    atomic.Bool
+	bodyIdle time.Duration
 
 	target    *url.URL
 	fw        forwarding
@@ -72,6 +76,7 @@ func New(o Options) (*Server, error) {
 		m:        newMetrics(o.Registry, o.Version),
 		registry: o.Registry,
 		ids:      newIDSource(),
+		bodyIdle: o.BodyIdleTimeout,
 	}
 	s.target, s.transport = o.CoreURL, o.Transport
 	s.fw = forwarding{trusted: o.TrustedProxies, preserveHost: o.PreserveHost}
@@ -102,17 +107,30 @@ func New(o Options) (*Server, error) {
 			return nil, err
 		}
 		s.feat = f
+		// Another method on a knowledge path is 405 where the sidecar
+		// serves the workspace (every method is claimed first, then the
+		// right one is given its handler); on turns it is Core's business.
+		for _, p := range []string{pathCapabilities, pathSearch, pathRead} {
+			e.Any(p, s.wrongMethod(allowOf(p)))
+			e.RouteNotFound(p, s.wrongMethod(allowOf(p)))
+		}
 		e.GET(pathCapabilities, s.capabilities)
 		e.POST(pathSearch, s.search)
 		e.POST(pathRead, s.read)
 		e.POST(pathTurns, s.turns)
-		for _, p := range []string{pathCapabilities, pathSearch, pathRead, pathTurns} {
-			e.RouteNotFound(p, s.passH)
-		}
+		e.RouteNotFound(pathTurns, s.passH)
 	}
 	s.echo = e
 	s.SetReady(true)
 	return s, nil
+}
+
+// allowOf is the one method a knowledge path accepts.
+func allowOf(path string) string {
+	if path == pathCapabilities {
+		return http.MethodGet
+	}
+	return http.MethodPost
 }
 
 // Handler is the proxy listener's handler.

@@ -38,6 +38,10 @@ var (
 	// top-level knowledge_delivery member was seen before the error. Core
 	// would answer 400 invalid_request for the broken body as well.
 	ErrNotJSONObject = errors.New("turn request body is not a valid json object")
+	// ErrTooDeep: the request body nests deeper than the scanner follows, so
+	// whether it carries knowledge_delivery cannot be told. It is refused
+	// (400) rather than forwarded with a field that might be unstripped.
+	ErrTooDeep = errors.New("turn request body nests too deeply")
 	// ErrUnexpectedTurnBody: Core's 2xx turn answer is not a JSON object with
 	// schema_version "bailing.agent-turn-context.v1" and an object "context"
 	// (or has duplicate members the rewrite would have to choose between).
@@ -119,6 +123,9 @@ func ParseTurnRequest(body []byte) (TurnRequest, error) {
 		err = errTurnJSON
 	}
 	if err != nil {
+		if errors.Is(err, errTurnDeep) {
+			return TurnRequest{}, ErrTooDeep
+		}
 		if kdCount > 0 {
 			return TurnRequest{}, ErrNotJSONObject
 		}
@@ -356,6 +363,9 @@ func turnObjectBytes(b []byte) ([]byte, bool) {
 // errTurnJSON marks invalid JSON inside the scanner; it never leaves this file.
 var errTurnJSON = errors.New("invalid json")
 
+// errTurnDeep marks nesting beyond turnMaxDepth inside the scanner.
+var errTurnDeep = errors.New("json nests too deeply")
+
 // turnMaxDepth is encoding/json's nesting limit, so the scanner accepts exactly
 // what json.Valid accepts.
 const turnMaxDepth = 10000
@@ -423,7 +433,7 @@ func turnScanObject(b []byte, i, depth int, fn func(turnMember)) (int, error) {
 // gets that object's members the way fn gets this object's.
 func turnScanMembers(b []byte, i, depth int, fn func(turnMember), into func(turnMember) bool, sub func(turnMember)) (int, error) {
 	if depth > turnMaxDepth {
-		return 0, errTurnJSON
+		return 0, errTurnDeep
 	}
 	i = turnSkipWS(b, i+1)
 	if i < len(b) && b[i] == '}' {
@@ -508,7 +518,7 @@ func turnSkipValue(b []byte, i, depth int) (int, error) {
 
 func turnScanArray(b []byte, i, depth int) (int, error) {
 	if depth > turnMaxDepth {
-		return 0, errTurnJSON
+		return 0, errTurnDeep
 	}
 	i = turnSkipWS(b, i+1)
 	if i < len(b) && b[i] == ']' {

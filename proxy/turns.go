@@ -57,19 +57,34 @@ func (st *turnState) label() string {
 
 // turns intercepts POST …/turns on rolled-out workspaces of a legacy Core
 // (SPEC §7). Without knowledge_delivery the request passes byte for byte.
+//
+// Identity is asked before the body is read, so an unauthenticated caller
+// gets its 401 at once (and no 100 Continue) and cannot make the sidecar
+// wait on a body it trickles.
 func (s *Server) turns(c echo.Context) error {
 	route := c.Param("route")
 	if !s.decide(c, route) {
 		return s.passH(c)
 	}
 	r := c.Request()
+	ctx := r.Context()
+	sess, authErr := s.feat.k.Authenticate(ctx, r.Header.Get("Authorization"))
+	if ke, ok := errors.AsType[*knowledge.Error](authErr); ok && ke.Status == http.StatusUnauthorized {
+		s.m.turns.WithLabelValues("unknown", "rejected").Inc()
+		return s.answer(c, nil, authErr)
+	}
+	if !validRouteKey(route) {
+		s.m.turns.WithLabelValues("unknown", "rejected").Inc()
+		return s.answer(c, nil, &knowledge.Error{Status: http.StatusNotFound, Code: knowledge.CodeRouteUnavailable,
+			Message: "The configured route is unavailable."})
+	}
 	body, err := readSized(r.Body, r.ContentLength, coreTurnBodyMax, turnRequestPrealloc)
 	if err != nil {
-		if r.Context().Err() != nil {
-			setOutcome(r.Context(), statusClientClosed)
-			return nil
+		s.m.turns.WithLabelValues("unknown", "rejected").Inc()
+		closeConn(c.Response())
+		if st := stateOf(ctx); st == nil || !writeBodyFailure(c.Response(), st, ctx) {
+			writeError(c.Response(), http.StatusBadRequest, "invalid_request", "The request body could not be read.")
 		}
-		writeError(c.Response(), http.StatusBadRequest, "invalid_request", "The request body could not be read.")
 		return nil
 	}
 	if len(body) > coreTurnBodyMax {
@@ -81,33 +96,37 @@ func (s *Server) turns(c echo.Context) error {
 	if err != nil {
 		s.m.turns.WithLabelValues("invalid", "rejected").Inc()
 		msg := `knowledge_delivery must be "inline" or "on_demand".`
-		if errors.Is(err, ErrNotJSONObject) {
+		switch {
+		case errors.Is(err, ErrNotJSONObject):
 			msg = "The request body must be a valid JSON object."
+		case errors.Is(err, ErrTooDeep):
+			msg = "The request body nests JSON too deeply to be checked."
 		}
 		writeError(c.Response(), http.StatusBadRequest, "invalid_request", msg)
 		return nil
 	}
-	ctx := r.Context()
 	keyed := tr.ConversationID != "" && tr.TurnID != "" && tr.UserMessageID != ""
 	if tr.Mode == "" {
 		// No field: the bytes go to Core unchanged. The turn is still bound
 		// to inline delivery (what the host gets), so a retry of an
 		// on_demand turn without the field, or the reverse, is the mode
 		// switch SPEC §7 refuses. Best effort: when identity or the ledger
-		// cannot be had, the turn passes as before (Core decides).
+		// cannot be had, the turn passes as before (Core decides); each
+		// such turn is counted in ledger_fail_open_total.
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		if !keyed {
 			s.m.turns.WithLabelValues("absent", "passed").Inc()
 			return s.passH(c)
 		}
-		sess, err := s.feat.k.Authenticate(ctx, r.Header.Get("Authorization"))
-		if err != nil {
+		if authErr != nil {
+			s.m.ledgerFailOpen.WithLabelValues("identity").Inc()
 			s.m.turns.WithLabelValues("absent", "passed").Inc()
 			return s.passH(c)
 		}
 		st := &turnState{mode: modeInline, absent: true, route: route, keyed: true, key: turnKey(sess.SessionID, route, tr)}
 		ok, err := s.reserve(c, st)
 		if err != nil {
+			s.m.ledgerFailOpen.WithLabelValues("ledger").Inc()
 			s.m.turns.WithLabelValues("absent", "passed").Inc()
 			return s.passH(c)
 		}
@@ -117,15 +136,19 @@ func (s *Server) turns(c echo.Context) error {
 		return s.forwardTurn(c, r, st, body)
 	}
 
-	sess, err := s.feat.k.Authenticate(ctx, r.Header.Get("Authorization"))
-	if err != nil {
+	if authErr != nil {
 		s.m.turns.WithLabelValues(tr.Mode, "rejected").Inc()
-		return s.answer(c, nil, err)
+		return s.answer(c, nil, authErr)
 	}
 	// The delivery block needs the route's scope revision: without one
 	// (catalog down and the route never seen) the turn is not forwarded,
-	// so no run exists that the host could not be told about.
+	// so no run exists that the host could not be told about. A route the
+	// catalog does not know (or has disabled) has no knowledge: the turn is
+	// forwarded for Core to answer (its 404 route_unavailable is relayed).
 	status, rev, serr := s.feat.k.DeliveryStatus(ctx, route)
+	if ke, ok := errors.AsType[*knowledge.Error](serr); ok && ke.Status == http.StatusNotFound {
+		status, rev, serr = knowledge.StatusDisabled, knowledge.ScopeRevision(route, nil), nil
+	}
 	if rev == "" {
 		s.m.turns.WithLabelValues(tr.Mode, "knowledge_unavailable").Inc()
 		return s.answer(c, nil, &knowledge.Error{Status: http.StatusServiceUnavailable, Code: knowledge.CodeUnavailable,

@@ -152,6 +152,20 @@ func (p Policy) Mode() string {
 	return p.mode
 }
 
+// EnablesNone reports whether the policy rolls the protocol out for no
+// workspace at all ("off", or "percent:0").
+func (p Policy) EnablesNone() bool {
+	switch p.mode {
+	case "":
+		return true
+	case ModePercent:
+		return p.percent == 0
+	case ModeAllow:
+		return len(p.routes) == 0
+	}
+	return false
+}
+
 // Percent is the percentage of a percent policy (0 for other modes).
 func (p Policy) Percent() int { return p.percent }
 

@@ -2,6 +2,7 @@ package test
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/sha1"
 	"encoding/base64"
@@ -54,6 +55,8 @@ type SidecarOptions struct {
 	// Listener, AdminListener and OnListening are the harness's own.
 	Serve  proxy.ServeOptions
 	Logger *slog.Logger
+	// BodyIdleTimeout: zero takes the production default.
+	BodyIdleTimeout time.Duration
 }
 
 // Sidecar is a running sidecar: proxy.New + (*Server).Run on pre-bound
@@ -125,14 +128,15 @@ func StartSidecar(t testing.TB, o SidecarOptions) *Sidecar {
 	}
 	reg := prometheus.NewRegistry()
 	srv, err := proxy.New(proxy.Options{
-		CoreURL:        core,
-		Transport:      tr,
-		TrustedProxies: o.TrustedProxies,
-		PreserveHost:   !o.RewriteHost,
-		Logger:         log,
-		Registry:       reg,
-		Version:        "test",
-		Features:       o.Features,
+		CoreURL:         core,
+		Transport:       tr,
+		TrustedProxies:  o.TrustedProxies,
+		PreserveHost:    !o.RewriteHost,
+		Logger:          log,
+		Registry:        reg,
+		Version:         "test",
+		Features:        o.Features,
+		BodyIdleTimeout: cmp.Or(o.BodyIdleTimeout, def.Proxy.BodyIdleTimeout),
 	})
 	if err != nil {
 		t.Fatalf("proxy.New: %v", err)

@@ -538,10 +538,13 @@ func TestTurnMatrix(t *testing.T) {
 						sc.prepare(t, w, &ti)
 					}
 					defer w.Core.ClearFaults()
-					n, calls := tap.count(), w.Core.Calls("")
+					// Identity is asked before the body is read; nothing else
+					// reaches Core.
+					beyondIdentity := func() int { return w.Core.Calls("") - w.Core.Calls("/agent-auth/") }
+					n, calls := tap.count(), beyondIdentity()
 					r := send(t, c, "POST", turnsURL(side, route), w.TokenA, ti.body(v), sc.hdr)
 					checkErrorJSON(t, r, http.StatusBadRequest, "invalid_request")
-					if tap.count() != n || w.Core.Calls("") != calls {
+					if tap.count() != n || beyondIdentity() != calls {
 						t.Errorf("Core was called for an invalid knowledge_delivery")
 					}
 				})
@@ -1084,5 +1087,9 @@ func TestTurnLedgerRedisDown(t *testing.T) {
 	}
 	if got := metricValue(t, side.Registry, "knowledge_sidecar_turns_total", map[string]string{"mode": "inline", "outcome": "ledger_unavailable"}); got != 1 {
 		t.Errorf("turns_total{inline,ledger_unavailable}: got %v; want 1", got)
+	}
+	// The field-less turn went through unbound: counted as a fail-open.
+	if got := metricValue(t, side.Registry, "knowledge_sidecar_ledger_fail_open_total", map[string]string{"reason": "ledger"}); got != 1 {
+		t.Errorf("ledger_fail_open_total{reason=ledger}: got %v; want 1", got)
 	}
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
@@ -232,6 +233,7 @@ func (w *demoWorld) sidecar(log *slog.Logger) (*proxy.Server, error) {
 	u, _ := url.Parse(w.coreURL)
 	return proxy.New(proxy.Options{
 		CoreURL: u, PreserveHost: true, Logger: log, Registry: reg, Version: version,
+		BodyIdleTimeout: config.Defaults().Proxy.BodyIdleTimeout,
 		Features: &proxy.Features{
 			Knowledge: svc, Prober: client, Ledger: ledger.NewMemory(10000, time.Hour, time.Now),
 			Rollout: pol, NativeDetection: "auto", ProbeInterval: time.Minute,

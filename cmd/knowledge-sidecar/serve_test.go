@@ -234,6 +234,9 @@ func TestServeReloadAndStop(t *testing.T) {
 	if code, body := capabilities(); !served(code, body) {
 		t.Fatalf("after SIGHUP with allow: got %d %s; want the sidecar's capabilities", code, body)
 	}
+	if !strings.Contains(p.logs(), `"level":"WARN","msg":"turn ledger is in memory`) {
+		t.Errorf("rolled out with the memory ledger: no warning that conflicts are detected only in this process\n%s", p.logs())
+	}
 
 	if err := os.WriteFile(cfgPath, []byte("rollout: \"percent:200\"\nno_such_key: 1\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -250,6 +253,15 @@ func TestServeReloadAndStop(t *testing.T) {
 	}
 	if strings.Contains(p.logs(), serviceToken) || strings.Contains(p.logs(), db.ReadOnlyDSN) {
 		t.Errorf("logs contain a secret")
+	}
+
+	writeCfg("off")
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitMetric(t, p.adminURL, `knowledge_sidecar_config_reloads_total{result="ok"}`, "2")
+	if !strings.Contains(p.logs(), `"level":"WARN","msg":"configuration reload turns the knowledge protocol off for every workspace`) {
+		t.Errorf("reload to off: no warning\n%s", p.logs())
 	}
 
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {

@@ -76,11 +76,12 @@ func build(ctx context.Context, cfg config.Config, log *slog.Logger) (*app, erro
 			ResponseHeaderTimeout: cfg.Proxy.ResponseHeaderTimeout,
 			MaxIdleConnsPerHost:   cfg.Proxy.MaxIdleConnsPerHost,
 		}),
-		TrustedProxies: trusted,
-		PreserveHost:   cfg.Proxy.PreserveHost,
-		Logger:         log,
-		Registry:       reg,
-		Version:        version,
+		TrustedProxies:  trusted,
+		PreserveHost:    cfg.Proxy.PreserveHost,
+		Logger:          log,
+		Registry:        reg,
+		Version:         version,
+		BodyIdleTimeout: cfg.Proxy.BodyIdleTimeout,
 	}
 	if ok, reason := cfg.KnowledgeEnabled(); !ok {
 		log.Warn("knowledge features are off; running as a pure pass-through proxy", slog.String("reason", reason))
@@ -176,6 +177,9 @@ func (a *app) buildFeatures(ctx context.Context, cfg config.Config, reg promethe
 		led = r
 	} else {
 		led = ledger.NewMemory(cfg.Ledger.MaxEntries, cfg.Ledger.TTL, time.Now)
+		if pol, _ := rollout.Parse(cfg.Rollout); !pol.EnablesNone() {
+			warnMemoryLedger(log, pol)
+		}
 	}
 	a.closers = append(a.closers, led.Close)
 	pol, _ := rollout.Parse(cfg.Rollout) // validated
@@ -200,6 +204,13 @@ func (a *app) reload(path string, level *slog.LevelVar) {
 		return
 	}
 	pol, _ := rollout.Parse(cfg.Rollout)
+	switch old, _ := rollout.Parse(a.cfg.Rollout); {
+	case pol.EnablesNone() && !old.EnablesNone():
+		a.log.Warn("configuration reload turns the knowledge protocol off for every workspace; "+
+			"hosts fall back to inline knowledge", slog.String("rollout", pol.String()), slog.String("previous", old.String()))
+	case !pol.EnablesNone() && old.EnablesNone() && a.cfg.LedgerBackend() == "memory":
+		warnMemoryLedger(a.log, pol)
+	}
 	a.server.SetRollout(pol)
 	level.Set(parseLevel(cfg.Log.Level))
 	if changed := restartOnly(a.cfg, cfg); len(changed) > 0 {
@@ -209,6 +220,14 @@ func (a *app) reload(path string, level *slog.LevelVar) {
 	a.cfg.Rollout, a.cfg.Log = cfg.Rollout, cfg.Log
 	a.server.ObserveReload("ok")
 	a.log.Info("configuration reloaded", slog.String("rollout", pol.String()), slog.String("log_level", cfg.Log.Level))
+}
+
+// warnMemoryLedger says what the in-memory turn ledger cannot do, once the
+// protocol is rolled out somewhere.
+func warnMemoryLedger(log *slog.Logger, pol rollout.Policy) {
+	log.Warn("turn ledger is in memory: a delivery-mode switch on a retried turn is detected only within this process "+
+		"(one replica; forgotten on restart). Set ledger.redis_url when running several replicas.",
+		slog.String("rollout", pol.String()))
 }
 
 type quietRedisLog struct{}

@@ -1,0 +1,42 @@
+package proxy
+
+import "testing"
+
+func TestClassifyPath(t *testing.T) {
+	cases := []struct {
+		raw  string
+		want pathVerdict
+	}{
+		{"/agent-api/v1/workspaces/order-assistant/turns", pathExact},
+		{"/agent-api/v1/workspaces/order-assistant/knowledge/search", pathExact},
+		{"/agent-api/v1/workspaces/ORDER/turns", pathExact}, // the handler judges the key: 404
+		{"/agent-api/v1/workspaces/or%64er/turns", pathExact},
+		{"/agent-api/v1/workspaces/order-assistant/%74urns", pathNonCanon},
+		{"/agent-api/v1/workspaces/order-assistant%2Fturns", pathNonCanon},
+		{"/agent-api/v1/workspaces/order-assistant\\turns", pathNonCanon},
+		{"/agent-api/v1/workspaces/order-assistant/./turns", pathNonCanon},
+		{"/agent-api/v1/workspaces/order-assistant/turns/", pathNonCanon},
+		{"/agent-api/v1/workspaces/order-assistant/turns;a", pathNonCanon},
+		{"//agent-api/v1/workspaces/order-assistant/turns", pathNonCanon},
+		{"/Agent-API/v1/workspaces/order-assistant/turns", pathNonCanon},
+		{"/agent-api/v1/workspaces/order-assistant/%2574urns", pathNonCanon},
+		{"/agent-api/v1/workspaces/order-assistant/knowledge%2Fread", pathNonCanon},
+		{"/agent-api/v1/workspaces/order-assistant/tools/x", pathOther},
+		{"/agent-api/v1/workspaces/order-assistant/turns/x", pathOther},
+		{"/agent-api/v1/workspaces/../turns", pathOther},
+		{"/agent-api/v1/workspaces", pathOther},
+		{"/files/a%2Fb\\c", pathOther},
+		{"/", pathOther},
+	}
+	for _, tc := range cases {
+		if got := classifyPath(tc.raw); got != tc.want {
+			t.Errorf("classifyPath(%q) = %d; want %d", tc.raw, got, tc.want)
+		}
+	}
+}
+
+func BenchmarkClassifyPathPassThrough(b *testing.B) {
+	for b.Loop() {
+		classifyPath("/agent-api/v1/workspaces/order-assistant/tools/lookup")
+	}
+}
