@@ -309,7 +309,7 @@ const kbUnavailablePrefix = "知识库不可用"
 // really is unusable until the operator or the limit lets it through, and the
 // open breaker stops us from hammering Core meanwhile.
 func (c *Client) SearchKB(ctx context.Context, kbID, query string, topK int, minScore float64) ([]Hit, error) {
-	if kbID == "" || strings.TrimSpace(query) == "" {
+	if kbID == "" || JSTrim(query) == "" {
 		return nil, errors.New("coreclient: kb search: empty kb id or query")
 	}
 	if math.IsNaN(minScore) || math.IsInf(minScore, 0) {

@@ -261,11 +261,13 @@ func (s *Service) rank(ctx context.Context, answers []kbAnswer, flags map[string
 }
 
 // summarize is the bounded extractive excerpt of a document's hit chunks:
-// each chunk whitespace-collapsed, joined by " … ", cut on a character
-// boundary at SummaryMaxBytes.
+// each chunk without the U+FFFD halves of a character Core cut in two at its
+// edges (cutHalves), whitespace-collapsed, joined by " … ", cut on a
+// character boundary at SummaryMaxBytes.
 func summarize(chunks []string) string {
 	var b strings.Builder
 	for _, c := range chunks {
+		c, _, _ = cutHalves(c)
 		c = collapseSpace(c)
 		if c == "" {
 			continue
