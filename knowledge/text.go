@@ -223,7 +223,6 @@ func newDocMatch(content string) *docMatch {
 	}
 }
 
-//
 // A U+FFFD at the start or end of frag is half of a character Core's chunker
 // cut in two (see cutHalves); it matches one character outside the BMP (or a
 // U+FFFD) of the document at that place.
