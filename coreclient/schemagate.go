@@ -18,6 +18,7 @@ type schemaCatalog interface {
 	Route(ctx context.Context, key string) (Route, error)
 	RouteGate(ctx context.Context, route string, s Session) error
 	KBEnabled(ctx context.Context, kbIDs []string) (map[string]bool, error)
+	KBs(ctx context.Context, kbIDs []string) (map[string]KB, error)
 	Documents(ctx context.Context, docIDs []int64, kbIDs []string) (map[int64]Document, error)
 	Document(ctx context.Context, docID int64, kbIDs []string) (Document, error)
 	Run(ctx context.Context, runID string) (Run, error)
@@ -132,6 +133,13 @@ func (g *SchemaGate) KBEnabled(ctx context.Context, kbIDs []string) (map[string]
 		return nil, err
 	}
 	return g.inner.KBEnabled(ctx, kbIDs)
+}
+
+func (g *SchemaGate) KBs(ctx context.Context, kbIDs []string) (map[string]KB, error) {
+	if err := g.ready(ctx); err != nil {
+		return nil, err
+	}
+	return g.inner.KBs(ctx, kbIDs)
 }
 
 func (g *SchemaGate) Documents(ctx context.Context, docIDs []int64, kbIDs []string) (map[int64]Document, error) {
