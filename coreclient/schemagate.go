@@ -41,6 +41,16 @@ type SchemaGate struct {
 	ok      bool
 	lastErr error
 	next    time.Time
+	after   []func(context.Context) // AfterCheck hooks
+}
+
+// AfterCheck registers f to run after every schema check that passes (the
+// start-up check and each re-check), under the gate's lock: f must not call
+// the gate. Register before the first Check.
+func (g *SchemaGate) AfterCheck(f func(context.Context)) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.after = append(g.after, f)
 }
 
 // NewSchemaGate wraps c; interval ≤ 0 means 30s, now nil means time.Now, reg
@@ -80,6 +90,9 @@ func (g *SchemaGate) checkLocked(ctx context.Context) error {
 	g.ok = g.lastErr == nil
 	if g.ok {
 		g.gauge.Set(1)
+		for _, f := range g.after {
+			f(ctx)
+		}
 	}
 	return g.lastErr
 }
