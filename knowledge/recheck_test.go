@@ -1,9 +1,7 @@
 package knowledge
 
 import (
-	"encoding/json"
 	"math/rand/v2"
-	"os"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -24,31 +22,13 @@ type coreChunkCase struct {
 
 func loadCoreChunkCases(t *testing.T) []coreChunkCase {
 	t.Helper()
-	raw, err := os.ReadFile("../test/fakecore/testdata/chunk-vectors.json")
-	if err != nil {
-		t.Fatal(err)
+	vs, err := fakecore.LoadChunkVectors("../test/fakecore/testdata/chunk-vectors.json")
+	if err != nil || len(vs) < 30 {
+		t.Fatalf("got %d cases, %v; want the whole vector file", len(vs), err)
 	}
-	var v struct {
-		Cases []struct {
-			Name          string   `json:"name"`
-			Document      string   `json:"document"`
-			StoredContent *string  `json:"stored_content"`
-			Chunks        []string `json:"chunks"`
-		} `json:"cases"`
-	}
-	if err := json.Unmarshal(raw, &v); err != nil {
-		t.Fatal(err)
-	}
-	var out []coreChunkCase
-	for _, c := range v.Cases {
-		doc := c.Document // the catalog reads the stored content
-		if c.StoredContent != nil {
-			doc = *c.StoredContent
-		}
-		out = append(out, coreChunkCase{name: c.Name, doc: doc, chunks: c.Chunks})
-	}
-	if len(out) < 30 {
-		t.Fatalf("got %d cases; want the whole vector file", len(out))
+	out := make([]coreChunkCase, 0, len(vs))
+	for _, v := range vs {
+		out = append(out, coreChunkCase{name: v.Name, doc: v.Stored(), chunks: v.Chunks}) // the catalog reads the stored content
 	}
 	return out
 }

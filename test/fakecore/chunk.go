@@ -1,7 +1,9 @@
 package fakecore
 
 import (
+	"encoding/json"
 	"math"
+	"os"
 	"regexp"
 	"strings"
 	"unicode"
@@ -283,4 +285,38 @@ func Score(query, text string) float64 {
 		}
 	}
 	return math.Round(float64(n)/float64(len(q))*1000) / 1000
+}
+
+// ChunkVector is one case of chunk-vectors.json: a document as sent to Core,
+// its stored content when Core's ingest changed it, and the chunks Core's
+// own chunker stored for it (identical to /kb/search hit content).
+type ChunkVector struct {
+	Name          string   `json:"name"`
+	Document      string   `json:"document"`
+	StoredContent *string  `json:"stored_content"`
+	Chunks        []string `json:"chunks"`
+}
+
+// Stored is the content the catalog reads (bz_kb_docs.content) and Chunks takes.
+func (v ChunkVector) Stored() string {
+	if v.StoredContent != nil {
+		return *v.StoredContent
+	}
+	return v.Document
+}
+
+// LoadChunkVectors reads the cases of a chunk-vectors.json file (this
+// package's testdata/chunk-vectors.json: Core 0.3.4's chunker run unmodified).
+func LoadChunkVectors(path string) ([]ChunkVector, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var v struct {
+		Cases []ChunkVector `json:"cases"`
+	}
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return nil, err
+	}
+	return v.Cases, nil
 }
