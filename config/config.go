@@ -42,6 +42,13 @@ type Core struct {
 	Token string `yaml:"-" env:"KNOWLEDGE_SIDECAR_CORE_TOKEN" secret:"true"`
 	// TokenFile is a file holding Token (trailing newline trimmed).
 	TokenFile string `yaml:"token_file"`
+	// ClientAppID is the app_id of the Core client (bz_clients) whose token
+	// is Token. Optional, default "" (not checked). When set, the catalog
+	// reads its rate_limit_per_min at start-up and on each schema re-check:
+	// Core rate-limits every /kb/search call of that client (one per KB of
+	// a route, all sessions together), so a non-zero limit is logged at warn
+	// with the search capacity it implies and exported as gauges.
+	ClientAppID string `yaml:"client_app_id"`
 	// Timeout bounds each identity, route-gate and retrieval call. Default 3s.
 	Timeout time.Duration `yaml:"timeout"`
 	// Identity is the breaker of session and system-info calls.

@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Validate reports every problem at once, each as "field.path: message".
@@ -32,6 +34,9 @@ func (c *Config) Validate(extra ...func(*Config) (path string, err error)) error
 		if u.RawQuery != "" || u.Fragment != "" {
 			p.add("core.url", "must not have a query or fragment")
 		}
+	}
+	if id := c.Core.ClientAppID; id != "" && (utf8.RuneCountInString(id) > 64 || strings.TrimSpace(id) != id || strings.ContainsFunc(id, unicode.IsControl)) {
+		p.add("core.client_app_id", "must be a Core app_id: 1 to 64 characters, no control characters or outer spaces")
 	}
 	p.positive("core.timeout", c.Core.Timeout, time.Minute)
 	p.breaker("core.identity_breaker", c.Core.Identity)

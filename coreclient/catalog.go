@@ -378,7 +378,26 @@ func (c *SQLCatalog) RouteGate(ctx context.Context, route string, s Session) err
 // the way the database's case-insensitive collation does (SameID). A missing
 // id was deleted.
 func (c *SQLCatalog) KBEnabled(ctx context.Context, kbIDs []string) (map[string]bool, error) {
-	out := make(map[string]bool, len(kbIDs))
+	kbs, err := c.KBs(ctx, kbIDs)
+	return enabledFlags(kbs), err
+}
+
+// enabledFlags is KBEnabled's view of a KBs answer (nil stays nil).
+func enabledFlags(kbs map[string]KB) map[string]bool {
+	if kbs == nil {
+		return nil
+	}
+	out := make(map[string]bool, len(kbs))
+	for id, kb := range kbs {
+		out[id] = kb.Enabled
+	}
+	return out
+}
+
+// KBs (Q2) is KBEnabled with each row's kb_id as stored: keys are the ids
+// as requested, KB.ID the database's spelling (the one to send to Core).
+func (c *SQLCatalog) KBs(ctx context.Context, kbIDs []string) (map[string]KB, error) {
+	out := make(map[string]KB, len(kbIDs))
 	ids := uniqueIDs(kbIDs)
 	for _, chunk := range chunks(ids) {
 		err := c.do(ctx, QueryKBs, func(ctx context.Context) error {
@@ -395,7 +414,7 @@ func (c *SQLCatalog) KBEnabled(ctx context.Context, kbIDs []string) (map[string]
 				}
 				for _, want := range kbIDs {
 					if SameID(want, id) {
-						out[want] = enabled != 0
+						out[want] = KB{ID: id, Enabled: enabled != 0}
 					}
 				}
 			}

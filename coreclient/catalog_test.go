@@ -227,6 +227,9 @@ func TestCatalogParity(t *testing.T) {
 	kbs := func(ids ...string) func(context.Context, knowledge.Catalog) (any, error) {
 		return func(ctx context.Context, c knowledge.Catalog) (any, error) { return c.KBEnabled(ctx, ids) }
 	}
+	stored := func(ids ...string) func(context.Context, knowledge.Catalog) (any, error) {
+		return func(ctx context.Context, c knowledge.Catalog) (any, error) { return c.KBs(ctx, ids) }
+	}
 	completedAt := testdb.RunCompletedAt
 
 	cases := []tc{
@@ -249,6 +252,9 @@ func TestCatalogParity(t *testing.T) {
 		{"kbs of multi route", kbs(multiKBs...), map[string]bool{"faq": true, "manuals": true, "kb-disabled": false}, nil},
 		{"kbs case variant keyed as asked", kbs(testdb.KBFAQUpper, testdb.KBOther), map[string]bool{"FAQ": true, "other-kb": true}, nil},
 		{"kbs none", kbs(), map[string]bool{}, nil},
+		// The spelling stored in bz_kb_bases, the one to send to /kb/search.
+		{"kbs stored spelling", stored(testdb.KBFAQUpper, testdb.KBOther, "kb-missing"),
+			map[string]coreclient.KB{"FAQ": {ID: "faq", Enabled: true}, "other-kb": {ID: "other-kb", Enabled: true}}, nil},
 
 		// Q3/Q4 documents
 		{"documents fenced", docs([]int64{101, 102, 103, 104, 105, 106, 107, 999}, multiKBs), map[int64]docView{

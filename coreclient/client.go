@@ -21,6 +21,13 @@ import (
 // never existed). It wraps ErrNotFound; the breaker counts it as a success.
 var ErrKBMissing = fmt.Errorf("knowledge base missing: %w", ErrNotFound)
 
+// ErrRateLimited: Core answered 429 to /kb/search, its per-client rate limit
+// on the sidecar's own credential (bz_clients.rate_limit_per_min, shared by
+// every session's searches and consumed once per KB). It does not wrap
+// ErrUnavailable: Core is up and answering, so the breaker counts it as a
+// success and never opens on it; the KB counts as failed for that search.
+var ErrRateLimited = errors.New("core rate limit reached")
+
 // Body size limits of Core's answers.
 const (
 	identityBodyLimit = 64 << 10 // session, system-info, error bodies
@@ -302,14 +309,19 @@ const kbUnavailablePrefix = "知识库不可用"
 // the service token (never the caller's). minScore 0 is sent as 1e-9 because
 // Core turns 0 into 0.35. Hits of other KBs are dropped.
 //
+// kbID is sent as given: callers pass the spelling stored in bz_kb_bases
+// (Core matches ids case-insensitively but keys its index cache by the
+// spelling sent). Core's echo of the id is matched case-insensitively.
+//
 // Errors: ErrKBMissing when Core does not list the KB (or answers 400
-// 知识库不可用); ErrUnavailable for everything else, including 401/403 (our own
-// credential was refused: an operator problem) and 429 (Core's rate limit on
-// our credential). Both count as breaker failures on purpose: retrieval
-// really is unusable until the operator or the limit lets it through, and the
+// 知识库不可用); ErrRateLimited on 429 (Core's per-client rate limit on our
+// credential: not a breaker failure, counted as outcome rate_limited);
+// ErrUnavailable for everything else, including 401/403 (our own credential
+// was refused: an operator problem), which counts as a breaker failure on
+// purpose: retrieval really is unusable until the operator fixes it, and the
 // open breaker stops us from hammering Core meanwhile.
 func (c *Client) SearchKB(ctx context.Context, kbID, query string, topK int, minScore float64) ([]Hit, error) {
-	if kbID == "" || strings.TrimSpace(query) == "" {
+	if kbID == "" || JSTrim(query) == "" {
 		return nil, errors.New("coreclient: kb search: empty kb id or query")
 	}
 	if math.IsNaN(minScore) || math.IsInf(minScore, 0) {
@@ -343,7 +355,7 @@ func (c *Client) SearchKB(ctx context.Context, kbID, query string, topK int, min
 			}
 			found := false
 			for _, id := range r.KBIDs {
-				if id == kbID {
+				if SameID(id, kbID) {
 					found = true
 					break
 				}
@@ -353,7 +365,7 @@ func (c *Client) SearchKB(ctx context.Context, kbID, query string, topK int, min
 			}
 			hits = make([]Hit, 0, len(r.Hits))
 			for _, h := range r.Hits {
-				if h.KBID != "" && h.KBID != kbID {
+				if h.KBID != "" && !SameID(h.KBID, kbID) {
 					continue
 				}
 				docID, err := h.DocID.Int64()
@@ -374,7 +386,7 @@ func (c *Client) SearchKB(ctx context.Context, kbID, query string, topK int, min
 		case http.StatusUnauthorized, http.StatusForbidden:
 			return fmt.Errorf("%w: service credential refused (status %d)", ErrUnavailable, status)
 		case http.StatusTooManyRequests:
-			return fmt.Errorf("%w: rate limited (status 429)", ErrUnavailable)
+			return ErrRateLimited
 		default:
 			return statusUnavailable(status)
 		}
@@ -424,6 +436,8 @@ func (c *Client) call(ctx context.Context, b *Breaker, op string, fn func(contex
 		return fmt.Errorf("coreclient: %s: %w: %w", op, ErrUnavailable, ctx.Err())
 	case errors.Is(err, ErrUnauthorized):
 		c.metrics.observeRequest(op, OutcomeUnauthorized, d)
+	case errors.Is(err, ErrRateLimited):
+		c.metrics.observeRequest(op, OutcomeRateLimited, d)
 	case errors.As(err, &ce), errors.Is(err, ErrNotFound), errors.Is(err, ErrEndpointAbsent):
 		c.metrics.observeRequest(op, OutcomeClientError, d)
 		if ce != nil {

@@ -400,7 +400,7 @@ func TestSearchKBErrors(t *testing.T) {
 		{name: "documented kb_id only", kb: "faq", fault: &fakecore.Fault{Status: 200, Body: []byte(`{"kb_id":"faq","hits":[]}`)}, want: coreclient.ErrKBMissing, outcome: coreclient.OutcomeClientError},
 		{name: "service token refused", kb: "faq", token: "wrong", want: coreclient.ErrUnavailable, outcome: coreclient.OutcomeUnavailable},
 		{name: "403", kb: "faq", fault: &fakecore.Fault{Status: 403, Body: []byte(`{"error":"执行器令牌只能用于执行器通道 /executor/*"}`)}, want: coreclient.ErrUnavailable, outcome: coreclient.OutcomeUnavailable},
-		{name: "rate limited", kb: "faq", fault: &fakecore.Fault{Status: 429, Body: []byte(`{"error":"超出限速（60/分钟）"}`)}, want: coreclient.ErrUnavailable, outcome: coreclient.OutcomeUnavailable},
+		{name: "rate limited", kb: "faq", fault: &fakecore.Fault{Status: 429, Body: []byte(`{"error":"超出限速（60/分钟）"}`)}, want: coreclient.ErrRateLimited, outcome: coreclient.OutcomeRateLimited},
 		{name: "other 400", kb: "faq", fault: &fakecore.Fault{Status: 400, Body: []byte(`{"error":"知识库需要 mysql 后端"}`)}, want: coreclient.ErrUnavailable, outcome: coreclient.OutcomeUnavailable},
 		{name: "5xx", kb: "faq", fault: &fakecore.Fault{Status: 500}, want: coreclient.ErrUnavailable, outcome: coreclient.OutcomeUnavailable},
 		{name: "bad hits", kb: "faq", fault: &fakecore.Fault{Status: 200, Body: []byte(`{"kb_ids":["faq"],"hits":[{"doc_id":"x"}]}`)}, want: coreclient.ErrUnavailable, outcome: coreclient.OutcomeUnavailable},
@@ -561,5 +561,46 @@ var _ interface {
 func TestDefaultTransportIgnoresEnvironmentProxy(t *testing.T) {
 	if coreclient.DefaultTransport().Proxy != nil {
 		t.Fatal("got a Proxy func on the Core transport; want nil (no environment proxy)")
+	}
+}
+
+// TestRateLimitDoesNotTripBreaker: Core's 429 (its per-client limit on our
+// credential, here the fake Core's own bucket) is ErrRateLimited, not
+// ErrUnavailable; it is counted as rate_limited and never opens the breaker.
+func TestRateLimitDoesNotTripBreaker(t *testing.T) {
+	e := searchEnv(t, func(o *coreclient.Options) { o.Retrieval = coreclient.BreakerSettings{Failures: 1} })
+	e.core.SetRateLimit(1)
+	if _, err := e.client.SearchKB(context.Background(), "faq", "退款", 5, 0.3); err != nil {
+		t.Fatalf("first call: got %v; want nil", err)
+	}
+	for i := range 3 {
+		_, err := e.client.SearchKB(context.Background(), "faq", "退款", 5, 0.3)
+		if !errors.Is(err, coreclient.ErrRateLimited) || errors.Is(err, coreclient.ErrUnavailable) {
+			t.Fatalf("call %d: got %v; want ErrRateLimited, not ErrUnavailable", i+2, err)
+		}
+		e.assertClean(t, err)
+	}
+	if !e.client.Usable() {
+		t.Error("usable got false after 429 answers; want true (the breaker stays closed)")
+	}
+	if got := requests(e, coreclient.OpKBSearch, coreclient.OutcomeRateLimited); got != 3 {
+		t.Errorf("requests{kb_search,rate_limited} got %v; want 3", got)
+	}
+	if got := e.core.Calls("/kb/search"); got != 4 {
+		t.Errorf("core calls got %d; want 4 (none refused by a breaker)", got)
+	}
+}
+
+// TestSearchKBOtherSpelling: Core echoes the id as sent and matches it
+// case-insensitively; the client accepts its echo either way.
+func TestSearchKBOtherSpelling(t *testing.T) {
+	e := searchEnv(t, nil)
+	hits, err := e.client.SearchKB(context.Background(), "FAQ", "退款窗口", 5, 0.5)
+	if err != nil || len(hits) != 1 || hits[0].KBID != "FAQ" || hits[0].DocID != 1 {
+		t.Fatalf("got %+v, %v; want doc 1 under FAQ", hits, err)
+	}
+	r, _ := e.core.LastRequest("/kb/search")
+	if !strings.Contains(string(r.Body), `"kb_ids":["FAQ"]`) {
+		t.Errorf("request body got %s; want the id as given", r.Body)
 	}
 }

@@ -17,7 +17,10 @@
 //   - [Client.SearchKB] calls POST /kb/search for one knowledge base with the
 //     sidecar's own service token (retrieval breaker). Core's quirks are
 //     handled here: min_score 0 is sent as 1e-9 (Core turns 0 into 0.35), the
-//     answer's key is kb_ids, and a KB Core does not list is [ErrKBMissing].
+//     answer's key is kb_ids, a KB Core does not list is [ErrKBMissing], and
+//     Core's 429 (its rate limit on our client) is [ErrRateLimited]. Callers
+//     pass the KB id as stored ([SQLCatalog.KBs]): Core's index cache is keyed
+//     by the spelling sent.
 //   - [Client.ProbeCapabilities] forwards a capabilities request to detect a
 //     native Core ([ProbeNative]), a legacy one ([ProbeLegacy]) or an answer to
 //     relay as is ([ProbeRelay]). No breaker.
@@ -32,10 +35,20 @@
 // # Breakers
 //
 // [Breaker] wraps sony/gobreaker/v2. Only [ErrUnavailable] (5xx, transport
-// errors, timeouts, unusable answers, our own credential refused, Core's rate
-// limit) counts as a failure; a caller's cancellation is excluded; every other
-// answer means Core is up and counts as a success. While open, Do returns
-// [ErrBreakerOpen] without calling Core.
+// errors, timeouts, unusable answers, our own credential refused) counts as a
+// failure; a caller's cancellation is excluded; every other answer, Core's
+// rate limit ([ErrRateLimited]) included, means Core is up and counts as a
+// success. While open, Do returns [ErrBreakerOpen] without calling Core.
+//
+// # Core's rate limit on the sidecar's client
+//
+// [RateLimitCheck] reads bz_clients.rate_limit_per_min of the sidecar's own
+// client and the most KBs one route searches, logs a non-zero limit at warn
+// with the search capacity it implies and exports both as gauges. It runs
+// after every passing schema check ([SchemaGate.AfterCheck]).
+//
+// [IsJSSpace] and [JSTrim] are JavaScript's whitespace and trim(), which Core
+// applies to queries and chunk text.
 //
 // # Metrics
 //

@@ -196,15 +196,21 @@ func (m *MemCatalog) RouteGate(_ context.Context, route string, s Session) error
 }
 
 // KBEnabled implements knowledge.Catalog.
-func (m *MemCatalog) KBEnabled(_ context.Context, kbIDs []string) (map[string]bool, error) {
+func (m *MemCatalog) KBEnabled(ctx context.Context, kbIDs []string) (map[string]bool, error) {
+	kbs, err := m.KBs(ctx, kbIDs)
+	return enabledFlags(kbs), err
+}
+
+// KBs implements knowledge.Catalog: ID is the spelling given to PutKB.
+func (m *MemCatalog) KBs(_ context.Context, kbIDs []string) (map[string]KB, error) {
 	if err := m.rlock(); err != nil {
 		return nil, err
 	}
 	defer m.mu.RUnlock()
-	out := make(map[string]bool, len(kbIDs))
+	out := make(map[string]KB, len(kbIDs))
 	for _, id := range kbIDs {
 		if kb, ok := m.kbs[foldID(id)]; ok && id != "" {
-			out[id] = kb.enabled
+			out[id] = KB{ID: kb.id, Enabled: kb.enabled}
 		}
 	}
 	return out, nil

@@ -23,6 +23,7 @@ const (
 	OutcomeUnavailable  = "unavailable"
 	OutcomeOpen         = "open"
 	OutcomeCanceled     = "canceled"
+	OutcomeRateLimited  = "rate_limited" // Core's 429 on /kb/search (its per-client limit)
 )
 
 // Metrics holds the Prometheus collectors of package coreclient. All methods

@@ -18,6 +18,7 @@ type schemaCatalog interface {
 	Route(ctx context.Context, key string) (Route, error)
 	RouteGate(ctx context.Context, route string, s Session) error
 	KBEnabled(ctx context.Context, kbIDs []string) (map[string]bool, error)
+	KBs(ctx context.Context, kbIDs []string) (map[string]KB, error)
 	Documents(ctx context.Context, docIDs []int64, kbIDs []string) (map[int64]Document, error)
 	Document(ctx context.Context, docID int64, kbIDs []string) (Document, error)
 	Run(ctx context.Context, runID string) (Run, error)
@@ -40,6 +41,16 @@ type SchemaGate struct {
 	ok      bool
 	lastErr error
 	next    time.Time
+	after   []func(context.Context) // AfterCheck hooks
+}
+
+// AfterCheck registers f to run after every schema check that passes (the
+// start-up check and each re-check), under the gate's lock: f must not call
+// the gate. Register before the first Check.
+func (g *SchemaGate) AfterCheck(f func(context.Context)) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.after = append(g.after, f)
 }
 
 // NewSchemaGate wraps c; interval ≤ 0 means 30s, now nil means time.Now, reg
@@ -79,6 +90,9 @@ func (g *SchemaGate) checkLocked(ctx context.Context) error {
 	g.ok = g.lastErr == nil
 	if g.ok {
 		g.gauge.Set(1)
+		for _, f := range g.after {
+			f(ctx)
+		}
 	}
 	return g.lastErr
 }
@@ -132,6 +146,13 @@ func (g *SchemaGate) KBEnabled(ctx context.Context, kbIDs []string) (map[string]
 		return nil, err
 	}
 	return g.inner.KBEnabled(ctx, kbIDs)
+}
+
+func (g *SchemaGate) KBs(ctx context.Context, kbIDs []string) (map[string]KB, error) {
+	if err := g.ready(ctx); err != nil {
+		return nil, err
+	}
+	return g.inner.KBs(ctx, kbIDs)
 }
 
 func (g *SchemaGate) Documents(ctx context.Context, docIDs []int64, kbIDs []string) (map[int64]Document, error) {

@@ -55,6 +55,16 @@ type Route struct {
 	Knowledge *KnowledgeConfig // nil: no knowledge configured
 }
 
+// KB is a knowledge base row (bz_kb_bases) as the catalog read it.
+type KB struct {
+	// ID is the kb_id as stored. Core matches ids case-insensitively but
+	// keys its vector index cache by the spelling a search sends, and a write
+	// refreshes only the stored spelling's entry (CORE_FACTS Addendum 2), so
+	// /kb/search is called with this spelling.
+	ID      string
+	Enabled bool // enabled <> 0
+}
+
 // DocMeta is a document's metadata row, without its body.
 type DocMeta struct {
 	DocID       int64

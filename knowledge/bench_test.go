@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
@@ -221,11 +222,12 @@ func BenchmarkServiceRead(b *testing.B) {
 }
 
 // stripSpaceRef is the plain definition stripSpace must keep: every rune
-// that is not unicode.IsSpace, invalid bytes as U+FFFD.
+// that is not JavaScript whitespace (the fake Core's IsJSSpace, which its
+// chunker uses), invalid bytes as U+FFFD.
 func stripSpaceRef(s string) string {
 	var b strings.Builder
 	for _, r := range s {
-		if !unicode.IsSpace(r) {
+		if !fakecore.IsJSSpace(r) {
 			b.WriteRune(r)
 		}
 	}
@@ -307,14 +309,60 @@ func TestDocMatchAgreesWithNormalizedContains(t *testing.T) {
 			b := a + r.IntN(min(len(doc)-a, 200)+1)
 			frags = append(frags, doc[a:b], respace(doc[a:b]))
 		}
-		frags = append(frags, "", "a", "ab", "aab", "abc", "refund", "退款", "[图：流程图]超过", "y", "\ufffd", "z\u3000w", nastyString(r, 5))
+		frags = append(frags, "", "a", "ab", "aab", "abc", "refund", "退款", "[图：流程图]超过", "y", "\ufffd", "z\u3000w", nastyString(r, 5),
+			"\ufffda", "a\ufffd", "\ufffd&\ufffd", "\ufffd\ufffd")
 		for _, raw := range frags {
 			frag := normalizeForMatch(raw)
-			if got, exp := m.contains(frag), strings.Contains(want, frag); got != exp {
+			if got, exp := m.contains(frag), containsRef(want, frag); got != exp {
 				t.Fatalf("doc %d %.60q, fragment %q: got %v; want %v", di, doc, frag, got, exp)
 			}
 		}
 	}
+}
+
+// containsRef is the plain definition of docMatch.contains over the
+// normalized document: frag occurs in norm, except that a U+FFFD at frag's
+// start or end (half of a character Core's chunker cut in two) stands for
+// one character above U+FFFF or a U+FFFD. It tries every start position.
+func containsRef(norm, frag string) bool {
+	lead := strings.HasPrefix(frag, "\ufffd")
+	if lead {
+		frag = frag[len("\ufffd"):]
+	}
+	trail := strings.HasSuffix(frag, "\ufffd")
+	if trail {
+		frag = frag[:len(frag)-len("\ufffd")]
+	}
+	if !lead && !trail {
+		return strings.Contains(norm, frag)
+	}
+	half := func(s string) (int, bool) {
+		r, n := utf8.DecodeRuneInString(s)
+		return n, n > 0 && (r > 0xFFFF || r == utf8.RuneError)
+	}
+	for start := 0; start <= len(norm); start++ {
+		if start < len(norm) && !utf8.RuneStart(norm[start]) {
+			continue
+		}
+		p := start
+		if lead {
+			n, ok := half(norm[p:])
+			if !ok {
+				continue
+			}
+			p += n
+		}
+		if !strings.HasPrefix(norm[p:], frag) {
+			continue
+		}
+		if trail {
+			if _, ok := half(norm[p+len(frag):]); !ok {
+				continue
+			}
+		}
+		return true
+	}
+	return false
 }
 
 func FuzzDocMatch(f *testing.F) {
@@ -323,7 +371,7 @@ func FuzzDocMatch(f *testing.F) {
 	f.Add("x\xffy", "y")
 	f.Fuzz(func(t *testing.T, doc, raw string) {
 		frag := normalizeForMatch(raw)
-		if got, want := newDocMatch(doc).contains(frag), strings.Contains(normalizeForMatch(doc), frag); got != want {
+		if got, want := newDocMatch(doc).contains(frag), containsRef(normalizeForMatch(doc), frag); got != want {
 			t.Fatalf("doc %q, fragment %q: got %v; want %v", doc, frag, got, want)
 		}
 	})
@@ -334,7 +382,7 @@ func collapseSpaceRef(s string) string {
 	var b strings.Builder
 	space := false
 	for _, r := range s {
-		if unicode.IsSpace(r) {
+		if fakecore.IsJSSpace(r) {
 			space = b.Len() > 0
 			continue
 		}

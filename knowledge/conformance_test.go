@@ -127,6 +127,12 @@ func TestConformance(t *testing.T) {
 		{name: "query blank 400", endpoint: "search", body: q(`{"query":" \t\n "}`), status: 400, code: CodeInvalidRequest},
 		{name: "query 2001 code points 400", endpoint: "search", body: q(`{"query":"` + strings.Repeat("退", 2001) + `"}`), status: 400, code: CodeInvalidRequest},
 		{name: "query 2000 code points ok", endpoint: "search", body: q(`{"query":"` + strings.Repeat("退", 2000) + `"}`), status: 200},
+		// Core counts UTF-16 code units: an emoji is 2, so 1000 emoji are
+		// the limit and 1000 emoji plus one letter exceed it (1001 code points).
+		{name: "query 1000 emoji (2000 UTF-16 units) ok", endpoint: "search", body: q(`{"query":"` + strings.Repeat("😀", 1000) + `"}`), status: 200},
+		{name: "query 1000 emoji + 1 (2001 UTF-16 units) 400", endpoint: "search", body: q(`{"query":"a` + strings.Repeat("😀", 1000) + `"}`), status: 400, code: CodeInvalidRequest},
+		{name: "query BOM only 400 (JavaScript trim removes U+FEFF)", endpoint: "search", body: q(`{"query":"\ufeff \u3000"}`), status: 400, code: CodeInvalidRequest},
+		{name: "query NEL only ok (JavaScript trim keeps U+0085)", endpoint: "search", body: q(`{"query":"\u0085"}`), status: 200},
 		{name: "query C0 control 400", endpoint: "search", body: q(`{"query":"a\u0001b"}`), status: 400, code: CodeInvalidRequest},
 		{name: "query NUL 400", endpoint: "search", body: q(`{"query":"a\u0000"}`), status: 400, code: CodeInvalidRequest},
 		{name: "query tab LF CR ok", endpoint: "search", body: q(`{"query":"a\tb\nc\rd"}`), status: 200},

@@ -108,7 +108,8 @@ type fakeCatalog struct {
 	down     bool             // every call fails with ErrUnavailable
 	docsDown bool             // Documents/Document fail
 	unusable bool
-	docsRead []int64 // every id asked of Documents, in order
+	docsRead []int64           // every id asked of Documents, in order
+	storedAs map[string]string // KBs: a KB id as stored, when it differs from the route's spelling
 }
 
 var errCatalogDown = fmt.Errorf("%w: test catalog down", coreclient.ErrUnavailable)
@@ -151,6 +152,26 @@ func (f *fakeCatalog) KBEnabled(_ context.Context, ids []string) (map[string]boo
 		if on, ok := f.kbs[id]; ok {
 			out[id] = on
 		}
+	}
+	return out, nil
+}
+
+// KBs: the fake's ids are stored as configured; storedAs overrides the
+// spelling of some.
+func (f *fakeCatalog) KBs(ctx context.Context, ids []string) (map[string]coreclient.KB, error) {
+	flags, err := f.KBEnabled(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]coreclient.KB{}
+	for id, on := range flags {
+		stored := id
+		if s, ok := f.storedAs[id]; ok {
+			stored = s
+		}
+		out[id] = coreclient.KB{ID: stored, Enabled: on}
 	}
 	return out, nil
 }

@@ -22,7 +22,7 @@ var (
 	codeLabels     = []string{statusOK, CodeInvalidRequest, CodeReferenceInvalid, CodeUnauthorized,
 		CodeRouteNotAllowed, CodeRouteUnavailable, CodeRunNotFound, CodeRunNotActive, CodeScopeChanged,
 		CodeKnowledgeChanged, CodeReferenceExpired, CodePayloadTooLarge, CodeRateLimited, CodeUnavailable, codeCoreGate}
-	kbResultLabels   = []string{"ok", "error", "timeout", "skipped"}
+	kbResultLabels   = []string{"ok", "error", "timeout", "rate_limited", "skipped"}
 	dropReasonLabels = []string{"stale_fragment", "not_ready", "kb_unavailable", "missing", "budget"}
 )
 

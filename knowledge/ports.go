@@ -43,6 +43,9 @@ type Catalog interface {
 	RouteGate(ctx context.Context, route string, s coreclient.Session) error
 	// KBEnabled maps each existing KB id to its enabled flag; a missing id was deleted.
 	KBEnabled(ctx context.Context, kbIDs []string) (map[string]bool, error)
+	// KBs is KBEnabled with each KB's id as stored in bz_kb_bases, the
+	// spelling /kb/search must be called with (keys: the ids as requested).
+	KBs(ctx context.Context, kbIDs []string) (map[string]coreclient.KB, error)
 	// Documents returns the current documents among docIDs, fenced to kbIDs.
 	// Missing (or out-of-fence) documents are absent from the map.
 	Documents(ctx context.Context, docIDs []int64, kbIDs []string) (map[int64]coreclient.Document, error)

@@ -9,13 +9,17 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/bailinghub/knowledge-sidecar/coreclient"
 )
 
 // Request decoding: strict, never clamping or fixing input (SPEC §2).
 // Optional fields may be null, which means the same as absent (so a host may
 // pass a previous next_cursor of null back verbatim).
 
-const maxQueryRunes = 2000
+// maxQueryUnits is the query limit in UTF-16 code units (JavaScript's
+// String length, as Core counts it): a character above U+FFFF counts 2.
+const maxQueryUnits = 2000
 
 var (
 	uuidPattern       = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
@@ -154,10 +158,13 @@ func parseSearch(body []byte) (searchRequest, error) {
 	if err != nil {
 		return r, err
 	}
-	if strings.TrimSpace(q) == "" {
+	// Core counts and trims like JavaScript: emptiness after trim() (which
+	// also removes U+FEFF) and the length in UTF-16 code units, so a query a
+	// native Core accepts is accepted here and vice versa.
+	if coreclient.JSTrim(q) == "" {
 		return r, errInvalid("query must not be empty.")
 	}
-	if utf8.RuneCountInString(q) > maxQueryRunes {
+	if utf16Len(q) > maxQueryUnits {
 		return r, errInvalid("query must not exceed 2000 characters.")
 	}
 	for _, c := range q {

@@ -61,19 +61,20 @@ func (s *Service) Search(ctx context.Context, authorization, route string, body 
 		return res.body(), nil
 	}
 	kbs := uniqueStrings(kc.KBIDs)
-	flags, err := s.catalog.KBEnabled(ctx, kbs)
+	rows, err := s.catalog.KBs(ctx, kbs)
 	if err != nil {
 		return nil, classifyCore(err, nil)
 	}
+	flags := make(map[string]bool, len(rows))
 	var searchable []string
 	for _, id := range kbs {
-		if flags[id] {
+		if flags[id] = rows[id].Enabled; flags[id] {
 			searchable = append(searchable, id)
 		} else {
 			s.m.kbCall("skipped")
 		}
 	}
-	answers := s.retrieve(ctx, searchable, req.query, retrievalTopK(kc.TopK, req.limit), kc.MinScore)
+	answers := s.retrieve(ctx, searchable, rows, req.query, retrievalTopK(kc.TopK, req.limit), kc.MinScore)
 	answered := 0
 	for _, ans := range answers {
 		if ans.err == nil {
@@ -130,8 +131,12 @@ type kbAnswer struct {
 }
 
 // retrieve runs one Core search per KB concurrently, each with its own
-// timeout.
-func (s *Service) retrieve(ctx context.Context, kbs []string, query string, topK int, minScore float64) []kbAnswer {
+// timeout. Core is called with the KB id as stored (rows[kb].ID): it matches
+// ids case-insensitively, but its index cache is keyed by the spelling sent
+// and a write refreshes only the stored spelling's entry, so another
+// spelling can return chunks up to 10 minutes old. Hits come back under the
+// route's spelling kb.
+func (s *Service) retrieve(ctx context.Context, kbs []string, rows map[string]coreclient.KB, query string, topK int, minScore float64) []kbAnswer {
 	if minScore == 0 {
 		minScore = tinyMinScore
 	}
@@ -143,13 +148,24 @@ func (s *Service) retrieve(ctx context.Context, kbs []string, query string, topK
 			defer wg.Done()
 			cctx, cancel := context.WithTimeout(ctx, s.timeout)
 			defer cancel()
-			hits, err := s.retriever.SearchKB(cctx, kb, query, topK, minScore)
+			stored := rows[kb].ID
+			if stored == "" {
+				stored = kb
+			}
+			hits, err := s.retriever.SearchKB(cctx, stored, query, topK, minScore)
+			for j := range hits {
+				if coreclient.SameID(hits[j].KBID, stored) {
+					hits[j].KBID = kb
+				}
+			}
 			answers[i] = kbAnswer{kb: kb, hits: hits, err: err}
 			switch {
 			case err == nil:
 				s.m.kbCall("ok")
 			case errors.Is(err, context.DeadlineExceeded):
 				s.m.kbCall("timeout")
+			case errors.Is(err, coreclient.ErrRateLimited):
+				s.m.kbCall("rate_limited")
 			default:
 				s.m.kbCall("error")
 			}
@@ -261,11 +277,13 @@ func (s *Service) rank(ctx context.Context, answers []kbAnswer, flags map[string
 }
 
 // summarize is the bounded extractive excerpt of a document's hit chunks:
-// each chunk whitespace-collapsed, joined by " … ", cut on a character
-// boundary at SummaryMaxBytes.
+// each chunk without the U+FFFD halves of a character Core cut in two at its
+// edges (cutHalves), whitespace-collapsed, joined by " … ", cut on a
+// character boundary at SummaryMaxBytes.
 func summarize(chunks []string) string {
 	var b strings.Builder
 	for _, c := range chunks {
+		c, _, _ = cutHalves(c)
 		c = collapseSpace(c)
 		if c == "" {
 			continue
@@ -326,6 +344,8 @@ func errorClass(err error) string {
 		return "unavailable"
 	case errors.Is(err, coreclient.ErrUnauthorized):
 		return "unauthorized"
+	case errors.Is(err, coreclient.ErrRateLimited):
+		return "rate_limited"
 	default:
 		return "other"
 	}

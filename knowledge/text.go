@@ -2,8 +2,9 @@ package knowledge
 
 import (
 	"strings"
-	"unicode"
 	"unicode/utf8"
+
+	"github.com/bailinghub/knowledge-sidecar/coreclient"
 )
 
 // Text normalization shared by the search re-check and summaries.
@@ -48,7 +49,8 @@ func replaceImages(s string) string {
 	}
 }
 
-// stripSpace removes every whitespace character (unicode.IsSpace). The
+// stripSpace removes every whitespace character (isSpaceRune, Core's
+// JavaScript whitespace). The
 // fragment re-check compares texts with whitespace collapsed; collapsing it
 // to nothing also tolerates Core's chunker joining sentence pieces with "\n"
 // where the document had no whitespace at all. Like ranging over the string,
@@ -95,25 +97,35 @@ func stripSpace(s string) string {
 	return b.String()
 }
 
-// asciiKept[c] is true for the ASCII bytes that are not whitespace.
+// asciiKept[c] is true for the ASCII bytes that are not whitespace (tab, LF,
+// VT, FF, CR and space are, in Go and in JavaScript alike).
 var asciiKept = func() (t [256]bool) {
 	for c := 0; c < utf8.RuneSelf; c++ {
-		t[c] = !unicode.IsSpace(rune(c))
+		t[c] = !coreclient.IsJSSpace(rune(c))
 	}
 	return t
 }()
 
-// isSpaceRune is unicode.IsSpace for a non-ASCII rune, without its table
-// search for the common letters: above Latin-1, every white space code point
-// is in U+1680..U+3000.
-func isSpaceRune(r rune) bool {
-	if r > 0xFF && (r < 0x1680 || r > 0x3000) {
-		return false
+// isSpaceRune reports whether a non-ASCII rune is whitespace as Core's
+// JavaScript sees it (coreclient.IsJSSpace). It differs from unicode.IsSpace
+// in U+FEFF (a BOM that Core's trim removes from a paragraph's start) and
+// U+0085 (kept by Core, so kept here).
+func isSpaceRune(r rune) bool { return coreclient.IsJSSpace(r) }
+
+// utf16Len is the length of s in UTF-16 code units (JavaScript's String
+// length): a character above U+FFFF counts 2. Invalid bytes count 1 each.
+func utf16Len(s string) int {
+	n := 0
+	for _, r := range s {
+		n++
+		if r > 0xFFFF {
+			n++
+		}
 	}
-	return unicode.IsSpace(r)
+	return n
 }
 
-// collapseSpace replaces every run of whitespace (unicode.IsSpace) with one
+// collapseSpace replaces every run of whitespace (JavaScript's) with one
 // space and trims the ends; each byte of invalid UTF-8 becomes U+FFFD. Runs
 // of kept bytes are copied at once.
 func collapseSpace(s string) string {
@@ -211,8 +223,12 @@ func newDocMatch(content string) *docMatch {
 	}
 }
 
+// A U+FFFD at the start or end of frag is half of a character Core's chunker
+// cut in two (see cutHalves); it matches one character outside the BMP (or a
+// U+FFFD) of the document at that place.
 func (d *docMatch) contains(frag string) bool {
-	if d.simple && !strings.ContainsRune(frag, utf8.RuneError) {
+	core, lead, trail := cutHalves(frag)
+	if !lead && !trail && d.simple && !strings.ContainsRune(frag, utf8.RuneError) {
 		if found, ok := strippedContains(d.content, frag); ok {
 			return found
 		}
@@ -220,7 +236,55 @@ func (d *docMatch) contains(frag string) bool {
 	if !d.built {
 		d.norm, d.built = normalizeForMatch(d.content), true
 	}
-	return strings.Contains(d.norm, frag)
+	if !lead && !trail {
+		return strings.Contains(d.norm, frag)
+	}
+	return containsBetweenHalves(d.norm, core, lead, trail)
+}
+
+// cutHalves splits a normalized hit fragment into its core and the halves of
+// cut characters at its edges. Core's chunker counts in UTF-16 code units and
+// cuts an over-long sentence every 700 units, even between the two halves of
+// a surrogate pair (an emoji, any character above U+FFFF); each lone half is
+// stored and returned as U+FFFD, so the chunk before the cut ends with one
+// and the chunk after it starts with one (CORE_FACTS Addendum 2).
+func cutHalves(frag string) (core string, lead, trail bool) {
+	const fffd = string(utf8.RuneError)
+	if strings.HasPrefix(frag, fffd) {
+		frag, lead = frag[len(fffd):], true
+	}
+	if strings.HasSuffix(frag, fffd) {
+		frag, trail = frag[:len(frag)-len(fffd)], true
+	}
+	return frag, lead, trail
+}
+
+// cutRune reports whether r can be what a U+FFFD half stands for: a
+// character outside the BMP, or a U+FFFD the document itself holds.
+func cutRune(r rune) bool { return r > 0xFFFF || r == utf8.RuneError }
+
+// containsBetweenHalves reports whether core occurs in norm preceded (lead)
+// and/or followed (trail) by a cutRune.
+func containsBetweenHalves(norm, core string, lead, trail bool) bool {
+	for from := 0; from <= len(norm); {
+		k := strings.Index(norm[from:], core)
+		if k < 0 {
+			return false
+		}
+		p := from + k
+		before, _ := utf8.DecodeLastRuneInString(norm[:p])
+		after, _ := utf8.DecodeRuneInString(norm[p+len(core):])
+		if (!lead || p > 0 && cutRune(before)) && (!trail || p+len(core) < len(norm) && cutRune(after)) {
+			return true
+		}
+		// Next candidate: one character further.
+		_, n := utf8.DecodeRuneInString(norm[p:])
+		if n == 0 {
+			return false
+		}
+		from = p + n
+	}
+	return false
 }
 
 // strippedContains reports whether frag (valid UTF-8 without whitespace or

@@ -202,8 +202,21 @@ func TestServeReloadAndStop(t *testing.T) {
 		"KNOWLEDGE_SIDECAR_CONFIG="+cfgPath,
 		"KNOWLEDGE_SIDECAR_CORE_TOKEN="+serviceToken,
 		"KNOWLEDGE_SIDECAR_CATALOG_DSN="+db.ReadOnlyDSN,
+		"KNOWLEDGE_SIDECAR_CORE_CLIENT_APP_ID="+testdb.AppA,
 	)
 	p := startServe(t, bin, env, func(l, a string) { listen, admin = l, a; writeCfg("off") })
+
+	// The sidecar's client keeps Core's default limit (60/min) and the widest
+	// route searches two KBs: warned at start-up, 30 searches a minute.
+	if got := metricLine(t, p.adminURL, "knowledge_sidecar_core_client_rate_limit_per_minute"); got != "60" {
+		t.Errorf("rate limit gauge: got %q; want 60", got)
+	}
+	if got := metricLine(t, p.adminURL, "knowledge_sidecar_core_search_capacity_per_minute"); got != "30" {
+		t.Errorf("search capacity gauge: got %q; want 30", got)
+	}
+	if logs := p.logs(); !strings.Contains(logs, `"level":"WARN","msg":"Core rate-limits the sidecar's own client`) || !strings.Contains(logs, `"search_capacity_per_min":30`) {
+		t.Errorf("logs lack the start-up rate-limit warning:\n%s", logs)
+	}
 
 	c := &http.Client{Timeout: 10 * time.Second}
 	capabilities := func() (int, string) {

@@ -134,6 +134,12 @@ func (a *app) buildFeatures(ctx context.Context, cfg config.Config, reg promethe
 	// The knowledge endpoints answer 503 until Core's tables are verified;
 	// pass-through and readiness do not depend on it.
 	gated := coreclient.NewSchemaGate(catalog, 30*time.Second, nil, reg)
+	if cfg.Core.ClientAppID != "" {
+		// Core's rate limit on our own client: read, logged and exported at
+		// start-up and on each schema re-check.
+		limits := coreclient.NewRateLimitCheck(catalog, cfg.Core.ClientAppID, log, reg)
+		gated.AfterCheck(func(ctx context.Context) { _ = limits.Check(ctx) })
+	}
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	if err := gated.Check(sctx); err != nil {
 		log.Error("catalog schema check failed; the knowledge endpoints answer 503 until it passes (re-checked every 30s)",

@@ -31,6 +31,11 @@ type Options struct {
 	GzipTurns bool
 	// Now is the clock (default time.Now), used for session expiry and timestamps.
 	Now func() time.Time
+	// RateLimitPerMin is the service credential's client rate limit on
+	// /kb/search (bz_clients.rate_limit_per_min): past it in a one-minute
+	// window (started by the first call, measured with Now) Core answers
+	// 429 {"error":"超出限速（N/分钟）"}. 0: unlimited.
+	RateLimitPerMin int
 	// OnRun, when set, is called (outside the fake's lock) for every run a turn creates.
 	OnRun func(coreclient.Run)
 }
@@ -63,6 +68,9 @@ type Core struct {
 	turns    map[string]*turnRecord // by idempotency key
 	runs     []coreclient.Run
 	threads  map[string]*thread // by (session, route, conversation)
+
+	rateWindow time.Time // start of the current rate-limit minute
+	rateCount  int       // /kb/search calls in it
 
 	closeOnce sync.Once
 	closed    chan struct{} // closed by Close: ends hangs and latencies

@@ -19,13 +19,20 @@
 //     unique keys with frozen answers and 409 turn_conflict, inline knowledge
 //     from [Core.SetTurnKnowledge], optional gzip (Options.GzipTurns).
 //   - POST /kb/search: only Options.ServiceToken (Bearer or ?token=); Core's
-//     parsing quirks (kb_ids wins, query trimmed and cut to 2000, top_k and
-//     min_score through `Number(x ?? d) || d`, 0 → 0.35), unknown ids dropped
-//     from kb_ids, 400 知识库不可用：<ids> when none exists, 500 internal_error
-//     with x-request-id on invalid JSON, a disabled KB silently without hits.
-//     Documents ([Core.AddDoc], [Core.UpdateDoc], [Core.RemoveDoc]) are cut
-//     with [Chunks] exactly as Core cuts them; updates and removals can keep
-//     stale chunks in the index until [Core.Reindex], like Core's cache.
+//     parsing quirks (kb_ids wins, query trimmed like JavaScript and cut to
+//     2000, top_k and min_score through `Number(x ?? d) || d`, 0 → 0.35),
+//     unknown ids dropped from kb_ids, ids matched case-insensitively and
+//     echoed as sent, 400 知识库不可用：<ids> when none exists, 500
+//     internal_error with x-request-id on invalid JSON, a disabled KB silently
+//     without hits, 429 超出限速（N/分钟） past Options.RateLimitPerMin
+//     ([Core.SetRateLimit]). Documents ([Core.AddDoc], [Core.UpdateDoc],
+//     [Core.RemoveDoc]) take the stored content (after Core's ingest
+//     sanitization) and are cut with [Chunks] exactly as Core 0.3.4 cuts them
+//     (UTF-16 units, U+FFFD for a split surrogate pair, JavaScript trim;
+//     proven against testdata/chunk-vectors.json); updates and removals can
+//     keep stale chunks in the index until [Core.Reindex], like Core's cache,
+//     and a search by a spelling other than the stored one sees a snapshot
+//     of the index that writes do not refresh.
 //   - Anything else → 404 {"error":"not found"} (legacy spelling).
 //
 // Every JSON answer carries `content-type: application/json; charset=utf-8`
@@ -37,7 +44,8 @@
 // ones included), [Core.LastRequest] returns the last request's headers and
 // body, [Core.RunsCreated] / [Core.Runs] expose the runs turns created.
 //
-// Invented details (Core's shape is not documented): the system-info 200
+// Invented details (Core's shape is not documented): the rate limit's
+// one-minute window (started by the first call), the system-info 200
 // body, the native search/read stub answers, renderer/page_context messages,
 // the memory.recent item shape, and the separator of ids in 知识库不可用.
 package fakecore

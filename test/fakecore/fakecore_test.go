@@ -9,7 +9,9 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
@@ -419,5 +421,53 @@ func TestCloseEndsHangs(t *testing.T) {
 	c.Close()
 	if err := <-done; err != nil {
 		t.Errorf("hanging request after Close: got %v; want it to end", err)
+	}
+}
+
+// TestKBIDSpelling: ids match case-insensitively and are echoed as sent, but
+// a write refreshes only the stored spelling's index (CORE_FACTS Addendum 2).
+func TestKBIDSpelling(t *testing.T) {
+	c, srv := newCore(t, fakecore.Options{})
+	c.AddDoc("kb-a", 1, "Doc", "alpha beta")
+	search := func(id string) string {
+		a := do(t, srv, http.MethodPost, "/kb/search", "Bearer "+serviceToken, `{"kb_ids":["`+id+`"],"query":"alpha gamma","min_score":-1}`)
+		return string(a.raw)
+	}
+	if got := search("KB-A"); !strings.Contains(got, `"kb_ids":["KB-A"]`) || !strings.Contains(got, `"content":"alpha beta"`) || !strings.Contains(got, `"kb_id":"KB-A"`) {
+		t.Fatalf("other spelling: got %s; want the hit, echoed as KB-A", got)
+	}
+	c.UpdateDoc("kb-a", 1, "Doc", "gamma delta", false)
+	if got := search("kb-a"); !strings.Contains(got, `"content":"gamma delta"`) {
+		t.Errorf("stored spelling after the write: got %s; want the new chunk", got)
+	}
+	if got := search("KB-A"); !strings.Contains(got, `"content":"alpha beta"`) {
+		t.Errorf("other spelling after the write: got %s; want the stale chunk (its cache was not refreshed)", got)
+	}
+	c.Reindex()
+	if got := search("KB-A"); !strings.Contains(got, `"content":"gamma delta"`) {
+		t.Errorf("other spelling after the cache expired: got %s; want the new chunk", got)
+	}
+}
+
+// TestKBSearchRateLimit: the service credential's client bucket, per minute.
+func TestKBSearchRateLimit(t *testing.T) {
+	var now atomic.Int64
+	now.Store(time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC).Unix())
+	c, srv := newCore(t, fakecore.Options{RateLimitPerMin: 2, Now: func() time.Time { return time.Unix(now.Load(), 0) }})
+	c.AddDoc("faq", 1, "Doc", "alpha")
+	search := func() answer {
+		return do(t, srv, http.MethodPost, "/kb/search", "Bearer "+serviceToken, `{"kb_id":"faq","query":"alpha"}`)
+	}
+	for i := range 2 {
+		if a := search(); a.status != 200 {
+			t.Fatalf("call %d: got %d %s; want 200", i+1, a.status, a.raw)
+		}
+	}
+	if a := search(); a.status != 429 || string(a.raw) != `{"error":"超出限速（2/分钟）"}` {
+		t.Errorf("call 3: got %d %s; want 429 超出限速（2/分钟）", a.status, a.raw)
+	}
+	now.Add(60)
+	if a := search(); a.status != 200 {
+		t.Errorf("next minute: got %d %s; want 200", a.status, a.raw)
 	}
 }

@@ -3,20 +3,28 @@ package fakecore
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"net/http"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // kb is one knowledge base: its documents (the database) and its index (the
 // chunks /kb/search sees, which may lag behind the documents).
+//
+// Core matches KB ids case-insensitively but keys its index cache by the
+// spelling a search sends, and a write refreshes only the stored spelling's
+// entry (CORE_FACTS Addendum 2): a search by another spelling gets a
+// snapshot of the index taken at its first search, kept until Reindex.
 type kb struct {
 	enabled bool
 	docs    map[int64]doc
 	index   []chunk
+	aliases map[string][]chunk // by spelling sent, other than the stored one
 }
 
 type doc struct {
@@ -38,12 +46,26 @@ func (c *Core) AddKB(kbID string) {
 }
 
 func (c *Core) kbLocked(kbID string) *kb {
-	k := c.kbs[kbID]
+	_, k := c.findKBLocked(kbID)
 	if k == nil {
 		k = &kb{enabled: true, docs: map[int64]doc{}}
 		c.kbs[kbID] = k
 	}
 	return k
+}
+
+// findKBLocked finds a KB the way Core's id lookup does: case-insensitively.
+// stored is the id it was created with. Caller holds mu.
+func (c *Core) findKBLocked(id string) (stored string, k *kb) {
+	if k := c.kbs[id]; k != nil {
+		return id, k
+	}
+	for s, k := range c.kbs {
+		if strings.EqualFold(s, id) {
+			return s, k
+		}
+	}
+	return "", nil
 }
 
 // AddDoc stores a document and indexes its chunks (Chunks(content)).
@@ -76,7 +98,7 @@ func (c *Core) UpdateDoc(kbID string, docID int64, title, content string, keepSt
 func (c *Core) RemoveDoc(kbID string, docID int64, keepStale bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	k := c.kbs[kbID]
+	_, k := c.findKBLocked(kbID)
 	if k == nil {
 		return
 	}
@@ -91,7 +113,7 @@ func (c *Core) Reindex() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, k := range c.kbs {
-		k.index = nil
+		k.index, k.aliases = nil, nil
 		ids := make([]int64, 0, len(k.docs))
 		for id := range k.docs {
 			ids = append(ids, id)
@@ -133,7 +155,9 @@ func (c *Core) setKBEnabled(kbID string, on bool) {
 func (c *Core) DeleteKB(kbID string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.kbs, kbID)
+	if stored, _ := c.findKBLocked(kbID); stored != "" {
+		delete(c.kbs, stored)
+	}
 }
 
 // kbSearchBodyMax is Core's default JSON body limit (BAILING_JSON_BODY_MAX_BYTES).
@@ -163,6 +187,10 @@ func (c *Core) serveKBSearch(w http.ResponseWriter, r *http.Request, body []byte
 		writeJSON(w, http.StatusUnauthorized, errBody{Error: "unauthorized"})
 		return
 	}
+	if limit, over := c.rateLimited(); over {
+		writeJSON(w, http.StatusTooManyRequests, errBody{Error: fmt.Sprintf("超出限速（%d/分钟）", limit)})
+		return
+	}
 	if tooLarge || len(body) > kbSearchBodyMax {
 		writeJSON(w, http.StatusRequestEntityTooLarge, struct {
 			Error    string `json:"error"`
@@ -184,7 +212,7 @@ func (c *Core) serveKBSearch(w http.ResponseWriter, r *http.Request, body []byte
 	if raw, ok := b["query"]; ok {
 		_ = json.Unmarshal(raw, &query)
 	}
-	query = strings.TrimSpace(query)
+	query = JSTrim(query)
 	if len(ids) == 0 || query == "" {
 		writeJSON(w, http.StatusBadRequest, errBody{Error: "kb_id（或 kb_ids）/ query 必填"})
 		return
@@ -196,9 +224,9 @@ func (c *Core) serveKBSearch(w http.ResponseWriter, r *http.Request, body []byte
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var existing []string
+	var existing []string // echoed as sent
 	for _, id := range ids {
-		if _, ok := c.kbs[id]; ok && !slices.Contains(existing, id) {
+		if _, k := c.findKBLocked(id); k != nil && !slices.Contains(existing, id) {
 			existing = append(existing, id)
 		}
 	}
@@ -208,7 +236,8 @@ func (c *Core) serveKBSearch(w http.ResponseWriter, r *http.Request, body []byte
 	}
 	hits := []kbHit{}
 	for _, id := range existing {
-		hits = append(hits, c.kbs[id].search(id, query, k, minScore)...)
+		stored, kb := c.findKBLocked(id)
+		hits = append(hits, kb.search(id, kb.indexFor(id, stored), query, k, minScore)...)
 	}
 	sort.SliceStable(hits, func(i, j int) bool { return hits[i].Score > hits[j].Score })
 	if len(hits) > k {
@@ -217,14 +246,33 @@ func (c *Core) serveKBSearch(w http.ResponseWriter, r *http.Request, body []byte
 	writeJSON(w, http.StatusOK, kbSearchResponse{KBIDs: existing, Hits: hits})
 }
 
-// search is one KB's part of searchMulti: top k by score, then the
-// min_score filter. A disabled KB fails, which Core swallows: no hits.
-func (k *kb) search(kbID, query string, topK int, minScore float64) []kbHit {
+// indexFor is the index a search sending spelling sees: the live one for
+// the stored spelling, else that spelling's snapshot (taken now if it is the
+// first search by it).
+func (k *kb) indexFor(spelling, stored string) []chunk {
+	if spelling == stored {
+		return k.index
+	}
+	snap, ok := k.aliases[spelling]
+	if !ok {
+		if k.aliases == nil {
+			k.aliases = map[string][]chunk{}
+		}
+		snap = slices.Clone(k.index)
+		k.aliases[spelling] = snap
+	}
+	return snap
+}
+
+// search is one KB's part of searchMulti over index: top k by score, then
+// the min_score filter. A disabled KB fails, which Core swallows: no hits.
+// Hits carry kbID as sent.
+func (k *kb) search(kbID string, index []chunk, query string, topK int, minScore float64) []kbHit {
 	if !k.enabled {
 		return nil
 	}
-	hits := make([]kbHit, 0, len(k.index))
-	for _, ch := range k.index {
+	hits := make([]kbHit, 0, len(index))
+	for _, ch := range index {
 		hits = append(hits, kbHit{Score: Score(query, ch.text), Content: ch.text, DocID: ch.docID, Title: ch.title, Seq: ch.seq, KBID: kbID})
 	}
 	sort.SliceStable(hits, func(i, j int) bool {
@@ -314,4 +362,32 @@ func jsNumberOr(raw json.RawMessage, def float64) float64 {
 		return def
 	}
 	return n
+}
+
+// rateLimited counts one /kb/search call against Options.RateLimitPerMin,
+// the bucket of the service credential's client (Core's
+// bz_clients.rate_limit_per_min, 60 by default, 0 unlimited). over reports
+// that the call is past the limit (Core answers 429).
+func (c *Core) rateLimited() (limit int, over bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	limit = c.opts.RateLimitPerMin
+	if limit <= 0 {
+		return limit, false
+	}
+	now := c.opts.Now()
+	if c.rateWindow.IsZero() || !now.Before(c.rateWindow.Add(time.Minute)) {
+		c.rateWindow, c.rateCount = now, 0
+	}
+	c.rateCount++
+	return limit, c.rateCount > limit
+}
+
+// SetRateLimit changes Options.RateLimitPerMin (0: unlimited) and starts a
+// new window.
+func (c *Core) SetRateLimit(perMin int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.opts.RateLimitPerMin = perMin
+	c.rateWindow, c.rateCount = time.Time{}, 0
 }

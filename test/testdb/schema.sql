@@ -82,6 +82,7 @@ CREATE TABLE bz_clients (
   enabled             TINYINT       NOT NULL DEFAULT 1,
   allowed_routes      JSON          NULL,
   agent_authorize_url VARCHAR(2048) NULL,
+  rate_limit_per_min  INT           NOT NULL DEFAULT 60,
   PRIMARY KEY (app_id),
   UNIQUE KEY uk_token (token)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci;

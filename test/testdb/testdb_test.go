@@ -90,6 +90,7 @@ func TestReadOnlyUserHasOnlyColumnGrants(t *testing.T) {
 		{"route tools", "SELECT tools FROM bz_routes LIMIT 1", false},
 		{"doc source_key", "SELECT source_key FROM bz_kb_docs LIMIT 1", false},
 		{"granted client columns", "SELECT app_id, enabled, allowed_routes, agent_authorize_url FROM bz_clients LIMIT 1", true},
+		{"granted client rate limit", "SELECT rate_limit_per_min FROM bz_clients WHERE app_id = 'app-a'", true},
 		{"client token", "SELECT token FROM bz_clients LIMIT 1", false},
 		{"client token in where", "SELECT app_id FROM bz_clients WHERE token = 'x'", false},
 		{"select star", "SELECT * FROM bz_clients LIMIT 1", false},

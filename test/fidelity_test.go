@@ -1,0 +1,158 @@
+package test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
+	"github.com/bailinghub/knowledge-sidecar/test/testdb"
+)
+
+// Fidelity to the real Core (CORE_FACTS Addendum 2): hits cut the way Core's
+// chunker cuts them survive the re-check, Core is searched with the KB id as
+// stored, and Core's rate limit on the sidecar's credential is a failing KB,
+// never an "ok" without hits and never an open breaker.
+
+// addKnowledge puts a KB, a route over routeKBs and its documents into the
+// database and the fake Core, as Core's admin API would, and declares the
+// route allowed. kb is the id as stored.
+func addKnowledge(t *testing.T, kw *kworld, route, routeKBs, kb string, docs map[int64][2]string) {
+	t.Helper()
+	kw.DB.Exec(t, `INSERT INTO bz_kb_bases (kb_id, enabled, updated_at) VALUES (?, 1, UTC_TIMESTAMP())`, kb)
+	kw.DB.Exec(t, `INSERT INTO bz_routes (route_key, enabled, knowledge, updated_at) VALUES (?, 1, ?, UTC_TIMESTAMP())`,
+		route, `{"kb_ids":`+routeKBs+`,"min_score":0.3}`)
+	for id, d := range docs {
+		kw.DB.Exec(t, `INSERT INTO bz_kb_docs (doc_id, kb_id, title, content, status, created_at, updated_at)
+			VALUES (?, ?, ?, ?, 'ready', UTC_TIMESTAMP(), UTC_TIMESTAMP())`, id, kb, d[0], d[1])
+		kw.Core.AddDoc(kb, id, d[0], d[1])
+		kw.addPrivate(d[1])
+	}
+	kw.Core.SetRoute(route, fakecore.GateAllowed)
+}
+
+// TestFidelityChunksCutLikeCore: the best hit is a chunk Core cut inside an
+// emoji (it starts or ends with U+FFFD), or a paragraph that began with a
+// BOM (Core's trim removed it): the document is returned, and its summary
+// shows no U+FFFD half.
+func TestFidelityChunksCutLikeCore(t *testing.T) {
+	kw := newKWorld(t, fakecore.Options{SystemInfo: true})
+	// One paragraph without split points ('.' and ',' are not): 699 UTF-16
+	// units, then 😀 across the 700-unit hard cut, then the rest.
+	head := "Zebra crossings, " + strings.Repeat("stripes and more stripes, ", 26)
+	head += strings.Repeat("x", 699-len(head))
+	emojiDoc := head + "😀 quokka habitat notes, " + strings.Repeat("marsupial facts and figures, ", 10) + "end."
+	bomDoc := "\ufeffWombat burrows are deep.\n\n\ufeffPlatypus eggs hatch in ten days.\ufeff\n\nEchidna spines."
+	addKnowledge(t, kw, "fid-cut", `["fid-cut-kb"]`, "fid-cut-kb", map[int64][2]string{
+		901: {"Emoji cut", emojiDoc},
+		902: {"BOM paragraphs", bomDoc},
+	})
+	chunks := fakecore.Chunks(emojiDoc)
+	if len(chunks) != 2 || !strings.HasSuffix(chunks[0], "\ufffd") || !strings.HasPrefix(chunks[1], "\ufffd") {
+		t.Fatalf("fixture: got chunks %q; want two, cut inside the emoji", chunks)
+	}
+	sc := kw.start(t, kopts{})
+	cases := []struct{ query, title, inSummary string }{
+		{"quokka marsupial habitat", "Emoji cut", "quokka habitat"},          // chunk starting with U+FFFD
+		{"zebra crossings stripes", "Emoji cut", "Zebra crossings"},          // chunk ending with U+FFFD
+		{"platypus eggs wombat burrows", "BOM paragraphs", "Wombat burrows"}, // paragraphs that began with U+FEFF
+	}
+	for _, tc := range cases {
+		r, a := kw.search(t, sc, "fid-cut", kw.TokenStar, map[string]any{"query": tc.query})
+		if r.Status != 200 || a.Status != "ok" {
+			t.Fatalf("%q: got %d %q; want 200 ok (%s)", tc.query, r.Status, a.Status, r.Body)
+		}
+		if len(a.Hints) == 0 || a.Hints[0].Title != tc.title {
+			t.Errorf("%q: got hints %+v; want %q first", tc.query, a.Hints, tc.title)
+			continue
+		}
+		s := a.Hints[0].Summary
+		if strings.ContainsRune(s, utf8.RuneError) || !strings.Contains(s, tc.inSummary) {
+			t.Errorf("%q: summary %q; want it to quote %q and show no U+FFFD half", tc.query, s, tc.inSummary)
+		}
+	}
+}
+
+// TestFidelityStoredKBSpelling: the route spells the KB "FID-KB", the
+// database stores "fid-kb". Core's index cache is keyed by the spelling sent
+// and a write refreshes only the stored one, so the sidecar must send the
+// stored spelling or it searches a stale index and drops the fresh document.
+func TestFidelityStoredKBSpelling(t *testing.T) {
+	kw := newKWorld(t, fakecore.Options{SystemInfo: true})
+	addKnowledge(t, kw, "fid-spell", `["FID-KB"]`, "fid-kb", map[int64][2]string{
+		911: {"Lemurs", "Lemurs live in Madagascar."},
+	})
+	sc := kw.start(t, kopts{})
+	m := kw.rec.mark()
+	if _, a := kw.search(t, sc, "fid-spell", kw.TokenStar, map[string]any{"query": "lemurs madagascar"}); len(a.Hints) != 1 {
+		t.Fatalf("before the edit: got %+v; want the lemur document", a)
+	}
+	for _, c := range kw.rec.since(m, "/kb/search") {
+		var b struct {
+			KBIDs []string `json:"kb_ids"`
+		}
+		if err := json.Unmarshal(c.Body, &b); err != nil || len(b.KBIDs) != 1 || b.KBIDs[0] != "fid-kb" {
+			t.Errorf("/kb/search body %s; want kb_ids [\"fid-kb\"], the stored spelling", c.Body)
+		}
+	}
+	const edited = "Lemurs and tapirs live in Madagascar zoos."
+	kw.DB.Exec(t, `UPDATE bz_kb_docs SET content = ?, updated_at = DATE_ADD(updated_at, INTERVAL 1 SECOND) WHERE doc_id = 911`, edited)
+	kw.Core.UpdateDoc("fid-kb", 911, "Lemurs", edited, false)
+	kw.addPrivate(edited)
+	r, a := kw.search(t, sc, "fid-spell", kw.TokenStar, map[string]any{"query": "tapirs zoos"})
+	if r.Status != 200 || a.Status != "ok" || len(a.Hints) != 1 || !strings.Contains(a.Hints[0].Summary, "tapirs") {
+		t.Errorf("after the edit: got %d %s; want the edited document (Core's fresh index)", r.Status, r.Body)
+	}
+}
+
+// TestFidelityCoreRateLimit: Core's 429 on /kb/search (the sidecar's client
+// is out of rate_limit_per_min) makes that KB fail: partial or unavailable,
+// never ok; it does not open the retrieval breaker and is counted as
+// core_requests_total{op="kb_search",outcome="rate_limited"}.
+func TestFidelityCoreRateLimit(t *testing.T) {
+	kw := newKWorld(t, fakecore.Options{SystemInfo: true})
+	reg := prometheus.NewRegistry()
+	sc := kw.start(t, kopts{FeatureOptions: FeatureOptions{
+		Registerer: reg, Retrieval: coreclient.BreakerSettings{Failures: 1},
+	}})
+	// A route over two KBs: with 3 calls a minute the first search is ok,
+	// the second gets one 429 (partial), the next ones two (unavailable).
+	kw.DB.Exec(t, `INSERT INTO bz_routes (route_key, enabled, knowledge, updated_at) VALUES ('fid-limit', 1, ?, UTC_TIMESTAMP())`,
+		`{"kb_ids":["`+testdb.KBFAQ+`","`+testdb.KBManuals+`"],"min_score":0.3}`)
+	kw.Core.SetRoute("fid-limit", fakecore.GateAllowed)
+	kw.Core.SetRateLimit(3)
+	want := []string{"ok", "partial", "unavailable", "unavailable"}
+	for i, status := range want {
+		before := kw.Core.Calls("/kb/search")
+		r, a := kw.search(t, sc, "fid-limit", kw.TokenStar, map[string]any{"query": "refunds delivery"})
+		if r.Status != 200 || a.Status != status {
+			t.Errorf("search %d: got %d %q; want 200 %q (%s)", i+1, r.Status, a.Status, status, r.Body)
+		}
+		if i == 0 && len(a.Hints) == 0 {
+			t.Errorf("search 1: got no hints; want the refund document (%s)", r.Body)
+		}
+		if status == "unavailable" && len(a.Hints) != 0 {
+			t.Errorf("search %d: got hints %+v; want none", i+1, a.Hints)
+		}
+		if got := kw.Core.Calls("/kb/search") - before; got != 2 {
+			t.Errorf("search %d: %d /kb/search calls; want 2 (a 429 never opens the breaker)", i+1, got)
+		}
+	}
+	if got := metricValue(t, reg, "knowledge_sidecar_core_requests_total", map[string]string{"op": "kb_search", "outcome": "rate_limited"}); got != 5 {
+		t.Errorf("core_requests_total{kb_search,rate_limited} got %v; want 5", got)
+	}
+	if got := metricValue(t, reg, "knowledge_sidecar_core_breaker_state", map[string]string{"family": "retrieval"}); got != 0 {
+		t.Errorf("retrieval breaker state got %v; want 0 (closed)", got)
+	}
+	r := kw.call(t, "GET", sc.WS("fid-limit")+"/knowledge/capabilities", kw.TokenStar, nil)
+	var caps struct {
+		Enabled bool `json:"enabled"`
+	}
+	if err := json.Unmarshal(r.Body, &caps); err != nil || !caps.Enabled {
+		t.Errorf("capabilities after 429s: got %s; want enabled true", r.Body)
+	}
+}
