@@ -62,6 +62,19 @@ func capabilitiesBody(route string, enabled bool, scope string) []byte {
 	return append(b, "}}"...)
 }
 
+// DeliveryMode is how a turn carries knowledge (SPEC §7): Core's bounded
+// inline knowledge, or on demand through search and read.
+type DeliveryMode string
+
+// The two delivery modes; a turn request naming any other is refused.
+const (
+	DeliveryInline   DeliveryMode = "inline"
+	DeliveryOnDemand DeliveryMode = "on_demand"
+)
+
+// Valid reports whether m is one of the two modes.
+func (m DeliveryMode) Valid() bool { return m == DeliveryInline || m == DeliveryOnDemand }
+
 // DeliveryStatus is the §4 status of the route right now plus its scope
 // revision, for the turn interception block (SPEC §7). It makes no Core
 // search call: "disabled" when the route has no knowledge; "unavailable"

@@ -2,9 +2,9 @@ package proxy
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/bailinghub/knowledge-sidecar/turn/turntest"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -91,7 +91,7 @@ func newBenchWorld(b *testing.B) *benchWorld {
 	}
 	turns := map[string][]byte{}
 	for _, n := range []int{10 << 10, 256 << 10} {
-		turns[strconv.Itoa(n)] = turnBenchResponse(n)
+		turns[strconv.Itoa(n)] = turntest.Answer(n)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /json/{n}", func(w http.ResponseWriter, r *http.Request) {
@@ -210,33 +210,6 @@ func BenchmarkTurn(b *testing.B) {
 					}
 				}
 			})
-		}
-	}
-}
-
-// TestAppendDeliveryBlock: the hand-written block is byte for byte what
-// encoding/json writes for the same fields.
-func TestAppendDeliveryBlock(t *testing.T) {
-	type block struct {
-		SchemaVersion string     `json:"schema_version"`
-		Mode          string     `json:"mode"`
-		Protocol      string     `json:"protocol"`
-		ScopeRevision string     `json:"knowledge_scope_revision"`
-		Status        string     `json:"status"`
-		Hints         []struct{} `json:"hints"`
-	}
-	rev := knowledge.ScopeRevision(benchRouteOn, nil)
-	for _, mode := range []string{turnModeInline, turnModeOnDemand} {
-		for _, status := range []string{knowledge.StatusOK, knowledge.StatusPartial, knowledge.StatusUnavailable, knowledge.StatusDisabled, ""} {
-			for _, rev := range []string{rev, ""} {
-				want, err := json.Marshal(block{"bailing.agent-knowledge-delivery.v1", mode, knowledge.Protocol, rev, status, []struct{}{}})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if got := appendDeliveryBlock(nil, mode, rev, status); !bytes.Equal(got, want) {
-					t.Errorf("got %s; want %s", got, want)
-				}
-			}
 		}
 	}
 }

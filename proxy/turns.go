@@ -17,6 +17,7 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
+	"github.com/bailinghub/knowledge-sidecar/turn"
 )
 
 // coreTurnBodyMax is Core's own limit on a turn body (CORE_FACTS §3.2). A
@@ -33,8 +34,7 @@ var errDeliveryFailed = errors.New("turn answer cannot carry knowledge delivery"
 
 // turnState travels with an intercepted turn to ModifyResponse.
 type turnState struct {
-	mode    string
-	route   string
+	mode    knowledge.DeliveryMode
 	key     ledger.Key
 	created bool // this request wrote the ledger record
 	keyed   bool // the turn has all ids, so it is in the ledger
@@ -52,7 +52,7 @@ func (st *turnState) label() string {
 	if st.absent {
 		return "absent"
 	}
-	return st.mode
+	return string(st.mode)
 }
 
 // turns intercepts POST …/turns on rolled-out workspaces of a legacy Core
@@ -92,38 +92,34 @@ func (s *Server) turns(c echo.Context) error {
 		r.Body = readCloser{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
 		return s.passH(c)
 	}
-	tr, err := ParseTurnRequest(body)
+	tr, err := turn.ParseRequest(body)
 	if err != nil {
 		s.m.turns.WithLabelValues("invalid", "rejected").Inc()
 		msg := `knowledge_delivery must be "inline" or "on_demand".`
 		switch {
-		case errors.Is(err, ErrNotJSONObject):
+		case errors.Is(err, turn.ErrNotJSONObject):
 			msg = "The request body must be a valid JSON object."
-		case errors.Is(err, ErrTooDeep):
+		case errors.Is(err, turn.ErrTooDeep):
 			msg = "The request body nests JSON too deeply to be checked."
 		}
 		writeError(c.Response(), http.StatusBadRequest, "invalid_request", msg)
 		return nil
 	}
-	keyed := tr.ConversationID != "" && tr.TurnID != "" && tr.UserMessageID != ""
-	if tr.Mode == "" {
-		// No field: the bytes go to Core unchanged. The turn is still bound
-		// to inline delivery (what the host gets), so a retry of an
-		// on_demand turn without the field, or the reverse, is the mode
-		// switch SPEC §7 refuses. Best effort: when identity or the ledger
-		// cannot be had, the turn passes as before (Core decides); each
-		// such turn is counted in ledger_fail_open_total.
+	switch turn.PlanFor(tr) {
+	case turn.PassUnbound:
 		r.Body = io.NopCloser(bytes.NewReader(body))
-		if !keyed {
-			s.m.turns.WithLabelValues("absent", "passed").Inc()
-			return s.passH(c)
-		}
+		s.m.turns.WithLabelValues("absent", "passed").Inc()
+		return s.passH(c)
+	case turn.BindInline:
+		// Best effort: when identity or the ledger cannot be had, the turn
+		// passes unbound (Core decides), counted in ledger_fail_open_total.
+		r.Body = io.NopCloser(bytes.NewReader(body))
 		if authErr != nil {
 			s.m.ledgerFailOpen.WithLabelValues("identity").Inc()
 			s.m.turns.WithLabelValues("absent", "passed").Inc()
 			return s.passH(c)
 		}
-		st := &turnState{mode: modeInline, absent: true, route: route, keyed: true, key: turnKey(sess.SessionID, route, tr)}
+		st := &turnState{mode: knowledge.DeliveryInline, absent: true, keyed: true, key: turn.Key(sess.SessionID, route, tr)}
 		ok, err := s.reserve(c, st)
 		if err != nil {
 			s.m.ledgerFailOpen.WithLabelValues("ledger").Inc()
@@ -136,36 +132,24 @@ func (s *Server) turns(c echo.Context) error {
 		return s.forwardTurn(c, r, st, body)
 	}
 
+	mode := string(tr.Mode)
 	if authErr != nil {
-		s.m.turns.WithLabelValues(tr.Mode, "rejected").Inc()
+		s.m.turns.WithLabelValues(mode, "rejected").Inc()
 		return s.answer(c, nil, authErr)
 	}
-	// The delivery block needs the route's scope revision: without one
-	// (catalog down and the route never seen) the turn is not forwarded,
-	// so no run exists that the host could not be told about. A route the
-	// catalog does not know (or has disabled) has no knowledge: the turn is
-	// forwarded for Core to answer (its 404 route_unavailable is relayed).
 	status, rev, serr := s.feat.k.DeliveryStatus(ctx, route)
-	if ke, ok := errors.AsType[*knowledge.Error](serr); ok && ke.Status == http.StatusNotFound {
-		status, rev, serr = knowledge.StatusDisabled, knowledge.ScopeRevision(route, nil), nil
-	}
-	if rev == "" {
-		s.m.turns.WithLabelValues(tr.Mode, "knowledge_unavailable").Inc()
+	status, rev, ok := turn.Delivery(route, status, rev, serr)
+	if !ok {
+		s.m.turns.WithLabelValues(mode, "knowledge_unavailable").Inc()
 		return s.answer(c, nil, &knowledge.Error{Status: http.StatusServiceUnavailable, Code: knowledge.CodeUnavailable,
 			Message: "Knowledge is temporarily unavailable.", Err: serr})
 	}
-	if serr != nil {
-		status = knowledge.StatusUnavailable
-	}
-	st := &turnState{mode: tr.Mode, route: route, key: turnKey(sess.SessionID, route, tr),
+	st := &turnState{mode: tr.Mode, key: turn.Key(sess.SessionID, route, tr), keyed: tr.Keyed(),
 		status: status, revision: rev}
-	// A turn missing an id is refused by Core (400) and creates no run, so
-	// there is nothing to bind.
-	st.keyed = keyed
 	if st.keyed {
 		ok, err := s.reserve(c, st)
 		if err != nil {
-			s.m.turns.WithLabelValues(tr.Mode, "ledger_unavailable").Inc()
+			s.m.turns.WithLabelValues(mode, "ledger_unavailable").Inc()
 			return s.answer(c, nil, err) // mapped to 503 knowledge_unavailable
 		}
 		if !ok {
@@ -175,17 +159,10 @@ func (s *Server) turns(c echo.Context) error {
 	return s.forwardTurn(c, r, st, tr.Body)
 }
 
-// modeInline is what a turn without knowledge_delivery is bound to.
-const modeInline = "inline"
-
-func turnKey(sessionID, route string, tr TurnRequest) ledger.Key {
-	return ledger.Key{SessionID: sessionID, Route: route, ConversationID: tr.ConversationID, TurnID: tr.TurnID, UserMessageID: tr.UserMessageID}
-}
-
 // reserve binds the turn's mode in the ledger under both of Core's keys. ok
 // is false when a different mode is already bound: the 409 is written.
 func (s *Server) reserve(c echo.Context, st *turnState) (ok bool, err error) {
-	created, err := s.feat.ledger.Reserve(c.Request().Context(), st.key, st.mode)
+	created, err := s.feat.ledger.Reserve(c.Request().Context(), st.key, string(st.mode))
 	switch {
 	case errors.Is(err, ledger.ErrConflict):
 		s.m.ledgerConflict.Inc()
@@ -241,7 +218,7 @@ func (s *Server) newTurnProxy() *httputil.ReverseProxy {
 	rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
 		st, _ := r.Context().Value(turnCtxKey{}).(*turnState)
 		if errors.Is(err, errDeliveryFailed) {
-			s.m.turns.WithLabelValues(st.mode, "delivery_failed").Inc()
+			s.m.turns.WithLabelValues(string(st.mode), "delivery_failed").Inc()
 			s.log.LogAttrs(r.Context(), slog.LevelWarn, "turn answer could not be rewritten",
 				slog.String("request_id", requestID(r.Context())), slog.Any("error", err))
 			writeError(w, http.StatusBadGateway, "knowledge_delivery_failed",
@@ -267,10 +244,9 @@ func (s *Server) modifyTurn(resp *http.Response) error {
 	}
 	code := resp.StatusCode
 	if code < 200 || code > 299 {
-		if code >= 400 && code < 500 && code != http.StatusConflict && st.keyed && st.created {
-			// Core refused the turn: no run exists, so the mode is not bound.
+		if st.keyed && turn.ReleaseAfter(code, st.created) {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-			if err := s.feat.ledger.Release(rctx, st.key, st.mode); err != nil {
+			if err := s.feat.ledger.Release(rctx, st.key, string(st.mode)); err != nil {
 				s.m.ledgerErrors.Inc()
 				s.log.LogAttrs(ctx, slog.LevelWarn, "turn ledger release failed",
 					slog.String("request_id", requestID(ctx)), slog.Any("error", err))
@@ -291,39 +267,16 @@ func (s *Server) modifyTurn(resp *http.Response) error {
 		return fmt.Errorf("%w: %v", errDeliveryFailed, err)
 	}
 	resp.Header.Del("Content-Encoding") // body is decoded from here on
-	var blockBuf [256]byte
-	block := appendDeliveryBlock(blockBuf[:0], st.mode, st.revision, st.status)
-	out, err := RewriteTurnResponse(body, st.mode, block)
+	out, err := turn.Answer(body, st.mode, st.status, st.revision)
 	if err != nil {
-		if st.mode == "on_demand" {
-			return fmt.Errorf("%w: %v", errDeliveryFailed, err)
-		}
-		// Inline mode: Core's knowledge is what the host asked for; hand the
-		// answer over as Core sent it.
-		out = body
+		return fmt.Errorf("%w: %v", errDeliveryFailed, err)
 	}
 	resp.Body = io.NopCloser(bytes.NewReader(out))
 	resp.ContentLength = int64(len(out))
 	resp.Header.Set("Content-Length", strconv.Itoa(len(out)))
 	resp.Header.Del("Transfer-Encoding")
-	s.m.turns.WithLabelValues(st.mode, "rewritten").Inc()
+	s.m.turns.WithLabelValues(string(st.mode), "rewritten").Inc()
 	return nil
-}
-
-// appendDeliveryBlock appends the turn's knowledge_delivery object: the keys
-// and values encoding/json would write for the block (mode, revision and
-// status are ASCII without characters it escapes differently), without its
-// reflection and allocations.
-func appendDeliveryBlock(b []byte, mode, scopeRevision, status string) []byte {
-	b = append(b, `{"schema_version":"bailing.agent-knowledge-delivery.v1","mode":`...)
-	b = knowledge.AppendJSONString(b, mode)
-	b = append(b, `,"protocol":`...)
-	b = knowledge.AppendJSONString(b, knowledge.Protocol)
-	b = append(b, `,"knowledge_scope_revision":`...)
-	b = knowledge.AppendJSONString(b, scopeRevision)
-	b = append(b, `,"status":`...)
-	b = knowledge.AppendJSONString(b, status)
-	return append(b, `,"hints":[]}`...)
 }
 
 // readTurnBody reads Core's answer, undoing gzip if Core compressed it

@@ -1,4 +1,4 @@
-package proxy
+package turn
 
 // Turn-body rewriting for SPEC §7, as pure functions over bytes.
 //
@@ -18,16 +18,13 @@ import (
 	"errors"
 	"slices"
 	"strings"
+
+	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/knowledge"
 )
 
-// Knowledge delivery modes of a turn request (SPEC §7).
-const (
-	turnModeInline   = "inline"
-	turnModeOnDemand = "on_demand"
-)
-
-// turnContextSchema is the schema_version of Core's turn answer.
-const turnContextSchema = "bailing.agent-turn-context.v1"
+// contextSchema is the schema_version of Core's turn answer.
+const contextSchema = "bailing.agent-turn-context.v1"
 
 var (
 	// ErrInvalidDelivery: the request's knowledge_delivery is present but is not
@@ -42,23 +39,23 @@ var (
 	// whether it carries knowledge_delivery cannot be told. It is refused
 	// (400) rather than forwarded with a field that might be unstripped.
 	ErrTooDeep = errors.New("turn request body nests too deeply")
-	// ErrUnexpectedTurnBody: Core's 2xx turn answer is not a JSON object with
+	// ErrUnexpectedAnswer: Core's 2xx turn answer is not a JSON object with
 	// schema_version "bailing.agent-turn-context.v1" and an object "context"
 	// (or has duplicate members the rewrite would have to choose between).
-	ErrUnexpectedTurnBody = errors.New("turn answer is not a bailing.agent-turn-context.v1 json object")
+	ErrUnexpectedAnswer = errors.New("turn answer is not a bailing.agent-turn-context.v1 json object")
 	// ErrInvalidDeliveryBlock: the pre-serialized knowledge_delivery block
-	// given to RewriteTurnResponse is not a JSON object (a caller bug).
+	// given to RewriteResponse is not a JSON object (a caller bug).
 	ErrInvalidDeliveryBlock = errors.New("knowledge delivery block is not a json object")
 )
 
-// TurnRequest is what the proxy needs from a turn request body.
-type TurnRequest struct {
+// Request is what the proxy needs from a turn request body.
+type Request struct {
 	// Mode is "" when the field is absent (or the body cannot be parsed),
 	// else the validated value ("inline" | "on_demand").
-	Mode string
+	Mode knowledge.DeliveryMode
 	// ConversationID, TurnID and UserMessageID are client_conversation_id,
 	// client_turn_id and user_message_id trimmed like Core trims them
-	// (ECMAScript String.prototype.trim, see turnTrimID); "" when absent or
+	// (ECMAScript String.prototype.trim, coreclient.JSTrim: the ledger must see the id Core sees, or one Core turn could get two records under different spellings); "" when absent or
 	// not strings. With duplicate keys the last one wins, as in Core's
 	// JSON.parse.
 	ConversationID, TurnID, UserMessageID string
@@ -68,7 +65,7 @@ type TurnRequest struct {
 	Body []byte
 }
 
-// ParseTurnRequest inspects a turn request body.
+// ParseRequest inspects a turn request body.
 //
 //   - No top-level knowledge_delivery → Mode "" and Body == body (byte for byte,
 //     the same slice), nil error.
@@ -84,26 +81,26 @@ type TurnRequest struct {
 //     value that is not an object likewise goes to Core unchanged.
 //
 // body is never modified.
-func ParseTurnRequest(body []byte) (TurnRequest, error) {
-	passthrough := TurnRequest{Body: body}
-	i := turnSkipWS(body, 0)
+func ParseRequest(body []byte) (Request, error) {
+	passthrough := Request{Body: body}
+	i := skipWS(body, 0)
 	if i >= len(body) || body[i] != '{' {
 		return passthrough, nil
 	}
 	var (
-		tr       TurnRequest
-		kd       turnMember
+		tr       Request
+		kd       member
 		kdCount  int
 		prevEnd  = -1 // value end of the member before the current one
 		kdPrev   = -1 // value end of the member before knowledge_delivery
-		convRaw  turnMember
-		turnRaw  turnMember
-		msgRaw   turnMember
+		convRaw  member
+		raw      member
+		msgRaw   member
 		haveConv bool
 		haveTurn bool
 		haveMsg  bool
 	)
-	end, err := turnScanObject(body, i, 1, func(m turnMember) {
+	end, err := scanObject(body, i, 1, func(m member) {
 		switch {
 		case m.keyIs(body, "knowledge_delivery"):
 			kdCount++
@@ -113,62 +110,63 @@ func ParseTurnRequest(body []byte) (TurnRequest, error) {
 		case m.keyIs(body, "client_conversation_id"):
 			convRaw, haveConv = m, true
 		case m.keyIs(body, "client_turn_id"):
-			turnRaw, haveTurn = m, true
+			raw, haveTurn = m, true
 		case m.keyIs(body, "user_message_id"):
 			msgRaw, haveMsg = m, true
 		}
 		prevEnd = m.valEnd
 	})
-	if err == nil && turnSkipWS(body, end) != len(body) {
-		err = errTurnJSON
+	if err == nil && skipWS(body, end) != len(body) {
+		err = errJSON
 	}
 	if err != nil {
-		if errors.Is(err, errTurnDeep) {
-			return TurnRequest{}, ErrTooDeep
+		if errors.Is(err, errDeep) {
+			return Request{}, ErrTooDeep
 		}
 		if kdCount > 0 {
-			return TurnRequest{}, ErrNotJSONObject
+			return Request{}, ErrNotJSONObject
 		}
 		return passthrough, nil
 	}
 	if haveConv {
-		tr.ConversationID = turnID(body, convRaw)
+		tr.ConversationID = idValue(body, convRaw)
 	}
 	if haveTurn {
-		tr.TurnID = turnID(body, turnRaw)
+		tr.TurnID = idValue(body, raw)
 	}
 	if haveMsg {
-		tr.UserMessageID = turnID(body, msgRaw)
+		tr.UserMessageID = idValue(body, msgRaw)
 	}
 	if kdCount == 0 {
 		tr.Body = body
 		return tr, nil
 	}
 	if kdCount > 1 {
-		return TurnRequest{}, ErrInvalidDelivery
+		return Request{}, ErrInvalidDelivery
 	}
-	mode, ok := turnStringValue(body, kd.valStart, kd.valEnd)
-	if !ok || (mode != turnModeInline && mode != turnModeOnDemand) {
-		return TurnRequest{}, ErrInvalidDelivery
+	v, ok := stringValue(body, kd.valStart, kd.valEnd)
+	mode := knowledge.DeliveryMode(v)
+	if !ok || !mode.Valid() {
+		return Request{}, ErrInvalidDelivery
 	}
 	tr.Mode = mode
-	tr.Body = turnRemoveMember(body, kd, kdPrev)
+	tr.Body = removeMember(body, kd, kdPrev)
 	return tr, nil
 }
 
-// turnID decodes an id member's value: "" unless it is a JSON string.
-func turnID(b []byte, m turnMember) string {
-	s, ok := turnStringValue(b, m.valStart, m.valEnd)
+// idValue decodes an id member's value: "" unless it is a JSON string.
+func idValue(b []byte, m member) string {
+	s, ok := stringValue(b, m.valStart, m.valEnd)
 	if !ok {
 		return ""
 	}
-	return turnTrimID(s)
+	return coreclient.JSTrim(s)
 }
 
-// turnRemoveMember returns a copy of b without member m. prevEnd is the value
+// removeMember returns a copy of b without member m. prevEnd is the value
 // end of the member before m, or -1 when m is the object's first member.
 // Requires b to be valid JSON (it was scanned).
-func turnRemoveMember(b []byte, m turnMember, prevEnd int) []byte {
+func removeMember(b []byte, m member, prevEnd int) []byte {
 	var from, to int
 	switch {
 	case prevEnd >= 0:
@@ -176,9 +174,9 @@ func turnRemoveMember(b []byte, m turnMember, prevEnd int) []byte {
 		from, to = prevEnd, m.valEnd
 	default:
 		from, to = m.keyStart, m.valEnd
-		if j := turnSkipWS(b, m.valEnd); j < len(b) && b[j] == ',' {
+		if j := skipWS(b, m.valEnd); j < len(b) && b[j] == ',' {
 			// First of several: drop through the comma and the blanks after it.
-			to = turnSkipWS(b, j+1)
+			to = skipWS(b, j+1)
 		}
 	}
 	out := make([]byte, 0, len(b)-(to-from))
@@ -186,25 +184,7 @@ func turnRemoveMember(b []byte, m turnMember, prevEnd int) []byte {
 	return append(out, b[to:]...)
 }
 
-// turnTrimID trims s the way Core's String.prototype.trim does: ECMAScript
-// WhiteSpace and LineTerminator code points. This differs from
-// strings.TrimSpace in two code points (U+FEFF is trimmed, U+0085 is not), and
-// the ledger must see the id Core sees, or one Core turn could get two ledger
-// records under different spellings.
-func turnTrimID(s string) string {
-	return strings.TrimFunc(s, turnIsECMASpace)
-}
-
-func turnIsECMASpace(r rune) bool {
-	switch r {
-	case '\t', '\n', '\v', '\f', '\r', ' ',
-		0x00A0, 0x1680, 0x2028, 0x2029, 0x202F, 0x205F, 0x3000, 0xFEFF:
-		return true
-	}
-	return r >= 0x2000 && r <= 0x200A
-}
-
-// RewriteTurnResponse rewrites a 2xx bailing.agent-turn-context.v1 body
+// RewriteResponse rewrites a 2xx bailing.agent-turn-context.v1 body
 // (SPEC §7):
 //
 //   - mode "on_demand": context.knowledge and context.knowledge_refs become []
@@ -218,34 +198,34 @@ func turnIsECMASpace(r rune) bool {
 // Every other byte is kept. Not JSON, not an object, schema_version missing or
 // not "bailing.agent-turn-context.v1", context missing or not an object, or a
 // duplicated schema_version/context/knowledge_delivery/knowledge/
-// knowledge_refs member → ErrUnexpectedTurnBody. A mode other than the two →
+// knowledge_refs member → ErrUnexpectedAnswer. A mode other than the two →
 // ErrInvalidDelivery; a block that is not a JSON object →
 // ErrInvalidDeliveryBlock. body is never modified.
-func RewriteTurnResponse(body []byte, mode string, deliveryBlock []byte) ([]byte, error) {
-	if mode != turnModeInline && mode != turnModeOnDemand {
+func RewriteResponse(body []byte, mode knowledge.DeliveryMode, deliveryBlock []byte) ([]byte, error) {
+	if !mode.Valid() {
 		return nil, ErrInvalidDelivery
 	}
-	block, ok := turnObjectBytes(deliveryBlock)
+	block, ok := objectBytes(deliveryBlock)
 	if !ok {
 		return nil, ErrInvalidDeliveryBlock
 	}
 
-	i := turnSkipWS(body, 0)
+	i := skipWS(body, 0)
 	if i >= len(body) || body[i] != '{' {
-		return nil, ErrUnexpectedTurnBody
+		return nil, ErrUnexpectedAnswer
 	}
 	var (
 		schemaN, ctxN, kdN int
 		schemaOK           bool
-		ctxM, kdM          turnMember
+		ctxM, kdM          member
 		lastEnd            = i + 1 // insertion point for a new top-level member
 		// The members of context, collected during the same scan (on_demand).
 		kN, rN     int
-		kM, rM     turnMember
+		kM, rM     member
 		ctxLastEnd = -1 // value end of context's last member
 	)
-	isContext := func(m turnMember) bool { return mode == turnModeOnDemand && m.keyIs(body, "context") }
-	inContext := func(m turnMember) {
+	isContext := func(m member) bool { return mode == knowledge.DeliveryOnDemand && m.keyIs(body, "context") }
+	inContext := func(m member) {
 		switch {
 		case m.keyIs(body, "knowledge"):
 			kN++
@@ -256,12 +236,12 @@ func RewriteTurnResponse(body []byte, mode string, deliveryBlock []byte) ([]byte
 		}
 		ctxLastEnd = m.valEnd
 	}
-	end, err := turnScanMembers(body, i, 1, func(m turnMember) {
+	end, err := scanMembers(body, i, 1, func(m member) {
 		switch {
 		case m.keyIs(body, "schema_version"):
 			schemaN++
-			s, ok := turnStringValue(body, m.valStart, m.valEnd)
-			schemaOK = ok && s == turnContextSchema
+			s, ok := stringValue(body, m.valStart, m.valEnd)
+			schemaOK = ok && s == contextSchema
 		case m.keyIs(body, "context"):
 			ctxN++
 			ctxM = m
@@ -271,25 +251,25 @@ func RewriteTurnResponse(body []byte, mode string, deliveryBlock []byte) ([]byte
 		}
 		lastEnd = m.valEnd
 	}, isContext, inContext)
-	if err != nil || turnSkipWS(body, end) != len(body) ||
+	if err != nil || skipWS(body, end) != len(body) ||
 		schemaN != 1 || !schemaOK || ctxN != 1 || kdN > 1 || body[ctxM.valStart] != '{' {
-		return nil, ErrUnexpectedTurnBody
+		return nil, ErrUnexpectedAnswer
 	}
 
-	edits := make([]turnEdit, 0, 4)
-	if mode == turnModeOnDemand {
+	edits := make([]edit, 0, 4)
+	if mode == knowledge.DeliveryOnDemand {
 		// context is the only one (ctxN == 1), so the counts are its own.
 		if kN > 1 || rN > 1 {
-			return nil, ErrUnexpectedTurnBody
+			return nil, ErrUnexpectedAnswer
 		}
 		if ctxLastEnd < 0 {
 			ctxLastEnd = ctxM.valStart + 1 // empty context
 		}
 		if kN == 1 {
-			edits = append(edits, turnEdit{kM.valStart, kM.valEnd, "[]", nil})
+			edits = append(edits, edit{kM.valStart, kM.valEnd, "[]", nil})
 		}
 		if rN == 1 {
-			edits = append(edits, turnEdit{rM.valStart, rM.valEnd, "[]", nil})
+			edits = append(edits, edit{rM.valStart, rM.valEnd, "[]", nil})
 		}
 		if kN == 0 || rN == 0 {
 			var add strings.Builder
@@ -304,31 +284,31 @@ func RewriteTurnResponse(body []byte, mode string, deliveryBlock []byte) ([]byte
 				add.WriteString(`"` + name + `":[]`)
 				sep = true
 			}
-			edits = append(edits, turnEdit{ctxLastEnd, ctxLastEnd, add.String(), nil})
+			edits = append(edits, edit{ctxLastEnd, ctxLastEnd, add.String(), nil})
 		}
 	}
 	if kdN == 1 {
-		edits = append(edits, turnEdit{kdM.valStart, kdM.valEnd, "", block})
+		edits = append(edits, edit{kdM.valStart, kdM.valEnd, "", block})
 	} else {
 		prefix := `"knowledge_delivery":`
 		if lastEnd != i+1 {
 			prefix = "," + prefix
 		}
-		edits = append(edits, turnEdit{lastEnd, lastEnd, prefix, block})
+		edits = append(edits, edit{lastEnd, lastEnd, prefix, block})
 	}
-	return turnApplyEdits(body, edits), nil
+	return applyEdits(body, edits), nil
 }
 
-// turnEdit replaces body[from:to] with text followed by raw.
-type turnEdit struct {
+// edit replaces body[from:to] with text followed by raw.
+type edit struct {
 	from, to int
 	text     string
 	raw      []byte
 }
 
-// turnApplyEdits builds the output in one allocation. Edits must not overlap.
-func turnApplyEdits(b []byte, edits []turnEdit) []byte {
-	slices.SortFunc(edits, func(x, y turnEdit) int { return x.from - y.from })
+// applyEdits builds the output in one allocation. Edits must not overlap.
+func applyEdits(b []byte, edits []edit) []byte {
+	slices.SortFunc(edits, func(x, y edit) int { return x.from - y.from })
 	n := len(b)
 	for _, e := range edits {
 		n += len(e.text) + len(e.raw) - (e.to - e.from)
@@ -344,15 +324,15 @@ func turnApplyEdits(b []byte, edits []turnEdit) []byte {
 	return append(out, b[pos:]...)
 }
 
-// turnObjectBytes returns b without surrounding whitespace if it is exactly
+// objectBytes returns b without surrounding whitespace if it is exactly
 // one valid JSON object.
-func turnObjectBytes(b []byte) ([]byte, bool) {
-	i := turnSkipWS(b, 0)
+func objectBytes(b []byte) ([]byte, bool) {
+	i := skipWS(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return nil, false
 	}
-	end, err := turnScanObject(b, i, 1, nil)
-	if err != nil || turnSkipWS(b, end) != len(b) {
+	end, err := scanObject(b, i, 1, nil)
+	if err != nil || skipWS(b, end) != len(b) {
 		return nil, false
 	}
 	return b[i:end], true
@@ -360,26 +340,26 @@ func turnObjectBytes(b []byte) ([]byte, bool) {
 
 // --- a minimal validating JSON scanner --------------------------------------
 
-// errTurnJSON marks invalid JSON inside the scanner; it never leaves this file.
-var errTurnJSON = errors.New("invalid json")
+// errJSON marks invalid JSON inside the scanner; it never leaves this file.
+var errJSON = errors.New("invalid json")
 
-// errTurnDeep marks nesting beyond turnMaxDepth inside the scanner.
-var errTurnDeep = errors.New("json nests too deeply")
+// errDeep marks nesting beyond maxDepth inside the scanner.
+var errDeep = errors.New("json nests too deeply")
 
-// turnMaxDepth is encoding/json's nesting limit, so the scanner accepts exactly
+// maxDepth is encoding/json's nesting limit, so the scanner accepts exactly
 // what json.Valid accepts.
-const turnMaxDepth = 10000
+const maxDepth = 10000
 
-// turnMember locates one object member: b[keyStart:keyEnd] is the key's JSON
+// member locates one object member: b[keyStart:keyEnd] is the key's JSON
 // string including quotes, b[valStart:valEnd] its value.
-type turnMember struct {
+type member struct {
 	keyStart, keyEnd int
 	keyEsc           bool
 	valStart, valEnd int
 }
 
 // keyIs reports whether the member's key, unescaped, equals name.
-func (m turnMember) keyIs(b []byte, name string) bool {
+func (m member) keyIs(b []byte, name string) bool {
 	raw := b[m.keyStart+1 : m.keyEnd-1]
 	if !m.keyEsc {
 		return string(raw) == name
@@ -391,8 +371,8 @@ func (m turnMember) keyIs(b []byte, name string) bool {
 	return s == name
 }
 
-// turnStringValue decodes b[start:end] if it is a JSON string.
-func turnStringValue(b []byte, start, end int) (string, bool) {
+// stringValue decodes b[start:end] if it is a JSON string.
+func stringValue(b []byte, start, end int) (string, bool) {
 	if end-start < 2 || b[start] != '"' {
 		return "", false
 	}
@@ -407,7 +387,7 @@ func turnStringValue(b []byte, start, end int) (string, bool) {
 	return s, true
 }
 
-func turnSkipWS(b []byte, i int) int {
+func skipWS(b []byte, i int) int {
 	for i < len(b) {
 		switch b[i] {
 		case ' ', '\t', '\n', '\r':
@@ -419,47 +399,47 @@ func turnSkipWS(b []byte, i int) int {
 	return i
 }
 
-// turnScanObject scans the object starting at b[i] == '{' at nesting depth
+// scanObject scans the object starting at b[i] == '{' at nesting depth
 // depth, calls fn (if not nil) for every member in order, and returns the
 // index just after the closing '}'. When a member's value is invalid, fn is
 // still called for it, with valEnd == -1, before the error is returned.
-func turnScanObject(b []byte, i, depth int, fn func(turnMember)) (int, error) {
-	return turnScanMembers(b, i, depth, fn, nil, nil)
+func scanObject(b []byte, i, depth int, fn func(member)) (int, error) {
+	return scanMembers(b, i, depth, fn, nil, nil)
 }
 
-// turnScanMembers is turnScanObject that can also look one level down in the
+// scanMembers is scanObject that can also look one level down in the
 // same pass: when into is not nil it is called (with the key fields of m set)
 // for every member whose value is an object, and when it answers true, sub
 // gets that object's members the way fn gets this object's.
-func turnScanMembers(b []byte, i, depth int, fn func(turnMember), into func(turnMember) bool, sub func(turnMember)) (int, error) {
-	if depth > turnMaxDepth {
-		return 0, errTurnDeep
+func scanMembers(b []byte, i, depth int, fn func(member), into func(member) bool, sub func(member)) (int, error) {
+	if depth > maxDepth {
+		return 0, errDeep
 	}
-	i = turnSkipWS(b, i+1)
+	i = skipWS(b, i+1)
 	if i < len(b) && b[i] == '}' {
 		return i + 1, nil
 	}
 	for {
 		if i >= len(b) || b[i] != '"' {
-			return 0, errTurnJSON
+			return 0, errJSON
 		}
-		var m turnMember
+		var m member
 		m.keyStart = i
-		end, esc, err := turnScanString(b, i)
+		end, esc, err := scanString(b, i)
 		if err != nil {
 			return 0, err
 		}
 		m.keyEnd, m.keyEsc = end, esc
-		i = turnSkipWS(b, end)
+		i = skipWS(b, end)
 		if i >= len(b) || b[i] != ':' {
-			return 0, errTurnJSON
+			return 0, errJSON
 		}
-		i = turnSkipWS(b, i+1)
+		i = skipWS(b, i+1)
 		m.valStart = i
 		if into != nil && i < len(b) && b[i] == '{' && into(m) {
-			i, err = turnScanObject(b, i, depth+1, sub)
+			i, err = scanObject(b, i, depth+1, sub)
 		} else {
-			i, err = turnSkipValue(b, i, depth)
+			i, err = skipValue(b, i, depth)
 		}
 		if err != nil {
 			if fn != nil {
@@ -474,92 +454,92 @@ func turnScanMembers(b []byte, i, depth int, fn func(turnMember), into func(turn
 		if fn != nil {
 			fn(m)
 		}
-		i = turnSkipWS(b, i)
+		i = skipWS(b, i)
 		if i >= len(b) {
-			return 0, errTurnJSON
+			return 0, errJSON
 		}
 		switch b[i] {
 		case ',':
-			i = turnSkipWS(b, i+1)
+			i = skipWS(b, i+1)
 		case '}':
 			return i + 1, nil
 		default:
-			return 0, errTurnJSON
+			return 0, errJSON
 		}
 	}
 }
 
-// turnSkipValue returns the index just after the value starting at b[i];
+// skipValue returns the index just after the value starting at b[i];
 // depth is the nesting depth of the container holding it.
-func turnSkipValue(b []byte, i, depth int) (int, error) {
+func skipValue(b []byte, i, depth int) (int, error) {
 	if i >= len(b) {
-		return 0, errTurnJSON
+		return 0, errJSON
 	}
 	switch c := b[i]; {
 	case c == '{':
-		return turnScanObject(b, i, depth+1, nil)
+		return scanObject(b, i, depth+1, nil)
 	case c == '[':
-		return turnScanArray(b, i, depth+1)
+		return scanArray(b, i, depth+1)
 	case c == '"':
-		end, _, err := turnScanString(b, i)
+		end, _, err := scanString(b, i)
 		return end, err
 	case c == '-' || (c >= '0' && c <= '9'):
-		return turnScanNumber(b, i)
+		return scanNumber(b, i)
 	case c == 't':
-		return turnLiteral(b, i, "true")
+		return literal(b, i, "true")
 	case c == 'f':
-		return turnLiteral(b, i, "false")
+		return literal(b, i, "false")
 	case c == 'n':
-		return turnLiteral(b, i, "null")
+		return literal(b, i, "null")
 	default:
-		return 0, errTurnJSON
+		return 0, errJSON
 	}
 }
 
-func turnScanArray(b []byte, i, depth int) (int, error) {
-	if depth > turnMaxDepth {
-		return 0, errTurnDeep
+func scanArray(b []byte, i, depth int) (int, error) {
+	if depth > maxDepth {
+		return 0, errDeep
 	}
-	i = turnSkipWS(b, i+1)
+	i = skipWS(b, i+1)
 	if i < len(b) && b[i] == ']' {
 		return i + 1, nil
 	}
 	for {
 		var err error
-		if i, err = turnSkipValue(b, i, depth); err != nil {
+		if i, err = skipValue(b, i, depth); err != nil {
 			return 0, err
 		}
-		i = turnSkipWS(b, i)
+		i = skipWS(b, i)
 		if i >= len(b) {
-			return 0, errTurnJSON
+			return 0, errJSON
 		}
 		switch b[i] {
 		case ',':
-			i = turnSkipWS(b, i+1)
+			i = skipWS(b, i+1)
 		case ']':
 			return i + 1, nil
 		default:
-			return 0, errTurnJSON
+			return 0, errJSON
 		}
 	}
 }
 
-// turnScanString scans the string starting at b[i] == '"' and returns the
+// scanString scans the string starting at b[i] == '"' and returns the
 // index after its closing quote and whether it contains escapes. Like
 // encoding/json it rejects raw control characters and bad escapes and does
 // not check UTF-8.
 //
 // Plain bytes (anything but '"', '\\' and controls) are skipped eight at a
-// time (turnPlain8), then one at a time up to the next byte that needs a
+// time (plain8), then one at a time up to the next byte that needs a
 // decision; the byte-by-byte switch below only sees those.
-func turnScanString(b []byte, i int) (int, bool, error) {
+func scanString(b []byte, i int) (int, bool, error) {
 	i++
 	esc := false
 	for i < len(b) {
-		for i+8 <= len(b) && turnPlain8(binary.LittleEndian.Uint64(b[i:])) {
+		for i+8 <= len(b) && plain8(binary.LittleEndian.Uint64(b[i:])) {
 			i += 8
 		}
-		for i < len(b) && turnPlainByte[b[i]] {
+		for i < len(b) && plainByte[b[i]] {
 			i++
 		}
 		if i >= len(b) {
@@ -572,66 +552,66 @@ func turnScanString(b []byte, i int) (int, bool, error) {
 		case c == '\\':
 			esc = true
 			if i+1 >= len(b) {
-				return 0, false, errTurnJSON
+				return 0, false, errJSON
 			}
 			switch b[i+1] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 				i += 2
 			case 'u':
 				if i+6 > len(b) {
-					return 0, false, errTurnJSON
+					return 0, false, errJSON
 				}
 				for _, h := range b[i+2 : i+6] {
-					if !turnIsHex(h) {
-						return 0, false, errTurnJSON
+					if !isHex(h) {
+						return 0, false, errJSON
 					}
 				}
 				i += 6
 			default:
-				return 0, false, errTurnJSON
+				return 0, false, errJSON
 			}
 		case c < 0x20:
-			return 0, false, errTurnJSON
+			return 0, false, errJSON
 		default:
 			i++
 		}
 	}
-	return 0, false, errTurnJSON
+	return 0, false, errJSON
 }
 
 const (
-	turnSWARLo = 0x0101010101010101
-	turnSWARHi = 0x8080808080808080
+	sWARLo = 0x0101010101010101
+	sWARHi = 0x8080808080808080
 )
 
-// turnPlain8 reports whether none of the eight bytes packed in x is '"',
+// plain8 reports whether none of the eight bytes packed in x is '"',
 // '\\' or a control character (< 0x20). It uses the exact "has a zero byte"
 // and "has a byte less than n" word tests (n ≤ 128), so it has no false
 // answers in either direction.
-func turnPlain8(x uint64) bool {
-	q := x ^ (turnSWARLo * '"')
-	s := x ^ (turnSWARLo * '\\')
-	special := (x - turnSWARLo*0x20) &^ x
-	special |= (q - turnSWARLo) &^ q
-	special |= (s - turnSWARLo) &^ s
-	return special&turnSWARHi == 0
+func plain8(x uint64) bool {
+	q := x ^ (sWARLo * '"')
+	s := x ^ (sWARLo * '\\')
+	special := (x - sWARLo*0x20) &^ x
+	special |= (q - sWARLo) &^ q
+	special |= (s - sWARLo) &^ s
+	return special&sWARHi == 0
 }
 
-// turnPlainByte[c] is true for the bytes a JSON string may hold as they are
+// plainByte[c] is true for the bytes a JSON string may hold as they are
 // and that do not end or escape it.
-var turnPlainByte = func() (t [256]bool) {
+var plainByte = func() (t [256]bool) {
 	for c := 0x20; c < 256; c++ {
 		t[c] = c != '"' && c != '\\'
 	}
 	return t
 }()
 
-func turnIsHex(c byte) bool {
+func isHex(c byte) bool {
 	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
 }
 
-// turnScanNumber scans -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?.
-func turnScanNumber(b []byte, i int) (int, error) {
+// scanNumber scans -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?.
+func scanNumber(b []byte, i int) (int, error) {
 	if b[i] == '-' {
 		i++
 	}
@@ -639,14 +619,14 @@ func turnScanNumber(b []byte, i int) (int, error) {
 	case i < len(b) && b[i] == '0':
 		i++
 	case i < len(b) && b[i] >= '1' && b[i] <= '9':
-		i = turnDigits(b, i)
+		i = digits(b, i)
 	default:
-		return 0, errTurnJSON
+		return 0, errJSON
 	}
 	if i < len(b) && b[i] == '.' {
-		j := turnDigits(b, i+1)
+		j := digits(b, i+1)
 		if j == i+1 {
-			return 0, errTurnJSON
+			return 0, errJSON
 		}
 		i = j
 	}
@@ -655,25 +635,25 @@ func turnScanNumber(b []byte, i int) (int, error) {
 		if i < len(b) && (b[i] == '+' || b[i] == '-') {
 			i++
 		}
-		j := turnDigits(b, i)
+		j := digits(b, i)
 		if j == i {
-			return 0, errTurnJSON
+			return 0, errJSON
 		}
 		i = j
 	}
 	return i, nil
 }
 
-func turnDigits(b []byte, i int) int {
+func digits(b []byte, i int) int {
 	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
 		i++
 	}
 	return i
 }
 
-func turnLiteral(b []byte, i int, lit string) (int, error) {
+func literal(b []byte, i int, lit string) (int, error) {
 	if len(b)-i < len(lit) || string(b[i:i+len(lit)]) != lit {
-		return 0, errTurnJSON
+		return 0, errJSON
 	}
 	return i + len(lit), nil
 }

@@ -1,15 +1,18 @@
-package proxy
+package turn
 
 import (
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"math/rand/v2"
 	"reflect"
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/bailinghub/knowledge-sidecar/turn/turntest"
 )
 
 func TestParseTurnRequest(t *testing.T) {
@@ -17,7 +20,7 @@ func TestParseTurnRequest(t *testing.T) {
 	tests := []struct {
 		name     string
 		in       string
-		wantMode string
+		wantMode knowledge.DeliveryMode
 		wantBody string // "" means: the input itself
 		wantErr  error
 	}{
@@ -73,7 +76,7 @@ func TestParseTurnRequest(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			in := []byte(tc.in)
 			orig := bytes.Clone(in)
-			got, err := ParseTurnRequest(in)
+			got, err := ParseRequest(in)
 			if !bytes.Equal(in, orig) {
 				t.Fatalf("input was modified: got %q; want %q", in, orig)
 			}
@@ -122,7 +125,7 @@ func TestParseTurnRequestIDs(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := ParseTurnRequest([]byte(tc.in))
+			got, err := ParseRequest([]byte(tc.in))
 			if err != nil {
 				t.Fatalf("got error %v; want nil", err)
 			}
@@ -134,10 +137,10 @@ func TestParseTurnRequestIDs(t *testing.T) {
 	}
 }
 
-const turnTestBlock = `{"schema_version":"bailing.agent-knowledge-delivery.v1","mode":"on_demand","status":"ok","hints":[]}`
+const testBlock = `{"schema_version":"bailing.agent-knowledge-delivery.v1","mode":"on_demand","status":"ok","hints":[]}`
 
 func TestRewriteTurnResponse(t *testing.T) {
-	const blk = turnTestBlock
+	const blk = testBlock
 	tests := []struct {
 		name, in, mode, want string
 	}{
@@ -190,7 +193,7 @@ func TestRewriteTurnResponse(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			in := []byte(tc.in)
 			orig := bytes.Clone(in)
-			got, err := RewriteTurnResponse(in, tc.mode, []byte(blk))
+			got, err := RewriteResponse(in, knowledge.DeliveryMode(tc.mode), []byte(blk))
 			if err != nil {
 				t.Fatalf("got error %v; want nil", err)
 			}
@@ -208,7 +211,7 @@ func TestRewriteTurnResponse(t *testing.T) {
 }
 
 func TestRewriteTurnResponseBlockWhitespace(t *testing.T) {
-	got, err := RewriteTurnResponse([]byte(`{"schema_version":"bailing.agent-turn-context.v1","context":{}}`), "inline", []byte("\n {\"a\":1} \n"))
+	got, err := RewriteResponse([]byte(`{"schema_version":"bailing.agent-turn-context.v1","context":{}}`), "inline", []byte("\n {\"a\":1} \n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,25 +227,25 @@ func TestRewriteTurnResponseErrors(t *testing.T) {
 		name, in, mode, block string
 		want                  error
 	}{
-		{"not json", `<html>bad gateway</html>`, "on_demand", turnTestBlock, ErrUnexpectedTurnBody},
-		{"empty", ``, "on_demand", turnTestBlock, ErrUnexpectedTurnBody},
-		{"truncated", ok[:len(ok)-1], "on_demand", turnTestBlock, ErrUnexpectedTurnBody},
-		{"trailing data", ok + `x`, "on_demand", turnTestBlock, ErrUnexpectedTurnBody},
-		{"array", `[` + ok + `]`, "on_demand", turnTestBlock, ErrUnexpectedTurnBody},
-		{"no schema_version", `{"context":{}}`, "on_demand", turnTestBlock, ErrUnexpectedTurnBody},
-		{"legacy schema key only", `{"schema":"bailing.agent-turn-context.v1","context":{}}`, "on_demand", turnTestBlock, ErrUnexpectedTurnBody},
-		{"other schema", `{"schema_version":"bailing.agent-turn-context.v2","context":{}}`, "inline", turnTestBlock, ErrUnexpectedTurnBody},
-		{"schema not a string", `{"schema_version":1,"context":{}}`, "inline", turnTestBlock, ErrUnexpectedTurnBody},
-		{"duplicate schema", `{"schema_version":"bailing.agent-turn-context.v1","schema_version":"x","context":{}}`, "inline", turnTestBlock, ErrUnexpectedTurnBody},
-		{"no context", `{"schema_version":"bailing.agent-turn-context.v1"}`, "on_demand", turnTestBlock, ErrUnexpectedTurnBody},
-		{"context null", `{"schema_version":"bailing.agent-turn-context.v1","context":null}`, "on_demand", turnTestBlock, ErrUnexpectedTurnBody},
-		{"context array", `{"schema_version":"bailing.agent-turn-context.v1","context":[]}`, "inline", turnTestBlock, ErrUnexpectedTurnBody},
-		{"duplicate context", `{"schema_version":"bailing.agent-turn-context.v1","context":{},"context":{}}`, "on_demand", turnTestBlock, ErrUnexpectedTurnBody},
-		{"duplicate knowledge", `{"schema_version":"bailing.agent-turn-context.v1","context":{"knowledge":[],"knowledge":[1]}}`, "on_demand", turnTestBlock, ErrUnexpectedTurnBody},
-		{"duplicate knowledge_refs", `{"schema_version":"bailing.agent-turn-context.v1","context":{"knowledge_refs":[],"knowledge_refs":[1]}}`, "on_demand", turnTestBlock, ErrUnexpectedTurnBody},
-		{"duplicate block", `{"schema_version":"bailing.agent-turn-context.v1","context":{},"knowledge_delivery":1,"knowledge_delivery":2}`, "inline", turnTestBlock, ErrUnexpectedTurnBody},
-		{"bad mode", ok, "off", turnTestBlock, ErrInvalidDelivery},
-		{"empty mode", ok, "", turnTestBlock, ErrInvalidDelivery},
+		{"not json", `<html>bad gateway</html>`, "on_demand", testBlock, ErrUnexpectedAnswer},
+		{"empty", ``, "on_demand", testBlock, ErrUnexpectedAnswer},
+		{"truncated", ok[:len(ok)-1], "on_demand", testBlock, ErrUnexpectedAnswer},
+		{"trailing data", ok + `x`, "on_demand", testBlock, ErrUnexpectedAnswer},
+		{"array", `[` + ok + `]`, "on_demand", testBlock, ErrUnexpectedAnswer},
+		{"no schema_version", `{"context":{}}`, "on_demand", testBlock, ErrUnexpectedAnswer},
+		{"legacy schema key only", `{"schema":"bailing.agent-turn-context.v1","context":{}}`, "on_demand", testBlock, ErrUnexpectedAnswer},
+		{"other schema", `{"schema_version":"bailing.agent-turn-context.v2","context":{}}`, "inline", testBlock, ErrUnexpectedAnswer},
+		{"schema not a string", `{"schema_version":1,"context":{}}`, "inline", testBlock, ErrUnexpectedAnswer},
+		{"duplicate schema", `{"schema_version":"bailing.agent-turn-context.v1","schema_version":"x","context":{}}`, "inline", testBlock, ErrUnexpectedAnswer},
+		{"no context", `{"schema_version":"bailing.agent-turn-context.v1"}`, "on_demand", testBlock, ErrUnexpectedAnswer},
+		{"context null", `{"schema_version":"bailing.agent-turn-context.v1","context":null}`, "on_demand", testBlock, ErrUnexpectedAnswer},
+		{"context array", `{"schema_version":"bailing.agent-turn-context.v1","context":[]}`, "inline", testBlock, ErrUnexpectedAnswer},
+		{"duplicate context", `{"schema_version":"bailing.agent-turn-context.v1","context":{},"context":{}}`, "on_demand", testBlock, ErrUnexpectedAnswer},
+		{"duplicate knowledge", `{"schema_version":"bailing.agent-turn-context.v1","context":{"knowledge":[],"knowledge":[1]}}`, "on_demand", testBlock, ErrUnexpectedAnswer},
+		{"duplicate knowledge_refs", `{"schema_version":"bailing.agent-turn-context.v1","context":{"knowledge_refs":[],"knowledge_refs":[1]}}`, "on_demand", testBlock, ErrUnexpectedAnswer},
+		{"duplicate block", `{"schema_version":"bailing.agent-turn-context.v1","context":{},"knowledge_delivery":1,"knowledge_delivery":2}`, "inline", testBlock, ErrUnexpectedAnswer},
+		{"bad mode", ok, "off", testBlock, ErrInvalidDelivery},
+		{"empty mode", ok, "", testBlock, ErrInvalidDelivery},
 		{"block not json", ok, "inline", `{"a":`, ErrInvalidDeliveryBlock},
 		{"block not an object", ok, "inline", `[]`, ErrInvalidDeliveryBlock},
 		{"block with trailing data", ok, "inline", `{} {}`, ErrInvalidDeliveryBlock},
@@ -250,7 +253,7 @@ func TestRewriteTurnResponseErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := RewriteTurnResponse([]byte(tc.in), tc.mode, []byte(tc.block))
+			got, err := RewriteResponse([]byte(tc.in), knowledge.DeliveryMode(tc.mode), []byte(tc.block))
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("got (%q, %v); want error %v", got, err, tc.want)
 			}
@@ -276,8 +279,8 @@ func TestTurnScannerAgreesWithEncodingJSON(t *testing.T) {
 	for i, in := range inputs {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
 			b := []byte(in)
-			end, err := turnScanObject(b, 0, 1, nil)
-			got := err == nil && turnSkipWS(b, end) == len(b)
+			end, err := scanObject(b, 0, 1, nil)
+			got := err == nil && skipWS(b, end) == len(b)
 			if want := json.Valid(b); got != want {
 				t.Fatalf("scanner valid = %v; json.Valid = %v for %.80q", got, want, in)
 			}
@@ -287,16 +290,16 @@ func TestTurnScannerAgreesWithEncodingJSON(t *testing.T) {
 
 // --- properties: random objects ---------------------------------------------
 
-// turnGen builds random JSON with random whitespace, escaped key spellings and
+// gen builds random JSON with random whitespace, escaped key spellings and
 // nested decoys.
-type turnGen struct{ r *rand.Rand }
+type gen struct{ r *rand.Rand }
 
-func (g turnGen) ws() string {
+func (g gen) ws() string {
 	return []string{"", "", "", " ", "\n  ", "\t", " \r\n "}[g.r.IntN(7)]
 }
 
 // key spells name, sometimes with JSON escapes.
-func (g turnGen) key(name string) string {
+func (g gen) key(name string) string {
 	var sb strings.Builder
 	sb.WriteByte('"')
 	for _, c := range name {
@@ -313,7 +316,7 @@ func (g turnGen) key(name string) string {
 	return sb.String()
 }
 
-func (g turnGen) value(depth int) string {
+func (g gen) value(depth int) string {
 	n := 6
 	if depth > 3 {
 		n = 4
@@ -343,7 +346,7 @@ func (g turnGen) value(depth int) string {
 	}
 }
 
-func (g turnGen) decoyKeys() []string {
+func (g gen) decoyKeys() []string {
 	pool := []string{"a", "b", "user_input", "knowledge_delivery", "knowledge", "knowledge_refs", "context", "schema_version", "z"}
 	n := g.r.IntN(4)
 	out := make([]string, 0, n)
@@ -360,7 +363,7 @@ func (g turnGen) decoyKeys() []string {
 
 // object renders an object with the given keys (random values) plus, when
 // special is not "", the member special:specialVal at a random position.
-func (g turnGen) object(depth int, keys []string, special, specialVal string) string {
+func (g gen) object(depth int, keys []string, special, specialVal string) string {
 	members := make([]string, 0, len(keys)+1)
 	for _, k := range keys {
 		members = append(members, g.key(k)+g.ws()+":"+g.ws()+g.value(depth))
@@ -381,7 +384,7 @@ func (g turnGen) object(depth int, keys []string, special, specialVal string) st
 	return sb.String()
 }
 
-func turnDecode(t *testing.T, b []byte) map[string]any {
+func decode(t *testing.T, b []byte) map[string]any {
 	t.Helper()
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
@@ -393,19 +396,19 @@ func turnDecode(t *testing.T, b []byte) map[string]any {
 }
 
 func TestParseTurnRequestRandomObjects(t *testing.T) {
-	g := turnGen{rand.New(rand.NewPCG(1, 2))}
+	g := gen{rand.New(rand.NewPCG(1, 2))}
 	topKeys := []string{"client_conversation_id", "client_turn_id", "user_message_id", "user_input", "page_context", "renderers"}
 	for i := range 3000 {
 		keys := slicesShuffle(g, topKeys)[:g.r.IntN(len(topKeys)+1)]
-		mode := []string{"", "inline", "on_demand"}[g.r.IntN(3)]
+		mode := []knowledge.DeliveryMode{"", "inline", "on_demand"}[g.r.IntN(3)]
 		special, val := "", ""
 		if mode != "" {
-			special, val = "knowledge_delivery", `"`+mode+`"`
+			special, val = "knowledge_delivery", `"`+string(mode)+`"`
 		}
 		in := []byte(g.ws() + g.object(1, keys, special, val) + g.ws())
-		got, err := ParseTurnRequest(in)
+		got, err := ParseRequest(in)
 		if err != nil {
-			t.Fatalf("case %d: ParseTurnRequest(%s): %v", i, in, err)
+			t.Fatalf("case %d: ParseRequest(%s): %v", i, in, err)
 		}
 		if got.Mode != mode {
 			t.Fatalf("case %d: Mode = %q; want %q (%s)", i, got.Mode, mode, in)
@@ -416,51 +419,51 @@ func TestParseTurnRequestRandomObjects(t *testing.T) {
 			}
 			continue
 		}
-		want := turnDecode(t, in)
+		want := decode(t, in)
 		delete(want, "knowledge_delivery")
-		if gotMap := turnDecode(t, got.Body); !reflect.DeepEqual(gotMap, want) {
+		if gotMap := decode(t, got.Body); !reflect.DeepEqual(gotMap, want) {
 			t.Fatalf("case %d: Body decodes to %v; want %v\nin:  %s\nout: %s", i, gotMap, want, in, got.Body)
 		}
 	}
 }
 
-func slicesShuffle(g turnGen, s []string) []string {
+func slicesShuffle(g gen, s []string) []string {
 	out := append([]string(nil), s...)
 	g.r.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
 	return out
 }
 
 func TestRewriteTurnResponseRandomObjects(t *testing.T) {
-	g := turnGen{rand.New(rand.NewPCG(3, 4))}
+	g := gen{rand.New(rand.NewPCG(3, 4))}
 	for i := range 3000 {
 		ctxKeys := slicesShuffle(g, []string{"instructions", "memory", "knowledge", "knowledge_refs", "governance", "page_context"})[:g.r.IntN(7)]
 		ctxObj := g.object(2, ctxKeys, "", "")
 		topKeys := slicesShuffle(g, []string{"run_id", "profile_revision", "active_tools", "task_binding", "knowledge_delivery"})[:g.r.IntN(6)]
 		// schema_version and context at random positions among the others.
-		body := g.object(1, topKeys, "schema_version", `"`+turnContextSchema+`"`)
+		body := g.object(1, topKeys, "schema_version", `"`+contextSchema+`"`)
 		body = strings.Replace(body, "{", "{"+g.key("context")+":"+ctxObj+",", 1)
 		in := []byte(g.ws() + body + g.ws())
-		mode := []string{"inline", "on_demand"}[g.r.IntN(2)]
-		out, err := RewriteTurnResponse(in, mode, []byte(turnTestBlock))
+		mode := []knowledge.DeliveryMode{"inline", "on_demand"}[g.r.IntN(2)]
+		out, err := RewriteResponse(in, mode, []byte(testBlock))
 		if err != nil {
 			t.Fatalf("case %d: %v\n%s", i, err, in)
 		}
-		turnCheckRewrite(t, in, out, mode)
+		checkRewrite(t, in, out, mode)
 	}
 }
 
-// turnCheckRewrite asserts that out is in with exactly the SPEC §7 changes:
+// checkRewrite asserts that out is in with exactly the SPEC §7 changes:
 // the decoded document matches, and every untouched member keeps its bytes.
-func turnCheckRewrite(t *testing.T, in, out []byte, mode string) {
+func checkRewrite(t *testing.T, in, out []byte, mode knowledge.DeliveryMode) {
 	t.Helper()
-	want := turnDecode(t, in)
+	want := decode(t, in)
 	ctx := want["context"].(map[string]any)
 	if mode == "on_demand" {
 		ctx["knowledge"] = []any{}
 		ctx["knowledge_refs"] = []any{}
 	}
-	want["knowledge_delivery"] = turnDecode(t, []byte(turnTestBlock))
-	if got := turnDecode(t, out); !reflect.DeepEqual(got, want) {
+	want["knowledge_delivery"] = decode(t, []byte(testBlock))
+	if got := decode(t, out); !reflect.DeepEqual(got, want) {
 		t.Fatalf("output decodes to %v; want %v\nin:  %s\nout: %s", got, want, in, out)
 	}
 	var rawIn, rawOut map[string]json.RawMessage
@@ -493,9 +496,9 @@ func turnCheckRewrite(t *testing.T, in, out []byte, mode string) {
 
 // --- fuzzing ------------------------------------------------------------------
 
-// turnTopLevel lists the top-level keys of a valid JSON object in order, or
+// topLevel lists the top-level keys of a valid JSON object in order, or
 // ok=false when b is not one.
-func turnTopLevel(b []byte) (keys []string, vals []json.RawMessage, ok bool) {
+func topLevel(b []byte) (keys []string, vals []json.RawMessage, ok bool) {
 	if !json.Valid(b) {
 		return nil, nil, false
 	}
@@ -529,11 +532,11 @@ func FuzzParseTurnRequest(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		orig := bytes.Clone(in)
-		got, err := ParseTurnRequest(in)
+		got, err := ParseRequest(in)
 		if !bytes.Equal(in, orig) {
 			t.Fatal("input modified")
 		}
-		keys, vals, isObj := turnTopLevel(in)
+		keys, vals, isObj := topLevel(in)
 		var kdVals []json.RawMessage
 		for i, k := range keys {
 			if k == "knowledge_delivery" {
@@ -561,7 +564,7 @@ func FuzzParseTurnRequest(f *testing.F) {
 			}
 			return
 		}
-		var mode string
+		var mode knowledge.DeliveryMode
 		if json.Unmarshal(kdVals[0], &mode) != nil || (mode != "inline" && mode != "on_demand") {
 			if !errors.Is(err, ErrInvalidDelivery) {
 				t.Fatalf("bad value %s in %q: got %v; want ErrInvalidDelivery", kdVals[0], in, err)
@@ -572,7 +575,7 @@ func FuzzParseTurnRequest(f *testing.F) {
 			t.Fatalf("%q: got (%q, %v); want mode %q", in, got.Mode, err, mode)
 		}
 		// Body = input minus the member: same remaining members, same bytes, same order.
-		gk, gv, ok := turnTopLevel(got.Body)
+		gk, gv, ok := topLevel(got.Body)
 		if !ok {
 			t.Fatalf("body %q is not a valid object", got.Body)
 		}
@@ -606,12 +609,12 @@ func FuzzRewriteTurnResponse(f *testing.F) {
 		f.Add([]byte(s), false)
 	}
 	f.Fuzz(func(t *testing.T, in []byte, onDemand bool) {
-		mode := "inline"
+		mode := knowledge.DeliveryInline
 		if onDemand {
 			mode = "on_demand"
 		}
-		out, err := RewriteTurnResponse(in, mode, []byte(turnTestBlock))
-		keys, vals, isObj := turnTopLevel(in)
+		out, err := RewriteResponse(in, mode, []byte(testBlock))
+		keys, vals, isObj := topLevel(in)
 		count := map[string]int{}
 		var schema string
 		var ctxRaw json.RawMessage
@@ -624,10 +627,10 @@ func FuzzRewriteTurnResponse(f *testing.F) {
 				ctxRaw = vals[i]
 			}
 		}
-		expectOK := isObj && count["schema_version"] == 1 && schema == turnContextSchema &&
+		expectOK := isObj && count["schema_version"] == 1 && schema == contextSchema &&
 			count["context"] == 1 && count["knowledge_delivery"] <= 1 && len(ctxRaw) > 0 && ctxRaw[0] == '{'
 		if expectOK && onDemand {
-			ck, _, _ := turnTopLevel(ctxRaw)
+			ck, _, _ := topLevel(ctxRaw)
 			cc := map[string]int{}
 			for _, k := range ck {
 				cc[k]++
@@ -635,15 +638,15 @@ func FuzzRewriteTurnResponse(f *testing.F) {
 			expectOK = cc["knowledge"] <= 1 && cc["knowledge_refs"] <= 1
 		}
 		if !expectOK {
-			if !errors.Is(err, ErrUnexpectedTurnBody) {
-				t.Fatalf("%q: got (%q, %v); want ErrUnexpectedTurnBody", in, out, err)
+			if !errors.Is(err, ErrUnexpectedAnswer) {
+				t.Fatalf("%q: got (%q, %v); want ErrUnexpectedAnswer", in, out, err)
 			}
 			return
 		}
 		if err != nil {
 			t.Fatalf("%q: got error %v; want a rewrite", in, err)
 		}
-		turnCheckRewrite(t, in, out, mode)
+		checkRewrite(t, in, out, mode)
 	})
 }
 
@@ -652,16 +655,16 @@ func FuzzRewriteTurnResponse(f *testing.F) {
 // TestTurnRewriteAllocationsBounded: the rewrite allocates about one copy of
 // the body (the output), not a re-encoding of the document.
 func TestTurnRewriteAllocationsBounded(t *testing.T) {
-	body := turnBenchResponse(256 << 10)
-	req := turnBenchRequest(256 << 10)
+	body := turntest.Answer(256 << 10)
+	req := benchRequest(256 << 10)
 	cases := []struct {
 		name string
 		size int
 		run  func()
 	}{
-		{"rewrite on_demand", len(body), func() { _, _ = RewriteTurnResponse(body, "on_demand", []byte(turnTestBlock)) }},
-		{"rewrite inline", len(body), func() { _, _ = RewriteTurnResponse(body, "inline", []byte(turnTestBlock)) }},
-		{"parse request", len(req), func() { _, _ = ParseTurnRequest(req) }},
+		{"rewrite on_demand", len(body), func() { _, _ = RewriteResponse(body, "on_demand", []byte(testBlock)) }},
+		{"rewrite inline", len(body), func() { _, _ = RewriteResponse(body, "inline", []byte(testBlock)) }},
+		{"parse request", len(req), func() { _, _ = ParseRequest(req) }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

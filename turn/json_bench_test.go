@@ -1,0 +1,125 @@
+package turn
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"github.com/bailinghub/knowledge-sidecar/knowledge"
+	"github.com/bailinghub/knowledge-sidecar/turn/turntest"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// benchRequest builds a turn request of at least size bytes with the
+// knowledge_delivery member in the middle.
+func benchRequest(size int) []byte {
+	input := strings.Repeat("Find the order of Ada and explain the refund rules. ", size/50+1)
+	return []byte(`{"client_conversation_id":"conv-1","client_turn_id":"turn-1","knowledge_delivery":"on_demand",` +
+		`"user_message_id":"msg-1","user_input":"` + input + `","page_context":{"url":"/orders","title":"Orders"},"renderers":["markdown"]}`)
+}
+
+func BenchmarkRewriteTurnResponse(b *testing.B) {
+	block := []byte(testBlock)
+	for _, size := range []int{10 << 10, 256 << 10} {
+		body := turntest.Answer(size)
+		for _, mode := range []knowledge.DeliveryMode{"on_demand", "inline"} {
+			b.Run(fmt.Sprintf("%dKiB/%s", size>>10, mode), func(b *testing.B) {
+				b.SetBytes(int64(len(body)))
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := RewriteResponse(body, mode, block); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
+
+func BenchmarkParseTurnRequest(b *testing.B) {
+	for _, size := range []int{10 << 10, 256 << 10} {
+		body := benchRequest(size)
+		b.Run(fmt.Sprintf("%dKiB", size>>10), func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := ParseRequest(body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestTurnPlain8 checks the eight-byte test against the byte table: every
+// byte value at every position of words whose other bytes are random, and
+// words of random bytes.
+func TestTurnPlain8(t *testing.T) {
+	r := rand.New(rand.NewPCG(6, 6))
+	ref := func(w [8]byte) bool {
+		for _, c := range w {
+			if !plainByte[c] {
+				return false
+			}
+		}
+		return true
+	}
+	check := func(w [8]byte) {
+		t.Helper()
+		if got, want := plain8(binary.LittleEndian.Uint64(w[:])), ref(w); got != want {
+			t.Fatalf("plain8(%q) = %v; want %v", w[:], got, want)
+		}
+	}
+	for c := range 256 {
+		for pos := range 8 {
+			for range 64 {
+				var w [8]byte
+				for i := range w {
+					w[i] = byte(0x20 + r.IntN(256-0x20)) // mostly plain
+				}
+				w[pos] = byte(c)
+				check(w)
+			}
+		}
+	}
+	for range 1 << 16 {
+		var w [8]byte
+		binary.LittleEndian.PutUint64(w[:], r.Uint64())
+		check(w)
+	}
+}
+
+// FuzzTurnScanString: on any input, the scanner accepts exactly what
+// encoding/json accepts as one object, and finds the same end for a string.
+func FuzzTurnScanString(f *testing.F) {
+	for _, s := range []string{`"abc"`, `"0123456789abcdef\"x"`, "\"0123456\x1f89\"", `"\u00e9\\\/ \t"`,
+		`"退款窗口设为0时, the refund window closes immediately."`, `"unterminated 01234567`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		obj := append(append([]byte(`{"k":`), in...), '}')
+		end, err := scanObject(obj, 0, 1, nil)
+		if got, want := err == nil && end == len(obj), json.Valid(obj); got != want {
+			t.Fatalf("scanner accepts %q: %v; json.Valid: %v", obj, got, want)
+		}
+		if len(in) == 0 || in[0] != '"' {
+			return
+		}
+		end, esc, err := scanString(in, 0)
+		var s string
+		jerr := json.Unmarshal(in, &s)
+		if err == nil && jerr == nil {
+			if want := bytes.IndexByte(in, '\\') >= 0; esc != want {
+				t.Fatalf("escape flag for %q: got %v; want %v", in, esc, want)
+			}
+		}
+		if err == nil && !json.Valid(in[:end]) {
+			t.Fatalf("scanner ends a string at %d in %q, which is not a valid JSON string", end, in)
+		}
+		if jerr == nil && (err != nil || end != len(bytes.TrimRight(in, " \t\r\n"))) {
+			t.Fatalf("scanner rejects or cuts the valid string %q: end %d, %v", in, end, err)
+		}
+	})
+}
