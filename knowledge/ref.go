@@ -160,8 +160,8 @@ func (k *Keyring) SealRef(c RefClaims) (string, error) {
 	if len(c.KBID) == 0 || len(c.KBID) > maxKBIDLen {
 		return "", errors.New("kb id must be 1-128 bytes")
 	}
-	p := make([]byte, nonceLen, nonceLen+refFixedLen+len(c.KBID)+tagLen)
-	p = binary.BigEndian.AppendUint64(p, uint64(c.Expiry.Unix()))
+	var buf [refFixedLen + maxKBIDLen]byte
+	p := binary.BigEndian.AppendUint64(buf[:0], uint64(c.Expiry.Unix()))
 	p = append(p, c.Binding[:]...)
 	p = append(p, scope[:]...)
 	p = append(p, rev[:]...)
@@ -203,8 +203,8 @@ func (k *Keyring) SealCursor(c CursorClaims) (string, error) {
 		return "", errors.New("cursor offsets must not be negative")
 	}
 	key := &k.keys[0]
-	p := make([]byte, nonceLen, nonceLen+cursorPlainLen+tagLen)
-	p = binary.BigEndian.AppendUint64(p, uint64(c.Expiry.Unix()))
+	var buf [cursorPlainLen]byte
+	p := binary.BigEndian.AppendUint64(buf[:0], uint64(c.Expiry.Unix()))
 	p = append(p, c.RefDigest[:]...)
 	p = binary.BigEndian.AppendUint64(p, uint64(c.NextOffset))
 	p = binary.BigEndian.AppendUint64(p, uint64(c.Served))
@@ -239,20 +239,25 @@ func (k *Keyring) cursorLen() int {
 	return tokenLen(CursorPrefix, len(k.keys[0].id), cursorPlainLen)
 }
 
-// sealToken fills the nonce at the start of buf (nonce space, then the
-// plaintext), encrypts the plaintext in place with the token head (prefix,
-// key id, dot) as associated data, and returns the token.
-func sealToken(prefix, keyID string, aead cipher.AEAD, buf []byte) string {
+// sealToken encrypts plain with the token head (prefix, key id, dot) as
+// associated data under a fresh random nonce and returns the token. The
+// head, the encoding and the raw nonce || ciphertext || tag share one
+// buffer.
+func sealToken(prefix, keyID string, aead cipher.AEAD, plain []byte) string {
 	head := len(prefix) + len(keyID) + 1
-	out := make([]byte, head+tokenEncoding.EncodedLen(len(buf)+tagLen))
+	rawLen := nonceLen + len(plain) + tagLen
+	tokLen := head + tokenEncoding.EncodedLen(rawLen)
+	out := make([]byte, tokLen+rawLen)
 	copy(out, prefix)
 	copy(out[len(prefix):], keyID)
 	out[head-1] = '.'
-	nonce := buf[:nonceLen]
+	raw := out[tokLen:]
+	nonce := raw[:nonceLen]
 	rand.Read(nonce) // never returns an error (crypto/rand, Go ≥ 1.24)
-	buf = aead.Seal(buf[:nonceLen], nonce, buf[nonceLen:], out[:head])
-	tokenEncoding.Encode(out[head:], buf)
-	return string(out)
+	copy(raw[nonceLen:], plain) // sealed in place: plain itself never escapes
+	aead.Seal(raw[nonceLen:nonceLen], nonce, raw[nonceLen:nonceLen+len(plain)], out[:head])
+	tokenEncoding.Encode(out[head:tokLen], raw)
+	return string(out[:tokLen])
 }
 
 // open checks the prefix, the key id, the canonical encoding and the AEAD
@@ -278,7 +283,11 @@ func (k *Keyring) open(s, prefix string) (plain []byte, keyID string, err error)
 			return nil, "", ErrReferenceInvalid
 		}
 	}
-	raw, err := tokenEncoding.DecodeString(enc)
+	// One buffer holds the associated data (the head) and the raw bytes.
+	buf := make([]byte, head+tokenEncoding.DecodedLen(len(enc)))
+	ad := buf[:copy(buf, s[:head])]
+	n, err := tokenEncoding.Decode(buf[head:], []byte(enc))
+	raw := buf[head : head+n]
 	if err != nil || len(raw) < nonceLen+tagLen {
 		return nil, "", ErrReferenceInvalid
 	}
@@ -286,7 +295,7 @@ func (k *Keyring) open(s, prefix string) (plain []byte, keyID string, err error)
 	if prefix == RefPrefix {
 		aead = key.ref
 	}
-	plain, err = aead.Open(raw[nonceLen:nonceLen], raw[:nonceLen], raw[nonceLen:], []byte(s[:head]))
+	plain, err = aead.Open(raw[nonceLen:nonceLen], raw[:nonceLen], raw[nonceLen:], ad)
 	if err != nil {
 		return nil, "", ErrReferenceInvalid
 	}

@@ -351,12 +351,12 @@ func TestTamper(t *testing.T) {
 		key := k.keys[0]
 		// A well-formed cursor plaintext sealed under the ref key, and a
 		// ref plaintext under the cursor key, each with the right prefix.
-		forgedCur := sealToken(CursorPrefix, key.id, key.ref, make([]byte, nonceLen+cursorPlainLen))
+		forgedCur := sealToken(CursorPrefix, key.id, key.ref, make([]byte, cursorPlainLen))
 		if _, err := k.OpenCursor(forgedCur); !errors.Is(err, ErrReferenceInvalid) {
 			t.Errorf("cursor under the ref key: got %v; want invalid", err)
 		}
-		p := make([]byte, nonceLen+refFixedLen+1)
-		p[nonceLen+refFixedLen-1] = 1 // doc id 1
+		p := make([]byte, refFixedLen+1)
+		p[refFixedLen-1] = 1 // doc id 1
 		forgedRef := sealToken(RefPrefix, key.id, key.cursor, p)
 		if _, err := k.OpenRef(forgedRef); !errors.Is(err, ErrReferenceInvalid) {
 			t.Errorf("ref under the cursor key: got %v; want invalid", err)
