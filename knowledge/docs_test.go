@@ -2,6 +2,7 @@ package knowledge
 
 import (
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -38,6 +39,54 @@ func TestDocsMentionEveryCode(t *testing.T) {
 			if !strings.Contains(string(text), code) {
 				t.Errorf("%s does not mention %q", name, code)
 			}
+		}
+	}
+}
+
+// TestOpenAPITokenSchemas: the Ref and Cursor schemas of docs/openapi.yaml
+// accept the tokens this package seals, the longest included, and refuse
+// version 1 tokens.
+func TestOpenAPITokenSchemas(t *testing.T) {
+	spec, err := os.ReadFile("../docs/openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type schema struct {
+		Pattern   string `yaml:"pattern"`
+		MaxLength int    `yaml:"maxLength"`
+	}
+	var doc struct {
+		Components struct {
+			Schemas struct {
+				Ref    schema `yaml:"Ref"`
+				Cursor schema `yaml:"Cursor"`
+			} `yaml:"schemas"`
+		} `yaml:"components"`
+	}
+	if err := yaml.Unmarshal(spec, &doc); err != nil {
+		t.Fatalf("openapi.yaml: %v", err)
+	}
+	k := mustKeyring(t, strings.Repeat("Z", maxKeyIDLen)+":"+secret('w'), "")
+	c := sampleClaims()
+	c.KBID = strings.Repeat("k", maxKBIDLen)
+	ref, _ := k.SealRef(c)
+	cur, _ := k.SealCursor(CursorClaims{Expiry: t0, RefDigest: RefDigest(ref)})
+	for name, tc := range map[string]struct {
+		s        schema
+		tok, old string
+	}{
+		"Ref":    {doc.Components.Schemas.Ref, ref, sealV1Ref([]byte("server-token"), "core", c)},
+		"Cursor": {doc.Components.Schemas.Cursor, cur, "kc1." + cur[len(CursorPrefix):]},
+	} {
+		re, err := regexp.Compile(tc.s.Pattern)
+		if err != nil || tc.s.MaxLength != MaxTokenLen {
+			t.Fatalf("%s: pattern %q (%v), maxLength %d; want a valid pattern and %d", name, tc.s.Pattern, err, tc.s.MaxLength, MaxTokenLen)
+		}
+		if !re.MatchString(tc.tok) || len(tc.tok) > tc.s.MaxLength {
+			t.Errorf("%s: sealed token %q (%d bytes) does not match the schema", name, tc.tok, len(tc.tok))
+		}
+		if re.MatchString(tc.old) {
+			t.Errorf("%s: version 1 token %q matches the schema; want refused", name, tc.old)
 		}
 	}
 }
