@@ -253,8 +253,11 @@ func sealToken(prefix, keyID string, aead cipher.AEAD, plain []byte) string {
 	out[head-1] = '.'
 	raw := out[tokLen:]
 	nonce := raw[:nonceLen]
-	rand.Read(nonce) // never returns an error (crypto/rand, Go ≥ 1.24)
-	copy(raw[nonceLen:], plain) // sealed in place: plain itself never escapes
+	// crypto/rand.Read never returns an error (Go ≥ 1.24): it crashes the
+	// program rather than hand out a predictable nonce.
+	rand.Read(nonce)
+	// Sealed in place, so plain (a stack buffer of the caller) never escapes.
+	copy(raw[nonceLen:], plain)
 	aead.Seal(raw[nonceLen:nonceLen], nonce, raw[nonceLen:nonceLen+len(plain)], out[:head])
 	tokenEncoding.Encode(out[head:tokLen], raw)
 	return string(out[:tokLen])
