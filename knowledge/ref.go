@@ -187,8 +187,10 @@ func (k *Keyring) OpenRef(s string) (RefClaims, error) {
 		Expiry: time.Unix(int64(binary.BigEndian.Uint64(p[:8])), 0).UTC(),
 	}
 	copy(c.Binding[:], p[8:40])
-	c.ScopeRevision = hex.EncodeToString(p[40:72])
-	c.DocRevision = hex.EncodeToString(p[72:104])
+	var revs [128]byte // both revisions in one string
+	hex.Encode(revs[:], p[40:104])
+	both := string(revs[:])
+	c.ScopeRevision, c.DocRevision = both[:64], both[64:]
 	c.DocID = int64(binary.BigEndian.Uint64(p[104:112]))
 	if c.DocID <= 0 {
 		return RefClaims{}, ErrReferenceInvalid
@@ -280,11 +282,10 @@ func (k *Keyring) open(s, prefix string) (plain []byte, keyID string, err error)
 		return nil, "", ErrReferenceInvalid
 	}
 	enc := s[head:]
-	for i := 0; i < len(enc); i++ {
-		c := enc[i]
-		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return nil, "", ErrReferenceInvalid
-		}
+	// The strict decoder refuses every byte outside the base64url alphabet,
+	// padding included, except CR and LF, which it skips.
+	if strings.IndexByte(enc, '\r') >= 0 || strings.IndexByte(enc, '\n') >= 0 {
+		return nil, "", ErrReferenceInvalid
 	}
 	// One buffer holds the associated data (the head) and the raw bytes.
 	buf := make([]byte, head+tokenEncoding.DecodedLen(len(enc)))
@@ -305,16 +306,31 @@ func (k *Keyring) open(s, prefix string) (plain []byte, keyID string, err error)
 	return plain, key.id, nil
 }
 
+// errBadRevision: a revision is 64 lowercase hex characters.
+var errBadRevision = errors.New("want 64 lowercase hex characters")
+
+// lowerHex[c] is the value of the lowercase hex digit c, or 0xff.
+var lowerHex = func() (t [256]byte) {
+	for i := range t {
+		t[i] = 0xff
+	}
+	for i, c := range hexDigits {
+		t[c] = byte(i)
+	}
+	return t
+}()
+
 func decodeRevision(s string) ([32]byte, error) {
 	var out [32]byte
 	if len(s) != 64 {
-		return out, errors.New("want 64 lowercase hex characters")
+		return out, errBadRevision
 	}
-	for i := 0; i < len(s); i++ {
-		if !(s[i] >= '0' && s[i] <= '9' || s[i] >= 'a' && s[i] <= 'f') {
-			return out, errors.New("want 64 lowercase hex characters")
+	for i := range out {
+		hi, lo := lowerHex[s[2*i]], lowerHex[s[2*i+1]]
+		if hi|lo > 0xf {
+			return [32]byte{}, errBadRevision
 		}
+		out[i] = hi<<4 | lo
 	}
-	_, err := hex.Decode(out[:], []byte(s))
-	return out, err
+	return out, nil
 }

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"slices"
 	"strconv"
@@ -606,4 +607,26 @@ func FuzzOpen(f *testing.F) {
 			t.Fatalf("OpenCursor(%q): got %v; want nil for the sealed cursor, else ErrReferenceInvalid", s, err)
 		}
 	})
+}
+
+func TestDecodeRevision(t *testing.T) {
+	valid := "0123456789abcdef" + strings.Repeat("f0", 24)
+	got, err := decodeRevision(valid)
+	if err != nil || hex.EncodeToString(got[:]) != valid {
+		t.Fatalf("decodeRevision(%q) = %x, %v; want the same bytes", valid, got, err)
+	}
+	for i := 0; i < len(valid); i++ {
+		for _, c := range []byte{'A', 'F', 'g', 'G', '/', ':', '`', ' ', 0, 0xff} {
+			b := []byte(valid)
+			b[i] = c
+			if _, err := decodeRevision(string(b)); err == nil {
+				t.Fatalf("character %q at %d: got nil error; want one", c, i)
+			}
+		}
+	}
+	for _, s := range []string{"", valid[:63], valid + "0", valid[:62] + "é"} {
+		if _, err := decodeRevision(s); err == nil {
+			t.Errorf("decodeRevision(%q): got nil error; want one", s)
+		}
+	}
 }
