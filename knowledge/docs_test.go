@@ -12,17 +12,11 @@ import (
 // TestDocsMentionEveryCode keeps docs/protocol.md and docs/openapi.yaml in
 // step with the codes and limits this package answers with.
 func TestDocsMentionEveryCode(t *testing.T) {
-	spec, err := os.ReadFile("../docs/openapi.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var doc struct {
 		OpenAPI string         `yaml:"openapi"`
 		Paths   map[string]any `yaml:"paths"`
 	}
-	if err := yaml.Unmarshal(spec, &doc); err != nil {
-		t.Fatalf("openapi.yaml: %v", err)
-	}
+	spec := readOpenAPI(t, &doc)
 	if doc.OpenAPI != "3.1.0" || len(doc.Paths) != 3 {
 		t.Fatalf("openapi %q with %d paths; want 3.1.0 with the three endpoints", doc.OpenAPI, len(doc.Paths))
 	}
@@ -47,10 +41,6 @@ func TestDocsMentionEveryCode(t *testing.T) {
 // accept the tokens this package seals, the longest included, and refuse
 // version 1 tokens.
 func TestOpenAPITokenSchemas(t *testing.T) {
-	spec, err := os.ReadFile("../docs/openapi.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	type schema struct {
 		Pattern   string `yaml:"pattern"`
 		MaxLength int    `yaml:"maxLength"`
@@ -63,9 +53,7 @@ func TestOpenAPITokenSchemas(t *testing.T) {
 			} `yaml:"schemas"`
 		} `yaml:"components"`
 	}
-	if err := yaml.Unmarshal(spec, &doc); err != nil {
-		t.Fatalf("openapi.yaml: %v", err)
-	}
+	readOpenAPI(t, &doc)
 	k := mustKeyring(t, strings.Repeat("Z", maxKeyIDLen)+":"+secret('w'), "")
 	c := sampleClaims()
 	c.KBID = strings.Repeat("k", maxKBIDLen)
@@ -89,4 +77,17 @@ func TestOpenAPITokenSchemas(t *testing.T) {
 			t.Errorf("%s: version 1 token %q matches the schema; want refused", name, tc.old)
 		}
 	}
+}
+
+// readOpenAPI decodes docs/openapi.yaml into doc and returns its bytes.
+func readOpenAPI(t *testing.T, doc any) []byte {
+	t.Helper()
+	spec, err := os.ReadFile("../docs/openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(spec, doc); err != nil {
+		t.Fatalf("openapi.yaml: %v", err)
+	}
+	return spec
 }

@@ -593,20 +593,22 @@ func FuzzOpen(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		gotRef, err := k.OpenRef(s)
-		switch {
-		case err == nil && (s != ref || gotRef != rc):
-			t.Fatalf("OpenRef(%q) accepted %+v; want only the sealed ref", s, gotRef)
-		case err != nil && (!errors.Is(err, ErrReferenceInvalid) || s == ref):
-			t.Fatalf("OpenRef(%q): got %v; want nil for the sealed ref, else ErrReferenceInvalid", s, err)
-		}
+		checkOpened(t, "OpenRef", s, ref, gotRef, rc, err)
 		gotCur, err := k.OpenCursor(s)
-		switch {
-		case err == nil && (s != cur || gotCur != cc):
-			t.Fatalf("OpenCursor(%q) accepted %+v; want only the sealed cursor", s, gotCur)
-		case err != nil && (!errors.Is(err, ErrReferenceInvalid) || s == cur):
-			t.Fatalf("OpenCursor(%q): got %v; want nil for the sealed cursor, else ErrReferenceInvalid", s, err)
-		}
+		checkOpened(t, "OpenCursor", s, cur, gotCur, cc, err)
 	})
+}
+
+// checkOpened fails unless opening s accepted exactly the sealed token tok
+// with its claims, and refused everything else with ErrReferenceInvalid.
+func checkOpened[C comparable](t *testing.T, op, s, tok string, got, want C, err error) {
+	t.Helper()
+	switch {
+	case err == nil && (s != tok || got != want):
+		t.Fatalf("%s(%q) accepted %+v; want only the sealed token", op, s, got)
+	case err != nil && (!errors.Is(err, ErrReferenceInvalid) || s == tok):
+		t.Fatalf("%s(%q): got %v; want nil for the sealed token, else ErrReferenceInvalid", op, s, err)
+	}
 }
 
 func TestDecodeRevision(t *testing.T) {
