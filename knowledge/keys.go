@@ -71,7 +71,7 @@ func newSigningKey(id string, secret []byte) (signingKey, error) {
 // NewKeyring builds the signing keys.
 //
 // spec is KNOWLEDGE_SIDECAR_SIGNING_KEYS: "id1:SECRET1,id2:SECRET2", where
-// the first key signs and all keys verify; an id is 1–16 characters of
+// the first key seals and all keys open; an id is 1–16 characters of
 // [A-Za-z0-9_-]; a SECRET is base64 (standard or URL alphabet, padded or not)
 // of at least 32 bytes. Spaces around entries are ignored.
 //

@@ -121,7 +121,7 @@ func (b Binding) Digest() [32]byte {
 
 // RefClaims is what a reference carries.
 type RefClaims struct {
-	KeyID         string    // set by OpenRef; ignored by SealRef (the signing key is used)
+	KeyID         string    // set by OpenRef; ignored by SealRef (the sealing key is used)
 	Expiry        time.Time // whole seconds
 	Binding       [32]byte  // Binding.Digest()
 	ScopeRevision string    // 64 lowercase hex
