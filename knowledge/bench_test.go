@@ -17,23 +17,69 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 )
 
+// refBenchCases are a typical reference (the test keyring, a 64-byte KB id)
+// and the longest one (16-character key id, 128-byte KB id).
+func refBenchCases(b *testing.B) []struct {
+	name   string
+	keys   *Keyring
+	claims RefClaims
+} {
+	longest := sampleClaims()
+	longest.KBID = strings.Repeat("k", maxKBIDLen)
+	return []struct {
+		name   string
+		keys   *Keyring
+		claims RefClaims
+	}{
+		{"typical", testKeys(b), sampleClaims()},
+		{"longest", mustKeyring(b, strings.Repeat("Z", maxKeyIDLen)+":"+secret('w'), ""), longest},
+	}
+}
+
 func BenchmarkSealRef(b *testing.B) {
+	for _, bc := range refBenchCases(b) {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := bc.keys.SealRef(bc.claims); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkOpenRef(b *testing.B) {
+	for _, bc := range refBenchCases(b) {
+		ref, _ := bc.keys.SealRef(bc.claims)
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := bc.keys.OpenRef(ref); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkSealCursor(b *testing.B) {
 	k := testKeys(b)
-	c := sampleClaims()
+	c := CursorClaims{Expiry: t0, RefDigest: RefDigest("kr2.k1.x"), NextOffset: 16384, Served: 16384}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := k.SealRef(c); err != nil {
+		if _, err := k.SealCursor(c); err != nil {
 			b.Fatal(err)
 		}
 	}
 }
 
-func BenchmarkOpenRef(b *testing.B) {
+func BenchmarkOpenCursor(b *testing.B) {
 	k := testKeys(b)
-	ref, _ := k.SealRef(sampleClaims())
+	cur, _ := k.SealCursor(CursorClaims{Expiry: t0, RefDigest: RefDigest("kr2.k1.x"), NextOffset: 16384, Served: 16384})
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := k.OpenRef(ref); err != nil {
+		if _, err := k.OpenCursor(cur); err != nil {
 			b.Fatal(err)
 		}
 	}

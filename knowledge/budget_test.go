@@ -145,6 +145,7 @@ func randomSearchBody(r *rand.Rand, k *Keyring) SearchBody {
 	for i := 0; i < n; i++ {
 		c := sampleClaims()
 		c.DocID = int64(r.IntN(1<<40) + 1)
+		c.KBID = strings.Repeat("k", 1+r.IntN(maxKBIDLen)) // refs of every length, the longest included
 		ref, _ := k.SealRef(c)
 		titleLen := r.IntN(191)
 		if r.IntN(10) == 0 {
@@ -203,10 +204,10 @@ func checkFit(t testing.TB, orig SearchBody) {
 }
 
 func TestSearchFitProperty(t *testing.T) {
-	k := testKeys(t)
+	keys := []*Keyring{testKeys(t), mustKeyring(t, strings.Repeat("Z", maxKeyIDLen)+":"+secret('w'), "")}
 	r := rand.New(rand.NewPCG(5, 6))
 	for i := 0; i < 1500; i++ {
-		checkFit(t, randomSearchBody(r, k))
+		checkFit(t, randomSearchBody(r, keys[i%2]))
 	}
 }
 
@@ -240,6 +241,35 @@ func TestSearchFitPolicy(t *testing.T) {
 		b.Fit(SearchMaxBytes)
 		if len(b.Hints) != 2 || !strings.HasSuffix(b.Hints[1].Title, "2") || !b.Truncated {
 			t.Fatalf("got %d hints (last %q); want the two best", len(b.Hints), b.Hints[len(b.Hints)-1].Title[191:])
+		}
+	})
+	t.Run("longest refs and titles keep every hint", func(t *testing.T) {
+		// Version 2 refs are the longest tokens: three of them with the
+		// longest titles Core stores (VARCHAR(191)) still leave room for
+		// summaries; only the summaries are shortened.
+		long := mustKeyring(t, strings.Repeat("Z", maxKeyIDLen)+":"+secret('w'), "")
+		c := sampleClaims()
+		c.KBID = strings.Repeat("k", maxKBIDLen)
+		b := SearchBody{Route: strings.Repeat("r", 64), RunID: runA, ScopeRevision: strings.Repeat("a", 64), Status: StatusPartial}
+		for i := 0; i < SearchMaxResults; i++ {
+			ref, _ := long.SealRef(c)
+			if len(ref) != maxRefLen {
+				t.Fatalf("ref %d bytes; want the longest, %d", len(ref), maxRefLen)
+			}
+			b.Hints = append(b.Hints, Hint{Ref: ref, Title: strings.Repeat("t", 191), Summary: strings.Repeat("s", SummaryMaxBytes),
+				Revision: strings.Repeat("b", 64), Score: 0.123456789, ExpiresAt: t0})
+		}
+		b.Fit(SearchMaxBytes)
+		if len(b.Hints) != SearchMaxResults || !b.Truncated {
+			t.Fatalf("got %d hints truncated=%v; want %d shortened hints", len(b.Hints), b.Truncated, SearchMaxResults)
+		}
+		for i, h := range b.Hints {
+			if len(h.Summary) < SummaryMaxBytes/2 {
+				t.Errorf("hint %d summary %d bytes; want ≥ %d", i, len(h.Summary), SummaryMaxBytes/2)
+			}
+		}
+		if n := len(b.AppendJSON(nil)); n > SearchMaxBytes {
+			t.Fatalf("body %d bytes; want ≤ %d", n, SearchMaxBytes)
 		}
 	})
 	t.Run("a title that alone cannot fit drops only that hint", func(t *testing.T) {

@@ -74,7 +74,7 @@ func TestConformance(t *testing.T) {
 		// §2 identity
 		{name: "capabilities 401 bad bearer", endpoint: "capabilities", auth: "Bearer bha_nope", status: 401, code: CodeUnauthorized},
 		{name: "search 401 missing bearer", endpoint: "search", auth: "-", body: q(`{"query":"x"}`), status: 401, code: CodeUnauthorized},
-		{name: "read 401 bad bearer", endpoint: "read", auth: "Bearer bha_nope", body: q(`{"ref":"kr1.x"}`), status: 401, code: CodeUnauthorized},
+		{name: "read 401 bad bearer", endpoint: "read", auth: "Bearer bha_nope", body: q(`{"ref":"kr2.k1.x"}`), status: 401, code: CodeUnauthorized},
 		{name: "identity unavailable 503", endpoint: "search", body: q(`{"query":"x"}`), mutate: func(e *env) { e.id.err = coreclient.ErrUnavailable }, status: 503, code: CodeUnavailable},
 		{name: "identity breaker open 503", endpoint: "capabilities", mutate: func(e *env) { e.id.err = coreclient.ErrBreakerOpen }, status: 503, code: CodeUnavailable},
 		// §2 route
@@ -174,8 +174,15 @@ func TestConformance(t *testing.T) {
 		{name: "ref number 400", endpoint: "read", body: q(`{"ref":12}`), status: 400, code: CodeInvalidRequest},
 		{name: "ref empty 400", endpoint: "read", body: q(`{"ref":""}`), status: 400, code: CodeInvalidRequest},
 		{name: "ref knowledge:1 invalid", endpoint: "read", body: q(`{"ref":"knowledge:1"}`), status: 400, code: CodeReferenceInvalid},
-		{name: "ref plain base64 invalid", endpoint: "read", body: q(`{"ref":"kr1.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}`), status: 400, code: CodeReferenceInvalid},
-		{name: "ref over 512 bytes invalid", endpoint: "read", body: q(`{"ref":"kr1.` + strings.Repeat("A", 509) + `"}`), status: 400, code: CodeReferenceInvalid},
+		{name: "ref plain base64 invalid", endpoint: "read", body: q(`{"ref":"kr2.k1.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}`), status: 400, code: CodeReferenceInvalid},
+		{name: "ref over 512 bytes invalid", endpoint: "read", body: q(`{"ref":"kr2.k1.` + strings.Repeat("A", 506) + `"}`), status: 400, code: CodeReferenceInvalid},
+		{name: "ref version 1 invalid", endpoint: "read", body: func(e *env) string {
+			return `{"ref":"kr1.` + refundRef(e)[len(RefPrefix):] + `"}`
+		}, status: 400, code: CodeReferenceInvalid},
+		{name: "cursor version 1 invalid", endpoint: "read", body: func(e *env) string {
+			ref := refundRef(e)
+			return `{"ref":"` + ref + `","cursor":"kc1.` + cursorOf(e, ref, 0)[len(CursorPrefix):] + `"}`
+		}, status: 400, code: CodeReferenceInvalid},
 		{name: "max_bytes 4095 400", endpoint: "read", body: readOf(`,"max_bytes":4095`), status: 400, code: CodeInvalidRequest},
 		{name: "max_bytes 32769 400", endpoint: "read", body: readOf(`,"max_bytes":32769`), status: 400, code: CodeInvalidRequest},
 		{name: "max_bytes string 400", endpoint: "read", body: readOf(`,"max_bytes":"16384"`), status: 400, code: CodeInvalidRequest},
@@ -185,7 +192,7 @@ func TestConformance(t *testing.T) {
 		{name: "cursor number 400", endpoint: "read", body: readOf(`,"cursor":5`), status: 400, code: CodeInvalidRequest},
 		{name: "cursor empty 400", endpoint: "read", body: readOf(`,"cursor":""`), status: 400, code: CodeInvalidRequest},
 		{name: "cursor null is absent", endpoint: "read", body: readOf(`,"cursor":null`), status: 200},
-		{name: "cursor garbage invalid", endpoint: "read", body: readOf(`,"cursor":"kc1.AAAA"`), status: 400, code: CodeReferenceInvalid},
+		{name: "cursor garbage invalid", endpoint: "read", body: readOf(`,"cursor":"kc2.k1.AAAA"`), status: 400, code: CodeReferenceInvalid},
 		{name: "ref used as cursor invalid", endpoint: "read", body: func(e *env) string {
 			ref := refundRef(e)
 			return `{"ref":"` + ref + `","cursor":"` + ref + `"}`
@@ -359,13 +366,13 @@ func TestCheckOrder(t *testing.T) {
 		}, code: CodeRouteNotAllowed},
 		{name: "route existence before body shape", route: "ghost-route", body: func(*env) string { return `{` }, code: CodeRouteUnavailable},
 		{name: "body size before shape", body: func(*env) string { return big[:len(big)-1] }, code: CodePayloadTooLarge},
-		{name: "shape before ref MAC", body: func(*env) string { return `{"ref":"kr1.AAAA","max_bytes":1}` }, code: CodeInvalidRequest},
+		{name: "shape before ref MAC", body: func(*env) string { return `{"ref":"kr2.k1.AAAA","max_bytes":1}` }, code: CodeInvalidRequest},
 		{name: "shape before run", body: func(*env) string { return `{"query":"x","limit":9,"run_id":"` + runDone + `"}` }, code: CodeInvalidRequest},
 		{name: "ref MAC before expiry", body: func(e *env) string {
 			return `{"ref":"` + flipLast(e.refFor(tokA, routeKey, "", docRefund)) + `"}`
 		}, mutate: func(e *env) { e.advance(time.Hour) }, code: CodeReferenceInvalid},
 		{name: "cursor MAC before ref expiry", body: func(e *env) string {
-			return `{"ref":"` + e.refFor(tokA, routeKey, "", docRefund) + `","cursor":"kc1.AAAA"}`
+			return `{"ref":"` + e.refFor(tokA, routeKey, "", docRefund) + `","cursor":"kc2.k1.AAAA"}`
 		}, mutate: func(e *env) { e.advance(time.Hour) }, code: CodeReferenceInvalid},
 		{name: "expiry before binding", auth: tokB, body: func(e *env) string {
 			return `{"ref":"` + e.refFor(tokA, routeKey, "", docRefund) + `"}`

@@ -12,13 +12,15 @@
 // Every request is checked in the same order as Core checks its own Agent API:
 //
 //	identity (401/503) → per-session rate limit (429) → route syntax and gate
-//	(404/403) → body size and shape (413/400) → ref/cursor MAC (400) →
+//	(404/403) → body size and shape (413/400) → ref/cursor authenticity (400) →
 //	expiry (410) → binding (400) → run (404/409) → scope (409) → document (409/503)
 //
-// References ("kr1." prefix) and cursors ("kc1." prefix) are compact binary
-// payloads authenticated with HMAC-SHA256 under per-purpose keys derived from
-// the Keyring; nothing is stored on the server, and replicas sharing the keys
-// accept each other's references.
+// References ("kr2." prefix) and cursors ("kc2." prefix) are compact binary
+// claims encrypted and authenticated with XChaCha20-Poly1305 under
+// per-purpose keys the Keyring derives from each secret (HKDF); only the
+// prefix and the key id are readable. Nothing is stored on the server, and
+// replicas sharing the keys accept each other's references. Version 1 tokens
+// ("kr1."/"kc1.") are refused as invalid.
 //
 // Response bodies are serialized by this package's own JSON writer
 // (AppendJSONString) so their size on the wire is known exactly before they

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 )
@@ -31,19 +32,30 @@ func ExampleKeyring_SealRef() {
 	}
 	claims, err := keys.OpenRef(ref)
 	fmt.Println(strings.HasPrefix(ref, knowledge.RefPrefix), len(ref) <= knowledge.MaxTokenLen, err)
+	// Only the prefix and the key id are readable; the rest is ciphertext
+	// under a fresh nonce, so sealing again gives another string.
+	parts := strings.Split(ref, ".")
+	again, _ := keys.SealRef(claims)
+	fmt.Println(parts[0], parts[1], len(parts), again != ref)
 	fmt.Println(claims.KeyID, claims.KBID, claims.DocID, claims.Expiry.Format(time.RFC3339))
 	fmt.Println(claims.Binding == bind.Digest())
 
-	// A flipped character, a cursor in its place, or the old in-turn form
+	// A flipped bit, a version 1 reference or the old in-turn form
 	// are all simply invalid.
-	_, err = keys.OpenRef(ref[:len(ref)-1] + "x")
+	flipped := []byte(ref)
+	flipped[len(flipped)-1] ^= 1
+	_, err = keys.OpenRef(string(flipped))
+	fmt.Println(err)
+	_, err = keys.OpenRef("kr1." + ref[len(knowledge.RefPrefix):])
 	fmt.Println(err)
 	_, err = keys.OpenRef("knowledge:1")
 	fmt.Println(err)
 	// Output:
 	// true true <nil>
+	// kr2 2026a 3 true
 	// 2026a faq 101 2026-09-01T12:05:00Z
 	// true
+	// invalid knowledge reference
 	// invalid knowledge reference
 	// invalid knowledge reference
 }
@@ -51,7 +63,7 @@ func ExampleKeyring_SealRef() {
 // A cursor continues exactly one reference.
 func ExampleKeyring_SealCursor() {
 	keys, _ := knowledge.NewKeyring("", "core-service-token")
-	ref := "kr1.example"
+	ref := "kr2.core.example"
 	cur, _ := keys.SealCursor(knowledge.CursorClaims{
 		Expiry:     time.Date(2026, 9, 1, 12, 5, 0, 0, time.UTC),
 		RefDigest:  knowledge.RefDigest(ref),
@@ -60,7 +72,7 @@ func ExampleKeyring_SealCursor() {
 	})
 	c, err := keys.OpenCursor(cur)
 	fmt.Println(strings.HasPrefix(cur, knowledge.CursorPrefix), err, c.KeyID, c.NextOffset)
-	fmt.Println(c.RefDigest == knowledge.RefDigest(ref), c.RefDigest == knowledge.RefDigest("kr1.other"))
+	fmt.Println(c.RefDigest == knowledge.RefDigest(ref), c.RefDigest == knowledge.RefDigest("kr2.core.other"))
 	// Output:
 	// true <nil> core 16000
 	// true false
@@ -90,7 +102,7 @@ func ExampleSearchBody_Fit() {
 	body := knowledge.SearchBody{Route: "order-assistant", ScopeRevision: strings.Repeat("0", 64), Status: knowledge.StatusOK}
 	for i := 1; i <= 3; i++ {
 		body.Hints = append(body.Hints, knowledge.Hint{
-			Ref: "kr1." + strings.Repeat("A", 300), Title: fmt.Sprintf("Doc %d", i),
+			Ref: "kr2.core." + strings.Repeat("A", 300), Title: fmt.Sprintf("Doc %d", i),
 			Summary: strings.Repeat("long summary ", 100), Revision: strings.Repeat("f", 64),
 			Score: 0.9, ExpiresAt: time.Date(2026, 9, 1, 12, 5, 0, 0, time.UTC),
 		})
@@ -107,13 +119,14 @@ func ExampleSearchBody_Fit() {
 func ExampleReadPage_Plan() {
 	keys, _ := knowledge.NewKeyring("", "core-service-token")
 	page := knowledge.ReadPage{
-		Route: "order-assistant", ScopeRevision: strings.Repeat("0", 64), Ref: "kr1.ref",
+		Route: "order-assistant", ScopeRevision: strings.Repeat("0", 64), Ref: "kr2.core.ref",
 		Revision: strings.Repeat("f", 64), Title: "Big", Content: strings.Repeat("数据<&>", 3000),
 	}
 	cursorLen := len(mustCursor(keys))
 	plan, ok := page.Plan(knowledge.ReadMinBytes, cursorLen)
 	body := page.AppendJSON(nil, plan, mustCursor(keys))
-	fmt.Println(ok, plan.More, plan.BudgetExhausted, len(body) <= knowledge.ReadMinBytes, plan.End%9 == 0)
+	// The page never splits a character.
+	fmt.Println(ok, plan.More, plan.BudgetExhausted, len(body) <= knowledge.ReadMinBytes, utf8.ValidString(page.Content[:plan.End]))
 	// Output:
 	// true true false true true
 }

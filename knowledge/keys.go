@@ -1,20 +1,24 @@
 package knowledge
 
 import (
-	"crypto/hmac"
+	"crypto/cipher"
+	"crypto/hkdf"
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"strings"
+
+	"golang.org/x/crypto/chacha20poly1305"
 )
 
-// Domain-separation labels for the per-purpose MAC keys (SPEC §5). A cursor
-// is never a valid reference and vice versa because they are MAC'd under
-// different keys.
+// Domain-separation labels (HKDF info) for the per-purpose AEAD keys (SPEC
+// §5, version 2). A cursor is never a valid reference and vice versa because
+// they are sealed under different keys. The labels name version 2 so these
+// keys never equal the HMAC keys version 1 derived from the same secret.
 const (
-	refKeyLabel    = "bailing.agent-knowledge.v1/ref"
-	cursorKeyLabel = "bailing.agent-knowledge.v1/cursor"
+	refKeyLabel    = "bailing.agent-knowledge.v2/ref"
+	cursorKeyLabel = "bailing.agent-knowledge.v2/cursor"
 
 	// CoreTokenKeyID is the key id of the key derived from the Core service
 	// token when no explicit signing keys are configured.
@@ -24,34 +28,50 @@ const (
 	maxKeyIDLen    = 16
 )
 
-// Keyring holds the signing keys for references and cursors. The first key
-// signs; every key verifies, picked by the key id carried inside the MAC'd
-// payload. A Keyring is immutable and safe for concurrent use.
+// Keyring holds the keys for references and cursors. The first key seals;
+// every key opens, picked by the key id written in clear in the token (and
+// authenticated as associated data), never by trial. A Keyring is immutable
+// and safe for concurrent use.
 type Keyring struct {
-	keys []signingKey // keys[0] signs
+	keys []signingKey // keys[0] seals
 	byID map[string]*signingKey
 }
 
+// signingKey is one configured secret as two XChaCha20-Poly1305 instances
+// under keys derived per purpose. The derived key bytes are not kept.
 type signingKey struct {
 	id     string
-	ref    []byte // HMAC key for references
-	cursor []byte // HMAC key for cursors
+	ref    cipher.AEAD // seals references
+	cursor cipher.AEAD // seals cursors
 }
 
-func deriveKey(secret []byte, label string) []byte {
-	m := hmac.New(sha256.New, secret)
-	m.Write([]byte(label))
-	return m.Sum(nil)
+// deriveKey is HKDF-SHA256 (RFC 5869) of secret with label as info: a
+// 32-byte key for one purpose.
+func deriveKey(secret []byte, label string) ([]byte, error) {
+	return hkdf.Key(sha256.New, secret, nil, label, chacha20poly1305.KeySize)
 }
 
-func newSigningKey(id string, secret []byte) signingKey {
-	return signingKey{id: id, ref: deriveKey(secret, refKeyLabel), cursor: deriveKey(secret, cursorKeyLabel)}
+func newSigningKey(id string, secret []byte) (signingKey, error) {
+	k := signingKey{id: id}
+	for _, p := range []struct {
+		label string
+		aead  *cipher.AEAD
+	}{{refKeyLabel, &k.ref}, {cursorKeyLabel, &k.cursor}} {
+		key, err := deriveKey(secret, p.label)
+		if err != nil {
+			return signingKey{}, fmt.Errorf("key id %q: deriving a key: %w", id, err)
+		}
+		if *p.aead, err = chacha20poly1305.NewX(key); err != nil {
+			return signingKey{}, fmt.Errorf("key id %q: %w", id, err)
+		}
+	}
+	return k, nil
 }
 
 // NewKeyring builds the signing keys.
 //
 // spec is KNOWLEDGE_SIDECAR_SIGNING_KEYS: "id1:SECRET1,id2:SECRET2", where
-// the first key signs and all keys verify; an id is 1–16 characters of
+// the first key seals and all keys open; an id is 1–16 characters of
 // [A-Za-z0-9_-]; a SECRET is base64 (standard or URL alphabet, padded or not)
 // of at least 32 bytes. Spaces around entries are ignored.
 //
@@ -65,7 +85,10 @@ func NewKeyring(spec, coreToken string) (*Keyring, error) {
 		if coreToken == "" {
 			return nil, errors.New("no signing keys configured and no core service token to derive one from")
 		}
-		k := newSigningKey(CoreTokenKeyID, []byte(coreToken))
+		k, err := newSigningKey(CoreTokenKeyID, []byte(coreToken))
+		if err != nil {
+			return nil, err
+		}
 		return newKeyring([]signingKey{k}), nil
 	}
 	var keys []signingKey
@@ -95,7 +118,12 @@ func NewKeyring(spec, coreToken string) (*Keyring, error) {
 			problems = append(problems, fmt.Sprintf("entry %d (key id %q): secret must be base64 of at least %d bytes", i+1, id, minSecretBytes))
 			continue
 		}
-		keys = append(keys, newSigningKey(id, raw))
+		key, err := newSigningKey(id, raw)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("entry %d: %v", i+1, err))
+			continue
+		}
+		keys = append(keys, key)
 	}
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("invalid signing keys: %s", strings.Join(problems, "; "))
@@ -111,10 +139,10 @@ func newKeyring(keys []signingKey) *Keyring {
 	return kr
 }
 
-// SigningKeyID is the id of the key that signs new references and cursors.
+// SigningKeyID is the id of the key that seals new references and cursors.
 func (k *Keyring) SigningKeyID() string { return k.keys[0].id }
 
-// KeyIDs lists the ids of all verifying keys, signing key first.
+// KeyIDs lists the ids of all keys that open tokens, the sealing key first.
 func (k *Keyring) KeyIDs() []string {
 	ids := make([]string, len(k.keys))
 	for i, key := range k.keys {

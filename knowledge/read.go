@@ -28,7 +28,7 @@ func (s *Service) Read(ctx context.Context, authorization, route string, body io
 	if err != nil {
 		return nil, err
 	}
-	// MAC.
+	// Authenticity (the AEAD tag) of the ref, then of the cursor.
 	rc, err := s.keys.OpenRef(req.ref)
 	if err != nil {
 		return nil, errRefInvalid(err)

@@ -1,7 +1,8 @@
 package knowledge
 
 import (
-	"crypto/hmac"
+	"crypto/cipher"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
@@ -10,60 +11,81 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"golang.org/x/crypto/chacha20poly1305"
 )
 
-// References and cursors (SPEC §5).
+// References and cursors (SPEC §5, version 2: confidential as well as
+// authentic).
 //
-// Wire form: prefix ("kr1." for a reference, "kc1." for a cursor) followed by
-// the unpadded base64url encoding of payload || HMAC-SHA256(purposeKey,
-// payload). Only the canonical encoding is accepted, so a reference string
-// and its bytes correspond one to one.
+// Wire form:
 //
-// Reference payload (big-endian integers):
+//	prefix  key-id  "."  base64url(nonce || ciphertext || tag)
 //
-//	version   1 byte  (1)
-//	kind      1 byte  ('R')
-//	key id    1 byte length (1–16) + bytes
+// prefix is "kr2." for a reference and "kc2." for a cursor; key id is the id
+// of the sealing key (1–16 characters of [A-Za-z0-9_-], so it never contains
+// a dot); nonce is 24 random bytes; ciphertext and tag are the
+// XChaCha20-Poly1305 sealing of the claims under the key's per-purpose key,
+// with the token's head (prefix, key id and the dot) as associated data.
+// Nothing but the prefix, the key id and the ciphertext is visible: the KB
+// id, document id, revisions and the binding digest are encrypted. The
+// base64url encoding is unpadded and strict, so a token string and its bytes
+// correspond one to one.
+//
+// Reference plaintext (big-endian integers):
+//
 //	expiry    8 bytes unix seconds
 //	binding   32 bytes BindingDigest (client, session, principal, on_behalf_of, route, run)
 //	scope     32 bytes knowledge scope revision
 //	doc rev   32 bytes document revision
 //	doc id    8 bytes
-//	kb id     1 byte length (1–128) + bytes
+//	kb id     the remaining 1–128 bytes
 //
-// Cursor payload:
+// Cursor plaintext:
 //
-//	version   1 byte  (1)
-//	kind      1 byte  ('C')
-//	key id    1 byte length (1–16) + bytes
 //	expiry    8 bytes unix seconds
 //	ref       32 bytes SHA-256 of the exact reference string it continues
 //	offset    8 bytes next byte offset into the document content
 //	served    8 bytes content bytes already served along this reference's chain
 //
 // A cursor has a fixed size for a given key id, which lets the read budgeter
-// account for next_cursor exactly before it is signed.
+// account for next_cursor exactly before it is sealed. The longest reference
+// (16-character key id, 128-byte KB id) is 395 bytes (maxRefLen).
+//
+// Version 1 tokens ("kr1."/"kc1.", readable HMAC-signed payloads) are refused
+// as invalid: they lived five minutes, and clients search again.
 
 const (
 	// RefPrefix starts every reference.
-	RefPrefix = "kr1."
+	RefPrefix = "kr2."
 	// CursorPrefix starts every cursor.
-	CursorPrefix = "kc1."
+	CursorPrefix = "kc2."
 	// MaxTokenLen is the maximum length of a reference or cursor string.
 	MaxTokenLen = 512
 	// ReferenceTTL is the lifetime of references and cursors.
 	ReferenceTTL = 300 * time.Second
 
-	tokenVersion = 1
-	kindRef      = 'R'
-	kindCursor   = 'C'
-	macLen       = sha256.Size
-	maxKBIDLen   = 128
+	nonceLen       = chacha20poly1305.NonceSizeX
+	tagLen         = chacha20poly1305.Overhead
+	refFixedLen    = 8 + 32 + 32 + 32 + 8 // reference plaintext before the KB id
+	cursorPlainLen = 8 + 32 + 8 + 8
+	maxKBIDLen     = 128
+
+	// maxRefLen is the length of the longest possible reference (the
+	// longest key id and KB id): tokenLen(RefPrefix, maxKeyIDLen,
+	// refFixedLen+maxKBIDLen), spelled out as a constant.
+	maxRefLen = len(RefPrefix) + maxKeyIDLen + 1 + ((nonceLen+refFixedLen+maxKBIDLen+tagLen)*8+5)/6
 )
 
+// tokenLen is the length of a token with a key id of idLen bytes and a
+// plaintext of plainLen bytes.
+func tokenLen(prefix string, idLen, plainLen int) int {
+	return len(prefix) + idLen + 1 + tokenEncoding.EncodedLen(nonceLen+plainLen+tagLen)
+}
+
 // ErrReferenceInvalid is returned by the codec for any reference or cursor
-// that is malformed, has an unknown key id or a bad MAC. Its cause is
-// deliberately vague.
+// that is malformed, has an unknown key id or does not authenticate. Its
+// cause is deliberately vague.
 var ErrReferenceInvalid = errors.New("invalid knowledge reference")
 
 // tokenEncoding is strict base64url without padding: non-canonical trailing
@@ -99,7 +121,7 @@ func (b Binding) Digest() [32]byte {
 
 // RefClaims is what a reference carries.
 type RefClaims struct {
-	KeyID         string    // set by OpenRef; ignored by SealRef (the signing key is used)
+	KeyID         string    // set by OpenRef; ignored by SealRef (the sealing key is used)
 	Expiry        time.Time // whole seconds
 	Binding       [32]byte  // Binding.Digest()
 	ScopeRevision string    // 64 lowercase hex
@@ -120,7 +142,8 @@ type CursorClaims struct {
 // RefDigest binds a cursor to the exact reference string it continues.
 func RefDigest(ref string) [32]byte { return sha256.Sum256([]byte(ref)) }
 
-// SealRef signs c with the signing key and returns the reference string.
+// SealRef encrypts c under the sealing key and returns the reference
+// string.
 func (k *Keyring) SealRef(c RefClaims) (string, error) {
 	key := &k.keys[0]
 	scope, err := decodeRevision(c.ScopeRevision)
@@ -137,154 +160,177 @@ func (k *Keyring) SealRef(c RefClaims) (string, error) {
 	if len(c.KBID) == 0 || len(c.KBID) > maxKBIDLen {
 		return "", errors.New("kb id must be 1-128 bytes")
 	}
-	p := make([]byte, 0, 3+len(key.id)+8+32*3+8+1+len(c.KBID)+macLen)
-	p = appendHeader(p, kindRef, key.id, c.Expiry)
+	var buf [refFixedLen + maxKBIDLen]byte
+	p := binary.BigEndian.AppendUint64(buf[:0], uint64(c.Expiry.Unix()))
 	p = append(p, c.Binding[:]...)
 	p = append(p, scope[:]...)
 	p = append(p, rev[:]...)
 	p = binary.BigEndian.AppendUint64(p, uint64(c.DocID))
-	p = append(p, byte(len(c.KBID)))
 	p = append(p, c.KBID...)
-	return seal(RefPrefix, key.ref, p), nil
+	return sealToken(RefPrefix, key.id, key.ref, p), nil
 }
 
-// OpenRef verifies a reference and returns its claims. It does not check
-// expiry or binding; those are separate steps of the check order.
+// OpenRef authenticates and decrypts a reference and returns its claims. It
+// does not check expiry or binding; those are separate steps of the check
+// order.
 func (k *Keyring) OpenRef(s string) (RefClaims, error) {
-	body, keyID, err := k.open(s, RefPrefix, kindRef)
+	p, keyID, err := k.open(s, RefPrefix)
 	if err != nil {
 		return RefClaims{}, err
 	}
-	var c RefClaims
-	c.KeyID = keyID
-	c.Expiry = time.Unix(int64(binary.BigEndian.Uint64(body[:8])), 0).UTC()
-	body = body[8:]
-	if len(body) < 32*3+8+1 {
+	n := len(p) - refFixedLen // KB id length
+	if n < 1 || n > maxKBIDLen {
 		return RefClaims{}, ErrReferenceInvalid
 	}
-	copy(c.Binding[:], body[:32])
-	c.ScopeRevision = hex.EncodeToString(body[32:64])
-	c.DocRevision = hex.EncodeToString(body[64:96])
-	c.DocID = int64(binary.BigEndian.Uint64(body[96:104]))
-	n := int(body[104])
-	body = body[105:]
-	if n == 0 || n > maxKBIDLen || len(body) != n || c.DocID <= 0 {
+	c := RefClaims{
+		KeyID:  keyID,
+		Expiry: time.Unix(int64(binary.BigEndian.Uint64(p[:8])), 0).UTC(),
+	}
+	copy(c.Binding[:], p[8:40])
+	var revs [128]byte // both revisions in one string
+	hex.Encode(revs[:], p[40:104])
+	both := string(revs[:])
+	c.ScopeRevision, c.DocRevision = both[:64], both[64:]
+	c.DocID = int64(binary.BigEndian.Uint64(p[104:112]))
+	if c.DocID <= 0 {
 		return RefClaims{}, ErrReferenceInvalid
 	}
-	c.KBID = string(body)
+	c.KBID = string(p[refFixedLen:])
 	return c, nil
 }
 
-// SealCursor signs c with the signing key and returns the cursor string.
+// SealCursor encrypts c under the sealing key and returns the cursor string.
 func (k *Keyring) SealCursor(c CursorClaims) (string, error) {
 	if c.NextOffset < 0 || c.Served < 0 {
 		return "", errors.New("cursor offsets must not be negative")
 	}
 	key := &k.keys[0]
-	p := make([]byte, 0, 3+len(key.id)+8+32+16+macLen)
-	p = appendHeader(p, kindCursor, key.id, c.Expiry)
+	var buf [cursorPlainLen]byte
+	p := binary.BigEndian.AppendUint64(buf[:0], uint64(c.Expiry.Unix()))
 	p = append(p, c.RefDigest[:]...)
 	p = binary.BigEndian.AppendUint64(p, uint64(c.NextOffset))
 	p = binary.BigEndian.AppendUint64(p, uint64(c.Served))
-	return seal(CursorPrefix, key.cursor, p), nil
+	return sealToken(CursorPrefix, key.id, key.cursor, p), nil
 }
 
-// OpenCursor verifies a cursor and returns its claims. It does not check
-// expiry or which reference it continues.
+// OpenCursor authenticates and decrypts a cursor and returns its claims. It
+// does not check expiry or which reference it continues.
 func (k *Keyring) OpenCursor(s string) (CursorClaims, error) {
-	body, keyID, err := k.open(s, CursorPrefix, kindCursor)
+	p, keyID, err := k.open(s, CursorPrefix)
 	if err != nil {
 		return CursorClaims{}, err
 	}
-	if len(body) != 8+32+16 {
+	if len(p) != cursorPlainLen {
 		return CursorClaims{}, ErrReferenceInvalid
 	}
-	var c CursorClaims
-	c.KeyID = keyID
-	c.Expiry = time.Unix(int64(binary.BigEndian.Uint64(body[:8])), 0).UTC()
-	copy(c.RefDigest[:], body[8:40])
-	c.NextOffset = int64(binary.BigEndian.Uint64(body[40:48]))
-	c.Served = int64(binary.BigEndian.Uint64(body[48:56]))
+	c := CursorClaims{
+		KeyID:      keyID,
+		Expiry:     time.Unix(int64(binary.BigEndian.Uint64(p[:8])), 0).UTC(),
+		NextOffset: int64(binary.BigEndian.Uint64(p[40:48])),
+		Served:     int64(binary.BigEndian.Uint64(p[48:56])),
+	}
+	copy(c.RefDigest[:], p[8:40])
 	if c.NextOffset < 0 || c.Served < 0 {
 		return CursorClaims{}, ErrReferenceInvalid
 	}
 	return c, nil
 }
 
-// cursorLen is the length of every cursor signed by this keyring.
+// cursorLen is the length of every cursor sealed by this keyring.
 func (k *Keyring) cursorLen() int {
-	raw := 3 + len(k.keys[0].id) + 8 + 32 + 16 + macLen
-	return len(CursorPrefix) + tokenEncoding.EncodedLen(raw)
+	return tokenLen(CursorPrefix, len(k.keys[0].id), cursorPlainLen)
 }
 
-func appendHeader(p []byte, kind byte, keyID string, expiry time.Time) []byte {
-	p = append(p, tokenVersion, kind, byte(len(keyID)))
-	p = append(p, keyID...)
-	return binary.BigEndian.AppendUint64(p, uint64(expiry.Unix()))
-}
-
-func seal(prefix string, key, payload []byte) string {
-	m := hmac.New(sha256.New, key)
-	m.Write(payload)
-	full := m.Sum(payload)
-	out := make([]byte, len(prefix)+tokenEncoding.EncodedLen(len(full)))
+// sealToken encrypts plain with the token head (prefix, key id, dot) as
+// associated data under a fresh random nonce and returns the token. The
+// head, the encoding and the raw nonce || ciphertext || tag share one
+// buffer.
+func sealToken(prefix, keyID string, aead cipher.AEAD, plain []byte) string {
+	head := len(prefix) + len(keyID) + 1
+	rawLen := nonceLen + len(plain) + tagLen
+	tokLen := head + tokenEncoding.EncodedLen(rawLen)
+	out := make([]byte, tokLen+rawLen)
 	copy(out, prefix)
-	tokenEncoding.Encode(out[len(prefix):], full)
-	return string(out)
+	copy(out[len(prefix):], keyID)
+	out[head-1] = '.'
+	raw := out[tokLen:]
+	nonce := raw[:nonceLen]
+	// crypto/rand.Read never returns an error (Go ≥ 1.24): it crashes the
+	// program rather than hand out a predictable nonce.
+	rand.Read(nonce)
+	// Sealed in place, so plain (a stack buffer of the caller) never escapes.
+	copy(raw[nonceLen:], plain)
+	aead.Seal(raw[nonceLen:nonceLen], nonce, raw[nonceLen:nonceLen+len(plain)], out[:head])
+	tokenEncoding.Encode(out[head:tokLen], raw)
+	return string(out[:tokLen])
 }
 
-// open checks prefix, canonical encoding, header and MAC, and returns the
-// payload after the key id (expiry onwards).
-func (k *Keyring) open(s, prefix string, kind byte) (body []byte, keyID string, err error) {
+// open checks the prefix, the key id, the canonical encoding and the AEAD
+// tag, and returns the plaintext and the key id. The key is picked by the id
+// in the token; an unknown id fails without trying any key.
+func (k *Keyring) open(s, prefix string) (plain []byte, keyID string, err error) {
 	if len(s) > MaxTokenLen || !strings.HasPrefix(s, prefix) {
 		return nil, "", ErrReferenceInvalid
 	}
-	enc := s[len(prefix):]
-	for i := 0; i < len(enc); i++ {
-		c := enc[i]
-		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return nil, "", ErrReferenceInvalid
-		}
-	}
-	raw, err := tokenEncoding.DecodeString(enc)
-	if err != nil || len(raw) < 3+1+8+macLen {
+	dot := strings.IndexByte(s[len(prefix):], '.')
+	if dot < 1 || dot > maxKeyIDLen {
 		return nil, "", ErrReferenceInvalid
 	}
-	payload, mac := raw[:len(raw)-macLen], raw[len(raw)-macLen:]
-	if payload[0] != tokenVersion || payload[1] != kind {
-		return nil, "", ErrReferenceInvalid
-	}
-	idLen := int(payload[2])
-	if idLen < 1 || idLen > maxKeyIDLen || len(payload) < 3+idLen+8 {
-		return nil, "", ErrReferenceInvalid
-	}
-	keyID = string(payload[3 : 3+idLen])
-	key, ok := k.byID[keyID]
+	head := len(prefix) + dot + 1
+	key, ok := k.byID[s[len(prefix):head-1]]
 	if !ok {
 		return nil, "", ErrReferenceInvalid
 	}
-	macKey := key.ref
-	if kind == kindCursor {
-		macKey = key.cursor
-	}
-	m := hmac.New(sha256.New, macKey)
-	m.Write(payload)
-	if !hmac.Equal(m.Sum(nil), mac) {
+	enc := s[head:]
+	// The strict decoder refuses every byte outside the base64url alphabet,
+	// padding included, except CR and LF, which it skips.
+	if strings.IndexByte(enc, '\r') >= 0 || strings.IndexByte(enc, '\n') >= 0 {
 		return nil, "", ErrReferenceInvalid
 	}
-	return payload[3+idLen:], keyID, nil
+	// One buffer holds the associated data (the head) and the raw bytes.
+	buf := make([]byte, head+tokenEncoding.DecodedLen(len(enc)))
+	ad := buf[:copy(buf, s[:head])]
+	n, err := tokenEncoding.Decode(buf[head:], []byte(enc))
+	raw := buf[head : head+n]
+	if err != nil || len(raw) < nonceLen+tagLen {
+		return nil, "", ErrReferenceInvalid
+	}
+	aead := key.cursor // the purpose follows from the prefix: only two exist
+	if prefix == RefPrefix {
+		aead = key.ref
+	}
+	plain, err = aead.Open(raw[nonceLen:nonceLen], raw[:nonceLen], raw[nonceLen:], ad)
+	if err != nil {
+		return nil, "", ErrReferenceInvalid
+	}
+	return plain, key.id, nil
 }
+
+// errBadRevision: a revision is 64 lowercase hex characters.
+var errBadRevision = errors.New("want 64 lowercase hex characters")
+
+// lowerHex[c] is the value of the lowercase hex digit c, or 0xff.
+var lowerHex = func() (t [256]byte) {
+	for i := range t {
+		t[i] = 0xff
+	}
+	for i, c := range hexDigits {
+		t[c] = byte(i)
+	}
+	return t
+}()
 
 func decodeRevision(s string) ([32]byte, error) {
 	var out [32]byte
 	if len(s) != 64 {
-		return out, errors.New("want 64 lowercase hex characters")
+		return out, errBadRevision
 	}
-	for i := 0; i < len(s); i++ {
-		if !(s[i] >= '0' && s[i] <= '9' || s[i] >= 'a' && s[i] <= 'f') {
-			return out, errors.New("want 64 lowercase hex characters")
+	for i := range out {
+		hi, lo := lowerHex[s[2*i]], lowerHex[s[2*i+1]]
+		if hi|lo > 0xf {
+			return [32]byte{}, errBadRevision
 		}
+		out[i] = hi<<4 | lo
 	}
-	_, err := hex.Decode(out[:], []byte(s))
-	return out, err
+	return out, nil
 }

@@ -1,9 +1,16 @@
 package knowledge
 
 import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -68,12 +75,200 @@ func TestRefRoundTripAndShape(t *testing.T) {
 	if err != nil || cc.NextOffset != 1<<40 || cc.Served != 131072 || cc.RefDigest != RefDigest(ref) || !cc.Expiry.Equal(t0) {
 		t.Errorf("OpenCursor got %+v, %v; want the sealed claims", cc, err)
 	}
-	// Refs never carry readable identity or document text.
-	raw, _ := base64.RawURLEncoding.DecodeString(ref[len(RefPrefix):])
-	for _, s := range []string{"sess-a", "user-42", "app-1", routeKey} {
-		if strings.Contains(string(raw), s) {
-			t.Errorf("ref payload contains %q; want only its digest", s)
+	// Only the prefix, the key id and the ciphertext are visible.
+	parts := strings.Split(ref, ".")
+	if len(parts) != 3 || parts[0]+"." != RefPrefix || parts[1] != "a-very-long-id16" {
+		t.Errorf("ref parts %q; want [kr2 a-very-long-id16 <ciphertext>]", parts)
+	}
+	// A random nonce per token: the same claims never seal to the same
+	// string, and both open.
+	again, _ := k.SealRef(sampleClaims())
+	if again == ref {
+		t.Errorf("two seals of the same claims are equal; want a fresh nonce each")
+	}
+	if got, err := k.OpenRef(again); err != nil || got != c {
+		t.Errorf("second seal: got %+v, %v; want the claims", got, err)
+	}
+}
+
+// opacityNeedles are the values a reference binds that Core never shows an
+// Agent token, in every form a reader could look for them.
+func opacityNeedles(b Binding, c RefClaims) map[string][]byte {
+	digest := b.Digest()
+	return map[string][]byte{
+		"kb id":             []byte(c.KBID),
+		"doc id (decimal)":  []byte(strconv.FormatInt(c.DocID, 10)),
+		"doc id (binary)":   binary.BigEndian.AppendUint64(nil, uint64(c.DocID)),
+		"route":             []byte(b.Route),
+		"session id":        []byte(b.SessionID),
+		"principal id":      []byte(b.PrincipalID),
+		"on_behalf_of":      []byte(b.OnBehalfOf),
+		"client app id":     []byte(b.ClientAppID),
+		"run id":            []byte(b.RunID),
+		"binding digest":    digest[:],
+		"binding digest 8B": digest[:8],
+	}
+}
+
+// leaks lists the needles visible in tok: in the string itself, or in the
+// base64 decoding (URL or standard alphabet, padded or not, as far as it
+// decodes) of any of its dot-separated parts.
+func leaks(tok string, needles map[string][]byte) []string {
+	views := [][]byte{[]byte(tok)}
+	for _, part := range strings.Split(tok, ".") {
+		for _, enc := range []*base64.Encoding{base64.RawURLEncoding, base64.URLEncoding, base64.RawStdEncoding, base64.StdEncoding} {
+			buf := make([]byte, enc.DecodedLen(len(part)))
+			n, _ := enc.Decode(buf, []byte(part))
+			views = append(views, buf[:n])
 		}
+	}
+	var found []string
+	for name, needle := range needles {
+		for _, v := range views {
+			if bytes.Contains(v, needle) {
+				found = append(found, name)
+				break
+			}
+		}
+	}
+	slices.Sort(found)
+	return found
+}
+
+// TestRefIsOpaque: base64-decoding every part of a reference shows none of
+// the KB id, document id, route, session, principal, client app or run it
+// binds. The same check finds them in a version 1 reference, so it can fail.
+func TestRefIsOpaque(t *testing.T) {
+	k := mustKeyring(t, "k1:"+secret('x'), "")
+	b := Binding{ClientAppID: "app-opaque-7", SessionID: "sess-opaque-8", PrincipalID: "user-opaque-9",
+		OnBehalfOf: "tenant-opaque:user-opaque-9", Route: "order-assistant", RunID: runA}
+	c := RefClaims{
+		Expiry: t0.Add(ReferenceTTL), Binding: b.Digest(),
+		ScopeRevision: strings.Repeat("ab", 32), DocRevision: strings.Repeat("cd", 32),
+		DocID: 4_242_424_242, KBID: "kb-opaque-faq",
+	}
+	needles := opacityNeedles(b, c)
+	for i := 0; i < 200; i++ { // many nonces
+		ref, err := k.SealRef(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := leaks(ref, needles); len(got) > 0 {
+			t.Fatalf("ref %s shows %v; want nothing", ref, got)
+		}
+	}
+	v1 := sealV1Ref([]byte(strings.Repeat("x", 32)), "k1", c)
+	if got, want := leaks(v1, needles), []string{"binding digest", "binding digest 8B", "doc id (binary)", "kb id"}; !slices.Equal(got, want) {
+		t.Errorf("version 1 ref shows %v; want %v (the check must see a readable payload)", got, want)
+	}
+}
+
+// TestTokenLengthWorstCase: the longest key id, KB id and document id keep
+// references and cursors within MaxTokenLen, at the lengths maxRefLen and
+// cursorLen promise.
+func TestTokenLengthWorstCase(t *testing.T) {
+	k := mustKeyring(t, strings.Repeat("Z", maxKeyIDLen)+":"+secret('w'), "")
+	c := sampleClaims()
+	c.KBID = strings.Repeat("\xff", maxKBIDLen)
+	c.DocID = 1<<63 - 1
+	c.Expiry = time.Unix(1<<62, 0)
+	if got, want := maxRefLen, tokenLen(RefPrefix, maxKeyIDLen, refFixedLen+maxKBIDLen); got != want {
+		t.Fatalf("maxRefLen %d; want %d", got, want)
+	}
+	for i := 0; i < 50; i++ {
+		ref, err := k.SealRef(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ref) != maxRefLen || len(ref) > MaxTokenLen {
+			t.Fatalf("longest ref is %d bytes; want %d and ≤ %d", len(ref), maxRefLen, MaxTokenLen)
+		}
+		cur, err := k.SealCursor(CursorClaims{Expiry: c.Expiry, RefDigest: RefDigest(ref), NextOffset: 1<<63 - 1, Served: 1<<63 - 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(cur) != k.cursorLen() || len(cur) > MaxTokenLen {
+			t.Fatalf("longest cursor is %d bytes; want %d and ≤ %d", len(cur), k.cursorLen(), MaxTokenLen)
+		}
+		if got, err := k.OpenRef(ref); err != nil || got.KBID != c.KBID || got.DocID != c.DocID {
+			t.Fatalf("longest ref: got %+v, %v; want its claims", got, err)
+		}
+	}
+}
+
+// sealV1Ref builds a version 1 reference exactly as the previous codec did
+// (readable payload, HMAC-SHA256 under the v1 label), to prove such tokens
+// are refused after the upgrade and to give the opacity check a token it
+// must flag.
+func sealV1Ref(secret []byte, keyID string, c RefClaims) string {
+	scope, _ := decodeRevision(c.ScopeRevision)
+	rev, _ := decodeRevision(c.DocRevision)
+	p := []byte{1, 'R', byte(len(keyID))}
+	p = append(p, keyID...)
+	p = binary.BigEndian.AppendUint64(p, uint64(c.Expiry.Unix()))
+	p = append(p, c.Binding[:]...)
+	p = append(p, scope[:]...)
+	p = append(p, rev[:]...)
+	p = binary.BigEndian.AppendUint64(p, uint64(c.DocID))
+	p = append(p, byte(len(c.KBID)))
+	p = append(p, c.KBID...)
+	return "kr1." + base64.RawURLEncoding.EncodeToString(v1MAC(secret, "bailing.agent-knowledge.v1/ref", p))
+}
+
+// sealV1Cursor is sealV1Ref for a version 1 cursor.
+func sealV1Cursor(secret []byte, keyID string, c CursorClaims) string {
+	p := []byte{1, 'C', byte(len(keyID))}
+	p = append(p, keyID...)
+	p = binary.BigEndian.AppendUint64(p, uint64(c.Expiry.Unix()))
+	p = append(p, c.RefDigest[:]...)
+	p = binary.BigEndian.AppendUint64(p, uint64(c.NextOffset))
+	p = binary.BigEndian.AppendUint64(p, uint64(c.Served))
+	return "kc1." + base64.RawURLEncoding.EncodeToString(v1MAC(secret, "bailing.agent-knowledge.v1/cursor", p))
+}
+
+func v1MAC(secret []byte, label string, payload []byte) []byte {
+	d := hmac.New(sha256.New, secret)
+	d.Write([]byte(label))
+	m := hmac.New(sha256.New, d.Sum(nil))
+	m.Write(payload)
+	return m.Sum(payload)
+}
+
+func TestVersion1Refused(t *testing.T) {
+	raw := []byte(strings.Repeat("x", 32))
+	k := mustKeyring(t, "k1:"+base64.StdEncoding.EncodeToString(raw), "")
+	core := mustKeyring(t, "", "server-token")
+	c := sampleClaims()
+	cc := CursorClaims{Expiry: t0, RefDigest: RefDigest("kr1.x"), NextOffset: 10, Served: 10}
+	tests := []struct {
+		name string
+		keys *Keyring
+		tok  string
+	}{
+		{"v1 ref, configured key", k, sealV1Ref(raw, "k1", c)},
+		{"v1 ref, core token key", core, sealV1Ref([]byte("server-token"), CoreTokenKeyID, c)},
+		{"v1 cursor, configured key", k, sealV1Cursor(raw, "k1", cc)},
+		{"v1 cursor, core token key", core, sealV1Cursor([]byte("server-token"), CoreTokenKeyID, cc)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := tc.keys.OpenRef(tc.tok); !errors.Is(err, ErrReferenceInvalid) {
+				t.Errorf("OpenRef: got %v; want ErrReferenceInvalid", err)
+			}
+			if _, err := tc.keys.OpenCursor(tc.tok); !errors.Is(err, ErrReferenceInvalid) {
+				t.Errorf("OpenCursor: got %v; want ErrReferenceInvalid", err)
+			}
+			// Nor under a version 2 prefix.
+			for _, p := range []string{RefPrefix, CursorPrefix} {
+				v2 := p + tc.keys.SigningKeyID() + "." + tc.tok[4:]
+				if _, err := tc.keys.OpenRef(v2); !errors.Is(err, ErrReferenceInvalid) {
+					t.Errorf("OpenRef(%.12s…): got %v; want ErrReferenceInvalid", v2, err)
+				}
+				if _, err := tc.keys.OpenCursor(v2); !errors.Is(err, ErrReferenceInvalid) {
+					t.Errorf("OpenCursor(%.12s…): got %v; want ErrReferenceInvalid", v2, err)
+				}
+			}
+		})
 	}
 }
 
@@ -153,13 +348,23 @@ func TestTamper(t *testing.T) {
 			t.Errorf("ref re-prefixed as cursor: got %v; want invalid", err)
 		}
 	})
-	t.Run("cursor MAC'd under the ref key is refused", func(t *testing.T) {
+	t.Run("wrong purpose key is refused", func(t *testing.T) {
 		key := k.keys[0]
-		p := appendHeader(nil, kindCursor, key.id, t0)
-		p = append(p, make([]byte, 48)...)
-		forged := seal(CursorPrefix, key.ref, p)
-		if _, err := k.OpenCursor(forged); !errors.Is(err, ErrReferenceInvalid) {
-			t.Errorf("got %v; want invalid", err)
+		// A well-formed cursor plaintext sealed under the ref key, and a
+		// ref plaintext under the cursor key, each with the right prefix.
+		forgedCur := sealToken(CursorPrefix, key.id, key.ref, make([]byte, cursorPlainLen))
+		if _, err := k.OpenCursor(forgedCur); !errors.Is(err, ErrReferenceInvalid) {
+			t.Errorf("cursor under the ref key: got %v; want invalid", err)
+		}
+		p := make([]byte, refFixedLen+1)
+		p[refFixedLen-1] = 1 // doc id 1
+		forgedRef := sealToken(RefPrefix, key.id, key.cursor, p)
+		if _, err := k.OpenRef(forgedRef); !errors.Is(err, ErrReferenceInvalid) {
+			t.Errorf("ref under the cursor key: got %v; want invalid", err)
+		}
+		// The control: the same plaintext under the right key opens.
+		if _, err := k.OpenRef(sealToken(RefPrefix, key.id, key.ref, p)); err != nil {
+			t.Errorf("ref under the ref key: got %v; want nil", err)
 		}
 	})
 	t.Run("unknown key id", func(t *testing.T) {
@@ -167,6 +372,18 @@ func TestTamper(t *testing.T) {
 		forged, _ := other.SealRef(sampleClaims())
 		if _, err := k.OpenRef(forged); !errors.Is(err, ErrReferenceInvalid) {
 			t.Errorf("got %v; want invalid", err)
+		}
+	})
+	t.Run("key id is authenticated", func(t *testing.T) {
+		// Two configured ids with the same secret derive the same AEAD key;
+		// only the associated data tells them apart.
+		both := mustKeyring(t, "k1:"+strings.Repeat("QUJD", 11)+",k2:"+strings.Repeat("QUJD", 11), "")
+		relabeled := RefPrefix + "k2" + ref[len(RefPrefix)+len("k1"):]
+		if _, err := both.OpenRef(ref); err != nil {
+			t.Fatalf("control: got %v; want nil", err)
+		}
+		if _, err := both.OpenRef(relabeled); !errors.Is(err, ErrReferenceInvalid) {
+			t.Errorf("key id k1 rewritten to k2: got %v; want invalid", err)
 		}
 	})
 	t.Run("same id other secret", func(t *testing.T) {
@@ -177,7 +394,9 @@ func TestTamper(t *testing.T) {
 		}
 	})
 	t.Run("legacy and junk", func(t *testing.T) {
-		for _, s := range []string{"", "knowledge:1", "kr1.", "kr1", "KR1.AAAA", "kr2." + ref[4:], strings.Repeat("A", 600), "kr1." + strings.Repeat("A", 600)} {
+		for _, s := range []string{"", "knowledge:1", "kr1.", "kr1", "KR1.AAAA", "kr1." + ref[4:], "kr3." + ref[4:], "KR2." + ref[4:],
+			"kr2.", "kr2.k1", "kr2.k1.", "kr2..AAAA", "kr2.k1..AAAA", "kr2.k1.AAAA", "kr2." + strings.Repeat("k", 17) + ".AAAA",
+			ref + ".", strings.Replace(ref, ".", "..", 1), strings.Repeat("A", 600), "kr2.k1." + strings.Repeat("A", 600)} {
 			if _, err := k.OpenRef(s); !errors.Is(err, ErrReferenceInvalid) {
 				t.Errorf("%.20q: got %v; want invalid", s, err)
 			}
@@ -271,14 +490,20 @@ func TestNewKeyring(t *testing.T) {
 		if _, err := c.OpenRef(ref); !errors.Is(err, ErrReferenceInvalid) {
 			t.Errorf("other token: got %v; want invalid", err)
 		}
-		// The MAC key is not the raw token (domain separation).
-		key := a.keys[0]
-		if string(key.ref) == "server-token" || string(key.ref) == string(key.cursor) {
-			t.Errorf("ref key equals the token or the cursor key; want derived, distinct keys")
+		// The AEAD keys are derived per purpose, differ from the token and
+		// from the version 1 HMAC keys of the same secret.
+		token := []byte("server-token")
+		refKey, err1 := deriveKey(token, refKeyLabel)
+		curKey, err2 := deriveKey(token, cursorKeyLabel)
+		if err1 != nil || err2 != nil || len(refKey) != 32 || len(curKey) != 32 {
+			t.Fatalf("derived keys %d/%d bytes, %v %v; want 32 bytes each", len(refKey), len(curKey), err1, err2)
 		}
-		want := sha256.Size
-		if len(key.ref) != want || len(key.cursor) != want {
-			t.Errorf("derived key sizes %d/%d; want %d", len(key.ref), len(key.cursor), want)
+		v1Ref := v1MAC(token, "bailing.agent-knowledge.v1/ref", nil)
+		v1Cur := v1MAC(token, "bailing.agent-knowledge.v1/cursor", nil)
+		for name, other := range map[string][]byte{"token": token, "cursor key": curKey, "v1 ref key": v1Ref, "v1 cursor key": v1Cur} {
+			if bytes.Equal(refKey, other) || (name != "cursor key" && bytes.Equal(curKey, other)) {
+				t.Errorf("a derived key equals the %s; want distinct keys", name)
+			}
 		}
 	})
 }
@@ -345,6 +570,65 @@ func TestExpiryBoundary(t *testing.T) {
 	for _, tc := range tests {
 		if got := expired(exp, tc.now); got != tc.want {
 			t.Errorf("expired(now=%s) = %v; want %v", tc.now.Sub(t0), got, tc.want)
+		}
+	}
+}
+
+// FuzzOpen: opening any string never panics, fails only with
+// ErrReferenceInvalid, and accepts nothing but the tokens this process
+// sealed (the key is random per run, so no stored input can be valid).
+func FuzzOpen(f *testing.F) {
+	sec := make([]byte, 32)
+	rand.Read(sec)
+	k := mustKeyring(f, "fz:"+base64.StdEncoding.EncodeToString(sec)+",old:"+secret('o'), "")
+	rc := sampleClaims()
+	ref, _ := k.SealRef(rc)
+	cc := CursorClaims{Expiry: t0, RefDigest: RefDigest(ref), NextOffset: 4096, Served: 4096}
+	cur, _ := k.SealCursor(cc)
+	rc.KeyID, cc.KeyID = "fz", "fz"
+	for _, s := range []string{ref, cur, ref[:len(ref)-1], cur + "A", "", "kr2.", "kc2.fz.", "kr2.fz." + strings.Repeat("A", 300),
+		"kc2.old." + strings.Repeat("_", 128), sealV1Ref(sec, "fz", rc), sealV1Cursor(sec, "fz", cc), "knowledge:1",
+		RefPrefix + cur[len(CursorPrefix):], CursorPrefix + ref[len(RefPrefix):]} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		gotRef, err := k.OpenRef(s)
+		checkOpened(t, "OpenRef", s, ref, gotRef, rc, err)
+		gotCur, err := k.OpenCursor(s)
+		checkOpened(t, "OpenCursor", s, cur, gotCur, cc, err)
+	})
+}
+
+// checkOpened fails unless opening s accepted exactly the sealed token tok
+// with its claims, and refused everything else with ErrReferenceInvalid.
+func checkOpened[C comparable](t *testing.T, op, s, tok string, got, want C, err error) {
+	t.Helper()
+	switch {
+	case err == nil && (s != tok || got != want):
+		t.Fatalf("%s(%q) accepted %+v; want only the sealed token", op, s, got)
+	case err != nil && (!errors.Is(err, ErrReferenceInvalid) || s == tok):
+		t.Fatalf("%s(%q): got %v; want nil for the sealed token, else ErrReferenceInvalid", op, s, err)
+	}
+}
+
+func TestDecodeRevision(t *testing.T) {
+	valid := "0123456789abcdef" + strings.Repeat("f0", 24)
+	got, err := decodeRevision(valid)
+	if err != nil || hex.EncodeToString(got[:]) != valid {
+		t.Fatalf("decodeRevision(%q) = %x, %v; want the same bytes", valid, got, err)
+	}
+	for i := 0; i < len(valid); i++ {
+		for _, c := range []byte{'A', 'F', 'g', 'G', '/', ':', '`', ' ', 0, 0xff} {
+			b := []byte(valid)
+			b[i] = c
+			if _, err := decodeRevision(string(b)); err == nil {
+				t.Fatalf("character %q at %d: got nil error; want one", c, i)
+			}
+		}
+	}
+	for _, s := range []string{"", valid[:63], valid + "0", valid[:62] + "é"} {
+		if _, err := decodeRevision(s); err == nil {
+			t.Errorf("decodeRevision(%q): got nil error; want one", s)
 		}
 	}
 }

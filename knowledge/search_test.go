@@ -39,7 +39,7 @@ func TestSearchResponseShape(t *testing.T) {
 	}
 	// Keys in protocol order, run_id canonical lowercase.
 	wantPrefix := `{"schema_version":"bailing.agent-knowledge-search.v1","route":"order-assistant","run_id":"` + runA +
-		`","knowledge_scope_revision":"` + ScopeRevision(routeKey, &defaultKBConfg) + `","trust":"reference_only","status":"ok","hints":[{"ref":"kr1.`
+		`","knowledge_scope_revision":"` + ScopeRevision(routeKey, &defaultKBConfg) + `","trust":"reference_only","status":"ok","hints":[{"ref":"kr2.k1.`
 	if !strings.HasPrefix(string(raw), wantPrefix) {
 		t.Fatalf("body starts %.300s; want %s", raw, wantPrefix)
 	}

@@ -292,7 +292,7 @@ Copy-paste walkthrough (needs curl; jq makes the output readable):
   curl -s -H "Authorization: Bearer $TOKEN" http://%s/agent-api/v1/unknown | jq .
 
   # 6. Errors are defined, never leaky: a forged reference.
-  curl -s -H "Authorization: Bearer $TOKEN" -d '{"ref":"kr1.forged"}' $WS/knowledge/read | jq .
+  curl -s -H "Authorization: Bearer $TOKEN" -d '{"ref":"kr2.core.forged"}' $WS/knowledge/read | jq .
 
 Documents: %s
 Press Ctrl-C to stop.

@@ -277,7 +277,7 @@ func TestDemoWalkthrough(t *testing.T) {
 	})
 
 	t.Run("6 forged reference", func(t *testing.T) {
-		code, raw := d.do(t, "POST", d.ws+"/knowledge/read", `{"ref":"kr1.forged"}`)
+		code, raw := d.do(t, "POST", d.ws+"/knowledge/read", `{"ref":"kr2.core.forged"}`)
 		var e struct{ Error, Message string }
 		if code != 400 || json.Unmarshal(raw, &e) != nil || e.Error != "knowledge_reference_invalid" || e.Message == "" {
 			t.Errorf("got %d %s; want 400 knowledge_reference_invalid", code, raw)
