@@ -1,11 +1,167 @@
 package proxy
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/bailinghub/knowledge-sidecar/knowledge"
+	"github.com/bailinghub/knowledge-sidecar/ledger"
 )
+
+// Every answer the sidecar makes up itself goes through writeErr: handlers
+// return errors, echo's HTTPErrorHandler and the ReverseProxies' error
+// handlers hand them over, and one switch turns each kind into a status, a
+// code and a message.
+
+// edgeError is an answer the edge gives on its own.
+type edgeError struct {
+	status  int
+	code    string
+	message string
+	// close: the connection ends after the answer (the request's body, or
+	// what follows it on the wire, is never read on).
+	close bool
+	allow string // Allow header of a 405
+}
+
+func (e *edgeError) Error() string { return "proxy: " + strconv.Itoa(e.status) + " " + e.code }
+
+var (
+	errH2C = &edgeError{status: http.StatusBadRequest, code: "invalid_request",
+		message: "HTTP/2 cleartext upgrade (h2c) is not supported."}
+	errRequestLine = &edgeError{status: http.StatusBadRequest, code: "invalid_request",
+		message: "The request line is not valid HTTP/1.1.", close: true}
+	errNonCanonicalPath = &edgeError{status: http.StatusBadRequest, code: "invalid_request",
+		message: "The request path must be in canonical form.", close: true}
+	errBodyTimeout = &edgeError{status: http.StatusRequestTimeout, code: "request_timeout",
+		message: "The request body was not received in time.", close: true}
+	errBodyMalformed = &edgeError{status: http.StatusBadRequest, code: "invalid_request",
+		message: "The request body is malformed.", close: true}
+	errBodyIncomplete = &edgeError{status: http.StatusBadRequest, code: "invalid_request",
+		message: "The request body was not received completely.", close: true}
+	errBodyUnreadable = &edgeError{status: http.StatusBadRequest, code: "invalid_request",
+		message: "The request body could not be read.", close: true}
+	errTurnDelivery = &edgeError{status: http.StatusBadRequest, code: "invalid_request",
+		message: `knowledge_delivery must be "inline" or "on_demand".`}
+	errTurnNotObject = &edgeError{status: http.StatusBadRequest, code: "invalid_request",
+		message: "The request body must be a valid JSON object."}
+	errTurnTooDeep = &edgeError{status: http.StatusBadRequest, code: "invalid_request",
+		message: "The request body nests JSON too deeply to be checked."}
+	errUpstream = &edgeError{status: http.StatusBadGateway, code: "upstream_unavailable",
+		message: "Core could not be reached."}
+	// errUpstreamGone: the client's side ended before Core answered (it
+	// went away, or half-closed after a complete request, which net/http
+	// cannot tell apart). A half-closed client still reads this.
+	errUpstreamGone = &edgeError{status: http.StatusBadGateway, code: "upstream_unavailable",
+		message: "Core could not be reached.", close: true}
+	errUpstreamTimeout = &edgeError{status: http.StatusGatewayTimeout, code: "upstream_timeout",
+		message: "Core did not answer in time."}
+	errNotProxied = &edgeError{status: http.StatusBadGateway, code: "upstream_unavailable",
+		message: "The request could not be proxied.", close: true}
+	errDeliveryFailedAnswer = &edgeError{status: http.StatusBadGateway, code: "knowledge_delivery_failed",
+		message: "Core's turn answer could not be delivered with on-demand knowledge."}
+	errRouteUnavailable = &knowledge.Error{Status: http.StatusNotFound, Code: knowledge.CodeRouteUnavailable,
+		Message: "The configured route is unavailable."}
+)
+
+func errMethodNotAllowed(allow string) *edgeError {
+	return &edgeError{status: http.StatusMethodNotAllowed, code: "method_not_allowed",
+		message: "This knowledge endpoint does not accept that method.", allow: allow}
+}
+
+// turnConflictBody is Core's exact 409 body (CORE_FACTS §3.4).
+var turnConflictBody = []byte(`{"error":"turn_conflict","message":"turn id or user message id is already bound to different input"}`)
+
+// errorHandler is echo's HTTPErrorHandler: every error a handler returns.
+func (s *Server) errorHandler(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	s.writeErr(c.Response(), c.Request(), err)
+}
+
+// writeErr is the one place an error becomes an answer.
+//
+//   - A request whose own body failed (stalled past the idle timeout,
+//     malformed framing, cut off) is answered for that, whatever the
+//     handler made of it: 408 or 400.
+//   - *edgeError: as it says. *knowledge.Error: its status, code and
+//     message (Retry-After on a 429; 5xx causes logged, never sent).
+//     ledger.ErrConflict: Core's own 409 turn_conflict. echo's own errors
+//     (a route it could not serve): 502. Anything else, which only the
+//     knowledge features produce (a ledger or catalog failure): 503
+//     knowledge_unavailable.
+//   - An answer decided before the request body was read to its end goes
+//     out at once and closes the connection, rather than wait on a body
+//     that may trickle forever.
+func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, err error) {
+	ctx := r.Context()
+	st := stateOf(ctx)
+	if st != nil {
+		if be := bodyFailure(st, ctx); be != nil {
+			err = be
+		}
+		if r.ContentLength != 0 && !st.bodyEOF.Load() {
+			closeConn(w)
+		}
+	}
+	var (
+		ee *edgeError
+		ke *knowledge.Error
+		he *echo.HTTPError
+	)
+	switch {
+	case errors.As(err, &ee):
+	case errors.Is(err, ledger.ErrConflict):
+		writeJSON(w, http.StatusConflict, turnConflictBody)
+		return
+	case errors.As(err, &ke):
+		if ke.Status == http.StatusTooManyRequests {
+			w.Header().Set("Retry-After", strconv.Itoa(ke.RetryAfterSeconds()))
+		}
+		if ke.Status >= 500 {
+			s.log.LogAttrs(ctx, slog.LevelWarn, "knowledge request failed", slog.String("request_id", requestID(ctx)),
+				slog.String("code", ke.Code), slog.Any("cause", ke.Err))
+		}
+		writeError(w, ke.Status, ke.Code, ke.Message)
+		return
+	case errors.As(err, &he):
+		s.log.Error("unhandled edge error", slog.String("request_id", requestID(ctx)), slog.Any("error", err))
+		ee = errNotProxied
+	default:
+		s.log.LogAttrs(ctx, slog.LevelWarn, "knowledge request failed", slog.String("request_id", requestID(ctx)),
+			slog.String("code", knowledge.CodeUnavailable), slog.Any("cause", err))
+		writeError(w, http.StatusServiceUnavailable, knowledge.CodeUnavailable, "Knowledge is temporarily unavailable.")
+		return
+	}
+	if ee.close {
+		closeConn(w)
+	}
+	if ee.allow != "" {
+		w.Header().Set("Allow", ee.allow)
+	}
+	writeError(w, ee.status, ee.code, ee.message)
+}
+
+// bodyFailure is the answer for a request whose own body failed, or nil.
+func bodyFailure(st *reqState, ctx context.Context) error {
+	switch {
+	case st.bodyTimeout.Load():
+		return errBodyTimeout
+	case st.bodyBad.Load() && ctx.Err() == nil:
+		return errBodyMalformed
+	case st.bodyGone.Load(), st.bodyBad.Load():
+		return errBodyIncomplete
+	}
+	return nil
+}
 
 // errorBody is Core's Agent API error convention: {"error","message"}.
 type errorBody struct {

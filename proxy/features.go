@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -114,8 +113,8 @@ func (s *Server) capabilities(c echo.Context) error {
 			// Core could not be reached for the probe: like every knowledge
 			// endpoint facing an unreachable Core, 503 knowledge_unavailable
 			// (SPEC §2); the verdict stays open for the next request.
-			return s.answer(c, nil, &knowledge.Error{Status: http.StatusServiceUnavailable,
-				Code: knowledge.CodeUnavailable, Message: "Knowledge is temporarily unavailable.", Err: perr})
+			return &knowledge.Error{Status: http.StatusServiceUnavailable,
+				Code: knowledge.CodeUnavailable, Message: "Knowledge is temporarily unavailable.", Err: perr}
 		}
 		relayProbe(c.Response(), probe)
 		return nil
@@ -124,7 +123,7 @@ func (s *Server) capabilities(c echo.Context) error {
 		return s.passH(c)
 	}
 	body, err := s.feat.k.Capabilities(r.Context(), authz, route)
-	return s.answer(c, body, err)
+	return reply(c, body, err)
 }
 
 func (s *Server) search(c echo.Context) error {
@@ -134,7 +133,7 @@ func (s *Server) search(c echo.Context) error {
 	}
 	r := c.Request()
 	body, err := s.feat.k.Search(r.Context(), r.Header.Get("Authorization"), route, r.Body)
-	return s.answer(c, body, err)
+	return reply(c, body, err)
 }
 
 func (s *Server) read(c echo.Context) error {
@@ -144,44 +143,16 @@ func (s *Server) read(c echo.Context) error {
 	}
 	r := c.Request()
 	body, err := s.feat.k.Read(r.Context(), r.Header.Get("Authorization"), route, r.Body)
-	return s.answer(c, body, err)
+	return reply(c, body, err)
 }
 
-// answer writes a knowledge endpoint's result: the body, or its *Error as
-// Core's {"error","message"} convention. Causes are logged, never sent.
-func (s *Server) answer(c echo.Context, body []byte, err error) error {
-	r := c.Request()
-	ctx := r.Context()
-	h := c.Response().Header()
-	st := stateOf(ctx)
-	if st != nil && r.ContentLength != 0 && !st.bodyEOF.Load() {
-		// The answer was decided before the body was read to its end (401,
-		// 403, 404, 413, 429, or the body stalled): it goes out at once and
-		// the connection closes, rather than waiting on a body that may
-		// trickle forever.
-		closeConn(c.Response())
-		if st.bodyTimeout.Load() || st.bodyGone.Load() || st.bodyBad.Load() {
-			writeBodyFailure(c.Response(), st, ctx)
-			return nil
-		}
+// reply writes a knowledge endpoint's success; an error goes back to the
+// edge, which answers it (writeErr).
+func reply(c echo.Context, body []byte, err error) error {
+	if err != nil {
+		return err
 	}
-	if err == nil {
-		writeJSON(c.Response(), http.StatusOK, body)
-		return nil
-	}
-	var ke *knowledge.Error
-	if !errors.As(err, &ke) {
-		ke = &knowledge.Error{Status: http.StatusServiceUnavailable, Code: knowledge.CodeUnavailable,
-			Message: "Knowledge is temporarily unavailable.", Err: err}
-	}
-	if ke.Status >= 500 {
-		s.log.LogAttrs(ctx, slog.LevelWarn, "knowledge request failed", slog.String("request_id", requestID(ctx)),
-			slog.String("code", ke.Code), slog.Any("cause", ke.Err))
-	}
-	if ke.Status == http.StatusTooManyRequests {
-		h.Set("Retry-After", strconv.Itoa(ke.RetryAfterSeconds()))
-	}
-	writeError(c.Response(), ke.Status, ke.Code, ke.Message)
+	writeJSON(c.Response(), http.StatusOK, body)
 	return nil
 }
 
@@ -193,14 +164,7 @@ func (s *Server) wrongMethod(allow string) echo.HandlerFunc {
 		if !s.decide(c, c.Param("route")) {
 			return s.passH(c)
 		}
-		h := c.Response().Header()
-		h.Set("Allow", allow)
-		if r := c.Request(); r.ContentLength != 0 {
-			closeConn(c.Response()) // the body is not read
-		}
-		writeError(c.Response(), http.StatusMethodNotAllowed, "method_not_allowed",
-			"This knowledge endpoint does not accept that method.")
-		return nil
+		return errMethodNotAllowed(allow)
 	}
 }
 

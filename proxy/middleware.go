@@ -125,18 +125,18 @@ func (s *Server) edge(handler string) echo.MiddlewareFunc {
 					panic(p)
 				}
 			}()
-			if isH2CUpgrade(r.Header) {
-				writeError(resp, http.StatusBadRequest, "invalid_request", "HTTP/2 cleartext upgrade (h2c) is not supported.")
+			switch {
+			case isH2CUpgrade(r.Header):
+				s.writeErr(resp, r, errH2C)
 				return nil
-			}
-			if r.Method == "PRI" || r.RequestURI == "*" && r.Method != http.MethodOptions {
+			case r.Method == "PRI" || r.RequestURI == "*" && r.Method != http.MethodOptions:
 				// An HTTP/2 connection preface (or another asterisk-form
 				// target) on this HTTP/1 listener: not a request Core serves.
-				closeConn(resp)
-				writeError(resp, http.StatusBadRequest, "invalid_request", "The request line is not valid HTTP/1.1.")
+				s.writeErr(resp, r, errRequestLine)
 				return nil
-			}
-			if s.feat != nil && s.refusePath(c) {
+			case s.feat != nil && nonCanonical(r):
+				// Refused before Core sees it; the body is never read.
+				s.writeErr(resp, r, errNonCanonicalPath)
 				return nil
 			}
 			if r.ContentLength != 0 {
@@ -149,7 +149,11 @@ func (s *Server) edge(handler string) echo.MiddlewareFunc {
 				r.Body = &idleBody{ReadCloser: r.Body, ctl: http.NewResponseController(resp.Writer), idle: s.bodyIdle, st: st}
 			}
 			body := r.Body // handlers may swap r.Body; the wire is this one
-			err := next(c)
+			if err := next(c); err != nil && !resp.Committed {
+				// The edge answers handler errors itself, so that what is
+				// recorded below is what was sent.
+				s.writeErr(resp, r, err)
+			}
 			// Read what the handler left of the body (bounded) before the
 			// connection is reused. With full duplex net/http no longer does
 			// this reliably: a fixed-length body left unread (Core
@@ -171,32 +175,22 @@ func (s *Server) edge(handler string) echo.MiddlewareFunc {
 			}
 			if !resp.Committed && st.outcome != http.StatusSwitchingProtocols {
 				// Every request gets an answer: net/http would otherwise send
-				// an empty 200 for a handler that wrote nothing (the upstream
-				// call was cancelled because the client half-closed its
-				// side after a complete request, say). A half-closed client
-				// still reads this; a vanished one does not, at no cost.
+				// an empty 200 for a handler that wrote nothing.
 				st.outcome = 0
-				closeConn(resp)
-				writeError(resp, http.StatusBadGateway, "upstream_unavailable", "Core could not be reached.")
+				s.writeErr(resp, r, errUpstreamGone)
 			}
-			return err
+			return nil
 		}
 	}
 }
 
-// refusePath answers 400 to a request whose target is an intercepted path
-// in a spelling other than the literal one, and reports whether it did. The
-// body is never read: the connection closes after. (A literal intercepted
-// path whose route segment is no route key reaches its handler, which
-// answers 404 route_unavailable after identity.)
-func (s *Server) refusePath(c echo.Context) bool {
-	raw, ok := rawRequestPath(c.Request())
-	if !ok || classifyPath(raw) != pathNonCanon {
-		return false
-	}
-	closeConn(c.Response())
-	writeError(c.Response(), http.StatusBadRequest, "invalid_request", "The request path must be in canonical form.")
-	return true
+// nonCanonical reports whether the request's target is an intercepted path
+// in a spelling other than the literal one. (A literal intercepted path
+// whose route segment is no route key reaches its handler, which answers
+// 404 route_unavailable after identity.)
+func nonCanonical(r *http.Request) bool {
+	raw, ok := rawRequestPath(r)
+	return ok && classifyPath(raw) == pathNonCanon
 }
 
 // idleBody is every request body as the edge hands it on: a read that sees

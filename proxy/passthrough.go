@@ -151,41 +151,46 @@ func (b *bufferPool) Get() []byte  { return *(b.p.Get().(*[]byte)) }
 func (b *bufferPool) Put(p []byte) { b.p.Put(&p) }
 
 // newPassthrough builds the one ReverseProxy for all pass-through traffic.
-func newPassthrough(target *url.URL, fw forwarding, transport http.RoundTripper, m *metrics, log *slog.Logger) *httputil.ReverseProxy {
+func (s *Server) newPassthrough() *httputil.ReverseProxy {
+	target, fw := s.target, s.fw
 	return &httputil.ReverseProxy{
 		Rewrite:        func(pr *httputil.ProxyRequest) { fw.rewrite(target, pr) },
-		Transport:      transport,
+		Transport:      s.transport,
 		FlushInterval:  -1, // flush every write: SSE and unknown-length bodies stream
 		BufferPool:     newBufferPool(),
-		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		ModifyResponse: checkUpgrade,
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			ctx := r.Context()
-			// The client's own body can fail first (malformed chunking, or
-			// the client hung up mid-upload). That is not Core's fault: it
-			// is answered 400 / recorded 499 and not counted against Core.
-			if st := stateOf(ctx); st != nil && writeBodyFailure(w, st, ctx) {
-				return
-			}
-			kind, status := classifyUpstreamError(ctx, err)
-			m.upstreamErrors.WithLabelValues(kind).Inc()
-			// Recorded even when a 101 was already noted (the tunnel then
-			// failed to open).
-			if kind == "canceled" {
-				// The client's side of the connection ended (it went away,
-				// or half-closed after a complete request, which net/http
-				// cannot tell apart). A half-closed client still reads the
-				// 502; it is what it gets and what is recorded.
-				closeConn(w)
-				writeError(w, http.StatusBadGateway, upstreamCode(http.StatusBadGateway), upstreamMessage(http.StatusBadGateway))
-				return
-			}
-			setOutcome(ctx, status)
-			log.LogAttrs(ctx, slog.LevelWarn, "core request failed",
-				slog.String("kind", kind), slog.Int("status", status), slog.String("request_id", requestID(ctx)))
-			writeError(w, status, upstreamCode(status), upstreamMessage(status))
-		},
+		ErrorHandler:   s.upstreamFailed,
 	}
+}
+
+// upstreamFailed answers a proxied request that got no answer from Core.
+// The client's own body can fail first (malformed chunking, a stall, the
+// client hung up mid-upload): that is not Core's fault, is answered 408/400
+// and not counted against Core.
+func (s *Server) upstreamFailed(w http.ResponseWriter, r *http.Request, err error) {
+	ctx := r.Context()
+	if st := stateOf(ctx); st != nil && bodyFailure(st, ctx) != nil {
+		s.writeErr(w, r, err) // answered for the body
+		return
+	}
+	kind, status := classifyUpstreamError(ctx, err)
+	s.m.upstreamErrors.WithLabelValues(kind).Inc()
+	switch {
+	case kind == "canceled":
+		s.writeErr(w, r, errUpstreamGone)
+		return
+	case status == http.StatusGatewayTimeout:
+		err = errUpstreamTimeout
+	default:
+		err = errUpstream
+	}
+	// Recorded even when a 101 was already noted (the tunnel then failed
+	// to open).
+	setOutcome(ctx, status)
+	s.log.LogAttrs(ctx, slog.LevelWarn, "core request failed",
+		slog.String("kind", kind), slog.Int("status", status), slog.String("request_id", requestID(ctx)))
+	s.writeErr(w, r, err)
 }
 
 // bodyWatch notes how the client's request body failed, for the error
@@ -206,28 +211,6 @@ func (b *bodyWatch) Read(p []byte) (int, error) {
 		}
 	}
 	return n, err
-}
-
-// writeBodyFailure answers a request whose own body failed (stalled past
-// the idle timeout: 408; malformed framing: 400; cut off by the client: 400
-// for a client that may still read) and reports whether it did. The
-// connection closes after: what follows a broken body on the wire must never
-// be parsed as another request.
-func writeBodyFailure(w http.ResponseWriter, st *reqState, ctx context.Context) bool {
-	switch {
-	case st.bodyTimeout.Load():
-		closeConn(w)
-		writeError(w, http.StatusRequestTimeout, "request_timeout", "The request body was not received in time.")
-	case st.bodyBad.Load() && ctx.Err() == nil:
-		closeConn(w)
-		writeError(w, http.StatusBadRequest, "invalid_request", "The request body is malformed.")
-	case st.bodyGone.Load(), st.bodyBad.Load():
-		closeConn(w)
-		writeError(w, http.StatusBadRequest, "invalid_request", "The request body was not received completely.")
-	default:
-		return false
-	}
-	return true
 }
 
 // checkUpgrade vets a 101 before ReverseProxy opens a tunnel: Core may only
@@ -296,17 +279,3 @@ func classifyUpstreamError(ctx context.Context, err error) (kind string, status 
 }
 
 var errUpgradeRefused = errors.New("upgrade refused")
-
-func upstreamCode(status int) string {
-	if status == http.StatusGatewayTimeout {
-		return "upstream_timeout"
-	}
-	return "upstream_unavailable"
-}
-
-func upstreamMessage(status int) string {
-	if status == http.StatusGatewayTimeout {
-		return "Core did not answer in time."
-	}
-	return "Core could not be reached."
-}

@@ -57,20 +57,6 @@ func TestClassifyUpstreamError(t *testing.T) {
 	}
 }
 
-func TestUpstreamCodeAndMessage(t *testing.T) {
-	for _, c := range []struct {
-		status int
-		code   string
-	}{{http.StatusGatewayTimeout, "upstream_timeout"}, {http.StatusBadGateway, "upstream_unavailable"}} {
-		if got := upstreamCode(c.status); got != c.code {
-			t.Errorf("upstreamCode(%d): got %q; want %q", c.status, got, c.code)
-		}
-		if msg := upstreamMessage(c.status); msg == "" || strings.ContainsAny(msg, ":/") {
-			t.Errorf("upstreamMessage(%d): got %q; want a plain sentence", c.status, msg)
-		}
-	}
-}
-
 func TestIsTrusted(t *testing.T) {
 	f := forwarding{trusted: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("2001:db8::/32")}}
 	cases := []struct {

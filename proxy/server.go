@@ -80,21 +80,13 @@ func New(o Options) (*Server, error) {
 	}
 	s.target, s.transport = o.CoreURL, o.Transport
 	s.fw = forwarding{trusted: o.TrustedProxies, preserveHost: o.PreserveHost}
-	s.pass = newPassthrough(s.target, s.fw, s.transport, s.m, s.log)
+	s.pass = s.newPassthrough()
 	s.passH = echo.WrapHandler(s.pass)
 
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.Logger.SetOutput(discard{})
-	e.HTTPErrorHandler = func(err error, c echo.Context) {
-		// Handlers write their own answers; anything reaching here is a bug
-		// or echo's own 404/405, which must not happen for proxied paths.
-		if c.Response().Committed {
-			return
-		}
-		s.log.Error("unhandled edge error", slog.String("request_id", requestID(c.Request().Context())), slog.Any("error", err))
-		writeError(c.Response(), http.StatusBadGateway, "upstream_unavailable", "The request could not be proxied.")
-	}
+	e.HTTPErrorHandler = s.errorHandler
 	e.Use(s.edge(""))
 	// Everything, whatever the method, goes to Core unless a route below
 	// claims it. RouteNotFound also catches methods echo does not know.

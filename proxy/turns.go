@@ -27,9 +27,6 @@ const coreTurnBodyMax = 512 << 10
 // turnResponseMax bounds the turn answer the sidecar buffers to rewrite.
 const turnResponseMax = 16 << 20
 
-// turnConflictBody is Core's exact 409 body (CORE_FACTS §3.4).
-var turnConflictBody = []byte(`{"error":"turn_conflict","message":"turn id or user message id is already bound to different input"}`)
-
 var errDeliveryFailed = errors.New("turn answer cannot carry knowledge delivery")
 
 // turnState travels with an intercepted turn to ModifyResponse.
@@ -71,21 +68,16 @@ func (s *Server) turns(c echo.Context) error {
 	sess, authErr := s.feat.k.Authenticate(ctx, r.Header.Get("Authorization"))
 	if ke, ok := errors.AsType[*knowledge.Error](authErr); ok && ke.Status == http.StatusUnauthorized {
 		s.m.turns.WithLabelValues("unknown", "rejected").Inc()
-		return s.answer(c, nil, authErr)
+		return authErr
 	}
 	if !validRouteKey(route) {
 		s.m.turns.WithLabelValues("unknown", "rejected").Inc()
-		return s.answer(c, nil, &knowledge.Error{Status: http.StatusNotFound, Code: knowledge.CodeRouteUnavailable,
-			Message: "The configured route is unavailable."})
+		return errRouteUnavailable
 	}
 	body, err := readSized(r.Body, r.ContentLength, coreTurnBodyMax, turnRequestPrealloc)
 	if err != nil {
 		s.m.turns.WithLabelValues("unknown", "rejected").Inc()
-		closeConn(c.Response())
-		if st := stateOf(ctx); st == nil || !writeBodyFailure(c.Response(), st, ctx) {
-			writeError(c.Response(), http.StatusBadRequest, "invalid_request", "The request body could not be read.")
-		}
-		return nil
+		return errBodyUnreadable // or what the body's own failure was
 	}
 	if len(body) > coreTurnBodyMax {
 		// Too large for Core anyway: let Core answer, byte for byte.
@@ -95,15 +87,13 @@ func (s *Server) turns(c echo.Context) error {
 	tr, err := turn.ParseRequest(body)
 	if err != nil {
 		s.m.turns.WithLabelValues("invalid", "rejected").Inc()
-		msg := `knowledge_delivery must be "inline" or "on_demand".`
 		switch {
 		case errors.Is(err, turn.ErrNotJSONObject):
-			msg = "The request body must be a valid JSON object."
+			return errTurnNotObject
 		case errors.Is(err, turn.ErrTooDeep):
-			msg = "The request body nests JSON too deeply to be checked."
+			return errTurnTooDeep
 		}
-		writeError(c.Response(), http.StatusBadRequest, "invalid_request", msg)
-		return nil
+		return errTurnDelivery
 	}
 	switch turn.PlanFor(tr) {
 	case turn.PassUnbound:
@@ -120,14 +110,13 @@ func (s *Server) turns(c echo.Context) error {
 			return s.passH(c)
 		}
 		st := &turnState{mode: knowledge.DeliveryInline, absent: true, keyed: true, key: turn.Key(sess.SessionID, route, tr)}
-		ok, err := s.reserve(c, st)
-		if err != nil {
+		switch err := s.reserve(c, st); {
+		case errors.Is(err, ledger.ErrConflict):
+			return err
+		case err != nil:
 			s.m.ledgerFailOpen.WithLabelValues("ledger").Inc()
 			s.m.turns.WithLabelValues("absent", "passed").Inc()
 			return s.passH(c)
-		}
-		if !ok {
-			return nil
 		}
 		return s.forwardTurn(c, r, st, body)
 	}
@@ -135,46 +124,43 @@ func (s *Server) turns(c echo.Context) error {
 	mode := string(tr.Mode)
 	if authErr != nil {
 		s.m.turns.WithLabelValues(mode, "rejected").Inc()
-		return s.answer(c, nil, authErr)
+		return authErr
 	}
 	status, rev, serr := s.feat.k.DeliveryStatus(ctx, route)
 	status, rev, ok := turn.Delivery(route, status, rev, serr)
 	if !ok {
 		s.m.turns.WithLabelValues(mode, "knowledge_unavailable").Inc()
-		return s.answer(c, nil, &knowledge.Error{Status: http.StatusServiceUnavailable, Code: knowledge.CodeUnavailable,
-			Message: "Knowledge is temporarily unavailable.", Err: serr})
+		return &knowledge.Error{Status: http.StatusServiceUnavailable, Code: knowledge.CodeUnavailable,
+			Message: "Knowledge is temporarily unavailable.", Err: serr}
 	}
 	st := &turnState{mode: tr.Mode, key: turn.Key(sess.SessionID, route, tr), keyed: tr.Keyed(),
 		status: status, revision: rev}
 	if st.keyed {
-		ok, err := s.reserve(c, st)
-		if err != nil {
-			s.m.turns.WithLabelValues(mode, "ledger_unavailable").Inc()
-			return s.answer(c, nil, err) // mapped to 503 knowledge_unavailable
-		}
-		if !ok {
-			return nil
+		if err := s.reserve(c, st); err != nil {
+			if !errors.Is(err, ledger.ErrConflict) {
+				s.m.turns.WithLabelValues(mode, "ledger_unavailable").Inc()
+			}
+			return err // 409 turn_conflict, or 503 knowledge_unavailable
 		}
 	}
 	return s.forwardTurn(c, r, st, tr.Body)
 }
 
-// reserve binds the turn's mode in the ledger under both of Core's keys. ok
-// is false when a different mode is already bound: the 409 is written.
-func (s *Server) reserve(c echo.Context, st *turnState) (ok bool, err error) {
+// reserve binds the turn's mode in the ledger under both of Core's keys:
+// ledger.ErrConflict when a different mode is already bound.
+func (s *Server) reserve(c echo.Context, st *turnState) error {
 	created, err := s.feat.ledger.Reserve(c.Request().Context(), st.key, string(st.mode))
 	switch {
 	case errors.Is(err, ledger.ErrConflict):
 		s.m.ledgerConflict.Inc()
 		s.m.turns.WithLabelValues(st.label(), "conflict").Inc()
-		writeJSON(c.Response(), http.StatusConflict, turnConflictBody)
-		return false, nil
+		return err
 	case err != nil:
 		s.m.ledgerErrors.Inc()
-		return false, err
+		return err
 	}
 	st.created = created
-	return true, nil
+	return nil
 }
 
 // forwardTurn sends the (possibly stripped) turn through the turn proxy.
@@ -199,7 +185,7 @@ type readCloser struct {
 // newTurnProxy is a ReverseProxy like the pass-through one (same transport,
 // same header rules) whose ModifyResponse rewrites the turn answer.
 func (s *Server) newTurnProxy() *httputil.ReverseProxy {
-	rp := newPassthrough(s.target, s.fw, s.transport, s.m, s.log)
+	rp := s.newPassthrough()
 	passRewrite := rp.Rewrite
 	rp.Rewrite = func(pr *httputil.ProxyRequest) {
 		passRewrite(pr)
@@ -221,8 +207,7 @@ func (s *Server) newTurnProxy() *httputil.ReverseProxy {
 			s.m.turns.WithLabelValues(string(st.mode), "delivery_failed").Inc()
 			s.log.LogAttrs(r.Context(), slog.LevelWarn, "turn answer could not be rewritten",
 				slog.String("request_id", requestID(r.Context())), slog.Any("error", err))
-			writeError(w, http.StatusBadGateway, "knowledge_delivery_failed",
-				"Core's turn answer could not be delivered with on-demand knowledge.")
+			s.writeErr(w, r, errDeliveryFailedAnswer)
 			return
 		}
 		if st != nil {
