@@ -77,25 +77,25 @@ func (s *Server) SetRollout(p rollout.Policy) {
 // route itself: the workspace is rolled out and the Core is not native.
 func (s *Server) decide(c echo.Context, route string) bool {
 	pol := s.feat.rollout.Load()
-	decision := "enabled"
+	decision := decisionEnabled
 	switch {
 	case !validRouteKey(route) && !s.feat.native.isNative():
 		// No workspace has this key (upper case, encoded, too long): the
 		// sidecar answers 404 route_unavailable after identity, like
 		// Core's own 404, rather than guess how Core would spell it.
-		decision = "invalid_route"
+		decision = decisionInvalidRoute
 	case !pol.Enabled(route):
-		decision = "disabled"
+		decision = decisionDisabled
 	case s.feat.native.isNative():
-		decision = "native"
+		decision = decisionNative
 	}
-	s.m.rollout.WithLabelValues(decision).Inc()
+	s.m.rollout.WithLabelValues(string(decision)).Inc()
 	if s.log.Enabled(c.Request().Context(), slog.LevelDebug) {
 		s.log.LogAttrs(c.Request().Context(), slog.LevelDebug, "rollout decision",
 			slog.String("request_id", requestID(c.Request().Context())), slog.String("route", route),
-			slog.String("policy", pol.String()), slog.String("decision", decision))
+			slog.String("policy", pol.String()), slog.String("decision", string(decision)))
 	}
-	return decision == "enabled" || decision == "invalid_route"
+	return decision == decisionEnabled || decision == decisionInvalidRoute
 }
 
 func (s *Server) capabilities(c echo.Context) error {
@@ -103,7 +103,7 @@ func (s *Server) capabilities(c echo.Context) error {
 	pol := s.feat.rollout.Load()
 	valid := validRouteKey(route)
 	if valid && !pol.Enabled(route) {
-		s.m.rollout.WithLabelValues("disabled").Inc()
+		s.m.rollout.WithLabelValues(string(decisionDisabled)).Inc()
 		return s.passH(c)
 	}
 	r := c.Request()

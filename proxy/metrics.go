@@ -25,6 +25,55 @@ type metrics struct {
 
 const namespace = "knowledge_sidecar"
 
+// Label values of the edge's metrics: closed sets, one constant each.
+type (
+	turnOutcome     string // turns_total{outcome}
+	rolloutDecision string // rollout_decisions_total{decision}
+)
+
+const (
+	outRejected             turnOutcome = "rejected"
+	outPassed               turnOutcome = "passed"
+	outConflict             turnOutcome = "conflict"
+	outKnowledgeUnavailable turnOutcome = "knowledge_unavailable"
+	outLedgerUnavailable    turnOutcome = "ledger_unavailable"
+	outRewritten            turnOutcome = "rewritten"
+	outDeliveryFailed       turnOutcome = "delivery_failed"
+	outUpstreamError        turnOutcome = "upstream_error"
+
+	decisionEnabled      rolloutDecision = "enabled"
+	decisionDisabled     rolloutDecision = "disabled"
+	decisionNative       rolloutDecision = "native"
+	decisionInvalidRoute rolloutDecision = "invalid_route"
+
+	// turns_total{mode} besides the delivery modes.
+	labelAbsent  = "absent"  // no knowledge_delivery field
+	labelInvalid = "invalid" // a field with a value that is no mode
+	labelUnknown = "unknown" // refused before the body was read
+
+	failOpenIdentity = "identity" // ledger_fail_open_total{reason}
+	failOpenLedger   = "ledger"
+)
+
+// coreOutcome is the turns_total outcome of a Core answer relayed as is.
+func coreOutcome(status int) turnOutcome {
+	switch status / 100 {
+	case 1:
+		return "core_1xx"
+	case 2:
+		return "core_2xx"
+	case 3:
+		return "core_3xx"
+	case 4:
+		return "core_4xx"
+	default:
+		return "core_5xx"
+	}
+}
+
+// turn counts one intercepted turn.
+func (m *metrics) turn(mode string, o turnOutcome) { m.turns.WithLabelValues(mode, string(o)).Inc() }
+
 func newMetrics(reg prometheus.Registerer, version string) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -64,7 +113,7 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 		}, []string{"reason"}),
 		rollout: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "rollout_decisions_total",
-			Help: "Knowledge and turn requests by rollout decision (enabled, disabled, native).",
+			Help: "Knowledge and turn requests by rollout decision (enabled, disabled, native, invalid_route).",
 		}, []string{"decision"}),
 		native: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "core_protocol_state",

@@ -162,7 +162,7 @@ func (s *Server) edge(handler string) echo.MiddlewareFunc {
 			// A handler that already chose to close the connection (say, a
 			// 401 to an oversized body) is not made to read the rest.
 			closing := headerHasToken(resp.Header(), "Connection", "close")
-			clean := r.ContentLength == 0 || closing || bodyEndsCleanly(body)
+			clean := r.ContentLength == 0 || closing || bodyEndsCleanly(body, drainLimit(c))
 			if r.ContentLength < 0 && !clean {
 				// A chunked body that breaks after the answer went out
 				// (Core answered early). With full duplex net/http would
@@ -230,19 +230,15 @@ func (b *idleBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// maxBodyDrain bounds how much of an unread request body the edge reads
-// after the handler, like net/http's own post-handler drain.
-const maxBodyDrain = 256 << 10
-
 // bodyEndsCleanly reads what is left of a request body (bounded) and
 // reports false only when its framing is broken. A body already closed, at
 // EOF, or longer than the bound is left to net/http, which closes the
 // connection for the last case itself.
-func bodyEndsCleanly(body io.Reader) bool {
+func bodyEndsCleanly(body io.Reader, limit int64) bool {
 	if body == nil || body == http.NoBody {
 		return true
 	}
-	_, err := io.CopyN(io.Discard, body, maxBodyDrain)
+	_, err := io.CopyN(io.Discard, body, limit)
 	switch {
 	case err == nil, errors.Is(err, io.EOF), errors.Is(err, http.ErrBodyReadAfterClose):
 		return true
@@ -335,21 +331,6 @@ func (w *edgeWriter) stampID() {
 }
 
 func (w *edgeWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// handlerName labels a request by the route it matched (closed set).
-func handlerName(c echo.Context) string {
-	switch c.Path() {
-	case pathCapabilities:
-		return "capabilities"
-	case pathSearch:
-		return "search"
-	case pathRead:
-		return "read"
-	case pathTurns:
-		return "turns"
-	}
-	return "passthrough"
-}
 
 func isH2CUpgrade(h http.Header) bool {
 	for _, v := range h.Values("Upgrade") {

@@ -329,12 +329,12 @@ func TestBodyEndsCleanly(t *testing.T) {
 		{"NoBody", http.NoBody, true},
 		{"rest read to EOF", strings.NewReader("tail"), true},
 		{"closed by the handler", closed, true},
-		{"longer than the bound", io.LimitReader(zeros{}, maxBodyDrain+10), true},
+		{"longer than the bound", io.LimitReader(zeros{}, passDrainLimit+10), true},
 		{"broken framing", errReader{errors.New("invalid byte in chunk length")}, false},
 		{"client gone", errReader{io.ErrUnexpectedEOF}, false},
 	}
 	for _, c := range cases {
-		if got := bodyEndsCleanly(c.body); got != c.want {
+		if got := bodyEndsCleanly(c.body, passDrainLimit); got != c.want {
 			t.Errorf("%s: got %v; want %v", c.name, got, c.want)
 		}
 	}

@@ -14,14 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Paths the sidecar may serve itself; everything else is pass-through.
-const (
-	pathCapabilities = "/agent-api/v1/workspaces/:route/knowledge/capabilities"
-	pathSearch       = "/agent-api/v1/workspaces/:route/knowledge/search"
-	pathRead         = "/agent-api/v1/workspaces/:route/knowledge/read"
-	pathTurns        = "/agent-api/v1/workspaces/:route/turns"
-)
-
 // Options wire a Server. Only CoreURL is required: without Features the
 // sidecar is a pure pass-through proxy.
 type Options struct {
@@ -99,30 +91,11 @@ func New(o Options) (*Server, error) {
 			return nil, err
 		}
 		s.feat = f
-		// Another method on a knowledge path is 405 where the sidecar
-		// serves the workspace (every method is claimed first, then the
-		// right one is given its handler); on turns it is Core's business.
-		for _, p := range []string{pathCapabilities, pathSearch, pathRead} {
-			e.Any(p, s.wrongMethod(allowOf(p)))
-			e.RouteNotFound(p, s.wrongMethod(allowOf(p)))
-		}
-		e.GET(pathCapabilities, s.capabilities)
-		e.POST(pathSearch, s.search)
-		e.POST(pathRead, s.read)
-		e.POST(pathTurns, s.turns)
-		e.RouteNotFound(pathTurns, s.passH)
+		s.register(e)
 	}
 	s.echo = e
 	s.SetReady(true)
 	return s, nil
-}
-
-// allowOf is the one method a knowledge path accepts.
-func allowOf(path string) string {
-	if path == pathCapabilities {
-		return http.MethodGet
-	}
-	return http.MethodPost
 }
 
 // Handler is the proxy listener's handler.

@@ -47,7 +47,7 @@ type turnCtxKey struct{}
 // label is the mode label of the turn metrics.
 func (st *turnState) label() string {
 	if st.absent {
-		return "absent"
+		return labelAbsent
 	}
 	return string(st.mode)
 }
@@ -67,16 +67,16 @@ func (s *Server) turns(c echo.Context) error {
 	ctx := r.Context()
 	sess, authErr := s.feat.k.Authenticate(ctx, r.Header.Get("Authorization"))
 	if ke, ok := errors.AsType[*knowledge.Error](authErr); ok && ke.Status == http.StatusUnauthorized {
-		s.m.turns.WithLabelValues("unknown", "rejected").Inc()
+		s.m.turn(labelUnknown, outRejected)
 		return authErr
 	}
 	if !validRouteKey(route) {
-		s.m.turns.WithLabelValues("unknown", "rejected").Inc()
+		s.m.turn(labelUnknown, outRejected)
 		return errRouteUnavailable
 	}
 	body, err := readSized(r.Body, r.ContentLength, coreTurnBodyMax, turnRequestPrealloc)
 	if err != nil {
-		s.m.turns.WithLabelValues("unknown", "rejected").Inc()
+		s.m.turn(labelUnknown, outRejected)
 		return errBodyUnreadable // or what the body's own failure was
 	}
 	if len(body) > coreTurnBodyMax {
@@ -86,7 +86,7 @@ func (s *Server) turns(c echo.Context) error {
 	}
 	tr, err := turn.ParseRequest(body)
 	if err != nil {
-		s.m.turns.WithLabelValues("invalid", "rejected").Inc()
+		s.m.turn(labelInvalid, outRejected)
 		switch {
 		case errors.Is(err, turn.ErrNotJSONObject):
 			return errTurnNotObject
@@ -98,15 +98,15 @@ func (s *Server) turns(c echo.Context) error {
 	switch turn.PlanFor(tr) {
 	case turn.PassUnbound:
 		r.Body = io.NopCloser(bytes.NewReader(body))
-		s.m.turns.WithLabelValues("absent", "passed").Inc()
+		s.m.turn(labelAbsent, outPassed)
 		return s.passH(c)
 	case turn.BindInline:
 		// Best effort: when identity or the ledger cannot be had, the turn
 		// passes unbound (Core decides), counted in ledger_fail_open_total.
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		if authErr != nil {
-			s.m.ledgerFailOpen.WithLabelValues("identity").Inc()
-			s.m.turns.WithLabelValues("absent", "passed").Inc()
+			s.m.ledgerFailOpen.WithLabelValues(failOpenIdentity).Inc()
+			s.m.turn(labelAbsent, outPassed)
 			return s.passH(c)
 		}
 		st := &turnState{mode: knowledge.DeliveryInline, absent: true, keyed: true, key: turn.Key(sess.SessionID, route, tr)}
@@ -114,8 +114,8 @@ func (s *Server) turns(c echo.Context) error {
 		case errors.Is(err, ledger.ErrConflict):
 			return err
 		case err != nil:
-			s.m.ledgerFailOpen.WithLabelValues("ledger").Inc()
-			s.m.turns.WithLabelValues("absent", "passed").Inc()
+			s.m.ledgerFailOpen.WithLabelValues(failOpenLedger).Inc()
+			s.m.turn(labelAbsent, outPassed)
 			return s.passH(c)
 		}
 		return s.forwardTurn(c, r, st, body)
@@ -123,13 +123,13 @@ func (s *Server) turns(c echo.Context) error {
 
 	mode := string(tr.Mode)
 	if authErr != nil {
-		s.m.turns.WithLabelValues(mode, "rejected").Inc()
+		s.m.turn(mode, outRejected)
 		return authErr
 	}
 	status, rev, serr := s.feat.k.DeliveryStatus(ctx, route)
 	status, rev, ok := turn.Delivery(route, status, rev, serr)
 	if !ok {
-		s.m.turns.WithLabelValues(mode, "knowledge_unavailable").Inc()
+		s.m.turn(mode, outKnowledgeUnavailable)
 		return &knowledge.Error{Status: http.StatusServiceUnavailable, Code: knowledge.CodeUnavailable,
 			Message: "Knowledge is temporarily unavailable.", Err: serr}
 	}
@@ -138,7 +138,7 @@ func (s *Server) turns(c echo.Context) error {
 	if st.keyed {
 		if err := s.reserve(c, st); err != nil {
 			if !errors.Is(err, ledger.ErrConflict) {
-				s.m.turns.WithLabelValues(mode, "ledger_unavailable").Inc()
+				s.m.turn(mode, outLedgerUnavailable)
 			}
 			return err // 409 turn_conflict, or 503 knowledge_unavailable
 		}
@@ -153,7 +153,7 @@ func (s *Server) reserve(c echo.Context, st *turnState) error {
 	switch {
 	case errors.Is(err, ledger.ErrConflict):
 		s.m.ledgerConflict.Inc()
-		s.m.turns.WithLabelValues(st.label(), "conflict").Inc()
+		s.m.turn(st.label(), outConflict)
 		return err
 	case err != nil:
 		s.m.ledgerErrors.Inc()
@@ -204,7 +204,7 @@ func (s *Server) newTurnProxy() *httputil.ReverseProxy {
 	rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
 		st, _ := r.Context().Value(turnCtxKey{}).(*turnState)
 		if errors.Is(err, errDeliveryFailed) {
-			s.m.turns.WithLabelValues(string(st.mode), "delivery_failed").Inc()
+			s.m.turn(string(st.mode), outDeliveryFailed)
 			s.log.LogAttrs(r.Context(), slog.LevelWarn, "turn answer could not be rewritten",
 				slog.String("request_id", requestID(r.Context())), slog.Any("error", err))
 			s.writeErr(w, r, errDeliveryFailedAnswer)
@@ -213,7 +213,7 @@ func (s *Server) newTurnProxy() *httputil.ReverseProxy {
 		if st != nil {
 			// Core may or may not have created the run: keep the record,
 			// so only a retry with the same mode goes through.
-			s.m.turns.WithLabelValues(st.label(), "upstream_error").Inc()
+			s.m.turn(st.label(), outUpstreamError)
 		}
 		passErr(w, r, err)
 	}
@@ -238,11 +238,11 @@ func (s *Server) modifyTurn(resp *http.Response) error {
 			}
 			cancel()
 		}
-		s.m.turns.WithLabelValues(st.label(), "core_"+strconv.Itoa(code/100)+"xx").Inc()
+		s.m.turn(st.label(), coreOutcome(code))
 		return nil // relayed unchanged
 	}
 	if st.absent {
-		s.m.turns.WithLabelValues("absent", "passed").Inc()
+		s.m.turn(labelAbsent, outPassed)
 		return nil // relayed unchanged: the host asked for nothing else
 	}
 
@@ -260,7 +260,7 @@ func (s *Server) modifyTurn(resp *http.Response) error {
 	resp.ContentLength = int64(len(out))
 	resp.Header.Set("Content-Length", strconv.Itoa(len(out)))
 	resp.Header.Del("Transfer-Encoding")
-	s.m.turns.WithLabelValues(string(st.mode), "rewritten").Inc()
+	s.m.turn(string(st.mode), outRewritten)
 	return nil
 }
 

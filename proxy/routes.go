@@ -1,0 +1,88 @@
+package proxy
+
+import (
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/bailinghub/knowledge-sidecar/knowledge"
+)
+
+// The paths the sidecar may serve itself; everything else is pass-through.
+const (
+	pathCapabilities = "/agent-api/v1/workspaces/:route/knowledge/capabilities"
+	pathSearch       = "/agent-api/v1/workspaces/:route/knowledge/search"
+	pathRead         = "/agent-api/v1/workspaces/:route/knowledge/read"
+	pathTurns        = "/agent-api/v1/workspaces/:route/turns"
+)
+
+// handlerPassthrough labels every request no route below claims.
+const handlerPassthrough = "passthrough"
+
+// route is one endpoint the sidecar claims: the table drives registration,
+// what other methods on the path get, the `handler` metric label, and how
+// much of an unread request body the edge drains after the answer.
+type route struct {
+	method, path string
+	name         string // the `handler` label
+	serve        func(*Server, echo.Context) error
+	// knowledge: another method on the path is 405 where the sidecar
+	// serves the workspace; otherwise it passes through to Core.
+	knowledge bool
+	// drain bounds the post-answer drain of an unread body (bytes).
+	drain int64
+}
+
+// routes is the route table. A new endpoint is one row here plus its handler.
+var routes = []route{
+	{http.MethodGet, pathCapabilities, "capabilities", (*Server).capabilities, true, knowledge.MaxRequestBytes},
+	{http.MethodPost, pathSearch, "search", (*Server).search, true, knowledge.MaxRequestBytes},
+	{http.MethodPost, pathRead, "read", (*Server).read, true, knowledge.MaxRequestBytes},
+	{http.MethodPost, pathTurns, "turns", (*Server).turns, false, passDrainLimit},
+}
+
+// passDrainLimit bounds the drain of a pass-through request's unread body,
+// like net/http's own post-handler drain.
+const passDrainLimit = 256 << 10
+
+// register claims the table's routes on e.
+func (s *Server) register(e *echo.Echo) {
+	for _, rt := range routes {
+		other := s.passH
+		if rt.knowledge {
+			other = s.wrongMethod(rt.method)
+		}
+		// Every method is claimed first, then the route's own method gets
+		// its handler; RouteNotFound covers methods echo does not know.
+		e.Any(rt.path, other)
+		e.RouteNotFound(rt.path, other)
+		serve := rt.serve
+		e.Add(rt.method, rt.path, func(c echo.Context) error { return serve(s, c) })
+	}
+}
+
+// routeOf is the table row of the path echo matched, or nil.
+func routeOf(path string) *route {
+	for i := range routes {
+		if routes[i].path == path {
+			return &routes[i]
+		}
+	}
+	return nil
+}
+
+// handlerName labels a request by the route it matched (closed set).
+func handlerName(c echo.Context) string {
+	if rt := routeOf(c.Path()); rt != nil {
+		return rt.name
+	}
+	return handlerPassthrough
+}
+
+// drainLimit is how much of an unread body the edge drains for a request.
+func drainLimit(c echo.Context) int64 {
+	if rt := routeOf(c.Path()); rt != nil {
+		return rt.drain
+	}
+	return passDrainLimit
+}
