@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -38,10 +37,6 @@ const (
 // minScoreEpsilon replaces a min_score of 0, which Core would turn into 0.35
 // (`Number(x ?? 0.35) || 0.35`).
 const minScoreEpsilon = 1e-9
-
-// routePattern is Core's workspace segment; anything else falls through to
-// Core's 404 not_found, which must not be mistaken for an absent endpoint.
-var routePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{1,63}$`)
 
 // Options configures a Client.
 type Options struct {
@@ -229,7 +224,7 @@ func (c *Client) SystemInfo(ctx context.Context, authorization, route string) er
 	if !headerValueOK(authorization) {
 		return fmt.Errorf("coreclient: %s: %w", OpSystemInfo, ErrUnauthorized)
 	}
-	if !routePattern.MatchString(route) {
+	if !ValidRouteKey(route) {
 		return &CoreError{Status: http.StatusNotFound, Code: "route_unavailable", Message: "The configured route is unavailable."}
 	}
 	if c.systemInfoAbsent() {

@@ -66,7 +66,7 @@ var hopHeaders = []string{
 // not sent (Core would answer 404 not_found whatever its version): it is a
 // *CoreError 404 route_unavailable.
 func (c *Client) ProbeCapabilities(ctx context.Context, authorization, route string) (*Probe, error) {
-	if !routePattern.MatchString(route) {
+	if !ValidRouteKey(route) {
 		return nil, &CoreError{Status: http.StatusNotFound, Code: "route_unavailable", Message: "The configured route is unavailable."}
 	}
 	var p *Probe

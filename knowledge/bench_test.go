@@ -202,7 +202,7 @@ func newBenchService(b *testing.B) *Service {
 		title, content := benchDocText(i, benchDocLen)
 		d := coreclient.Document{
 			DocMeta: coreclient.DocMeta{DocID: int64(i), KBID: benchKB, Title: title, Status: "ready", UpdatedAt: t0},
-			Content: content, Revision: ComputeRevision(title, content),
+			Content: content, Revision: coreclient.Revision(title, content),
 		}
 		cat.docs[d.DocID] = d
 		if i <= 6 {

@@ -87,7 +87,7 @@ func (m DeliveryMode) Valid() bool { return m == DeliveryInline || m == Delivery
 // ("unavailable", its revision); without one the answer is a 503
 // knowledge_unavailable *Error.
 func (s *Service) DeliveryStatus(ctx context.Context, route string) (status, scopeRevision string, err error) {
-	if !routePattern.MatchString(route) {
+	if !coreclient.ValidRouteKey(route) {
 		return "", "", errRouteUnavailable(nil)
 	}
 	r, err := s.catalog.Route(ctx, route)

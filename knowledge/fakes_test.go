@@ -228,7 +228,7 @@ func (f *fakeCatalog) Usable() bool {
 func (f *fakeCatalog) setDoc(d coreclient.Document) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	d.Revision = ComputeRevision(d.Title, d.Content)
+	d.Revision = coreclient.Revision(d.Title, d.Content)
 	if d.Status == "" {
 		d.Status = "ready"
 	}

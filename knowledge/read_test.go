@@ -47,7 +47,7 @@ func TestReadResponseShape(t *testing.T) {
 	r, raw := e.readPage(`{"ref":"` + ref + `","run_id":"` + runA + `"}`)
 	wantPrefix := `{"schema_version":"bailing.agent-knowledge-read.v1","route":"order-assistant","run_id":"` + runA +
 		`","knowledge_scope_revision":"` + ScopeRevision(routeKey, &defaultKBConfg) + `","ref":"` + ref +
-		`","revision":"` + ComputeRevision("退款规则", refundContent) + `","title":"退款规则","content":`
+		`","revision":"` + coreclient.Revision("退款规则", refundContent) + `","title":"退款规则","content":`
 	if !strings.HasPrefix(string(raw), wantPrefix) {
 		t.Fatalf("body %s; want prefix %s", raw, wantPrefix)
 	}

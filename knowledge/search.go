@@ -2,8 +2,6 @@ package knowledge
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"io"
 	"log/slog"
@@ -23,10 +21,6 @@ const (
 	SummaryMaxBytes = 600
 	// summarySeparator joins excerpts of several hit chunks of one document.
 	summarySeparator = " … "
-	// tinyMinScore replaces a configured min_score of 0, which Core's
-	// /kb/search would silently turn into 0.35 (CORE_FACTS §5.2).
-	tinyMinScore = 1e-9
-	docReady     = "ready"
 )
 
 // Search answers POST …/knowledge/search (SPEC §4).
@@ -137,9 +131,6 @@ type kbAnswer struct {
 // spelling can return chunks up to 10 minutes old. Hits come back under the
 // route's spelling kb.
 func (s *Service) retrieve(ctx context.Context, kbs []string, rows map[string]coreclient.KB, query string, topK int, minScore float64) []kbAnswer {
-	if minScore == 0 {
-		minScore = tinyMinScore
-	}
 	answers := make([]kbAnswer, len(kbs))
 	var wg sync.WaitGroup
 	for i, kb := range kbs {
@@ -250,7 +241,7 @@ func (s *Service) rank(ctx context.Context, answers []kbAnswer, flags map[string
 		case !ok:
 			s.m.drop("missing", 1)
 			continue
-		case doc.Status != docReady:
+		case doc.Status != coreclient.StatusReady:
 			s.m.drop("not_ready", 1)
 			continue
 		case doc.KBID != h.KBID || !flags[doc.KBID]:
@@ -307,16 +298,7 @@ func docRevision(d coreclient.Document) string {
 	if _, err := decodeRevision(d.Revision); err == nil {
 		return d.Revision
 	}
-	return ComputeRevision(d.Title, d.Content)
-}
-
-// ComputeRevision is SHA-256 hex of title + "\x00" + content (SPEC §4).
-func ComputeRevision(title, content string) string {
-	h := sha256.New()
-	h.Write([]byte(title))
-	h.Write([]byte{0})
-	h.Write([]byte(content))
-	return hex.EncodeToString(h.Sum(nil))
+	return coreclient.Revision(d.Title, d.Content)
 }
 
 func uniqueStrings(in []string) []string {

@@ -74,7 +74,7 @@ func TestSearchResponseShape(t *testing.T) {
 		t.Fatalf("titles %s; want merged by score across KBs, one per doc", titles(hs))
 	}
 	first := hs[0]
-	if first["revision"] != ComputeRevision("退款规则", refundContent) {
+	if first["revision"] != coreclient.Revision("退款规则", refundContent) {
 		t.Errorf("revision %v; want sha256(title NUL content)", first["revision"])
 	}
 	if first["score"] != 0.82 {
@@ -102,7 +102,9 @@ func TestSearchRetrievalCalls(t *testing.T) {
 		{"large top_k", 15, 0.35, `,"limit":3`, 15, 0.35},
 		{"top_k 20 cap", 20, 0.9, "", 20, 0.9},
 		{"unnormalized top_k capped at 20", 30, 0.9, "", 20, 0.9},
-		{"min_score 0 is not raised to Core's 0.35", 5, 0, `,"limit":2`, 8, tinyMinScore},
+		// The route's 0 reaches the retriever as 0: coreclient, which knows
+		// Core turns 0 into 0.35, sends Core a tiny positive value instead.
+		{"min_score 0 is passed on as 0", 5, 0, `,"limit":2`, 8, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"regexp"
 	"sync"
 	"time"
 
@@ -33,9 +32,6 @@ const (
 	limiterCacheSize        = 16384
 	routeCacheSize          = 1024
 )
-
-// routePattern is the route key syntax shared with Core.
-var routePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{1,63}$`)
 
 // Options configures a Service. Identity, Retriever, Catalog and Keys are
 // required.
@@ -195,7 +191,7 @@ func (s *Service) admit(ctx context.Context, authorization, route string, allowS
 	if ok, retry := s.allow(sess.SessionID); !ok {
 		return admitted{}, errRateLimited(retry)
 	}
-	if !routePattern.MatchString(route) {
+	if !coreclient.ValidRouteKey(route) {
 		return admitted{}, errRouteUnavailable(nil)
 	}
 	if err := s.gate(ctx, authorization, route, sess); err != nil {

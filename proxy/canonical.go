@@ -194,20 +194,3 @@ func hasUpper(s string) bool {
 	}
 	return false
 }
-
-// validRouteKey is Core's workspace segment syntax, ^[a-z0-9][a-z0-9_-]{1,63}$.
-func validRouteKey(s string) bool {
-	if len(s) < 2 || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
-		case (c == '_' || c == '-') && i > 0:
-		default:
-			return false
-		}
-	}
-	return true
-}

@@ -79,7 +79,7 @@ func (s *Server) decide(c echo.Context, route string) bool {
 	pol := s.feat.rollout.Load()
 	decision := decisionEnabled
 	switch {
-	case !validRouteKey(route) && !s.feat.native.isNative():
+	case !coreclient.ValidRouteKey(route) && !s.feat.native.isNative():
 		// No workspace has this key (upper case, encoded, too long): the
 		// sidecar answers 404 route_unavailable after identity, like
 		// Core's own 404, rather than guess how Core would spell it.
@@ -101,7 +101,7 @@ func (s *Server) decide(c echo.Context, route string) bool {
 func (s *Server) capabilities(c echo.Context) error {
 	route := c.Param("route")
 	pol := s.feat.rollout.Load()
-	valid := validRouteKey(route)
+	valid := coreclient.ValidRouteKey(route)
 	if valid && !pol.Enabled(route) {
 		s.m.rollout.WithLabelValues(string(decisionDisabled)).Inc()
 		return s.passH(c)
@@ -169,14 +169,14 @@ func (s *Server) wrongMethod(allow string) echo.HandlerFunc {
 }
 
 // relayProbe sends Core's own answer to the forwarded capabilities request.
+// coreclient has already removed the hop-by-hop headers; the length is the
+// body's.
 func relayProbe(w http.ResponseWriter, p *coreclient.Probe) {
 	h := w.Header()
 	for k, vs := range p.Header {
-		switch http.CanonicalHeaderKey(k) {
-		case "Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Te", "Trailer", "Upgrade", "Content-Length":
-			continue
+		if http.CanonicalHeaderKey(k) != "Content-Length" {
+			h[k] = append([]string(nil), vs...)
 		}
-		h[k] = append([]string(nil), vs...)
 	}
 	w.WriteHeader(p.Status)
 	_, _ = w.Write(p.Body)

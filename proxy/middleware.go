@@ -10,11 +10,11 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"golang.org/x/net/http/httpguts"
 )
 
 // reqState travels in the request context so the ReverseProxy's error
@@ -161,7 +161,7 @@ func (s *Server) edge(handler string) echo.MiddlewareFunc {
 			// connection fail with a reset.
 			// A handler that already chose to close the connection (say, a
 			// 401 to an oversized body) is not made to read the rest.
-			closing := headerHasToken(resp.Header(), "Connection", "close")
+			closing := httpguts.HeaderValuesContainsToken(resp.Header()["Connection"], "close")
 			clean := r.ContentLength == 0 || closing || bodyEndsCleanly(body, drainLimit(c))
 			if r.ContentLength < 0 && !clean {
 				// A chunked body that breaks after the answer went out
@@ -332,13 +332,5 @@ func (w *edgeWriter) stampID() {
 
 func (w *edgeWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-func isH2CUpgrade(h http.Header) bool {
-	for _, v := range h.Values("Upgrade") {
-		for _, tok := range strings.Split(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(tok), "h2c") {
-				return true
-			}
-		}
-	}
-	return false
-}
+// isH2CUpgrade reports an Upgrade: h2c request (h2c smuggling is refused).
+func isH2CUpgrade(h http.Header) bool { return httpguts.HeaderValuesContainsToken(h["Upgrade"], "h2c") }

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"golang.org/x/net/http/httpguts"
 	"io"
 	"log/slog"
 	"net"
@@ -237,21 +238,10 @@ func checkUpgrade(res *http.Response) error {
 // upgradeType is the protocol a message switches to: its Upgrade header when
 // Connection lists "upgrade", else "".
 func upgradeType(h http.Header) string {
-	if !headerHasToken(h, "Connection", "upgrade") {
+	if !httpguts.HeaderValuesContainsToken(h["Connection"], "upgrade") {
 		return ""
 	}
 	return strings.TrimSpace(h.Get("Upgrade"))
-}
-
-func headerHasToken(h http.Header, name, token string) bool {
-	for _, v := range h.Values(name) {
-		for _, t := range strings.Split(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(t), token) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // statusClientClosed is nginx's code for "client closed request", used only

@@ -15,6 +15,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/bailinghub/knowledge-sidecar/coreclient"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/turn"
@@ -70,7 +71,7 @@ func (s *Server) turns(c echo.Context) error {
 		s.m.turn(labelUnknown, outRejected)
 		return authErr
 	}
-	if !validRouteKey(route) {
+	if !coreclient.ValidRouteKey(route) {
 		s.m.turn(labelUnknown, outRejected)
 		return errRouteUnavailable
 	}

@@ -4,10 +4,11 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/bailinghub/knowledge-sidecar/coreclient"
 )
 
 // Mode values, a closed set usable as a metric label.
@@ -26,8 +27,6 @@ type Policy struct {
 	sorted  []string            // allow/deny, canonical order
 	percent int                 // percent
 }
-
-var routePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{1,63}$`)
 
 // Parse reads a rollout spec (see the package documentation). Errors name
 // what is wrong.
@@ -83,7 +82,7 @@ func parseRoutes(kind, arg string) ([]string, error) {
 		if r == "" {
 			return nil, fmt.Errorf("rollout: %s: route %d is empty", kind, i+1)
 		}
-		if !routePattern.MatchString(r) {
+		if !coreclient.ValidRouteKey(r) {
 			return nil, fmt.Errorf("rollout: %s: route %q does not match ^[a-z0-9][a-z0-9_-]{1,63}$", kind, r)
 		}
 		if _, dup := seen[r]; dup {

@@ -735,7 +735,7 @@ func TestKnowledgeSearchEndToEnd(t *testing.T) {
 		// Once Core re-indexes, the document is found again, quoting its new text.
 		kw.Core.Reindex()
 		_, h := kw.mustSearch(t, sc, testdb.RouteLegacy, kw.TokenA, map[string]any{"query": "human approver delivery dates"}, testdb.DocRefundTitle)
-		if !strings.Contains(fresh, h.Summary) || h.Revision != knowledge.ComputeRevision(testdb.DocRefundTitle, fresh) {
+		if !strings.Contains(fresh, h.Summary) || h.Revision != coreclient.Revision(testdb.DocRefundTitle, fresh) {
 			t.Errorf("re-indexed hint: summary %q revision %s; want an excerpt of the new body and its revision", h.Summary, h.Revision)
 		}
 	})
