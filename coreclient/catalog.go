@@ -44,6 +44,9 @@ const (
 // metrics.go (OutcomeOK, OutcomeUnavailable, OutcomeOpen, OutcomeCanceled).
 const OutcomeNotFound = "not_found"
 
+// OutcomeQueryError: the database answered a task query with an error (tasks.go).
+const OutcomeQueryError = "query_error"
+
 // MaxIDsPerQuery caps the placeholders of one IN (...) list; longer lists are
 // split into several queries.
 const MaxIDsPerQuery = 64
@@ -571,6 +574,8 @@ func classify(parent context.Context, query string, err error) error {
 		return fmt.Errorf("catalog %s: %w", query, ErrNotFound)
 	case parent.Err() != nil:
 		return fmt.Errorf("catalog %s query abandoned: %w", query, parent.Err())
+	case errors.Is(err, ErrTaskUnavailable): // the database answered (tasks.go)
+		return err
 	}
 	reason := "connection failed"
 	var me *mysql.MySQLError
@@ -597,6 +602,8 @@ func outcomeOf(err error) string {
 		return OutcomeOK
 	case errors.Is(err, ErrNotFound):
 		return OutcomeNotFound
+	case errors.Is(err, ErrTaskUnavailable):
+		return OutcomeQueryError
 	case errors.Is(err, ErrBreakerOpen):
 		return OutcomeOpen
 	case errors.Is(err, ErrUnavailable):

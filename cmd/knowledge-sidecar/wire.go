@@ -147,6 +147,7 @@ func (a *app) buildFeatures(ctx context.Context, cfg config.Config, reg promethe
 		Identity:         client,
 		Retriever:        client,
 		Catalog:          gated,
+		Tasks:            gated,
 		Keys:             keys,
 		RateLimit:        cfg.RateLimit.RPS,
 		RateBurst:        cfg.RateLimit.Burst,
