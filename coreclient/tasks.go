@@ -60,34 +60,37 @@ var ErrTaskUnavailable = errors.New("task control cannot be verified")
 const (
 	qTaskPresence = "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (%s)"
 	qTaskMigrated = "SELECT filename FROM bz_schema_migrations WHERE filename = ?"
-	// K1 marker + K2 binding and run, one row whatever matches.
-	qTaskHead = "SELECT e.first_task_id, b.task_id, r.session_id, r.client_app_id, r.route_key, r.client_conversation_id, r.status, r.completed_at" +
-		" FROM (SELECT 1 AS one) x" +
-		" LEFT JOIN bz_agent_task_enforcements e ON e.session_id = ?" +
-		" LEFT JOIN bz_agent_task_runs b ON b.run_id = ? AND b.session_id = ?" +
-		" LEFT JOIN bz_agent_client_runs r ON r.run_id = b.run_id"
-	// K4 task + K5 members + K6 every member's session, client and route, one row per member.
-	qTaskBody = "SELECT t.state, t.policy_json," +
+	// K1 marker, K2 binding and run, K4 task, K5 members and K6 every
+	// member's session, client and route, joined into one statement: one
+	// consistent read (one snapshot) and one round trip. One row per member,
+	// or a single row of NULLs past the marker when the run is not bound.
+	qTaskSnapshot = "SELECT e.first_task_id, b.task_id," +
+		" r.session_id, r.client_app_id, r.route_key, r.client_conversation_id, r.status, r.completed_at," +
+		" t.task_id, t.state, t.policy_json," +
 		" m.session_id, m.client_app_id, m.route_key, m.client_conversation_id," +
 		" s.session_id, s.client_app_id, s.principal_json, s.on_behalf_of, s.allowed_routes, s.refresh_expires_at, s.revoked_at," +
 		" c.app_id, c.enabled, c.allowed_routes, c.agent_authorize_url," +
 		" rt.route_key, rt.enabled, rt.audience, rt.tools, rt.agent_client" +
-		" FROM bz_agent_tasks t" +
-		" LEFT JOIN bz_agent_task_members m ON m.task_id = t.task_id" +
+		" FROM (SELECT 1 AS one) x" +
+		" LEFT JOIN bz_agent_task_enforcements e ON e.session_id = ?" +
+		" LEFT JOIN bz_agent_task_runs b ON b.run_id = ? AND b.session_id = ?" +
+		" LEFT JOIN bz_agent_client_runs r ON r.run_id = b.run_id" +
+		" LEFT JOIN bz_agent_tasks t ON t.task_id = b.task_id" +
+		" LEFT JOIN bz_agent_task_members m ON m.task_id = b.task_id" +
 		" LEFT JOIN bz_agent_sessions s ON s.session_id = m.session_id" +
 		" LEFT JOIN bz_clients c ON c.app_id = m.client_app_id" +
 		" LEFT JOIN bz_routes rt ON rt.route_key = m.route_key" +
-		" WHERE t.task_id = ? ORDER BY m.member_key"
+		" ORDER BY m.member_key"
 )
 
 // TaskSnapshot is what the catalog knows about a caller's task at one
 // instant. Enforced is false when task control is absent (no rules).
 type TaskSnapshot struct {
 	Enforced bool
-	Marked   bool       // the session has an enforcement marker
-	Bound    bool       // (run, session) has a task binding
-	Run      *TaskRun   // the bound run's row; nil when missing
-	Task     *TaskRow   // the bound task's row; nil when missing
+	Marked   bool     // the session has an enforcement marker
+	Bound    bool     // (run, session) has a task binding
+	Run      *TaskRun // the bound run's row; nil when missing
+	Task     *TaskRow // the bound task's row; nil when missing
 	Members  []TaskMember
 }
 
@@ -131,8 +134,8 @@ type memberClient struct {
 }
 
 type memberRoute struct {
-	key                   string
-	enabled               bool
+	key                    string
+	enabled                bool
 	audience, tools, agent []byte
 }
 
@@ -340,13 +343,15 @@ func presence(visible int, migrated bool) TaskControlState {
 	}
 }
 
-// TaskSnapshot reads what the task rules need for (session, run) in one
-// START TRANSACTION READ ONLY: one statement for the marker and the run's
-// binding (K1, K2) and, only when the run is bound, one for the task, its
-// members and every member's session, client and route (K4–K6). runID ""
-// reads only the marker (one statement, no transaction). It assumes the
-// tables are present (the schema gate decides that). Ids are bound
-// lower-cased: the task tables compare them case-sensitively.
+// TaskSnapshot reads what the task rules need for (session, run) with one
+// statement (qTaskSnapshot): the marker, the run's binding and row, the task,
+// its members and every member's session, client and route. A single SELECT
+// is one consistent read of one InnoDB snapshot, which is what K0–K6 inside a
+// START TRANSACTION READ ONLY would give, without the two extra round trips
+// of START TRANSACTION and COMMIT. runID "" reads only the marker (the other
+// joins find nothing). It assumes the tables are present (the schema gate
+// decides that). Ids are bound lower-cased: the task tables compare them
+// case-sensitively.
 //
 // Errors: the catalog unreachable → wraps ErrUnavailable; the database
 // answered with an error (missing grant or column, server error) → wraps
@@ -356,25 +361,17 @@ func (c *SQLCatalog) TaskSnapshot(ctx context.Context, sessionID, runID string) 
 	var snap TaskSnapshot
 	err := c.do(ctx, QueryTask, func(ctx context.Context) error {
 		snap = TaskSnapshot{Enforced: true}
-		if runID == "" {
-			_, err := c.taskHead(ctx, c.db, sessionID, runID, &snap)
-			return taskQueryError(err)
-		}
-		tx, err := c.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+		rows, err := c.db.QueryContext(ctx, qTaskSnapshot, sessionID, runID, sessionID)
 		if err != nil {
 			return taskQueryError(err)
 		}
-		defer tx.Rollback() //nolint:errcheck // read-only; Commit below ends it
-		taskID, err := c.taskHead(ctx, tx, sessionID, runID, &snap)
-		if err != nil {
-			return taskQueryError(err)
-		}
-		if snap.Bound {
-			if err := c.taskBody(ctx, tx, taskID, &snap); err != nil {
+		defer rows.Close()
+		for rows.Next() {
+			if err := scanTaskRow(rows, &snap); err != nil {
 				return taskQueryError(err)
 			}
 		}
-		return taskQueryError(tx.Commit())
+		return taskQueryError(rows.Err())
 	})
 	if err != nil {
 		return TaskSnapshot{}, err
@@ -382,79 +379,62 @@ func (c *SQLCatalog) TaskSnapshot(ctx context.Context, sessionID, runID string) 
 	return snap, nil
 }
 
-type queryer interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
-// taskHead runs K1 + K2 and returns the bound task's id ("" when unbound).
-func (c *SQLCatalog) taskHead(ctx context.Context, q queryer, sessionID, runID string, snap *TaskSnapshot) (string, error) {
-	var marker, task, sess, client, route, conv, status sql.NullString
-	var completed sql.NullTime
-	err := q.QueryRowContext(ctx, qTaskHead, sessionID, runID, sessionID).
-		Scan(&marker, &task, &sess, &client, &route, &conv, &status, &completed)
-	if err != nil {
-		return "", err
+// scanTaskRow adds one row of qTaskSnapshot to snap.
+func scanTaskRow(rows *sql.Rows, snap *TaskSnapshot) error {
+	var marker, bound sql.NullString
+	var rSess, rClient, rRoute, rConv, rStatus sql.NullString
+	var rCompleted sql.NullTime
+	var tID, tState sql.NullString
+	var tPolicy []byte
+	var mSess, mClient, mRoute, mConv sql.NullString
+	var sID, sClient, sOBO sql.NullString
+	var sPrincipal, sRoutes []byte
+	var sRefresh, sRevoked sql.NullTime
+	var cID, cURL sql.NullString
+	var cEnabled sql.NullInt64
+	var cRoutes []byte
+	var rtKey sql.NullString
+	var rtEnabled sql.NullInt64
+	var rtAudience, rtTools, rtAgent []byte
+	if err := rows.Scan(&marker, &bound,
+		&rSess, &rClient, &rRoute, &rConv, &rStatus, &rCompleted,
+		&tID, &tState, &tPolicy,
+		&mSess, &mClient, &mRoute, &mConv,
+		&sID, &sClient, &sPrincipal, &sOBO, &sRoutes, &sRefresh, &sRevoked,
+		&cID, &cEnabled, &cRoutes, &cURL,
+		&rtKey, &rtEnabled, &rtAudience, &rtTools, &rtAgent); err != nil {
+		return err
 	}
 	snap.Marked = marker.Valid
-	snap.Bound = task.Valid
-	if snap.Bound && sess.Valid {
-		r := &TaskRun{SessionID: sess.String, ClientAppID: client.String, RouteKey: route.String,
-			Conversation: conv.String, Status: status.String}
-		if completed.Valid {
-			t := completed.Time.UTC()
+	snap.Bound = bound.Valid
+	if snap.Bound && rSess.Valid && snap.Run == nil {
+		r := &TaskRun{SessionID: rSess.String, ClientAppID: rClient.String, RouteKey: rRoute.String,
+			Conversation: rConv.String, Status: rStatus.String}
+		if rCompleted.Valid {
+			t := rCompleted.Time.UTC()
 			r.CompletedAt = &t
 		}
 		snap.Run = r
 	}
-	return task.String, nil
-}
-
-func (c *SQLCatalog) taskBody(ctx context.Context, q queryer, taskID string, snap *TaskSnapshot) error {
-	rows, err := q.QueryContext(ctx, qTaskBody, taskID)
-	if err != nil {
-		return err
+	if tID.Valid && snap.Task == nil {
+		snap.Task = &TaskRow{State: tState.String, Policy: tPolicy}
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var state string
-		var policy []byte
-		var mSess, mClient, mRoute, mConv sql.NullString
-		var sID, sClient, sOBO sql.NullString
-		var sPrincipal, sRoutes []byte
-		var sRefresh, sRevoked sql.NullTime
-		var cID, cURL sql.NullString
-		var cEnabled sql.NullInt64
-		var cRoutes []byte
-		var rKey sql.NullString
-		var rEnabled sql.NullInt64
-		var rAudience, rTools, rAgent []byte
-		if err := rows.Scan(&state, &policy, &mSess, &mClient, &mRoute, &mConv,
-			&sID, &sClient, &sPrincipal, &sOBO, &sRoutes, &sRefresh, &sRevoked,
-			&cID, &cEnabled, &cRoutes, &cURL,
-			&rKey, &rEnabled, &rAudience, &rTools, &rAgent); err != nil {
-			return err
-		}
-		if snap.Task == nil {
-			snap.Task = &TaskRow{State: state, Policy: policy}
-		}
-		if !mSess.Valid { // a task without members
-			continue
-		}
-		m := TaskMember{SessionID: mSess.String, ClientAppID: mClient.String, RouteKey: mRoute.String, Conversation: mConv.String}
-		if sID.Valid {
-			m.session = &memberSession{id: sID.String, clientAppID: sClient.String, principal: sPrincipal,
-				onBehalfOf: sOBO.String, allowedRoutes: sRoutes, refreshExpires: sRefresh, revoked: sRevoked}
-		}
-		if cID.Valid {
-			m.client = &memberClient{id: cID.String, enabled: cEnabled.Int64 != 0, allowedRoutes: cRoutes, authorizeURL: cURL.String}
-		}
-		if rKey.Valid {
-			m.route = &memberRoute{key: rKey.String, enabled: rEnabled.Int64 != 0, audience: rAudience, tools: rTools, agent: rAgent}
-		}
-		snap.Members = append(snap.Members, m)
+	if !mSess.Valid { // unbound, or a task without members
+		return nil
 	}
-	return rows.Err()
+	m := TaskMember{SessionID: mSess.String, ClientAppID: mClient.String, RouteKey: mRoute.String, Conversation: mConv.String}
+	if sID.Valid {
+		m.session = &memberSession{id: sID.String, clientAppID: sClient.String, principal: sPrincipal,
+			onBehalfOf: sOBO.String, allowedRoutes: sRoutes, refreshExpires: sRefresh, revoked: sRevoked}
+	}
+	if cID.Valid {
+		m.client = &memberClient{id: cID.String, enabled: cEnabled.Int64 != 0, allowedRoutes: cRoutes, authorizeURL: cURL.String}
+	}
+	if rtKey.Valid {
+		m.route = &memberRoute{key: rtKey.String, enabled: rtEnabled.Int64 != 0, audience: rtAudience, tools: rtTools, agent: rtAgent}
+	}
+	snap.Members = append(snap.Members, m)
+	return nil
 }
 
 // taskQueryError marks an error of the database itself (it answered: a
