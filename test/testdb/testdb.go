@@ -189,7 +189,10 @@ func createdTable(stmt string) (string, bool) {
 		return "", false
 	}
 	f := strings.Fields(stmt[i+len("CREATE TABLE "):])
-	return f[0], len(f) > 0
+	if len(f) == 0 {
+		return "", false
+	}
+	return f[0], true
 }
 
 func mustExec(t testing.TB, ctx context.Context, db *sql.DB, query string) {

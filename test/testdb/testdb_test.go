@@ -114,13 +114,62 @@ func TestReadOnlyUserHasOnlyColumnGrants(t *testing.T) {
 	}
 }
 
+// After InstallTaskControl the read-only user holds exactly the Core 0.8
+// grants as well: the columns the task rules read, nothing else.
+func TestReadOnlyUserTaskGrants(t *testing.T) {
+	db := testdb.New(t)
+	db.InstallTaskControl(t)
+	ro, err := sql.Open("mysql", db.ReadOnlyDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	ctx := context.Background()
+	cases := []struct {
+		query   string
+		allowed bool
+	}{
+		{"SELECT session_id, first_task_id FROM bz_agent_task_enforcements", true},
+		{"SELECT run_id, task_id, session_id FROM bz_agent_task_runs", true},
+		{"SELECT task_id, state, policy_json FROM bz_agent_tasks", true},
+		{"SELECT task_id, member_key, session_id, client_app_id, route_key, client_conversation_id FROM bz_agent_task_members", true},
+		{"SELECT task_id FROM bz_agent_task_invocations", true},
+		{"SELECT task_id FROM bz_agent_task_events", true},
+		{"SELECT client_conversation_id FROM bz_agent_client_runs", true},
+		{"SELECT session_id, client_app_id, principal_json, on_behalf_of, allowed_routes, refresh_expires_at, revoked_at FROM bz_agent_sessions", true},
+		{"SELECT tools, agent_client FROM bz_routes", true},
+		{"SELECT create_key FROM bz_agent_tasks", false},
+		{"SELECT scope_hash FROM bz_agent_tasks", false},
+		{"SELECT allowed_tools_json FROM bz_agent_task_members", false},
+		{"SELECT detail_json FROM bz_agent_task_events", false},
+		{"SELECT created_by FROM bz_agent_task_enforcements", false},
+		{"SELECT access_token_hash FROM bz_agent_sessions", false},
+		{"SELECT token FROM bz_clients", false},
+		{"SELECT context_json FROM bz_agent_client_runs", false},
+		{"UPDATE bz_agent_tasks SET state = 'active'", false},
+	}
+	for _, tc := range cases {
+		rows, err := ro.QueryContext(ctx, tc.query)
+		if err == nil {
+			rows.Close()
+		}
+		var me *mysql.MySQLError
+		switch {
+		case tc.allowed && err != nil:
+			t.Errorf("%s: got error %v; want allowed", tc.query, err)
+		case !tc.allowed && !errors.As(err, &me):
+			t.Errorf("%s: got %v; want a permission error", tc.query, err)
+		}
+	}
+}
+
 // docs/core-contract.md carries the same GRANTs the test user gets.
 func TestContractDocCarriesTheGrants(t *testing.T) {
 	doc, err := os.ReadFile("../../docs/core-contract.md")
 	if err != nil {
 		t.Fatalf("read docs/core-contract.md: %v", err)
 	}
-	for _, g := range testdb.Grants("bailinghub", "'bz_sidecar_ro'@'%'") {
+	for _, g := range append(testdb.Grants("bailinghub", "'bz_sidecar_ro'@'%'"), testdb.TaskGrants("bailinghub", "'bz_sidecar_ro'@'%'")...) {
 		if !strings.Contains(string(doc), g) {
 			t.Errorf("docs/core-contract.md lacks %q", g)
 		}
