@@ -152,7 +152,10 @@ func TestTaskRules(t *testing.T) {
 	sc := tw.start(t, kopts{FeatureOptions: FeatureOptions{Registerer: reg}})
 
 	type row struct {
-		name   string
+		name string
+		// sql changes Core's tables after the refs were issued; {task},
+		// {run}, {sessionA} and {sessionB} stand for those ids.
+		sql    []string
 		change func(t *testing.T, tk task)
 		// run is the run_id of the three requests (default: the task's run;
 		// "-" for none).
@@ -167,97 +170,38 @@ func TestTaskRules(t *testing.T) {
 		{name: "marked session, no run_id", run: func(task) string { return "-" }, status: 409, code: "TASK_REQUIRED"},
 		{name: "marked session, run_id not bound to a task", run: func(task) string { return testdb.RunActive }, status: 409, code: "TASK_REQUIRED"},
 		{name: "run_id in upper case is lower-cased", run: func(tk task) string { return strings.ToUpper(tk.Run) }, status: 200},
-		{name: "unmarked session, unbound run (unmanaged)", change: func(t *testing.T, tk task) {
-			tw.exec(t, "DELETE FROM bz_agent_task_enforcements WHERE session_id = ?", testdb.SessionA)
-			tw.exec(t, "DELETE FROM bz_agent_task_runs WHERE run_id = ?", tk.Run)
-		}, status: 200},
-		{name: "unmarked session, unbound completed run: §4 run rules", change: func(t *testing.T, tk task) {
-			tw.exec(t, "DELETE FROM bz_agent_task_enforcements WHERE session_id = ?", testdb.SessionA)
-			tw.exec(t, "DELETE FROM bz_agent_task_runs WHERE run_id = ?", tk.Run)
-			tw.exec(t, "UPDATE bz_agent_client_runs SET status = 'completed', completed_at = '2026-01-01 00:05:00' WHERE run_id = ?", tk.Run)
-		}, status: 409, code: "run_not_active"},
-		{name: "bound run: run row missing", change: func(t *testing.T, tk task) {
-			tw.exec(t, "DELETE FROM bz_agent_client_runs WHERE run_id = ?", tk.Run)
-		}, status: 409, code: "TASK_RECORD_INVALID"},
-		{name: "bound run: run session is not the caller", change: func(t *testing.T, tk task) {
-			tw.exec(t, "UPDATE bz_agent_client_runs SET session_id = ? WHERE run_id = ?", testdb.SessionB, tk.Run)
-		}, status: 409, code: "TASK_RECORD_INVALID"},
-		{name: "bound run: task row missing", change: func(t *testing.T, tk task) {
-			tw.exec(t, "DELETE FROM bz_agent_tasks WHERE task_id = ?", tk.ID)
-		}, status: 409, code: "TASK_RECORD_INVALID"},
-		{name: "bound run: task state unknown", change: func(t *testing.T, tk task) {
-			tw.exec(t, "UPDATE bz_agent_tasks SET state = 'expired' WHERE task_id = ?", tk.ID)
-		}, status: 409, code: "TASK_RECORD_INVALID"},
-		{name: "bound run: no member with the run's client, route and conversation", change: func(t *testing.T, tk task) {
-			tw.exec(t, "UPDATE bz_agent_client_runs SET client_conversation_id = 'conv-gone' WHERE run_id = ?", tk.Run)
-		}, status: 409, code: "TASK_RECORD_INVALID"},
-		{name: "bound run: stored policy does not parse", change: func(t *testing.T, tk task) {
-			tw.exec(t, `UPDATE bz_agent_tasks SET policy_json = '{"maxConcurrent":0}' WHERE task_id = ?`, tk.ID)
-		}, status: 400, code: "TASK_INVALID_INPUT"},
-		{name: "bound run: run client is not the caller's", change: func(t *testing.T, tk task) {
-			tw.exec(t, "UPDATE bz_agent_client_runs SET client_app_id = ?, client_conversation_id = ? WHERE run_id = ?", testdb.AppB, taskConvB, tk.Run)
-		}, status: 409, code: "TASK_BINDING_CONFLICT"},
+		{name: "unmarked session, unbound run (unmanaged)", sql: []string{`DELETE FROM bz_agent_task_enforcements WHERE session_id = '{sessionA}'`, `DELETE FROM bz_agent_task_runs WHERE run_id = '{run}'`}, status: 200},
+		{name: "unmarked session, unbound completed run: §4 run rules", sql: []string{`DELETE FROM bz_agent_task_enforcements WHERE session_id = '{sessionA}'`, `DELETE FROM bz_agent_task_runs WHERE run_id = '{run}'`, `UPDATE bz_agent_client_runs SET status = 'completed', completed_at = '2026-01-01 00:05:00' WHERE run_id = '{run}'`}, status: 409, code: "run_not_active"},
+		{name: "bound run: run row missing", sql: []string{`DELETE FROM bz_agent_client_runs WHERE run_id = '{run}'`}, status: 409, code: "TASK_RECORD_INVALID"},
+		{name: "bound run: run session is not the caller", sql: []string{`UPDATE bz_agent_client_runs SET session_id = '{sessionB}' WHERE run_id = '{run}'`}, status: 409, code: "TASK_RECORD_INVALID"},
+		{name: "bound run: task row missing", sql: []string{`DELETE FROM bz_agent_tasks WHERE task_id = '{task}'`}, status: 409, code: "TASK_RECORD_INVALID"},
+		{name: "bound run: task state unknown", sql: []string{`UPDATE bz_agent_tasks SET state = 'expired' WHERE task_id = '{task}'`}, status: 409, code: "TASK_RECORD_INVALID"},
+		{name: "bound run: no member with the run's client, route and conversation", sql: []string{`UPDATE bz_agent_client_runs SET client_conversation_id = 'conv-gone' WHERE run_id = '{run}'`}, status: 409, code: "TASK_RECORD_INVALID"},
+		{name: "bound run: stored policy does not parse", sql: []string{`UPDATE bz_agent_tasks SET policy_json = '{"maxConcurrent":0}' WHERE task_id = '{task}'`}, status: 400, code: "TASK_INVALID_INPUT"},
+		{name: "bound run: run client is not the caller's", sql: []string{`UPDATE bz_agent_client_runs SET client_app_id = 'app-b', client_conversation_id = 'conv-b' WHERE run_id = '{run}'`}, status: 409, code: "TASK_BINDING_CONFLICT"},
 		{name: "bound run: run route is not the URL route", change: func(t *testing.T, tk task) {
 			tw.addMember(t, tk.ID, testdb.SessionA, testdb.AppA, testdb.RouteLegacy, taskConvA)
 			tw.exec(t, "UPDATE bz_agent_client_runs SET route_key = ? WHERE run_id = ?", testdb.RouteLegacy, tk.Run)
 		}, status: 409, code: "TASK_BINDING_CONFLICT"},
-		{name: "bound run not context_ready", change: func(t *testing.T, tk task) {
-			tw.exec(t, "UPDATE bz_agent_client_runs SET status = 'preparing' WHERE run_id = ?", tk.Run)
-		}, status: 409, code: "TASK_RUN_INACTIVE"},
-		{name: "bound run completed", change: func(t *testing.T, tk task) {
-			tw.exec(t, "UPDATE bz_agent_client_runs SET status = 'completed', completed_at = '2026-01-01 00:05:00' WHERE run_id = ?", tk.Run)
-		}, status: 409, code: "TASK_RUN_INACTIVE"},
-		{name: "caller's membership removed", change: func(t *testing.T, tk task) {
-			tw.exec(t, "UPDATE bz_agent_task_members SET session_id = 'f0000000-0000-4000-8000-00000000000f' WHERE task_id = ? AND session_id = ?", tk.ID, testdb.SessionA)
-		}, status: 409, code: "TASK_MEMBER_MISMATCH"},
-		{name: "another member's session revoked", change: func(t *testing.T, tk task) {
-			tw.exec(t, "UPDATE bz_agent_sessions SET revoked_at = '2026-01-01 00:00:00' WHERE session_id = ?", testdb.SessionB)
-		}, status: 409, code: "TASK_SCOPE_BLOCKED"},
-		{name: "another member's session refresh-expired", change: func(t *testing.T, tk task) {
-			tw.exec(t, "UPDATE bz_agent_sessions SET refresh_expires_at = '2026-01-01 00:00:00' WHERE session_id = ?", testdb.SessionB)
-		}, status: 409, code: "TASK_SCOPE_BLOCKED"},
-		{name: "another member's access token expired only", change: func(t *testing.T, tk task) {
-			tw.exec(t, "UPDATE bz_agent_sessions SET access_expires_at = '2026-01-01 00:00:00' WHERE session_id = ?", testdb.SessionB)
-		}, status: 200},
-		{name: "another member's client disabled", change: func(t *testing.T, tk task) {
-			tw.exec(t, "UPDATE bz_clients SET enabled = 0 WHERE app_id = ?", testdb.AppB)
-		}, status: 409, code: "TASK_SCOPE_BLOCKED"},
-		{name: "another member's client lost its authorize URL", change: func(t *testing.T, tk task) {
-			tw.exec(t, "UPDATE bz_clients SET agent_authorize_url = NULL WHERE app_id = ?", testdb.AppB)
-		}, status: 409, code: "TASK_SCOPE_BLOCKED"},
-		{name: "route no longer allowed for a member's client", change: func(t *testing.T, tk task) {
-			tw.exec(t, `UPDATE bz_clients SET allowed_routes = '["kb-legacy"]' WHERE app_id = ?`, testdb.AppB)
-		}, status: 409, code: "TASK_SCOPE_BLOCKED"},
-		{name: "route no longer allowed for a member's session", change: func(t *testing.T, tk task) {
-			tw.exec(t, `UPDATE bz_agent_sessions SET allowed_routes = '["kb-legacy"]' WHERE session_id = ?`, testdb.SessionB)
-		}, status: 409, code: "TASK_SCOPE_BLOCKED"},
-		{name: "member route disabled", change: func(t *testing.T, tk task) {
-			tw.exec(t, "UPDATE bz_routes SET enabled = 0 WHERE route_key = ?", testdb.RouteMulti)
-		}, status: 409, code: "TASK_SCOPE_BLOCKED"},
-		{name: "member route without direct tools", change: func(t *testing.T, tk task) {
-			tw.exec(t, `UPDATE bz_routes SET tools = '{"agent_direct":{"enabled":false}}' WHERE route_key = ?`, testdb.RouteMulti)
-		}, status: 409, code: "TASK_SCOPE_BLOCKED"},
-		{name: "member route with the agent client switched off", change: func(t *testing.T, tk task) {
-			tw.exec(t, `UPDATE bz_routes SET agent_client = '{"enabled":false}' WHERE route_key = ?`, testdb.RouteMulti)
-		}, status: 409, code: "TASK_SCOPE_BLOCKED"},
-		{name: "route audience refuses a member", change: func(t *testing.T, tk task) {
-			tw.exec(t, `UPDATE bz_routes SET audience = '{"principals":["user-42"]}' WHERE route_key = ?`, testdb.RouteMulti)
-		}, status: 409, code: "TASK_SCOPE_BLOCKED"},
-		{name: "task paused", change: func(t *testing.T, tk task) {
-			tw.exec(t, "UPDATE bz_agent_tasks SET state = 'paused' WHERE task_id = ?", tk.ID)
-		}, status: 409, code: "TASK_PAUSED"},
-		{name: "task cancelled", change: func(t *testing.T, tk task) {
-			tw.exec(t, "UPDATE bz_agent_tasks SET state = 'cancelled' WHERE task_id = ?", tk.ID)
-		}, status: 409, code: "TASK_CANCELLED"},
-		{name: "task blocked", change: func(t *testing.T, tk task) {
-			tw.exec(t, "UPDATE bz_agent_tasks SET state = 'blocked' WHERE task_id = ?", tk.ID)
-		}, status: 409, code: "TASK_SCOPE_BLOCKED"},
-		{name: "task active but expired", change: func(t *testing.T, tk task) {
-			tw.exec(t, `UPDATE bz_agent_tasks SET policy_json = '{"maxWriteCalls":0,"maxConcurrent":1,"expiresAt":"2026-01-01T00:00:00.000Z"}' WHERE task_id = ?`, tk.ID)
-		}, status: 409, code: "TASK_EXPIRED"},
-		{name: "task active, expiry ahead", change: func(t *testing.T, tk task) {
-			tw.exec(t, `UPDATE bz_agent_tasks SET policy_json = '{"maxWriteCalls":0,"maxConcurrent":1,"expiresAt":"2999-01-01T00:00:00.000Z"}' WHERE task_id = ?`, tk.ID)
-		}, status: 200},
+		{name: "bound run not context_ready", sql: []string{`UPDATE bz_agent_client_runs SET status = 'preparing' WHERE run_id = '{run}'`}, status: 409, code: "TASK_RUN_INACTIVE"},
+		{name: "bound run completed", sql: []string{`UPDATE bz_agent_client_runs SET status = 'completed', completed_at = '2026-01-01 00:05:00' WHERE run_id = '{run}'`}, status: 409, code: "TASK_RUN_INACTIVE"},
+		{name: "caller's membership removed", sql: []string{`UPDATE bz_agent_task_members SET session_id = 'f0000000-0000-4000-8000-00000000000f' WHERE task_id = '{task}' AND session_id = '{sessionA}'`}, status: 409, code: "TASK_MEMBER_MISMATCH"},
+		{name: "another member's session revoked", sql: []string{`UPDATE bz_agent_sessions SET revoked_at = '2026-01-01 00:00:00' WHERE session_id = '{sessionB}'`}, status: 409, code: "TASK_SCOPE_BLOCKED"},
+		{name: "another member's session refresh-expired", sql: []string{`UPDATE bz_agent_sessions SET refresh_expires_at = '2026-01-01 00:00:00' WHERE session_id = '{sessionB}'`}, status: 409, code: "TASK_SCOPE_BLOCKED"},
+		{name: "another member's access token expired only", sql: []string{`UPDATE bz_agent_sessions SET access_expires_at = '2026-01-01 00:00:00' WHERE session_id = '{sessionB}'`}, status: 200},
+		{name: "another member's client disabled", sql: []string{`UPDATE bz_clients SET enabled = 0 WHERE app_id = 'app-b'`}, status: 409, code: "TASK_SCOPE_BLOCKED"},
+		{name: "another member's client lost its authorize URL", sql: []string{`UPDATE bz_clients SET agent_authorize_url = NULL WHERE app_id = 'app-b'`}, status: 409, code: "TASK_SCOPE_BLOCKED"},
+		{name: "route no longer allowed for a member's client", sql: []string{`UPDATE bz_clients SET allowed_routes = '["kb-legacy"]' WHERE app_id = 'app-b'`}, status: 409, code: "TASK_SCOPE_BLOCKED"},
+		{name: "route no longer allowed for a member's session", sql: []string{`UPDATE bz_agent_sessions SET allowed_routes = '["kb-legacy"]' WHERE session_id = '{sessionB}'`}, status: 409, code: "TASK_SCOPE_BLOCKED"},
+		{name: "member route disabled", sql: []string{`UPDATE bz_routes SET enabled = 0 WHERE route_key = 'kb-multi'`}, status: 409, code: "TASK_SCOPE_BLOCKED"},
+		{name: "member route without direct tools", sql: []string{`UPDATE bz_routes SET tools = '{"agent_direct":{"enabled":false}}' WHERE route_key = 'kb-multi'`}, status: 409, code: "TASK_SCOPE_BLOCKED"},
+		{name: "member route with the agent client switched off", sql: []string{`UPDATE bz_routes SET agent_client = '{"enabled":false}' WHERE route_key = 'kb-multi'`}, status: 409, code: "TASK_SCOPE_BLOCKED"},
+		{name: "route audience refuses a member", sql: []string{`UPDATE bz_routes SET audience = '{"principals":["user-42"]}' WHERE route_key = 'kb-multi'`}, status: 409, code: "TASK_SCOPE_BLOCKED"},
+		{name: "task paused", sql: []string{`UPDATE bz_agent_tasks SET state = 'paused' WHERE task_id = '{task}'`}, status: 409, code: "TASK_PAUSED"},
+		{name: "task cancelled", sql: []string{`UPDATE bz_agent_tasks SET state = 'cancelled' WHERE task_id = '{task}'`}, status: 409, code: "TASK_CANCELLED"},
+		{name: "task blocked", sql: []string{`UPDATE bz_agent_tasks SET state = 'blocked' WHERE task_id = '{task}'`}, status: 409, code: "TASK_SCOPE_BLOCKED"},
+		{name: "task active but expired", sql: []string{`UPDATE bz_agent_tasks SET policy_json = '{"maxWriteCalls":0,"maxConcurrent":1,"expiresAt":"2026-01-01T00:00:00.000Z"}' WHERE task_id = '{task}'`}, status: 409, code: "TASK_EXPIRED"},
+		{name: "task active, expiry ahead", sql: []string{`UPDATE bz_agent_tasks SET policy_json = '{"maxWriteCalls":0,"maxConcurrent":1,"expiresAt":"2999-01-01T00:00:00.000Z"}' WHERE task_id = '{task}'`}, status: 200},
 	}
 	// Baseline tables every row starts from (rows change sessions, clients
 	// and routes as well as task rows).
@@ -272,6 +216,10 @@ func TestTaskRules(t *testing.T) {
 			restore(t)
 			tk := tw.newTask(t)
 			is := tw.issue(t, sc, tk.Run)
+			for _, q := range rw.sql {
+				tw.exec(t, strings.NewReplacer("{task}", tk.ID, "{run}", tk.Run,
+					"{sessionA}", testdb.SessionA, "{sessionB}", testdb.SessionB).Replace(q))
+			}
 			if rw.change != nil {
 				rw.change(t, tk)
 			}

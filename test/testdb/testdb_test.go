@@ -70,48 +70,51 @@ func TestFixturesMatchConstants(t *testing.T) {
 	}
 }
 
-// The read-only user sees the granted columns and nothing else.
-func TestReadOnlyUserHasOnlyColumnGrants(t *testing.T) {
-	db := testdb.New(t)
+// access is one query the read-only user may or may not run.
+type access struct {
+	query   string
+	allowed bool
+}
+
+// checkAccess runs each query as the read-only user of db: allowed ones must
+// succeed, the others must fail with a server (permission) error.
+func checkAccess(t *testing.T, db *testdb.DB, cases []access) {
+	t.Helper()
 	ro, err := sql.Open("mysql", db.ReadOnlyDSN)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	ctx := context.Background()
-
-	cases := []struct {
-		name    string
-		query   string
-		allowed bool
-	}{
-		{"granted route columns", "SELECT route_key, enabled, knowledge, audience FROM bz_routes LIMIT 1", true},
-		{"granted doc columns", "SELECT doc_id, kb_id, title, content, content_hash, status, updated_at FROM bz_kb_docs LIMIT 1", true},
-		{"route tools", "SELECT tools FROM bz_routes LIMIT 1", false},
-		{"doc source_key", "SELECT source_key FROM bz_kb_docs LIMIT 1", false},
-		{"granted client columns", "SELECT app_id, enabled, allowed_routes, agent_authorize_url FROM bz_clients LIMIT 1", true},
-		{"client token", "SELECT token FROM bz_clients LIMIT 1", false},
-		{"client token in where", "SELECT app_id FROM bz_clients WHERE token = 'x'", false},
-		{"select star", "SELECT * FROM bz_clients LIMIT 1", false},
-		{"run context_json", "SELECT context_json FROM bz_agent_client_runs LIMIT 1", false},
-		{"sessions table", "SELECT session_id FROM bz_agent_sessions LIMIT 1", false},
-		{"write", "UPDATE bz_routes SET enabled = 0 WHERE route_key = 'kb-null'", false},
-	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			rows, err := ro.QueryContext(ctx, tc.query)
-			if err == nil {
-				rows.Close()
-			}
-			var me *mysql.MySQLError
-			switch {
-			case tc.allowed && err != nil:
-				t.Errorf("got error %v; want allowed", err)
-			case !tc.allowed && !errors.As(err, &me):
-				t.Errorf("got %v; want a permission error", err)
-			}
-		})
+		rows, err := ro.QueryContext(context.Background(), tc.query)
+		if err == nil {
+			rows.Close()
+		}
+		var me *mysql.MySQLError
+		switch {
+		case tc.allowed && err != nil:
+			t.Errorf("%s: got error %v; want allowed", tc.query, err)
+		case !tc.allowed && !errors.As(err, &me):
+			t.Errorf("%s: got %v; want a permission error", tc.query, err)
+		}
 	}
+}
+
+// The read-only user sees the granted columns and nothing else.
+func TestReadOnlyUserHasOnlyColumnGrants(t *testing.T) {
+	checkAccess(t, testdb.New(t), []access{
+		{"SELECT route_key, enabled, knowledge, audience FROM bz_routes LIMIT 1", true},
+		{"SELECT doc_id, kb_id, title, content, content_hash, status, updated_at FROM bz_kb_docs LIMIT 1", true},
+		{"SELECT tools FROM bz_routes LIMIT 1", false},
+		{"SELECT source_key FROM bz_kb_docs LIMIT 1", false},
+		{"SELECT app_id, enabled, allowed_routes, agent_authorize_url FROM bz_clients LIMIT 1", true},
+		{"SELECT token FROM bz_clients LIMIT 1", false},
+		{"SELECT app_id FROM bz_clients WHERE token = 'x'", false},
+		{"SELECT * FROM bz_clients LIMIT 1", false},
+		{"SELECT context_json FROM bz_agent_client_runs LIMIT 1", false},
+		{"SELECT session_id FROM bz_agent_sessions LIMIT 1", false},
+		{"UPDATE bz_routes SET enabled = 0 WHERE route_key = 'kb-null'", false},
+	})
 }
 
 // After InstallTaskControl the read-only user holds exactly the Core 0.8
@@ -119,16 +122,7 @@ func TestReadOnlyUserHasOnlyColumnGrants(t *testing.T) {
 func TestReadOnlyUserTaskGrants(t *testing.T) {
 	db := testdb.New(t)
 	db.InstallTaskControl(t)
-	ro, err := sql.Open("mysql", db.ReadOnlyDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ro.Close()
-	ctx := context.Background()
-	cases := []struct {
-		query   string
-		allowed bool
-	}{
+	checkAccess(t, db, []access{
 		{"SELECT session_id, first_task_id FROM bz_agent_task_enforcements", true},
 		{"SELECT run_id, task_id, session_id FROM bz_agent_task_runs", true},
 		{"SELECT task_id, state, policy_json FROM bz_agent_tasks", true},
@@ -147,20 +141,7 @@ func TestReadOnlyUserTaskGrants(t *testing.T) {
 		{"SELECT token FROM bz_clients", false},
 		{"SELECT context_json FROM bz_agent_client_runs", false},
 		{"UPDATE bz_agent_tasks SET state = 'active'", false},
-	}
-	for _, tc := range cases {
-		rows, err := ro.QueryContext(ctx, tc.query)
-		if err == nil {
-			rows.Close()
-		}
-		var me *mysql.MySQLError
-		switch {
-		case tc.allowed && err != nil:
-			t.Errorf("%s: got error %v; want allowed", tc.query, err)
-		case !tc.allowed && !errors.As(err, &me):
-			t.Errorf("%s: got %v; want a permission error", tc.query, err)
-		}
-	}
+	})
 }
 
 // docs/core-contract.md carries the same GRANTs the test user gets.
