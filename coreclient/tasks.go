@@ -160,7 +160,7 @@ func (m TaskMember) Valid(now time.Time) bool {
 	if !s.refreshExpires.Valid || !s.refreshExpires.Time.After(now) {
 		return false
 	}
-	pr, ok := memberPrincipal(s.principal)
+	pr, hasChannel, ok := memberPrincipal(s.principal)
 	if !ok {
 		return false
 	}
@@ -185,7 +185,7 @@ func (m TaskMember) Valid(now time.Time) bool {
 		return false
 	}
 	pr.clientAppID = m.ClientAppID
-	if pr.channel == "" {
+	if !hasChannel { // principal.channel ?? "agent:<client>"
 		pr.channel = "agent:" + m.ClientAppID
 	}
 	return policy.allows(pr)
@@ -193,32 +193,33 @@ func (m TaskMember) Valid(now time.Time) bool {
 
 // memberPrincipal decodes principal_json: id must be a string and roles a
 // string array (Core's verifyMembers); tenant, audience and channel are
-// optional strings.
-func memberPrincipal(raw []byte) (*audiencePrincipal, bool) {
+// optional strings. hasChannel is false when channel is absent or null.
+func memberPrincipal(raw []byte) (p *audiencePrincipal, hasChannel, ok bool) {
 	obj, err := decodeObject(raw)
 	if err != nil || obj == nil {
-		return nil, false
+		return nil, false, false
 	}
 	id, ok := obj["id"].(string)
 	if !ok {
-		return nil, false
+		return nil, false, false
 	}
 	rolesAny, ok := obj["roles"].([]any)
 	if !ok {
-		return nil, false
+		return nil, false, false
 	}
-	p := &audiencePrincipal{id: id}
+	p = &audiencePrincipal{id: id}
 	for _, r := range rolesAny {
 		s, ok := r.(string)
 		if !ok {
-			return nil, false
+			return nil, false, false
 		}
 		p.roles = append(p.roles, s)
 	}
 	p.tenant, _ = obj["tenant"].(string)
 	p.audience, _ = obj["audience"].(string)
-	p.channel, _ = obj["channel"].(string)
-	return p, true
+	ch, present := obj["channel"]
+	p.channel, _ = ch.(string)
+	return p, present && ch != nil, true
 }
 
 // strictStringArray is Core's stringArray: a JSON array of strings, anything
