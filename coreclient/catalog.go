@@ -166,6 +166,9 @@ type SQLCatalog struct {
 	opts    CatalogOptions
 	breaker *Breaker
 	cache   *docCache
+
+	taskMu       sync.Mutex
+	taskPrepared *sql.Stmt // tasks.go
 }
 
 // OpenCatalog prepares the connection pool (no I/O yet: use CheckSchema for
@@ -201,8 +204,16 @@ func OpenCatalog(o CatalogOptions) (*SQLCatalog, error) {
 	}, nil
 }
 
-// Close closes the connection pool.
-func (c *SQLCatalog) Close() error { return c.db.Close() }
+// Close closes the connection pool (and the task statement, tasks.go).
+func (c *SQLCatalog) Close() error {
+	c.taskMu.Lock()
+	if c.taskPrepared != nil {
+		c.taskPrepared.Close()
+		c.taskPrepared = nil
+	}
+	c.taskMu.Unlock()
+	return c.db.Close()
+}
 
 // Usable is false while the catalog breaker is open.
 func (c *SQLCatalog) Usable() bool { return !c.breaker.Open() }

@@ -362,7 +362,11 @@ func (c *SQLCatalog) TaskSnapshot(ctx context.Context, sessionID, runID string) 
 	var snap TaskSnapshot
 	err := c.do(ctx, QueryTask, func(ctx context.Context) error {
 		snap = TaskSnapshot{Enforced: true}
-		rows, err := c.db.QueryContext(ctx, qTaskSnapshot, sessionID, runID, sessionID)
+		stmt, err := c.taskStmt(ctx)
+		if err != nil {
+			return taskQueryError(err)
+		}
+		rows, err := stmt.QueryContext(ctx, sessionID, runID, sessionID)
 		if err != nil {
 			return taskQueryError(err)
 		}
@@ -378,6 +382,24 @@ func (c *SQLCatalog) TaskSnapshot(ctx context.Context, sessionID, runID string) 
 		return TaskSnapshot{}, err
 	}
 	return snap, nil
+}
+
+// taskStmt is qTaskSnapshot prepared once (database/sql re-prepares it on
+// each pooled connection as needed), so a request costs one execute round
+// trip instead of prepare + execute, and the server parses the join once per
+// connection.
+func (c *SQLCatalog) taskStmt(ctx context.Context) (*sql.Stmt, error) {
+	c.taskMu.Lock()
+	defer c.taskMu.Unlock()
+	if c.taskPrepared != nil {
+		return c.taskPrepared, nil
+	}
+	st, err := c.db.PrepareContext(ctx, qTaskSnapshot)
+	if err != nil {
+		return nil, err
+	}
+	c.taskPrepared = st
+	return st, nil
 }
 
 // scanTaskRow adds one row of qTaskSnapshot to snap.

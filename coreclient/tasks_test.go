@@ -221,3 +221,49 @@ func (m *taskMem) TaskSnapshot(context.Context, string, string) (coreclient.Task
 	m.snapshots++
 	return coreclient.TaskSnapshot{Enforced: true}, nil
 }
+
+// BenchmarkTaskSnapshot compares the task query with the run query (Q5), the
+// catalog round trip it is meant to cost at most: unmanaged (marker only),
+// and a managed run of a two-member task.
+func BenchmarkTaskSnapshot(b *testing.B) {
+	ctx := context.Background()
+	db := testdb.New(b)
+	db.InstallTaskControl(b)
+	const task, run = "70000000-0000-4000-8000-000000000001", "e0000000-0000-4000-8000-000000000001"
+	db.Exec(b, `INSERT INTO bz_agent_tasks (task_id, create_key, create_hash, scope_hash, state, revision, ledger_sequence, policy_json,
+		created_by, created_at, updated_at) VALUES (?, REPEAT('a', 64), REPEAT('b', 64), REPEAT('c', 64), 'active', 1, 1,
+		'{"maxWriteCalls":null,"maxConcurrent":2,"expiresAt":null}', 'admin', '2026-01-01', '2026-01-01')`, task)
+	db.Exec(b, `INSERT INTO bz_agent_task_members VALUES (?, REPEAT('1', 64), ?, REPEAT('e', 64), ?, ?, 'conv-a', '["x"]'),
+		(?, REPEAT('2', 64), ?, REPEAT('e', 64), ?, ?, 'conv-b', '["x"]')`,
+		task, testdb.SessionA, testdb.AppA, testdb.RouteMulti, task, testdb.SessionB, testdb.AppB, testdb.RouteMulti)
+	db.Exec(b, `INSERT INTO bz_agent_task_enforcements VALUES (?, ?, 'admin', '2026-01-01')`, testdb.SessionA, task)
+	db.Exec(b, `INSERT INTO bz_agent_client_runs (run_id, session_id, client_app_id, route_key, client_conversation_id, status,
+		created_at, updated_at) VALUES (?, ?, ?, ?, 'conv-a', 'context_ready', '2026-01-01', '2026-01-01')`, run, testdb.SessionA, testdb.AppA, testdb.RouteMulti)
+	db.Exec(b, `INSERT INTO bz_agent_task_runs VALUES (?, ?, ?, '2026-01-01')`, run, task, testdb.SessionA)
+	c, err := coreclient.OpenCatalog(coreclient.CatalogOptions{DSN: db.ReadOnlyDSN})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	b.Run("run query (Q5)", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := c.Run(ctx, run); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("task, unmanaged", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := c.TaskSnapshot(ctx, testdb.SessionB, ""); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("task, managed run", func(b *testing.B) {
+		for b.Loop() {
+			if s, err := c.TaskSnapshot(ctx, testdb.SessionA, run); err != nil || len(s.Members) != 2 {
+				b.Fatal(s, err)
+			}
+		}
+	})
+}
