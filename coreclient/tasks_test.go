@@ -53,17 +53,9 @@ func TestTaskSnapshot(t *testing.T) {
 	ctx := context.Background()
 	db := testdb.New(t)
 	db.InstallTaskControl(t)
-	const task, run = "70000000-0000-4000-8000-000000000001", "e0000000-0000-4000-8000-000000000001"
-	db.Exec(t, `INSERT INTO bz_agent_tasks (task_id, create_key, create_hash, scope_hash, state, revision, ledger_sequence, policy_json,
-		created_by, created_at, updated_at) VALUES (?, REPEAT('a', 64), REPEAT('b', 64), REPEAT('c', 64), 'paused', 2, 3,
-		'{"maxWriteCalls":null,"maxConcurrent":2,"expiresAt":"2030-01-01T00:00:00.000Z"}', 'admin', '2026-01-01', '2026-01-01')`, task)
-	db.Exec(t, `INSERT INTO bz_agent_task_members VALUES (?, REPEAT('1', 64), ?, REPEAT('e', 64), ?, ?, 'conv-a', '["x"]'),
-		(?, REPEAT('2', 64), 'f0000000-0000-4000-8000-00000000000f', REPEAT('e', 64), 'app-gone', ?, 'conv-z', '["x"]')`,
-		task, testdb.SessionA, testdb.AppA, testdb.RouteMulti, task, testdb.RouteMulti)
-	db.Exec(t, `INSERT INTO bz_agent_task_enforcements VALUES (?, ?, 'admin', '2026-01-01')`, testdb.SessionA, task)
-	db.Exec(t, `INSERT INTO bz_agent_client_runs (run_id, session_id, client_app_id, route_key, client_conversation_id, status,
-		created_at, updated_at) VALUES (?, ?, ?, ?, 'conv-a', 'context_ready', '2026-01-01', '2026-01-01')`, run, testdb.SessionA, testdb.AppA, testdb.RouteMulti)
-	db.Exec(t, `INSERT INTO bz_agent_task_runs VALUES (?, ?, ?, '2026-01-01')`, run, task, testdb.SessionA)
+	seedTask(t, db, "paused", `"2030-01-01T00:00:00.000Z"`,
+		"f0000000-0000-4000-8000-00000000000f", "app-gone", "conv-z") // a member without session or client rows
+	const run = seedRun
 	// kb-multi's fixture switches direct tools off; a task workspace has them on.
 	db.Exec(t, `UPDATE bz_routes SET tools = '{"agent_direct":{"enabled":true}}', agent_client = NULL WHERE route_key = ?`, testdb.RouteMulti)
 	c := openSQL(t, db, nil)
@@ -229,17 +221,8 @@ func BenchmarkTaskSnapshot(b *testing.B) {
 	ctx := context.Background()
 	db := testdb.New(b)
 	db.InstallTaskControl(b)
-	const task, run = "70000000-0000-4000-8000-000000000001", "e0000000-0000-4000-8000-000000000001"
-	db.Exec(b, `INSERT INTO bz_agent_tasks (task_id, create_key, create_hash, scope_hash, state, revision, ledger_sequence, policy_json,
-		created_by, created_at, updated_at) VALUES (?, REPEAT('a', 64), REPEAT('b', 64), REPEAT('c', 64), 'active', 1, 1,
-		'{"maxWriteCalls":null,"maxConcurrent":2,"expiresAt":null}', 'admin', '2026-01-01', '2026-01-01')`, task)
-	db.Exec(b, `INSERT INTO bz_agent_task_members VALUES (?, REPEAT('1', 64), ?, REPEAT('e', 64), ?, ?, 'conv-a', '["x"]'),
-		(?, REPEAT('2', 64), ?, REPEAT('e', 64), ?, ?, 'conv-b', '["x"]')`,
-		task, testdb.SessionA, testdb.AppA, testdb.RouteMulti, task, testdb.SessionB, testdb.AppB, testdb.RouteMulti)
-	db.Exec(b, `INSERT INTO bz_agent_task_enforcements VALUES (?, ?, 'admin', '2026-01-01')`, testdb.SessionA, task)
-	db.Exec(b, `INSERT INTO bz_agent_client_runs (run_id, session_id, client_app_id, route_key, client_conversation_id, status,
-		created_at, updated_at) VALUES (?, ?, ?, ?, 'conv-a', 'context_ready', '2026-01-01', '2026-01-01')`, run, testdb.SessionA, testdb.AppA, testdb.RouteMulti)
-	db.Exec(b, `INSERT INTO bz_agent_task_runs VALUES (?, ?, ?, '2026-01-01')`, run, task, testdb.SessionA)
+	seedTask(b, db, "active", "null", testdb.SessionB, testdb.AppB, "conv-b")
+	const run = seedRun
 	c, err := coreclient.OpenCatalog(coreclient.CatalogOptions{DSN: db.ReadOnlyDSN})
 	if err != nil {
 		b.Fatal(err)
@@ -266,4 +249,28 @@ func BenchmarkTaskSnapshot(b *testing.B) {
 			}
 		}
 	})
+}
+
+// The task and run seedTask inserts.
+const (
+	seedTaskID = "70000000-0000-4000-8000-000000000001"
+	seedRun    = "e0000000-0000-4000-8000-000000000001"
+)
+
+// seedTask inserts a task in state with expiresAt (JSON), member A (app-a,
+// kb-multi, conv-a) and a second member, A's marker, and A's context_ready
+// run seedRun bound to the task.
+func seedTask(tb testing.TB, db *testdb.DB, state, expiresAt, session2, client2, conv2 string) {
+	tb.Helper()
+	db.Exec(tb, `INSERT INTO bz_agent_tasks (task_id, create_key, create_hash, scope_hash, state, revision, ledger_sequence, policy_json,
+		created_by, created_at, updated_at) VALUES (?, REPEAT('a', 64), REPEAT('b', 64), REPEAT('c', 64), ?, 2, 3,
+		CONCAT('{"maxWriteCalls":null,"maxConcurrent":2,"expiresAt":', ?, '}'), 'admin', '2026-01-01', '2026-01-01')`, seedTaskID, state, expiresAt)
+	db.Exec(tb, `INSERT INTO bz_agent_task_members VALUES (?, REPEAT('1', 64), ?, REPEAT('e', 64), ?, ?, 'conv-a', '["x"]'),
+		(?, REPEAT('2', 64), ?, REPEAT('e', 64), ?, ?, ?, '["x"]')`,
+		seedTaskID, testdb.SessionA, testdb.AppA, testdb.RouteMulti, seedTaskID, session2, client2, testdb.RouteMulti, conv2)
+	db.Exec(tb, `INSERT INTO bz_agent_task_enforcements VALUES (?, ?, 'admin', '2026-01-01')`, testdb.SessionA, seedTaskID)
+	db.Exec(tb, `INSERT INTO bz_agent_client_runs (run_id, session_id, client_app_id, route_key, client_conversation_id, status,
+		created_at, updated_at) VALUES (?, ?, ?, ?, 'conv-a', 'context_ready', '2026-01-01', '2026-01-01')`,
+		seedRun, testdb.SessionA, testdb.AppA, testdb.RouteMulti)
+	db.Exec(tb, `INSERT INTO bz_agent_task_runs VALUES (?, ?, ?, '2026-01-01')`, seedRun, seedTaskID, testdb.SessionA)
 }
