@@ -44,6 +44,9 @@ const (
 // metrics.go (OutcomeOK, OutcomeUnavailable, OutcomeOpen, OutcomeCanceled).
 const OutcomeNotFound = "not_found"
 
+// OutcomeQueryError: the database answered a task query with an error (tasks.go).
+const OutcomeQueryError = "query_error"
+
 // MaxIDsPerQuery caps the placeholders of one IN (...) list; longer lists are
 // split into several queries.
 const MaxIDsPerQuery = 64
@@ -163,6 +166,9 @@ type SQLCatalog struct {
 	opts    CatalogOptions
 	breaker *Breaker
 	cache   *docCache
+
+	taskMu       sync.Mutex
+	taskPrepared *sql.Stmt // tasks.go
 }
 
 // OpenCatalog prepares the connection pool (no I/O yet: use CheckSchema for
@@ -198,8 +204,16 @@ func OpenCatalog(o CatalogOptions) (*SQLCatalog, error) {
 	}, nil
 }
 
-// Close closes the connection pool.
-func (c *SQLCatalog) Close() error { return c.db.Close() }
+// Close closes the connection pool (and the task statement, tasks.go).
+func (c *SQLCatalog) Close() error {
+	c.taskMu.Lock()
+	if c.taskPrepared != nil {
+		c.taskPrepared.Close()
+		c.taskPrepared = nil
+	}
+	c.taskMu.Unlock()
+	return c.db.Close()
+}
 
 // Usable is false while the catalog breaker is open.
 func (c *SQLCatalog) Usable() bool { return !c.breaker.Open() }
@@ -590,6 +604,8 @@ func classify(parent context.Context, query string, err error) error {
 		return fmt.Errorf("catalog %s: %w", query, ErrNotFound)
 	case parent.Err() != nil:
 		return fmt.Errorf("catalog %s query abandoned: %w", query, parent.Err())
+	case errors.Is(err, ErrTaskUnavailable): // the database answered (tasks.go)
+		return err
 	}
 	reason := "connection failed"
 	var me *mysql.MySQLError
@@ -616,6 +632,8 @@ func outcomeOf(err error) string {
 		return OutcomeOK
 	case errors.Is(err, ErrNotFound):
 		return OutcomeNotFound
+	case errors.Is(err, ErrTaskUnavailable):
+		return OutcomeQueryError
 	case errors.Is(err, ErrBreakerOpen):
 		return OutcomeOpen
 	case errors.Is(err, ErrUnavailable):

@@ -50,6 +50,15 @@
 // [IsJSSpace] and [JSTrim] are JavaScript's whitespace and trim(), which Core
 // applies to queries and chunk text.
 //
+// # Managed tasks (Core ≥ 0.8)
+//
+// [SQLCatalog.TaskPresence] probes Core's six task-control tables (absent,
+// partial, enforced); [SchemaGate] runs it with the schema check and every
+// interval after, exposes the result as [SchemaGate.TaskControlState] and the
+// gauge task_control_state, and answers [SchemaGate.TaskSnapshot] from it.
+// [SQLCatalog.TaskSnapshot] reads everything the task rules need in one
+// statement; [TaskMember.Valid] is Core's member revalidation.
+//
 // # Metrics
 //
 // [NewMetrics] registers the collectors on a caller-supplied registerer (nil:

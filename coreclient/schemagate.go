@@ -22,6 +22,8 @@ type schemaCatalog interface {
 	Documents(ctx context.Context, docIDs []int64, kbIDs []string) (map[int64]Document, error)
 	Document(ctx context.Context, docID int64, kbIDs []string) (Document, error)
 	Run(ctx context.Context, runID string) (Run, error)
+	TaskPresence(ctx context.Context) (TaskControlState, error)
+	TaskSnapshot(ctx context.Context, sessionID, runID string) (TaskSnapshot, error)
 }
 
 // SchemaGate keeps the knowledge features unavailable until the catalog's
@@ -31,17 +33,26 @@ type schemaCatalog interface {
 // per interval while it fails; once it passes it is not repeated. Readiness
 // is not tied to it (pass-through keeps working); the state is the gauge
 // knowledge_sidecar_catalog_schema_ok and the error log of the caller.
+//
+// The gate also owns the presence of Core 0.8's task control (tasks.go): it is
+// probed with the schema check and re-probed every interval after it passed
+// (never per request), so a Core migrated while the sidecar runs is enforced
+// without a restart. The gauge knowledge_sidecar_task_control_state{state}
+// says which state holds.
 type SchemaGate struct {
-	inner    schemaCatalog
-	interval time.Duration
-	now      func() time.Time
-	gauge    prometheus.Gauge
+	inner     schemaCatalog
+	interval  time.Duration
+	now       func() time.Time
+	gauge     prometheus.Gauge
+	taskGauge *prometheus.GaugeVec
 
-	mu      sync.Mutex
-	ok      bool
-	lastErr error
-	next    time.Time
-	after   []func(context.Context) // AfterCheck hooks
+	mu        sync.Mutex
+	ok        bool
+	lastErr   error
+	next      time.Time
+	after     []func(context.Context) // AfterCheck hooks
+	tasks     TaskControlState
+	tasksNext time.Time
 }
 
 // AfterCheck registers f to run after every schema check that passes (the
@@ -67,8 +78,16 @@ func NewSchemaGate(c schemaCatalog, interval time.Duration, now func() time.Time
 			Namespace: namespace, Subsystem: "catalog", Name: "schema_ok",
 			Help: "1 once the catalog schema check passed (Core's knowledge and agent tables are present).",
 		})}
+	g.taskGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "task_control_state",
+		Help: "1 for the presence state of Core's task-control tables (absent: no task rules; partial: TASK_UNAVAILABLE; enforced); all 0 until probed.",
+	}, []string{"state"})
 	if reg != nil {
 		g.gauge = register(reg, g.gauge)
+		g.taskGauge = register(reg, g.taskGauge)
+	}
+	for _, st := range TaskControlStates {
+		g.taskGauge.WithLabelValues(string(st)).Set(0)
 	}
 	return g
 }
@@ -93,8 +112,66 @@ func (g *SchemaGate) checkLocked(ctx context.Context) error {
 		for _, f := range g.after {
 			f(ctx)
 		}
+		g.probeTasksLocked(ctx)
 	}
 	return g.lastErr
+}
+
+// probeTasksLocked re-probes the task tables. A failed probe keeps the last
+// known state (the request's own task query then meets the same outage).
+func (g *SchemaGate) probeTasksLocked(ctx context.Context) {
+	g.tasksNext = g.now().Add(g.interval)
+	st, err := g.inner.TaskPresence(ctx)
+	if err != nil {
+		return
+	}
+	g.tasks = st
+	for _, s := range TaskControlStates {
+		v := 0.0
+		if s == st {
+			v = 1
+		}
+		g.taskGauge.WithLabelValues(string(s)).Set(v)
+	}
+}
+
+// TaskControlState is the last probed presence of Core's task-control tables
+// (TaskControlUnknown before the first successful probe). It does no I/O: a
+// probe command that wants a fresh answer calls (*SQLCatalog).TaskPresence.
+func (g *SchemaGate) TaskControlState() TaskControlState {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.tasks
+}
+
+// ErrTaskControlPartial wraps ErrTaskUnavailable: some but not all task
+// tables are visible.
+var ErrTaskControlPartial = fmt.Errorf("%w: task-control tables partially present", ErrTaskUnavailable)
+
+// TaskSnapshot applies the presence state: absent → a snapshot with Enforced
+// false and no I/O; partial → ErrTaskControlPartial; enforced → the
+// catalog's snapshot. Before the schema check passed, or while the state is
+// unknown, it is unavailable (never "absent").
+func (g *SchemaGate) TaskSnapshot(ctx context.Context, sessionID, runID string) (TaskSnapshot, error) {
+	if err := g.ready(ctx); err != nil {
+		return TaskSnapshot{}, err
+	}
+	g.mu.Lock()
+	if !g.now().Before(g.tasksNext) {
+		g.probeTasksLocked(ctx)
+	}
+	st := g.tasks
+	g.mu.Unlock()
+	switch st {
+	case TaskControlAbsent:
+		return TaskSnapshot{}, nil
+	case TaskControlPartial:
+		return TaskSnapshot{}, ErrTaskControlPartial
+	case TaskControlEnforced:
+		return g.inner.TaskSnapshot(ctx, sessionID, runID)
+	default:
+		return TaskSnapshot{}, fmt.Errorf("%w: task control not probed", ErrUnavailable)
+	}
 }
 
 // ErrSchemaUnverified wraps ErrUnavailable: the catalog schema check has not passed.

@@ -360,11 +360,17 @@ func TestCheckOrder(t *testing.T) {
 		}, code: CodeUnauthorized},
 		{name: "identity before body size", auth: "Bearer bha_bad", body: func(*env) string { return big }, code: CodeUnauthorized},
 		{name: "rate limit before route syntax", route: "BAD", mutate: exhaustRate, code: CodeRateLimited},
-		{name: "route syntax before body size", route: "BAD", body: func(*env) string { return big }, code: CodeRouteUnavailable},
-		{name: "route gate before body size", body: func(*env) string { return big }, mutate: func(e *env) {
+		// SPEC §2 (changed with managed tasks): the body is checked before the
+		// route, as on Core's own search endpoint.
+		{name: "body size before route syntax", route: "BAD", body: func(*env) string { return big }, code: CodePayloadTooLarge},
+		{name: "body size before route gate", body: func(*env) string { return big }, mutate: func(e *env) {
 			e.id.sysInfo[routeKey] = &coreclient.CoreError{Status: 403, Code: "route_not_allowed"}
-		}, code: CodeRouteNotAllowed},
-		{name: "route existence before body shape", route: "ghost-route", body: func(*env) string { return `{` }, code: CodeRouteUnavailable},
+		}, code: CodePayloadTooLarge},
+		{name: "body shape before route existence", route: "ghost-route", body: func(*env) string { return `{` }, code: CodeInvalidRequest},
+		{name: "run_id format before route gate", body: func(*env) string { return `{"query":"x","run_id":"nope"}` }, mutate: func(e *env) {
+			e.id.sysInfo[routeKey] = &coreclient.CoreError{Status: 403, Code: "route_not_allowed"}
+		}, code: CodeInvalidRequest},
+		{name: "route syntax after a valid body", route: "BAD", code: CodeRouteUnavailable},
 		{name: "body size before shape", body: func(*env) string { return big[:len(big)-1] }, code: CodePayloadTooLarge},
 		{name: "shape before ref MAC", body: func(*env) string { return `{"ref":"kr2.k1.AAAA","max_bytes":1}` }, code: CodeInvalidRequest},
 		{name: "shape before run", body: func(*env) string { return `{"query":"x","limit":9,"run_id":"` + runDone + `"}` }, code: CodeInvalidRequest},
@@ -449,12 +455,13 @@ func TestCheckOrder(t *testing.T) {
 			}
 		}
 	})
-	t.Run("body of a forbidden route is never read", func(t *testing.T) {
+	t.Run("body of a rate-limited session is never read", func(t *testing.T) {
 		e := newEnv(t)
+		exhaustRate(e)
 		_, err := e.svc.Search(t.Context(), tokA, "NOT_A_ROUTE", failingReader{t})
 		var ke *Error
-		if !errors.As(err, &ke) || ke.Status != 404 {
-			t.Fatalf("got %v; want 404", err)
+		if !errors.As(err, &ke) || ke.Status != 429 {
+			t.Fatalf("got %v; want 429", err)
 		}
 	})
 }

@@ -11,9 +11,14 @@
 //
 // Every request is checked in the same order as Core checks its own Agent API:
 //
-//	identity (401/503) → per-session rate limit (429) → route syntax and gate
-//	(404/403) → body size and shape (413/400) → ref/cursor authenticity (400) →
-//	expiry (410) → binding (400) → run (404/409) → scope (409) → document (409/503)
+//	identity (401/503) → per-session rate limit (429) → body size and shape
+//	(413/400) → managed task (409/400/503, Core ≥ 0.8) → route syntax and gate
+//	(404/403) → ref/cursor authenticity (400) → expiry (410) → binding (400) →
+//	run (404/409) → scope (409) → document (409/503)
+//
+// The managed-task step (task.go) applies Core's task rules through the Tasks
+// interface, which coreclient's schema gate implements; without task tables
+// it is a no-op.
 //
 // References ("kr2." prefix) and cursors ("kc2." prefix) are compact binary
 // claims encrypted and authenticated with XChaCha20-Poly1305 under

@@ -26,7 +26,9 @@ func TestDocsMentionEveryCode(t *testing.T) {
 	}
 	for _, code := range []string{CodeInvalidRequest, CodeReferenceInvalid, CodeUnauthorized, CodeRouteNotAllowed,
 		CodeRouteUnavailable, CodeRunNotFound, CodeRunNotActive, CodeScopeChanged, CodeKnowledgeChanged,
-		CodeReferenceExpired, CodePayloadTooLarge, CodeRateLimited, CodeUnavailable,
+		CodeReferenceExpired, CodePayloadTooLarge, CodeRateLimited, CodeUnavailable, TaskMessage,
+		CodeTaskRequired, CodeTaskRecordInvalid, CodeTaskBindingConflict, CodeTaskRunInactive, CodeTaskMemberMismatch,
+		CodeTaskScopeBlocked, CodeTaskPaused, CodeTaskCancelled, CodeTaskExpired, CodeTaskInvalidInput, CodeTaskUnavailable,
 		"bailing.agent-knowledge-search.v1", "bailing.agent-knowledge-read.v1", "bailing.agent-knowledge-capabilities.v1",
 		"131072", "32768", "16384", "4096"} {
 		for name, text := range map[string][]byte{"openapi.yaml": spec, "protocol.md": guide} {

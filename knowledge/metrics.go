@@ -14,6 +14,7 @@ type metrics struct {
 	dropped   *prometheus.CounterVec   // reason
 	truncated *prometheus.CounterVec   // endpoint
 	readBytes prometheus.Counter
+	taskDeny  *prometheus.CounterVec // code
 }
 
 // Closed label sets.
@@ -21,7 +22,9 @@ var (
 	endpointLabels = []string{"capabilities", "search", "read"}
 	codeLabels     = []string{statusOK, CodeInvalidRequest, CodeReferenceInvalid, CodeUnauthorized,
 		CodeRouteNotAllowed, CodeRouteUnavailable, CodeRunNotFound, CodeRunNotActive, CodeScopeChanged,
-		CodeKnowledgeChanged, CodeReferenceExpired, CodePayloadTooLarge, CodeRateLimited, CodeUnavailable, codeCoreGate}
+		CodeKnowledgeChanged, CodeReferenceExpired, CodePayloadTooLarge, CodeRateLimited, CodeUnavailable, codeCoreGate,
+		CodeTaskRequired, CodeTaskRecordInvalid, CodeTaskBindingConflict, CodeTaskRunInactive, CodeTaskMemberMismatch,
+		CodeTaskScopeBlocked, CodeTaskPaused, CodeTaskCancelled, CodeTaskExpired, CodeTaskInvalidInput, CodeTaskUnavailable}
 	kbResultLabels   = []string{"ok", "error", "timeout", "rate_limited", "skipped"}
 	dropReasonLabels = []string{"stale_fragment", "not_ready", "kb_unavailable", "missing", "budget"}
 )
@@ -56,6 +59,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "knowledge_sidecar", Subsystem: "knowledge", Name: "read_content_bytes_total",
 			Help: "Document content bytes served by read pages.",
 		}),
+		taskDeny: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "knowledge_sidecar", Subsystem: "knowledge", Name: "task_denials_total",
+			Help: "Knowledge searches and reads refused by the managed-task rules (Core ≥ 0.8), by TASK_* code.",
+		}, []string{"code"}),
 	}
 	var err error
 	m.requests, err = register(reg, m.requests)
@@ -76,6 +83,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	if m.readBytes, err = register(reg, m.readBytes); err != nil {
 		return nil, err
+	}
+	if m.taskDeny, err = register(reg, m.taskDeny); err != nil {
+		return nil, err
+	}
+	for _, c := range taskCodes {
+		m.taskDeny.WithLabelValues(c)
 	}
 	// Pre-create the closed label sets so dashboards see zeros.
 	for _, e := range endpointLabels {
@@ -152,5 +165,11 @@ func (m *metrics) truncate(endpoint string) {
 func (m *metrics) served(n int) {
 	if m != nil {
 		m.readBytes.Add(float64(n))
+	}
+}
+
+func (m *metrics) taskDenied(code string) {
+	if m != nil {
+		m.taskDeny.WithLabelValues(code).Inc()
 	}
 }

@@ -18,7 +18,8 @@ func (s *Service) Read(ctx context.Context, authorization, route string, body io
 	start := time.Now()
 	defer func() { s.m.observe("read", err, time.Since(start).Seconds()) }()
 
-	a, err := s.admit(ctx, authorization, route, false)
+	// SPEC §2 order: identity → body → managed task → route → MAC → …
+	sess, err := s.identify(ctx, authorization)
 	if err != nil {
 		return nil, err
 	}
@@ -27,6 +28,15 @@ func (s *Service) Read(ctx context.Context, authorization, route string, body io
 		return nil, err
 	}
 	req, err := parseRead(raw)
+	if err != nil {
+		return nil, err
+	}
+	// A marked session's read without run_id is TASK_REQUIRED even though its
+	// ref names a run; with run_id the ref must be bound to it (below).
+	if err := s.checkTask(ctx, sess, route, req.runID); err != nil {
+		return nil, err
+	}
+	a, err := s.admitRoute(ctx, authorization, route, sess, false)
 	if err != nil {
 		return nil, err
 	}

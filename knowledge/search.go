@@ -28,7 +28,8 @@ func (s *Service) Search(ctx context.Context, authorization, route string, body 
 	start := time.Now()
 	defer func() { s.m.observe("search", err, time.Since(start).Seconds()) }()
 
-	a, err := s.admit(ctx, authorization, route, false)
+	// SPEC §2 order: identity → body → managed task → route → run.
+	sess, err := s.identify(ctx, authorization)
 	if err != nil {
 		return nil, err
 	}
@@ -37,6 +38,13 @@ func (s *Service) Search(ctx context.Context, authorization, route string, body 
 		return nil, err
 	}
 	req, err := parseSearch(raw)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkTask(ctx, sess, route, req.runID); err != nil {
+		return nil, err
+	}
+	a, err := s.admitRoute(ctx, authorization, route, sess, false)
 	if err != nil {
 		return nil, err
 	}

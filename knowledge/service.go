@@ -40,6 +40,10 @@ type Options struct {
 	Retriever Retriever
 	Catalog   Catalog
 	Keys      *Keyring
+	// Tasks applies Core 0.8's managed-task rules (SPEC §4a) to search and
+	// read; nil means no task rules (the schema gate of package coreclient
+	// says absent when Core has no task tables).
+	Tasks Tasks
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// RateLimit is the per-session token rate in requests per second (default 10).
@@ -60,6 +64,7 @@ type Service struct {
 	id        Identity
 	retriever Retriever
 	catalog   Catalog
+	tasks     Tasks
 	keys      *Keyring
 	now       func() time.Time
 	rate      rate.Limit
@@ -103,7 +108,7 @@ func New(o Options) (*Service, error) {
 		return nil, errors.Join(problems...)
 	}
 	s := &Service{
-		id: o.Identity, retriever: o.Retriever, catalog: o.Catalog, keys: o.Keys,
+		id: o.Identity, retriever: o.Retriever, catalog: o.Catalog, tasks: o.Tasks, keys: o.Keys,
 		now: o.Now, rate: rate.Limit(o.RateLimit), burst: o.RateBurst,
 		timeout: o.RetrievalTimeout, log: o.Logger,
 	}
@@ -180,17 +185,32 @@ type admitted struct {
 	stale bool
 }
 
-// admit runs the common prefix of the check order: identity → rate limit →
-// route syntax → route gate → route row. allowStale lets capabilities fall
-// back to the last-known configuration when the catalog is down.
+// admit runs identify then admitRoute (capabilities, which has no body).
+// allowStale lets capabilities fall back to the last-known configuration when
+// the catalog is down.
 func (s *Service) admit(ctx context.Context, authorization, route string, allowStale bool) (admitted, error) {
-	sess, err := s.Authenticate(ctx, authorization)
+	sess, err := s.identify(ctx, authorization)
 	if err != nil {
 		return admitted{}, err
 	}
-	if ok, retry := s.allow(sess.SessionID); !ok {
-		return admitted{}, errRateLimited(retry)
+	return s.admitRoute(ctx, authorization, route, sess, allowStale)
+}
+
+// identify is the first step of the check order: identity → rate limit.
+func (s *Service) identify(ctx context.Context, authorization string) (coreclient.Session, error) {
+	sess, err := s.Authenticate(ctx, authorization)
+	if err != nil {
+		return coreclient.Session{}, err
 	}
+	if ok, retry := s.allow(sess.SessionID); !ok {
+		return coreclient.Session{}, errRateLimited(retry)
+	}
+	return sess, nil
+}
+
+// admitRoute is the route step of the check order (SPEC §2: after the body
+// and the managed-task rules): route syntax → route gate → route row.
+func (s *Service) admitRoute(ctx context.Context, authorization, route string, sess coreclient.Session, allowStale bool) (admitted, error) {
 	if !coreclient.ValidRouteKey(route) {
 		return admitted{}, errRouteUnavailable(nil)
 	}

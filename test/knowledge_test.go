@@ -433,9 +433,10 @@ func (c *knClock) Advance(d time.Duration) {
 
 const refundQuery = "refunds accepted within days of delivery"
 
-// TestKnowledgeCheckOrder: identity before anything, then the route gate,
-// then the body — through the edge, with a Core that has system-info and
-// with an old Core where the catalog gate decides.
+// TestKnowledgeCheckOrder: identity before anything, then the body (search
+// and read), then the route gate — through the edge, with a Core that has
+// system-info and with an old Core where the catalog gate decides. (SPEC §2
+// changed with managed tasks: the body used to come after the route.)
 func TestKnowledgeCheckOrder(t *testing.T) {
 	big := `{"query":"` + strings.Repeat("a", knowledge.MaxRequestBytes) + `"}`
 	badRoute := "-bad-route-"
@@ -444,34 +445,51 @@ func TestKnowledgeCheckOrder(t *testing.T) {
 		t.Run(fmt.Sprintf("system-info=%v", systemInfo), func(t *testing.T) {
 			kw := newKWorld(t, fakecore.Options{SystemInfo: systemInfo})
 			sc := kw.start(t, kopts{})
+			// status/code: capabilities (no body) and search/read with a
+			// well-formed body; bodyStatus/bodyCode: search/read with an
+			// oversized body.
 			cases := []struct {
 				name         string
 				token, route string
 				status       int
 				code         string
+				bodyStatus   int
+				bodyCode     string
 			}{
-				{"bad token, bad route, oversized", unknown, badRoute, 401, "unauthorized"},
-				{"no token, unknown route, oversized", "", testdb.RouteMissing, 401, "unauthorized"},
-				{"good token, route not allowed, oversized", kw.TokenB, testdb.RouteLegacy, 403, "route_not_allowed"},
-				{"good token, malformed route, oversized", kw.TokenB, badRoute, 404, "route_unavailable"},
-				{"good token, unknown route, oversized", kw.TokenA, testdb.RouteMissing, 404, "route_unavailable"},
-				{"good token, allowed route, oversized", kw.TokenA, testdb.RouteMulti, 413, "payload_too_large"},
+				{"bad token, bad route", unknown, badRoute, 401, "unauthorized", 401, "unauthorized"},
+				{"no token, unknown route", "", testdb.RouteMissing, 401, "unauthorized", 401, "unauthorized"},
+				{"good token, route not allowed", kw.TokenB, testdb.RouteLegacy, 403, "route_not_allowed", 413, "payload_too_large"},
+				{"good token, malformed route", kw.TokenB, badRoute, 404, "route_unavailable", 413, "payload_too_large"},
+				{"good token, unknown route", kw.TokenA, testdb.RouteMissing, 404, "route_unavailable", 413, "payload_too_large"},
+				{"good token, allowed route", kw.TokenA, testdb.RouteMulti, 0, "", 413, "payload_too_large"},
 			}
+			wellFormed := map[string]string{"search": `{"query":"x"}`, "read": `{"ref":"kr2.AAAA"}`}
 			for _, tc := range cases {
 				t.Run(tc.name, func(t *testing.T) {
-					for _, ep := range []string{"capabilities", "search", "read"} {
-						if ep == "capabilities" && tc.status == 413 {
+					for _, ep := range []string{"capabilities", "search", "read", "search oversized", "read oversized"} {
+						path, oversized := strings.CutSuffix(ep, " oversized")
+						status, code := tc.status, tc.code
+						if oversized {
+							status, code = tc.bodyStatus, tc.bodyCode
+						}
+						if status == 0 {
 							continue
 						}
 						sysBefore := kw.Core.Calls("/agent-api/")
 						kbBefore := kw.Core.Calls("/kb/search")
 						var r kresp
-						if ep == "capabilities" {
+						switch {
+						case ep == "capabilities":
 							r = kw.call(t, "GET", sc.WS(tc.route)+"/knowledge/capabilities", tc.token, nil)
-						} else {
-							r = kw.call(t, "POST", sc.WS(tc.route)+"/knowledge/"+ep, tc.token, big)
+						case oversized:
+							r = kw.call(t, "POST", sc.WS(tc.route)+"/knowledge/"+path, tc.token, big)
+						default:
+							r = kw.call(t, "POST", sc.WS(tc.route)+"/knowledge/"+path, tc.token, wellFormed[path])
 						}
-						wantError(t, ep, r, tc.status, tc.code)
+						wantError(t, ep, r, status, code)
+						if oversized && kw.Core.Calls("/agent-api/") != sysBefore && tc.status != 401 {
+							t.Errorf("%s: the route gate was asked for an oversized body", ep)
+						}
 						if tc.status == 401 && kw.Core.Calls("/agent-api/") != sysBefore {
 							t.Errorf("%s: the route gate was asked before identity failed", ep)
 						}
@@ -1128,14 +1146,18 @@ func TestKnowledgeKeepAliveAfterEarlyAnswer(t *testing.T) {
 		status int
 	}{
 		{"unauthenticated", fakecore.Token("stranger"), testdb.RouteMulti, small, 401},
-		{"route not allowed", kw.TokenB, testdb.RouteLegacy, small, 403},
+		{"route not allowed", kw.TokenB, testdb.RouteLegacy, nil, 403}, // a well-formed body per endpoint
 		{"oversized", kw.TokenA, testdb.RouteMulti, big, 413},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			for i := 0; i < 60; i++ {
 				for _, ep := range []string{"search", "read"} {
-					r := kw.call(t, "POST", sc.WS(tc.route)+"/knowledge/"+ep, tc.token, tc.body)
+					body := tc.body
+					if body == nil {
+						body = map[string]any{"search": small, "read": map[string]any{"ref": "kr2.AAAA"}}[ep]
+					}
+					r := kw.call(t, "POST", sc.WS(tc.route)+"/knowledge/"+ep, tc.token, body)
 					if r.Status != tc.status {
 						t.Fatalf("request %d %s: got %d; want %d", i, ep, r.Status, tc.status)
 					}

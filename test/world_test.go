@@ -205,12 +205,20 @@ func (w *World) Features(t testing.TB, o FeatureOptions) *proxy.Features {
 			t.Fatalf("world: schema: %v", err)
 		}
 	}
+	// Task control (Core ≥ 0.8) goes through the schema gate, as `serve`
+	// wires it: it probes the task tables (absent in the base fixtures).
+	tasks := coreclient.NewSchemaGate(cat, 0, o.Now, o.Registerer)
+	if o.CatalogDSN == "" {
+		if err := tasks.Check(context.Background()); err != nil {
+			t.Fatalf("world: task presence: %v", err)
+		}
+	}
 	keys, err := knowledge.NewKeyring(o.SigningKeys, w.ServiceToken)
 	if err != nil {
 		t.Fatalf("world: keys: %v", err)
 	}
 	svc, err := knowledge.New(knowledge.Options{
-		Identity: client, Retriever: client, Catalog: cat, Keys: keys, Now: o.Now,
+		Identity: client, Retriever: client, Catalog: cat, Tasks: tasks, Keys: keys, Now: o.Now,
 		RateLimit: o.RateLimit, RateBurst: o.RateBurst, Logger: o.Logger, Registerer: o.Registerer,
 	})
 	if err != nil {

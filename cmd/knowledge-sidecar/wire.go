@@ -146,6 +146,13 @@ func (a *app) buildFeatures(ctx context.Context, cfg config.Config, reg promethe
 			slog.Any("error", err))
 	}
 	cancel()
+	switch st := gated.TaskControlState(); st {
+	case coreclient.TaskControlPartial:
+		log.Warn("Core's task-control tables are only partly visible (migration 062 without all six tables or grants); knowledge search and read answer 503 TASK_UNAVAILABLE until fixed",
+			slog.String("task_control", string(st)))
+	case coreclient.TaskControlAbsent, coreclient.TaskControlEnforced:
+		log.Info("managed-task rules", slog.String("task_control", string(st)))
+	}
 	keys, err := knowledge.NewKeyring(cfg.Signing.Keys, cfg.Core.Token)
 	if err != nil {
 		return nil, fmt.Errorf("signing keys: %w", err)
@@ -154,6 +161,7 @@ func (a *app) buildFeatures(ctx context.Context, cfg config.Config, reg promethe
 		Identity:         client,
 		Retriever:        client,
 		Catalog:          gated,
+		Tasks:            gated,
 		Keys:             keys,
 		RateLimit:        cfg.RateLimit.RPS,
 		RateBurst:        cfg.RateLimit.Burst,

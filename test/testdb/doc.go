@@ -4,6 +4,12 @@
 // fixtures (fixtures.sql), plus a read-only user that has exactly the column
 // GRANTs of docs/core-contract.md (grants.sql).
 //
+// The base schema is a pre-0.8 Core. DB.InstallTaskControl migrates a test
+// database to Core 0.8's task control: the six task tables (tasks.sql,
+// written from TASK_CONTROL.md §1), the 062 migration row and the read-only
+// user's Core 0.8 GRANTs (grants_tasks.sql); with table names it creates only
+// those (a partial migration).
+//
 // Each call to New creates a fresh database ks_test_<random> and a user on the
 // server named by KS_TEST_MYSQL_DSN and drops both when the test ends, so
 // tests may mutate data freely through DB.Admin. When the server cannot be

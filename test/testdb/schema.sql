@@ -54,6 +54,8 @@ CREATE TABLE bz_agent_client_runs (
   session_id    CHAR(36)    NOT NULL,
   client_app_id VARCHAR(64) NOT NULL,
   route_key     VARCHAR(64) NOT NULL,
+  -- Core has no default; '' lets the older fixtures and the fake Core's runs omit it.
+  client_conversation_id VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL DEFAULT '',
   status        VARCHAR(24) NOT NULL DEFAULT 'preparing',
   context_json  JSON        NULL,
   created_at    DATETIME    NOT NULL,

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,12 @@ var fixturesSQL string
 //go:embed grants.sql
 var grantsSQL string
 
+//go:embed tasks.sql
+var tasksSQL string
+
+//go:embed grants_tasks.sql
+var taskGrantsSQL string
+
 // DefaultDSN is used when KS_TEST_MYSQL_DSN is not set.
 const DefaultDSN = "root@tcp(127.0.0.1:3306)/ks_test?parseTime=true&loc=UTC&charset=utf8mb4"
 
@@ -35,14 +42,23 @@ type DB struct {
 	ReadOnlyDSN string  // the read-only user, column GRANTs only, on Name
 	Admin       *sql.DB // the server account of KS_TEST_MYSQL_DSN, on Name, for mutations
 	Name        string  // ks_test_<random>
+
+	root    *sql.DB // the server account, for GRANTs
+	account string  // the read-only account, 'ks_ro_…'@'%'
 }
 
 // Grants renders the read-only user's GRANT statements (grants.sql) for a
 // database and an account such as 'bz_sidecar_ro'@'%'. docs/core-contract.md
 // carries the same statements for database bailinghub.
-func Grants(database, account string) []string {
+func Grants(database, account string) []string { return render(grantsSQL, database, account) }
+
+// TaskGrants renders the additional GRANTs for Core ≥ 0.8 (grants_tasks.sql),
+// which docs/core-contract.md carries too.
+func TaskGrants(database, account string) []string { return render(taskGrantsSQL, database, account) }
+
+func render(grants, database, account string) []string {
 	var out []string
-	for _, line := range strings.Split(strings.TrimSpace(grantsSQL), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(grants), "\n") {
 		line = strings.ReplaceAll(line, "{{db}}", database)
 		out = append(out, strings.ReplaceAll(line, "{{user}}", account))
 	}
@@ -82,9 +98,10 @@ func New(t testing.TB) *DB {
 		unreachable(t, err)
 	}
 
-	d := &DB{Name: "ks_test_" + randomHex(t, 6)}
+	d := &DB{Name: "ks_test_" + randomHex(t, 6), root: root}
 	user, password := "ks_ro_"+randomHex(t, 5), randomHex(t, 16)
 	account := fmt.Sprintf("'%s'@'%%'", user)
+	d.account = account
 	mustExec(t, ctx, root, "CREATE DATABASE `"+d.Name+"` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci")
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
@@ -126,6 +143,56 @@ func (d *DB) Exec(t testing.TB, query string, args ...any) {
 	if _, err := d.Admin.ExecContext(ctx, query, args...); err != nil {
 		t.Fatalf("testdb: exec: %v", err)
 	}
+}
+
+// TaskTables are the six task-control tables of Core 0.8 (migration 062).
+var TaskTables = []string{
+	"bz_agent_tasks", "bz_agent_task_members", "bz_agent_task_enforcements",
+	"bz_agent_task_invocations", "bz_agent_task_runs", "bz_agent_task_events",
+}
+
+// TaskMigration is the Core migration that creates TaskTables.
+const TaskMigration = "062_agent_task_control.sql"
+
+// InstallTaskControl migrates the test database to Core 0.8's task control:
+// the six tables of tasks.sql, the row of TaskMigration, and the read-only
+// user's TaskGrants. With tables, only those tables are created (a partial
+// migration: no migration row, and only the grants whose tables exist).
+func (d *DB) InstallTaskControl(t testing.TB, tables ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	all := len(tables) == 0
+	for _, stmt := range strings.Split(tasksSQL, ";") {
+		name, ok := createdTable(stmt)
+		if !ok || !all && !slices.Contains(tables, name) {
+			continue
+		}
+		mustExec(t, ctx, d.Admin, stmt)
+	}
+	if all {
+		mustExec(t, ctx, d.Admin, "INSERT INTO bz_schema_migrations (filename) VALUES ('"+TaskMigration+"')")
+	}
+	for _, g := range TaskGrants(d.Name, d.account) {
+		table := g[strings.Index(g, "`.")+2:]
+		table = table[:strings.IndexByte(table, ' ')]
+		if all || !strings.HasPrefix(table, "bz_agent_task") || slices.Contains(tables, table) {
+			mustExec(t, ctx, d.root, g)
+		}
+	}
+}
+
+// createdTable names the table a CREATE TABLE statement of tasks.sql creates.
+func createdTable(stmt string) (string, bool) {
+	i := strings.Index(stmt, "CREATE TABLE ")
+	if i < 0 {
+		return "", false
+	}
+	f := strings.Fields(stmt[i+len("CREATE TABLE "):])
+	if len(f) == 0 {
+		return "", false
+	}
+	return f[0], true
 }
 
 func mustExec(t testing.TB, ctx context.Context, db *sql.DB, query string) {

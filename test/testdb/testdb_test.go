@@ -70,49 +70,79 @@ func TestFixturesMatchConstants(t *testing.T) {
 	}
 }
 
-// The read-only user sees the granted columns and nothing else.
-func TestReadOnlyUserHasOnlyColumnGrants(t *testing.T) {
-	db := testdb.New(t)
+// access is one query the read-only user may or may not run.
+type access struct {
+	query   string
+	allowed bool
+}
+
+// checkAccess runs each query as the read-only user of db: allowed ones must
+// succeed, the others must fail with a server (permission) error.
+func checkAccess(t *testing.T, db *testdb.DB, cases []access) {
+	t.Helper()
 	ro, err := sql.Open("mysql", db.ReadOnlyDSN)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	ctx := context.Background()
-
-	cases := []struct {
-		name    string
-		query   string
-		allowed bool
-	}{
-		{"granted route columns", "SELECT route_key, enabled, knowledge, audience FROM bz_routes LIMIT 1", true},
-		{"granted doc columns", "SELECT doc_id, kb_id, title, content, content_hash, status, updated_at FROM bz_kb_docs LIMIT 1", true},
-		{"route tools", "SELECT tools FROM bz_routes LIMIT 1", false},
-		{"doc source_key", "SELECT source_key FROM bz_kb_docs LIMIT 1", false},
-		{"granted client columns", "SELECT app_id, enabled, allowed_routes, agent_authorize_url FROM bz_clients LIMIT 1", true},
-		{"granted client rate limit", "SELECT rate_limit_per_min FROM bz_clients WHERE app_id = 'app-a'", true},
-		{"client token", "SELECT token FROM bz_clients LIMIT 1", false},
-		{"client token in where", "SELECT app_id FROM bz_clients WHERE token = 'x'", false},
-		{"select star", "SELECT * FROM bz_clients LIMIT 1", false},
-		{"run context_json", "SELECT context_json FROM bz_agent_client_runs LIMIT 1", false},
-		{"sessions table", "SELECT session_id FROM bz_agent_sessions LIMIT 1", false},
-		{"write", "UPDATE bz_routes SET enabled = 0 WHERE route_key = 'kb-null'", false},
-	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			rows, err := ro.QueryContext(ctx, tc.query)
-			if err == nil {
-				rows.Close()
-			}
-			var me *mysql.MySQLError
-			switch {
-			case tc.allowed && err != nil:
-				t.Errorf("got error %v; want allowed", err)
-			case !tc.allowed && !errors.As(err, &me):
-				t.Errorf("got %v; want a permission error", err)
-			}
-		})
+		rows, err := ro.QueryContext(context.Background(), tc.query)
+		if err == nil {
+			rows.Close()
+		}
+		var me *mysql.MySQLError
+		switch {
+		case tc.allowed && err != nil:
+			t.Errorf("%s: got error %v; want allowed", tc.query, err)
+		case !tc.allowed && !errors.As(err, &me):
+			t.Errorf("%s: got %v; want a permission error", tc.query, err)
+		}
 	}
+}
+
+// The read-only user sees the granted columns and nothing else.
+func TestReadOnlyUserHasOnlyColumnGrants(t *testing.T) {
+	checkAccess(t, testdb.New(t), []access{
+		{"SELECT route_key, enabled, knowledge, audience FROM bz_routes LIMIT 1", true},
+		{"SELECT doc_id, kb_id, title, content, content_hash, status, updated_at FROM bz_kb_docs LIMIT 1", true},
+		{"SELECT tools FROM bz_routes LIMIT 1", false},
+		{"SELECT source_key FROM bz_kb_docs LIMIT 1", false},
+		{"SELECT app_id, enabled, allowed_routes, agent_authorize_url FROM bz_clients LIMIT 1", true},
+		{"SELECT rate_limit_per_min FROM bz_clients WHERE app_id = 'app-a'", true},
+		{"SELECT token FROM bz_clients LIMIT 1", false},
+		{"SELECT app_id FROM bz_clients WHERE token = 'x'", false},
+		{"SELECT * FROM bz_clients LIMIT 1", false},
+		{"SELECT context_json FROM bz_agent_client_runs LIMIT 1", false},
+		{"SELECT session_id FROM bz_agent_sessions LIMIT 1", false},
+		{"UPDATE bz_routes SET enabled = 0 WHERE route_key = 'kb-null'", false},
+	})
+}
+
+// After InstallTaskControl the read-only user holds exactly the Core 0.8
+// grants as well: the columns the task rules read, nothing else.
+func TestReadOnlyUserTaskGrants(t *testing.T) {
+	db := testdb.New(t)
+	db.InstallTaskControl(t)
+	checkAccess(t, db, []access{
+		{"SELECT session_id, first_task_id FROM bz_agent_task_enforcements", true},
+		{"SELECT run_id, task_id, session_id FROM bz_agent_task_runs", true},
+		{"SELECT task_id, state, policy_json FROM bz_agent_tasks", true},
+		{"SELECT task_id, member_key, session_id, client_app_id, route_key, client_conversation_id FROM bz_agent_task_members", true},
+		{"SELECT task_id FROM bz_agent_task_invocations", true},
+		{"SELECT task_id FROM bz_agent_task_events", true},
+		{"SELECT client_conversation_id FROM bz_agent_client_runs", true},
+		{"SELECT session_id, client_app_id, principal_json, on_behalf_of, allowed_routes, refresh_expires_at, revoked_at FROM bz_agent_sessions", true},
+		{"SELECT tools, agent_client FROM bz_routes", true},
+		{"SELECT create_key FROM bz_agent_tasks", false},
+		{"SELECT scope_hash FROM bz_agent_tasks", false},
+		{"SELECT allowed_tools_json FROM bz_agent_task_members", false},
+		{"SELECT detail_json FROM bz_agent_task_events", false},
+		{"SELECT created_by FROM bz_agent_task_enforcements", false},
+		{"SELECT access_token_hash FROM bz_agent_sessions", false},
+		{"SELECT token FROM bz_clients", false},
+		{"SELECT context_json FROM bz_agent_client_runs", false},
+		{"UPDATE bz_agent_tasks SET state = 'active'", false},
+	})
 }
 
 // docs/core-contract.md carries the same GRANTs the test user gets.
@@ -121,7 +151,7 @@ func TestContractDocCarriesTheGrants(t *testing.T) {
 	if err != nil {
 		t.Fatalf("read docs/core-contract.md: %v", err)
 	}
-	for _, g := range testdb.Grants("bailinghub", "'bz_sidecar_ro'@'%'") {
+	for _, g := range append(testdb.Grants("bailinghub", "'bz_sidecar_ro'@'%'"), testdb.TaskGrants("bailinghub", "'bz_sidecar_ro'@'%'")...) {
 		if !strings.Contains(string(doc), g) {
 			t.Errorf("docs/core-contract.md lacks %q", g)
 		}

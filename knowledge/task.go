@@ -1,0 +1,154 @@
+package knowledge
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/bailinghub/knowledge-sidecar/coreclient"
+)
+
+// Managed tasks (SPEC §4a): Core's own task codes, statuses and message, so
+// hosts that already handle Core's task errors need nothing new.
+const (
+	CodeTaskRequired        = "TASK_REQUIRED"
+	CodeTaskRecordInvalid   = "TASK_RECORD_INVALID"
+	CodeTaskBindingConflict = "TASK_BINDING_CONFLICT"
+	CodeTaskRunInactive     = "TASK_RUN_INACTIVE"
+	CodeTaskMemberMismatch  = "TASK_MEMBER_MISMATCH"
+	CodeTaskScopeBlocked    = "TASK_SCOPE_BLOCKED"
+	CodeTaskPaused          = "TASK_PAUSED"
+	CodeTaskCancelled       = "TASK_CANCELLED"
+	CodeTaskExpired         = "TASK_EXPIRED"
+	CodeTaskInvalidInput    = "TASK_INVALID_INPUT"
+	CodeTaskUnavailable     = "TASK_UNAVAILABLE"
+
+	// TaskMessage is Core's message for every TASK_* answer.
+	TaskMessage = "The governed task operation could not be accepted."
+)
+
+// taskCodes is the closed label set of knowledge_task_denials_total.
+var taskCodes = []string{CodeTaskRequired, CodeTaskRecordInvalid, CodeTaskBindingConflict,
+	CodeTaskRunInactive, CodeTaskMemberMismatch, CodeTaskScopeBlocked, CodeTaskPaused,
+	CodeTaskCancelled, CodeTaskExpired, CodeTaskInvalidInput, CodeTaskUnavailable}
+
+// Tasks reads Core's task control (Core ≥ 0.8) for one request. The schema
+// gate of package coreclient satisfies it: it knows whether the task tables
+// are absent (a snapshot with Enforced false, no I/O), partial
+// (coreclient.ErrTaskUnavailable) or present.
+//
+// Errors: wrapping coreclient.ErrTaskUnavailable → 503 TASK_UNAVAILABLE;
+// anything else (the catalog unreachable, its breaker open) → 503
+// knowledge_unavailable. An error never lets a request through.
+type Tasks interface {
+	TaskSnapshot(ctx context.Context, sessionID, runID string) (coreclient.TaskSnapshot, error)
+}
+
+func errTask(code string) *Error {
+	status := http.StatusConflict
+	switch code {
+	case CodeTaskInvalidInput:
+		status = http.StatusBadRequest
+	case CodeTaskUnavailable:
+		status = http.StatusServiceUnavailable
+	}
+	return newError(status, code, TaskMessage, nil)
+}
+
+// checkTask applies SPEC §4a's rule table for the caller on the URL route
+// with the request's run_id (lower-cased, "" when absent). It runs after the
+// body is validated and before the route gate, as Core does on its own
+// search endpoint.
+func (s *Service) checkTask(ctx context.Context, sess coreclient.Session, route, runID string) error {
+	if s.tasks == nil {
+		return nil
+	}
+	snap, err := s.tasks.TaskSnapshot(ctx, sess.SessionID, runID)
+	if err != nil {
+		if errors.Is(err, coreclient.ErrTaskUnavailable) {
+			e := errTask(CodeTaskUnavailable)
+			e.Err = err
+			s.m.taskDenied(CodeTaskUnavailable)
+			return e
+		}
+		return classifyCore(err, nil)
+	}
+	if code := decideTask(snap, sess, route, runID, s.now()); code != "" {
+		s.m.taskDenied(code)
+		return errTask(code)
+	}
+	return nil
+}
+
+// decideTask is the rule table, in Core's order (TASK_CONTROL.md §2b, §3):
+// marker and binding → record integrity → run client and route → run active
+// → caller membership → every member's revalidation → state → expiry. ""
+// means the request may go on (unmanaged, or a managed run that passes).
+func decideTask(snap coreclient.TaskSnapshot, sess coreclient.Session, route, runID string, now time.Time) string {
+	if !snap.Enforced {
+		return ""
+	}
+	if runID == "" || !snap.Bound {
+		if snap.Marked {
+			return CodeTaskRequired
+		}
+		return "" // unmanaged: §4's run rules apply later
+	}
+	run, task := snap.Run, snap.Task
+	if run == nil || run.SessionID != sess.SessionID || task == nil || !knownTaskState(task.State) {
+		return CodeTaskRecordInvalid
+	}
+	expiry, err := coreclient.TaskExpiry(task.Policy)
+	if err != nil {
+		return CodeTaskInvalidInput
+	}
+	if !hasMember(snap.Members, "", run.ClientAppID, run.RouteKey, run.Conversation) {
+		return CodeTaskRecordInvalid
+	}
+	if run.ClientAppID != sess.ClientAppID || run.RouteKey != route {
+		return CodeTaskBindingConflict
+	}
+	if !run.Active() {
+		return CodeTaskRunInactive
+	}
+	if !hasMember(snap.Members, sess.SessionID, sess.ClientAppID, route, run.Conversation) {
+		return CodeTaskMemberMismatch
+	}
+	for _, m := range snap.Members {
+		if !m.Valid(now) {
+			return CodeTaskScopeBlocked
+		}
+	}
+	switch task.State {
+	case "paused":
+		return CodeTaskPaused
+	case "cancelled":
+		return CodeTaskCancelled
+	case "blocked":
+		return CodeTaskScopeBlocked
+	}
+	if expiry != nil && !expiry.After(now) {
+		return CodeTaskExpired
+	}
+	return ""
+}
+
+func knownTaskState(s string) bool {
+	switch s {
+	case "active", "paused", "blocked", "cancelled":
+		return true
+	}
+	return false
+}
+
+// hasMember looks for an exact member match; session "" matches any session.
+func hasMember(members []coreclient.TaskMember, session, client, route, conversation string) bool {
+	for _, m := range members {
+		if (session == "" || m.SessionID == session) && m.ClientAppID == client &&
+			m.RouteKey == route && m.Conversation == conversation {
+			return true
+		}
+	}
+	return false
+}

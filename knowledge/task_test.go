@@ -1,0 +1,72 @@
+package knowledge
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/bailinghub/knowledge-sidecar/coreclient"
+)
+
+// fakeTasks answers every snapshot with snap or err.
+type fakeTasks struct {
+	snap  coreclient.TaskSnapshot
+	err   error
+	calls int
+}
+
+func (f *fakeTasks) TaskSnapshot(context.Context, string, string) (coreclient.TaskSnapshot, error) {
+	f.calls++
+	return f.snap, f.err
+}
+
+// How the task step maps the catalog's answers: errors never let a request
+// through; TASK_* answers carry Core's status and message. (The rule table
+// itself runs end to end against MariaDB in test/tasks_test.go.)
+func TestTaskStepAnswers(t *testing.T) {
+	cases := []struct {
+		name   string
+		tasks  *fakeTasks
+		status int
+		code   string
+	}{
+		{"absent: no rules", &fakeTasks{}, 0, ""},
+		{"enforced, unmarked, no run", &fakeTasks{snap: coreclient.TaskSnapshot{Enforced: true}}, 0, ""},
+		{"enforced, marked, no run", &fakeTasks{snap: coreclient.TaskSnapshot{Enforced: true, Marked: true}}, 409, CodeTaskRequired},
+		{"partial or refused query", &fakeTasks{err: fmt.Errorf("x: %w", coreclient.ErrTaskUnavailable)}, 503, CodeTaskUnavailable},
+		{"catalog down", &fakeTasks{err: fmt.Errorf("x: %w", coreclient.ErrUnavailable)}, 503, CodeUnavailable},
+		{"breaker open", &fakeTasks{err: coreclient.ErrBreakerOpen}, 503, CodeUnavailable},
+		{"unexpected error", &fakeTasks{err: context.DeadlineExceeded}, 503, CodeUnavailable},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			ref := e.refFor(tokA, routeKey, "", docRefund) // minted before the task rules are on
+			e.svc.tasks = tc.tasks
+			for _, ep := range []string{"search", "read"} {
+				body := `{"query":"退款"}`
+				if ep == "read" {
+					body = `{"ref":"` + ref + `"}`
+				}
+				_, _, ke := e.call(ep, tokA, routeKey, body)
+				switch {
+				case tc.status == 0 && ke != nil:
+					t.Errorf("%s: got %v; want allowed", ep, ke)
+				case tc.status != 0 && (ke == nil || ke.Status != tc.status || ke.Code != tc.code):
+					t.Errorf("%s: got %v; want %d %s", ep, ke, tc.status, tc.code)
+				case ke != nil && ke.Code[:5] == "TASK_" && ke.Message != TaskMessage:
+					t.Errorf("%s: message %q; want Core's %q", ep, ke.Message, TaskMessage)
+				}
+			}
+			if tc.tasks.calls != 2 {
+				t.Errorf("task snapshots: got %d; want 2 (search and read)", tc.tasks.calls)
+			}
+		})
+	}
+	// Capabilities has no body and no task rules.
+	ft := &fakeTasks{snap: coreclient.TaskSnapshot{Enforced: true, Marked: true}}
+	e := newEnv(t, func(o *Options) { o.Tasks = ft })
+	if _, _, ke := e.call("capabilities", tokA, routeKey, ""); ke != nil || ft.calls != 0 {
+		t.Errorf("capabilities of a marked session: got %v after %d snapshots; want 200 without a task check", ke, ft.calls)
+	}
+}
