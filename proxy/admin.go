@@ -7,8 +7,8 @@ import (
 )
 
 // AdminHandler serves /metrics (this server's own registry), /healthz (the
-// process is up) and /readyz (configuration loaded, able to proxy, not
-// draining). Readiness is deliberately not tied to Core retrieval health: a
+// process is up), /readyz (configuration loaded, able to proxy, not
+// draining) and POST /-/reload (see SetReloader). Readiness is deliberately not tied to Core retrieval health: a
 // sick knowledge path must not take pass-through traffic out of rotation.
 func (s *Server) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
@@ -23,5 +23,6 @@ func (s *Server) AdminHandler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, []byte(`{"status":"ready"}`))
 	})
+	mux.HandleFunc("POST /-/reload", s.serveReload)
 	return mux
 }

@@ -102,8 +102,8 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 	adminListen := fs.String("admin-listen", "127.0.0.1:9090", "admin listen address")
 	docsDir := fs.String("docs", "", "directory of .md/.txt files to use as the demo knowledge base (default: built-in samples)")
 	token := fs.String("demo-token", "", "Agent access token to accept (default: random, printed)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, stop := parseFlags(fs, args); stop {
+		return code
 	}
 	if *token == "" {
 		*token = randomToken("bha_")
