@@ -2,9 +2,9 @@ package main
 
 import (
 	"bytes"
-	"runtime"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
