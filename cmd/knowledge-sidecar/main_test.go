@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -309,6 +310,37 @@ func TestKeygen(t *testing.T) {
 				t.Errorf("the same key was printed twice")
 			}
 			seen[line] = true
+		})
+	}
+}
+
+func TestBuildInfo(t *testing.T) {
+	vcs := func(kv ...string) *debug.BuildInfo {
+		bi := &debug.BuildInfo{GoVersion: "go1.99", Main: debug.Module{Version: "v1.2.3"}}
+		for i := 0; i+1 < len(kv); i += 2 {
+			bi.Settings = append(bi.Settings, debug.BuildSetting{Key: kv[i], Value: kv[i+1]})
+		}
+		return bi
+	}
+	cases := []struct {
+		name             string
+		bi               *debug.BuildInfo
+		version, builtAt string
+		want             buildInfo
+	}{
+		{"no build info", nil, "dev", "", buildInfo{"dev", "unknown", "unknown", ""}},
+		{"module version, clean tree", vcs("vcs.revision", "abc123", "vcs.time", "2026-01-02T03:04:05Z", "vcs.modified", "false"), "dev", "",
+			buildInfo{"v1.2.3", "abc123", "2026-01-02T03:04:05Z (commit time)", "go1.99"}},
+		{"dirty tree", vcs("vcs.revision", "abc123", "vcs.modified", "true"), "dev", "",
+			buildInfo{"v1.2.3", "abc123+dirty", "unknown", "go1.99"}},
+		{"ldflags win", vcs("vcs.revision", "abc123", "vcs.time", "2026-01-02T03:04:05Z"), "1.4.0", "2026-02-03T00:00:00Z",
+			buildInfo{"1.4.0", "abc123", "2026-02-03T00:00:00Z", "go1.99"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := buildInfoFrom(tc.bi, tc.version, tc.builtAt); got != tc.want {
+				t.Errorf("got %+v; want %+v", got, tc.want)
+			}
 		})
 	}
 }

@@ -23,9 +23,20 @@ type buildInfo struct {
 }
 
 func readBuildInfo() buildInfo {
-	b := buildInfo{Version: version, Revision: "unknown", BuildTime: "unknown"}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
+		bi = nil
+	}
+	return buildInfoFrom(bi, version, buildTime)
+}
+
+// buildInfoFrom reads Go's build info (nil: none) with the -X values.
+func buildInfoFrom(bi *debug.BuildInfo, version, buildTime string) buildInfo {
+	b := buildInfo{Version: version, Revision: "unknown", BuildTime: "unknown"}
+	if bi == nil {
+		if buildTime != "" {
+			b.BuildTime = buildTime
+		}
 		return b
 	}
 	b.GoVersion = bi.GoVersion
