@@ -3,6 +3,7 @@ package proxy
 import (
 	"net/http"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -26,3 +27,6 @@ func (s *Server) AdminHandler() http.Handler {
 	mux.HandleFunc("POST /-/reload", s.serveReload)
 	return mux
 }
+
+// Registry is the server's own metrics registry (served on /metrics).
+func (s *Server) Registry() *prometheus.Registry { return s.registry }
