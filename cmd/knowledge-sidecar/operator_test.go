@@ -4,10 +4,16 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/bailinghub/knowledge-sidecar/config"
 )
 
 const (
@@ -114,5 +120,148 @@ func TestRulesAndDashboardUseExportedMetrics(t *testing.T) {
 	}
 	if graphs == 0 {
 		t.Error("dashboard: no graph panels")
+	}
+}
+
+// TestExampleConfig: deploy/knowledge-sidecar.example.yaml is accepted by
+// check-config without warnings and names every setting of the file (so a
+// new setting without an annotated example fails here, naming it).
+func TestExampleConfig(t *testing.T) {
+	const example = "../../deploy/knowledge-sidecar.example.yaml"
+	cleanEnv(t)
+	t.Setenv("KNOWLEDGE_SIDECAR_CORE_TOKEN", "svc_example-service-token-0123456789abcdef")
+	t.Setenv("KNOWLEDGE_SIDECAR_CATALOG_DSN", "ro:pw@tcp(db:3306)/bailinghub")
+	code, stdout, stderr := runCLI("check-config", "--config", example)
+	if code != 0 || stdout != "configuration is valid\n" || stderr != "" {
+		t.Fatalf("check-config: got exit %d, stdout %q, stderr %q; want 0, \"configuration is valid\" and no warning", code, stdout, stderr)
+	}
+
+	raw, err := os.ReadFile(example)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	present := map[string]bool{}
+	var walk func(prefix string, v any)
+	walk = func(prefix string, v any) {
+		present[prefix] = true
+		if m, ok := v.(map[string]any); ok {
+			for k, c := range m {
+				p := k
+				if prefix != "" {
+					p = prefix + "." + k
+				}
+				walk(p, c)
+			}
+		}
+	}
+	walk("", doc)
+	var missing []string
+	for _, p := range config.Paths() {
+		if !present[p] {
+			missing = append(missing, p)
+		}
+	}
+	if len(missing) > 0 {
+		t.Errorf("the example does not show these settings: %s", strings.Join(missing, ", "))
+	}
+}
+
+// TestDeployExamples: the Kubernetes example's ConfigMap is a configuration
+// check-config accepts, the example has the objects an operator needs
+// (PodDisruptionBudget, NetworkPolicy, a scrape target on the admin port,
+// Redis for several replicas), and the systemd unit reloads with SIGHUP and
+// checks the file before starting.
+func TestDeployExamples(t *testing.T) {
+	raw, err := os.ReadFile("../../deploy/kubernetes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := yaml.NewDecoder(strings.NewReader(string(raw)))
+	kinds := map[string]int{}
+	var sidecarYAML, scrapePort string
+	adminPort := 0
+	for {
+		var obj struct {
+			Kind string            `yaml:"kind"`
+			Data map[string]string `yaml:"data"`
+			Spec struct {
+				Replicas int `yaml:"replicas"`
+				Template struct {
+					Metadata struct {
+						Annotations map[string]string `yaml:"annotations"`
+					} `yaml:"metadata"`
+					Spec struct {
+						Containers []struct {
+							Name  string `yaml:"name"`
+							Ports []struct {
+								Name          string `yaml:"name"`
+								ContainerPort int    `yaml:"containerPort"`
+							} `yaml:"ports"`
+						} `yaml:"containers"`
+					} `yaml:"spec"`
+				} `yaml:"template"`
+			} `yaml:"spec"`
+		}
+		if err := dec.Decode(&obj); err != nil {
+			break
+		}
+		kinds[obj.Kind]++
+		if obj.Kind == "ConfigMap" {
+			sidecarYAML = obj.Data["sidecar.yaml"]
+		}
+		for _, c := range obj.Spec.Template.Spec.Containers {
+			if c.Name != "knowledge-sidecar" {
+				continue
+			}
+			scrapePort = obj.Spec.Template.Metadata.Annotations["prometheus.io/port"]
+			for _, p := range c.Ports {
+				if p.Name == "admin" {
+					adminPort = p.ContainerPort
+				}
+			}
+		}
+	}
+	for kind, want := range map[string]int{"ConfigMap": 1, "Secret": 1, "Deployment": 2, "Service": 2,
+		"PodDisruptionBudget": 1, "NetworkPolicy": 2, "PodMonitor": 1} {
+		if kinds[kind] != want {
+			t.Errorf("kubernetes.yaml: got %d %s; want %d", kinds[kind], kind, want)
+		}
+	}
+	if adminPort == 0 || scrapePort != strconv.Itoa(adminPort) {
+		t.Errorf("scrape annotation port %q; want the admin container port %d", scrapePort, adminPort)
+	}
+	p := filepath.Join(t.TempDir(), "sidecar.yaml")
+	if err := os.WriteFile(p, []byte(sidecarYAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cleanEnv(t)
+	t.Setenv("KNOWLEDGE_SIDECAR_CORE_TOKEN", "svc_example-service-token-0123456789abcdef")
+	t.Setenv("KNOWLEDGE_SIDECAR_CATALOG_DSN", "ro:pw@tcp(db:3306)/bailinghub")
+	t.Setenv("KNOWLEDGE_SIDECAR_LEDGER_REDIS_URL", "redis://knowledge-sidecar-redis:6379/0")
+	code, stdout, stderr := runCLI("check-config", "--config", p)
+	if code != 0 || stdout != "configuration is valid\n" {
+		t.Errorf("ConfigMap sidecar.yaml: got exit %d, stdout %q, stderr %q; want valid without warnings", code, stdout, stderr)
+	}
+	if !strings.Contains(sidecarYAML, "admin_listen: \":"+strconv.Itoa(adminPort)+"\"") {
+		t.Errorf("ConfigMap admin_listen does not match the admin container port %d", adminPort)
+	}
+
+	unit, err := os.ReadFile("../../deploy/systemd/knowledge-sidecar.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"\nExecReload=/bin/kill -HUP $MAINPID\n",
+		"\nExecStartPre=/usr/local/bin/knowledge-sidecar check-config --config /etc/knowledge-sidecar/sidecar.yaml\n",
+		"\nExecStart=/usr/local/bin/knowledge-sidecar serve --config /etc/knowledge-sidecar/sidecar.yaml\n",
+		"\nEnvironmentFile=/etc/knowledge-sidecar/secrets.env\n",
+	} {
+		if !strings.Contains(string(unit), want) {
+			t.Errorf("systemd unit: want line %q", strings.TrimSpace(want))
+		}
 	}
 }
