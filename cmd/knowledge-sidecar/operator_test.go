@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -263,5 +264,61 @@ func TestDeployExamples(t *testing.T) {
 		if !strings.Contains(string(unit), want) {
 			t.Errorf("systemd unit: want line %q", strings.TrimSpace(want))
 		}
+	}
+}
+
+// TestTroubleshootingCoversCodesAndLogs: docs/troubleshooting.md has a
+// section for every error code the sidecar answers with and every warning or
+// error log message it writes (read from the source, so a new one without an
+// explanation fails here, named).
+func TestTroubleshootingCoversCodesAndLogs(t *testing.T) {
+	raw, err := os.ReadFile("../../docs/troubleshooting.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(raw)
+	patterns := []*regexp.Regexp{
+		regexp.MustCompile(`Code[A-Za-z]+\s*=\s*"([a-z_]+)"`),                           // knowledge error codes
+		regexp.MustCompile(`writeError\([^,]+,[^,]+,\s*"([a-z_]+)"`),                    // edge error codes
+		regexp.MustCompile(`\{"error":"([a-z_]+)"`),                                     // literal bodies (turn_conflict)
+		regexp.MustCompile(`return "(upstream_[a-z_]+)"`),                               // upstreamCode
+		regexp.MustCompile(`\.(?:Warn|Error)\(\s*"([^"]+)"`),                            // log messages
+		regexp.MustCompile(`LogAttrs\([^,]+,\s*slog\.Level(?:Warn|Error),\s*"([^"]+)"`), // log messages
+	}
+	var missing []string
+	seen := map[string]bool{}
+	for _, dir := range []string{"../../proxy", "../../knowledge", "../../coreclient", "../../ledger", "../../rollout", "."} {
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			src, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, re := range patterns {
+				for _, m := range re.FindAllStringSubmatch(string(src), -1) {
+					s := m[1]
+					if seen[s] {
+						continue
+					}
+					seen[s] = true
+					if !strings.Contains(doc, "`"+s+"`") {
+						missing = append(missing, fmt.Sprintf("%q (%s)", s, filepath.Base(f)))
+					}
+				}
+			}
+		}
+	}
+	if len(seen) < 20 {
+		t.Fatalf("found only %d codes and messages in the source; the patterns are broken", len(seen))
+	}
+	sort.Strings(missing)
+	if len(missing) > 0 {
+		t.Errorf("docs/troubleshooting.md does not explain: %s", strings.Join(missing, ", "))
 	}
 }
