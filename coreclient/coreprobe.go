@@ -55,14 +55,7 @@ func (c *Client) ProbeServiceToken(ctx context.Context) error {
 	}
 	payload, _ := json.Marshal(searchRequest{KBIDs: []string{probeKB}, Query: "probe", TopK: 1, MinScore: 1})
 	return c.call(ctx, nil, OpProbe, func(ctx context.Context) error {
-		req, err := c.newRequest(ctx, http.MethodPost, "/kb/search", strings.NewReader(string(payload)))
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Authorization", "Bearer "+c.serviceToken)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json")
-		status, body, err := c.do(req, searchBodyLimit)
+		status, body, err := c.postKBSearch(ctx, payload)
 		if err != nil {
 			return err
 		}

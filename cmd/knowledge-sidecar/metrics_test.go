@@ -46,7 +46,7 @@ func exportedMetrics(t *testing.T) map[string]exported {
 	t.Cleanup(func() { core.Close(); srv.Close() })
 	cfg := config.Defaults()
 	cfg.Core.URL, cfg.Core.Token, cfg.Catalog.DSN, cfg.Rollout = srv.URL, serviceToken, db.ReadOnlyDSN, "all"
-	cfg.Ledger.RedisURL = requireRedisURL(t)
+	cfg.Ledger.RedisURL = testdb.RedisURL(t)
 	if err := cfg.Validate(extraChecks...); err != nil {
 		t.Fatal(err)
 	}

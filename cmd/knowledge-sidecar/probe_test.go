@@ -1,47 +1,19 @@
 package main
 
 import (
-	"context"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
-
-// requireRedisURL returns KS_TEST_REDIS_URL (or the default) when Redis
-// answers; skips otherwise, or fails when CI=true.
-func requireRedisURL(t *testing.T) string {
-	t.Helper()
-	u := os.Getenv("KS_TEST_REDIS_URL")
-	if u == "" {
-		u = "redis://127.0.0.1:6379/15"
-	}
-	opts, err := redis.ParseURL(u)
-	if err != nil {
-		t.Fatal("KS_TEST_REDIS_URL is not a valid redis url")
-	}
-	c := redis.NewClient(opts)
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	if err := c.Ping(ctx).Err(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("redis at KS_TEST_REDIS_URL unreachable (CI=true): %v", err)
-		}
-		t.Skipf("redis at KS_TEST_REDIS_URL unreachable, skipping: %v", err)
-	}
-	return u
-}
 
 // closedAddr is host:port where nothing listens (listened on, then closed).
 func closedAddr(t *testing.T) string {
@@ -84,7 +56,7 @@ func TestCheckConfigProbe(t *testing.T) {
 	broken.Exec(t, "REVOKE SELECT (content) ON `"+broken.Name+"`.bz_kb_docs FROM '"+ro.User+"'@'%'")
 	broken.Exec(t, "DELETE FROM bz_schema_migrations WHERE filename = '056_agent_client_runtime.sql'")
 	broken.Exec(t, "INSERT INTO bz_schema_migrations (filename) VALUES ('"+coreclient.TaskMigration+"')")
-	redisURL := requireRedisURL(t)
+	redisURL := testdb.RedisURL(t)
 
 	agentToken := fakecore.Token("probe-agent")
 	newCore := func(systemInfo bool) string {

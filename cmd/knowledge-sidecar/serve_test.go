@@ -23,6 +23,64 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
 
+// serveWorld is what a `serve` process runs against: the fake Core with one
+// Agent session, a fresh catalog, the binary, its environment (secrets) and
+// its config file.
+type serveWorld struct {
+	db                  *testdb.DB
+	coreURL             string
+	token, serviceToken string
+	bin, cfgPath        string
+	env                 []string
+	extraYAML           string // appended after the log section
+	listen, admin       string
+	t                   *testing.T
+}
+
+func newServeWorld(t *testing.T, seed, extraYAML string) *serveWorld {
+	t.Helper()
+	w := &serveWorld{t: t, db: testdb.New(t), serviceToken: "svc_" + seed + "-service-token-0123456789abcdef", extraYAML: extraYAML}
+	core := fakecore.New(fakecore.Options{ServiceToken: w.serviceToken})
+	coreSrv := httptest.NewServer(core)
+	t.Cleanup(func() { core.Close(); coreSrv.Close() })
+	w.coreURL = coreSrv.URL
+	core.SetRoute(testdb.RouteMulti, fakecore.GateAllowed)
+	w.token = fakecore.Token(seed)
+	core.AddSession(w.token, coreclient.Session{
+		SessionID: testdb.SessionA, ClientAppID: testdb.AppA,
+		Principal: coreclient.Principal{ID: "user-42"}, AllowedRoutes: []string{testdb.RouteMulti},
+		ExpiresAt: time.Now().Add(15 * time.Minute),
+	})
+	w.bin = buildBinary(t)
+	w.cfgPath = filepath.Join(t.TempDir(), "sidecar.yaml")
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "KNOWLEDGE_SIDECAR_") {
+			w.env = append(w.env, kv)
+		}
+	}
+	w.env = append(w.env,
+		"KNOWLEDGE_SIDECAR_CONFIG="+w.cfgPath,
+		"KNOWLEDGE_SIDECAR_CORE_TOKEN="+w.serviceToken,
+		"KNOWLEDGE_SIDECAR_CATALOG_DSN="+w.db.ReadOnlyDSN,
+	)
+	return w
+}
+
+// writeCfg writes the config file with the chosen listeners and rollout.
+func (w *serveWorld) writeCfg(rollout string) {
+	cfg := fmt.Sprintf("listen: %q\nadmin_listen: %q\ncore:\n  url: %q\nrollout: %q\nnative_detection: never\nshutdown:\n  drain_delay: 0s\n  timeout: 5s\nlog:\n  level: info\n%s",
+		w.listen, w.admin, w.coreURL, rollout, w.extraYAML)
+	if err := os.WriteFile(w.cfgPath, []byte(cfg), 0o600); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// start runs `serve` with rollout off and waits until it is ready.
+func (w *serveWorld) start(t *testing.T) *serveProc {
+	t.Helper()
+	return startServe(t, w.bin, w.env, func(l, a string) { w.listen, w.admin = l, a; w.writeCfg("off") })
+}
+
 // serveProc is a running `knowledge-sidecar serve` process.
 type serveProc struct {
 	cmd      *exec.Cmd
@@ -169,41 +227,10 @@ func TestServeReloadAndStop(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
-	db := testdb.New(t)
-	const serviceToken = "svc_serve-test-service-token-0123456789abcdef"
-	core := fakecore.New(fakecore.Options{ServiceToken: serviceToken})
-	coreSrv := httptest.NewServer(core)
-	t.Cleanup(func() { core.Close(); coreSrv.Close() })
-	core.SetRoute(testdb.RouteMulti, fakecore.GateAllowed)
-	token := fakecore.Token("serve-test")
-	core.AddSession(token, coreclient.Session{
-		SessionID: testdb.SessionA, ClientAppID: testdb.AppA,
-		Principal: coreclient.Principal{ID: "user-42"}, AllowedRoutes: []string{testdb.RouteMulti},
-		ExpiresAt: time.Now().Add(15 * time.Minute),
-	})
-
-	bin := buildBinary(t)
-	cfgPath := filepath.Join(t.TempDir(), "sidecar.yaml")
-	var listen, admin string
-	writeCfg := func(rollout string) {
-		cfg := fmt.Sprintf("listen: %q\nadmin_listen: %q\ncore:\n  url: %q\nrollout: %q\nnative_detection: never\nshutdown:\n  drain_delay: 0s\n  timeout: 5s\nlog:\n  level: info\n",
-			listen, admin, coreSrv.URL, rollout)
-		if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "KNOWLEDGE_SIDECAR_") {
-			env = append(env, kv)
-		}
-	}
-	env = append(env,
-		"KNOWLEDGE_SIDECAR_CONFIG="+cfgPath,
-		"KNOWLEDGE_SIDECAR_CORE_TOKEN="+serviceToken,
-		"KNOWLEDGE_SIDECAR_CATALOG_DSN="+db.ReadOnlyDSN,
-	)
-	p := startServe(t, bin, env, func(l, a string) { listen, admin = l, a; writeCfg("off") })
+	w := newServeWorld(t, "serve-test", "")
+	db, token, serviceToken, cfgPath := w.db, w.token, w.serviceToken, w.cfgPath
+	writeCfg := w.writeCfg
+	p := w.start(t)
 
 	c := &http.Client{Timeout: 10 * time.Second}
 	capabilities := func() (int, string) {
@@ -274,42 +301,10 @@ func TestServeReloadEndpointAndWatch(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
-	db := testdb.New(t)
-	const serviceToken = "svc_reload-test-service-token-0123456789abcdef"
-	core := fakecore.New(fakecore.Options{ServiceToken: serviceToken})
-	coreSrv := httptest.NewServer(core)
-	t.Cleanup(func() { core.Close(); coreSrv.Close() })
-	core.SetRoute(testdb.RouteMulti, fakecore.GateAllowed)
-	token := fakecore.Token("reload-test")
-	core.AddSession(token, coreclient.Session{
-		SessionID: testdb.SessionA, ClientAppID: testdb.AppA,
-		Principal: coreclient.Principal{ID: "user-42"}, AllowedRoutes: []string{testdb.RouteMulti},
-		ExpiresAt: time.Now().Add(15 * time.Minute),
-	})
-
-	bin := buildBinary(t)
-	cfgPath := filepath.Join(t.TempDir(), "sidecar.yaml")
-	var listen, admin string
-	writeCfg := func(rollout string) {
-		cfg := fmt.Sprintf("listen: %q\nadmin_listen: %q\ncore:\n  url: %q\nrollout: %q\nnative_detection: never\n"+
-			"shutdown:\n  drain_delay: 0s\n  timeout: 5s\nlog:\n  level: info\n  access: true\nreload:\n  watch: true\n  watch_interval: 1s\n",
-			listen, admin, coreSrv.URL, rollout)
-		if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "KNOWLEDGE_SIDECAR_") {
-			env = append(env, kv)
-		}
-	}
-	env = append(env,
-		"KNOWLEDGE_SIDECAR_CONFIG="+cfgPath,
-		"KNOWLEDGE_SIDECAR_CORE_TOKEN="+serviceToken,
-		"KNOWLEDGE_SIDECAR_CATALOG_DSN="+db.ReadOnlyDSN,
-	)
-	p := startServe(t, bin, env, func(l, a string) { listen, admin = l, a; writeCfg("off") })
+	w := newServeWorld(t, "reload-test", "  access: true\nreload:\n  watch: true\n  watch_interval: 1s\n")
+	db, token, serviceToken, cfgPath, coreURL := w.db, w.token, w.serviceToken, w.cfgPath, w.coreURL
+	writeCfg := w.writeCfg
+	p := w.start(t)
 
 	c := &http.Client{Timeout: 10 * time.Second}
 	do := func(method, url string) (int, string) {
@@ -383,7 +378,7 @@ func TestServeReloadEndpointAndWatch(t *testing.T) {
 	}
 
 	logs := p.logs()
-	for _, want := range []string{`"msg":"starting knowledge-sidecar"`, `"core_host":"` + strings.TrimPrefix(coreSrv.URL, "http://") + `"`,
+	for _, want := range []string{`"msg":"starting knowledge-sidecar"`, `"core_host":"` + strings.TrimPrefix(coreURL, "http://") + `"`,
 		`"ledger":"memory"`, `"catalog":true`, `"msg":"request"`, `"duration_ms":`} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("logs: want %s\n%s", want, logs)
