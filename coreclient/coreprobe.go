@@ -16,8 +16,9 @@ var (
 	// ErrTokenRefused: Core refused the service token on /kb/search (401),
 	// or it is an executor token (403).
 	ErrTokenRefused = errors.New("core refused the service token")
-	// ErrRateLimited: Core accepted the credential but its per-client limit is exhausted.
-	ErrRateLimited = errors.New("core rate-limits the service token")
+	// ErrTokenRateLimited: Core accepted the service token on the probe but its
+	// per-client rate limit is exhausted (429).
+	ErrTokenRateLimited = errors.New("core rate-limits the service token")
 )
 
 // probeKB is a knowledge base id no Core has: /kb/search then answers 400
@@ -48,7 +49,7 @@ func (c *Client) ProbeCore(ctx context.Context) error {
 
 // ProbeServiceToken sends the service token to POST /kb/search for a
 // knowledge base that does not exist: 400 知识库不可用 (or a 200) means the
-// token was accepted; 401/403 ErrTokenRefused; 429 ErrRateLimited.
+// token was accepted; 401/403 ErrTokenRefused; 429 ErrTokenRateLimited.
 func (c *Client) ProbeServiceToken(ctx context.Context) error {
 	if c.serviceToken == "" {
 		return fmt.Errorf("%w: no service token is configured", ErrTokenRefused)
@@ -73,7 +74,7 @@ func (c *Client) ProbeServiceToken(ctx context.Context) error {
 		case http.StatusUnauthorized, http.StatusForbidden:
 			return fmt.Errorf("%w (status %d)", ErrTokenRefused, status)
 		case http.StatusTooManyRequests:
-			return ErrRateLimited
+			return ErrTokenRateLimited
 		default:
 			return statusUnavailable(status)
 		}

@@ -95,7 +95,7 @@ func (p *prober) core(ctx context.Context) {
 		p.add("core-token", verdictSkip, "no KNOWLEDGE_SIDECAR_CORE_TOKEN: knowledge features are off")
 	case err == nil:
 		p.add("core-token", verdictOK, "accepted by /kb/search")
-	case errors.Is(err, coreclient.ErrRateLimited):
+	case errors.Is(err, coreclient.ErrTokenRateLimited):
 		p.add("core-token", verdictWarn, "accepted by /kb/search, but Core's per-client rate limit is exhausted right now (429)")
 	case errors.Is(err, coreclient.ErrTokenRefused):
 		p.add("core-token", verdictFail, "refused by /kb/search: use a Client Token or the server token, not an Agent (bha_) or executor token")
