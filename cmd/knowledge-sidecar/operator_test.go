@@ -278,13 +278,15 @@ func TestTroubleshootingCoversCodesAndLogs(t *testing.T) {
 	}
 	doc := string(raw)
 	patterns := []*regexp.Regexp{
-		regexp.MustCompile(`Code[A-Za-z]+\s*=\s*"([a-z_]+)"`),                           // knowledge error codes
-		regexp.MustCompile(`writeError\([^,]+,[^,]+,\s*"([a-z_]+)"`),                    // edge error codes
-		regexp.MustCompile(`\{"error":"([a-z_]+)"`),                                     // literal bodies (turn_conflict)
-		regexp.MustCompile(`return "(upstream_[a-z_]+)"`),                               // upstreamCode
-		regexp.MustCompile(`\.(?:Warn|Error)\(\s*"([^"]+)"`),                            // log messages
-		regexp.MustCompile(`LogAttrs\([^,]+,\s*slog\.Level(?:Warn|Error),\s*"([^"]+)"`), // log messages
+		regexp.MustCompile(`Code[A-Za-z]+\s*=\s*"([a-z_]+)"`),        // knowledge error codes
+		regexp.MustCompile(`writeError\([^,]+,[^,]+,\s*"([a-z_]+)"`), // edge error codes
+		regexp.MustCompile(`\{"error":"([a-z_]+)"`),                  // literal bodies (turn_conflict)
+		regexp.MustCompile(`return "(upstream_[a-z_]+)"`),            // upstreamCode
+		// log messages; a "…" + "…" concatenation is read as one message
+		regexp.MustCompile(`\.(?:Warn|Error)\(\s*((?:"[^"]*"\s*\+\s*)*"[^"]+")`),
+		regexp.MustCompile(`LogAttrs\([^,]+,\s*slog\.Level(?:Warn|Error),\s*((?:"[^"]*"\s*\+\s*)*"[^"]+")`),
 	}
+	concat := regexp.MustCompile(`"\s*\+\s*"`)
 	var missing []string
 	seen := map[string]bool{}
 	for _, dir := range []string{"../../proxy", "../../knowledge", "../../coreclient", "../../ledger", "../../rollout", "."} {
@@ -302,7 +304,7 @@ func TestTroubleshootingCoversCodesAndLogs(t *testing.T) {
 			}
 			for _, re := range patterns {
 				for _, m := range re.FindAllStringSubmatch(string(src), -1) {
-					s := m[1]
+					s := strings.Trim(concat.ReplaceAllString(m[1], ""), `"`)
 					if seen[s] {
 						continue
 					}
