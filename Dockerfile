@@ -6,7 +6,11 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 ARG VERSION=dev
-RUN CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" \
+# BUILD_TIME (RFC 3339) is printed by `version`; the VCS revision comes from
+# Go's build info when .git is in the build context (it is in .dockerignore
+# by default, so pass the revision in VERSION for images).
+ARG BUILD_TIME=
+RUN CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags "-s -w -X main.version=${VERSION} -X main.buildTime=${BUILD_TIME}" \
       -o /out/knowledge-sidecar ./cmd/knowledge-sidecar
 
 FROM gcr.io/distroless/static-debian12:nonroot

@@ -31,6 +31,7 @@ type Config struct {
 	Proxy     Proxy     `yaml:"proxy"`
 	Shutdown  Shutdown  `yaml:"shutdown"`
 	Log       Log       `yaml:"log"`
+	Reload    Reload    `yaml:"reload"`
 }
 
 // Core is the legacy Core the sidecar fronts.
@@ -166,6 +167,20 @@ type Shutdown struct {
 type Log struct {
 	// Level is debug, info, warn or error. Default info. Hot-reloadable.
 	Level string `yaml:"level"`
+	// Access writes one info line per proxied request (method, handler,
+	// status, duration_ms; never the path's query, a token or a body).
+	// Default false. Restart-only.
+	Access bool `yaml:"access"`
+}
+
+// Reload configures reloading without signals (POST /-/reload on the admin
+// listener always works; SIGHUP too).
+type Reload struct {
+	// Watch re-reads the config file when its content changes (a Kubernetes
+	// ConfigMap update, an edit). Default false.
+	Watch bool `yaml:"watch"`
+	// WatchInterval is how often the file is checked. Default 10s.
+	WatchInterval time.Duration `yaml:"watch_interval"`
 }
 
 // Defaults returns the documented defaults.
@@ -193,6 +208,7 @@ func Defaults() Config {
 		},
 		Shutdown: Shutdown{DrainDelay: 5 * time.Second, Timeout: 30 * time.Second},
 		Log:      Log{Level: "info"},
+		Reload:   Reload{WatchInterval: 10 * time.Second},
 	}
 }
 

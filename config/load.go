@@ -1,17 +1,13 @@
 package config
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"reflect"
 	"strconv"
 	"strings"
 	"time"
-
-	"gopkg.in/yaml.v3"
 )
 
 // EnvPrefix starts every environment variable the sidecar reads.
@@ -23,26 +19,34 @@ type LookupEnv func(string) (string, bool)
 // Load builds the configuration: defaults, then the YAML file at path (if
 // path is not empty), then environment overrides, then secrets from their
 // files. It returns decoding problems; call Validate for semantic ones. An
-// unreadable or undecodable file is fatal (zero Config); environment and
-// secret-file problems come back as an *Error next to the partly built Config.
+// unreadable file or a YAML syntax error is fatal (zero Config); every other
+// problem (unknown keys, secrets in the file, bad values, environment and
+// secret-file problems) comes back as one *Error next to the partly built
+// Config, so that Validate's problems can be reported in the same breath.
 func Load(path string, env LookupEnv) (Config, error) {
+	cfg, _, err := LoadWithWarnings(path, env)
+	return cfg, err
+}
+
+// LoadWithWarnings is Load that also returns warnings: settings that are
+// legal but probably not meant (an empty file, a file without rollout).
+func LoadWithWarnings(path string, env LookupEnv) (Config, []string, error) {
 	if env == nil {
 		env = os.LookupEnv
 	}
 	cfg := Defaults()
+	var problems, warnings []string
 	if path != "" {
 		raw, err := os.ReadFile(path)
 		if err != nil {
-			return Config{}, fmt.Errorf("config: read %s: %w", path, errors.Unwrap(err))
+			return Config{}, nil, fmt.Errorf("config: read %s: %w", path, errors.Unwrap(err))
 		}
-		if err := decodeYAML(raw, &cfg); err != nil {
-			return Config{}, fmt.Errorf("config: %s: %w", path, err)
+		rep, err := decodeFile(raw, &cfg)
+		if err != nil {
+			return Config{}, nil, fmt.Errorf("config: %s: %w", path, err)
 		}
+		problems, warnings = rep.problems, rep.warnings
 	}
-	// Environment and secret-file problems do not stop loading: the caller
-	// gets the configuration built so far with an *Error listing them, so
-	// that Validate's problems can be reported in the same breath.
-	var problems []string
 	for _, err := range []error{applyEnv(&cfg, env), readSecretFiles(&cfg)} {
 		var ce *Error
 		if errors.As(err, &ce) {
@@ -50,9 +54,9 @@ func Load(path string, env LookupEnv) (Config, error) {
 		}
 	}
 	if len(problems) > 0 {
-		return cfg, &Error{Problems: problems}
+		return cfg, warnings, &Error{Problems: problems}
 	}
-	return cfg, nil
+	return cfg, warnings, nil
 }
 
 // Join merges configuration errors (nil and *Error values) into one *Error.
@@ -72,18 +76,6 @@ func Join(errs ...error) error {
 		return nil
 	}
 	return &Error{Problems: problems}
-}
-
-func decodeYAML(raw []byte, cfg *Config) error {
-	dec := yaml.NewDecoder(bytes.NewReader(raw))
-	dec.KnownFields(true)
-	if err := dec.Decode(cfg); err != nil {
-		if errors.Is(err, io.EOF) { // empty file: defaults
-			return nil
-		}
-		return err
-	}
-	return nil
 }
 
 // field is one leaf setting with its YAML path and environment name.
@@ -249,6 +241,9 @@ func readSecretFiles(cfg *Config) error {
 type Error struct {
 	Problems []string
 }
+
+// List returns the problems (for callers that cannot import this package).
+func (e *Error) List() []string { return e.Problems }
 
 func (e *Error) Error() string {
 	return "invalid configuration:\n  " + strings.Join(e.Problems, "\n  ")

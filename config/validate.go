@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -130,6 +131,10 @@ func (c *Config) Validate(extra ...func(*Config) (path string, err error)) error
 		p.add("log.level", "must be debug, info, warn or error")
 	}
 
+	if c.Reload.WatchInterval < time.Second {
+		p.add("reload.watch_interval", "must be at least 1s")
+	}
+
 	for _, check := range extra {
 		if path, err := check(c); err != nil {
 			p.add(path, err.Error())
@@ -159,8 +164,13 @@ type problems []string
 func (p *problems) add(path, msg string) { *p = append(*p, path+": "+msg) }
 
 func (p *problems) addr(path, v string) {
-	if _, port, err := net.SplitHostPort(v); err != nil || port == "" {
+	_, port, err := net.SplitHostPort(v)
+	if err != nil || port == "" {
 		p.add(path, "must be host:port, such as :8080 or 127.0.0.1:9090")
+		return
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		p.add(path, "port must be a number from 1 to 65535 (0 picks a free port)")
 	}
 }
 

@@ -331,14 +331,7 @@ func (c *Client) SearchKB(ctx context.Context, kbID, query string, topK int, min
 	}
 	var hits []Hit
 	err = c.call(ctx, c.retrieval, OpKBSearch, func(ctx context.Context) error {
-		req, err := c.newRequest(ctx, http.MethodPost, "/kb/search", bytes.NewReader(payload))
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Authorization", "Bearer "+c.serviceToken)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json")
-		status, body, err := c.do(req, searchBodyLimit)
+		status, body, err := c.postKBSearch(ctx, payload)
 		if err != nil {
 			return err
 		}
@@ -390,6 +383,19 @@ func (c *Client) SearchKB(ctx context.Context, kbID, query string, topK int, min
 		return nil, err
 	}
 	return hits, nil
+}
+
+// postKBSearch sends POST /kb/search with the service token and reads the
+// answer (at most searchBodyLimit bytes).
+func (c *Client) postKBSearch(ctx context.Context, payload []byte) (int, []byte, error) {
+	req, err := c.newRequest(ctx, http.MethodPost, "/kb/search", bytes.NewReader(payload))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.serviceToken)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	return c.do(req, searchBodyLimit)
 }
 
 // call runs one Core operation under breaker b with the per-call timeout and

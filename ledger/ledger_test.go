@@ -7,13 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
 
 const (
@@ -45,33 +46,11 @@ func (c *fakeClock) Advance(d time.Duration) {
 
 // --- Redis test plumbing ---------------------------------------------------
 
-func testRedisURL() string {
-	if u := os.Getenv("KS_TEST_REDIS_URL"); u != "" {
-		return u
-	}
-	return "redis://127.0.0.1:6379/15"
-}
-
 // requireRedis returns the test Redis URL, or skips (fails when CI=true) if
 // Redis cannot be reached.
 func requireRedis(t *testing.T) string {
 	t.Helper()
-	u := testRedisURL()
-	opts, err := redis.ParseURL(u)
-	if err != nil {
-		t.Fatalf("KS_TEST_REDIS_URL is not a valid redis url")
-	}
-	c := redis.NewClient(opts)
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	if err := c.Ping(ctx).Err(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("redis at KS_TEST_REDIS_URL unreachable (CI=true): %v", err)
-		}
-		t.Skipf("redis at KS_TEST_REDIS_URL unreachable, skipping: %v", err)
-	}
-	return u
+	return testdb.RedisURL(t)
 }
 
 func uniquePrefix(t *testing.T) string {

@@ -3,12 +3,13 @@ package proxy
 import (
 	"net/http"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // AdminHandler serves /metrics (this server's own registry), /healthz (the
-// process is up) and /readyz (configuration loaded, able to proxy, not
-// draining). Readiness is deliberately not tied to Core retrieval health: a
+// process is up), /readyz (configuration loaded, able to proxy, not
+// draining) and POST /-/reload (see SetReloader). Readiness is deliberately not tied to Core retrieval health: a
 // sick knowledge path must not take pass-through traffic out of rotation.
 func (s *Server) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
@@ -23,5 +24,9 @@ func (s *Server) AdminHandler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, []byte(`{"status":"ready"}`))
 	})
+	mux.HandleFunc("POST /-/reload", s.serveReload)
 	return mux
 }
+
+// Registry is the server's own metrics registry (served on /metrics).
+func (s *Server) Registry() *prometheus.Registry { return s.registry }

@@ -76,7 +76,7 @@ func (s *Server) Run(ctx context.Context, o ServeOptions) error {
 		<-gctx.Done()
 		s.SetReady(false)
 		if ctx.Err() != nil && o.DrainDelay > 0 { // a signal, not a listener failure
-			s.log.Info("draining", slog.Duration("delay", o.DrainDelay))
+			s.log.Info("draining", slog.Float64("delay_ms", durationMS(o.DrainDelay)))
 			t := time.NewTimer(o.DrainDelay)
 			<-t.C
 		}

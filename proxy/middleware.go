@@ -251,6 +251,9 @@ func (s *Server) observe(r *http.Request, id, handler string, status int, size i
 	s.m.requests.WithLabelValues(handler, strconv.Itoa(status)).Inc()
 	s.m.duration.WithLabelValues(handler).Observe(elapsed.Seconds())
 	level := slog.LevelDebug
+	if s.access {
+		level = slog.LevelInfo
+	}
 	if status >= 500 {
 		level = slog.LevelWarn
 	}
@@ -260,9 +263,13 @@ func (s *Server) observe(r *http.Request, id, handler string, status int, size i
 			slog.String("request_id", id), slog.String("handler", handler),
 			slog.String("method", r.Method), slog.String("path", r.URL.Path),
 			slog.Int("status", status), slog.Int64("bytes", size),
-			slog.Duration("duration", elapsed))
+			slog.Float64("duration_ms", durationMS(elapsed)))
 	}
 }
+
+// durationMS is a duration in milliseconds with microsecond precision, the
+// unit of every duration in the logs.
+func durationMS(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // edgeWriter sits between echo's Response and net/http's writer. It fixes
 // two things echo's Response gets wrong for a proxy:

@@ -22,7 +22,9 @@ type Options struct {
 	TrustedProxies []netip.Prefix
 	PreserveHost   bool
 	Logger         *slog.Logger
-	Registry       *prometheus.Registry // own registry, served on /metrics; nil → a new one
+	Registry       *prometheus.Registry  // own registry, served on /metrics; nil → a new one
+	Registerer     prometheus.Registerer // where the edge registers its metrics; nil → Registry
+	AccessLog      bool                  // log every request at info level (else debug; 5xx warn)
 	Version        string
 	Features       *Features // knowledge endpoints and turn interception; nil → off
 	// BodyIdleTimeout ends a request whose body sends no byte for this long
@@ -41,12 +43,21 @@ type Server struct {
 	ids      *idSource
 	ready    atomic.Bool
 	bodyIdle time.Duration
+	access   bool
+	reloader reloaderSlot
 
 	target    *url.URL
 	fw        forwarding
 	transport http.RoundTripper
 
 	feat *features
+}
+
+func registerer(o Options) prometheus.Registerer {
+	if o.Registerer != nil {
+		return o.Registerer
+	}
+	return o.Registry
 }
 
 // New builds the edge. It does not listen; see Run and NewHTTPServer.
@@ -65,7 +76,8 @@ func New(o Options) (*Server, error) {
 	}
 	s := &Server{
 		log:      o.Logger,
-		m:        newMetrics(o.Registry, o.Version),
+		m:        newMetrics(registerer(o), o.Version),
+		access:   o.AccessLog,
 		registry: o.Registry,
 		ids:      newIDSource(),
 		bodyIdle: o.BodyIdleTimeout,

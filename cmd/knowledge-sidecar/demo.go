@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"embed"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -103,13 +104,19 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 	adminListen := fs.String("admin-listen", "127.0.0.1:9090", "admin listen address")
 	docsDir := fs.String("docs", "", "directory of .md/.txt files to use as the demo knowledge base (default: built-in samples)")
 	token := fs.String("demo-token", "", "Agent access token to accept (default: random, printed)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	logLevel := fs.String("log-level", "warn", "the sidecar's log level on stderr: debug (every request), info, warn or error")
+	if code, stop := parseFlags(fs, args); stop {
+		return code
 	}
 	if *token == "" {
 		*token = randomToken("bha_")
 	} else if !fakecore.ValidAccessToken(*token) {
 		fmt.Fprintln(stderr, "--demo-token must look like a Core Agent token: bha_ followed by at least 36 URL-safe characters")
+		return 2
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
+		fmt.Fprintln(stderr, "--log-level must be debug, info, warn or error")
 		return 2
 	}
 	docs, err := loadDocs(*docsDir)
@@ -118,7 +125,7 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	level := new(slog.LevelVar)
-	level.Set(slog.LevelWarn)
+	level.Set(lvl)
 	log := newLogger(stderr, level)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -140,7 +147,9 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 		Listen: *listen, AdminListen: *adminListen,
 		ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 1 << 20,
 		DrainDelay: 0, ShutdownTimeout: 5 * time.Second,
-		OnListening: func(p, a net.Addr) { printWalkthrough(stdout, p.String(), a.String(), *token, docs) },
+		OnListening: func(p, a net.Addr) {
+			printWalkthrough(stdout, p.String(), a.String(), *token, docs, walkthroughQueries(docs, *docsDir != ""))
+		},
 	})
 	if err != nil && !errors.Is(err, context.Canceled) {
 		fmt.Fprintln(stderr, "demo:", err)
@@ -249,7 +258,32 @@ func firstRunes(s string, n int) string {
 	return string(r)
 }
 
-func printWalkthrough(w io.Writer, addr, admin, token string, docs []demoDoc) {
+// queries are the walkthrough's search (step 2) and read (step 3) queries.
+type queries struct{ search, read string }
+
+// walkthroughQueries uses the built-in samples' questions, or, for the
+// user's own documents, their titles: the first document's title to search,
+// the longest document's title to read page by page.
+func walkthroughQueries(docs []demoDoc, own bool) queries {
+	if !own || len(docs) == 0 {
+		return queries{search: "What happens if the refund window is set to 0?", read: "operations handbook procedure"}
+	}
+	longest := docs[0]
+	for _, d := range docs[1:] {
+		if len(d.content) > len(longest.content) {
+			longest = d
+		}
+	}
+	return queries{search: docs[0].title, read: longest.title}
+}
+
+// shellJSON renders a JSON body as a single-quoted shell word.
+func shellJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return "'" + strings.ReplaceAll(string(b), "'", `'\''`) + "'"
+}
+
+func printWalkthrough(w io.Writer, addr, admin, token string, docs []demoDoc, q queries) {
 	base := "http://" + addr + "/agent-api/v1/workspaces/" + demoRoute
 	fmt.Fprintf(w, `knowledge-sidecar demo is running.
 
@@ -257,6 +291,9 @@ func printWalkthrough(w io.Writer, addr, admin, token string, docs []demoDoc) {
   admin     http://%s/metrics  /healthz  /readyz
   knowledge %d documents in KB %q
   token     %s
+
+The Core double ranks search hits by shared keywords, not by embeddings as a real
+Core does: ask with words that occur in the documents. Sidecar logs: --log-level.
 
 Copy-paste walkthrough (needs curl; jq makes the output readable):
 
@@ -268,10 +305,10 @@ Copy-paste walkthrough (needs curl; jq makes the output readable):
 
   # 2. Search: at most 3 hints, the whole answer <= 4096 bytes, each with a signed 5-minute ref.
   curl -s -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
-       -d '{"query":"What happens if the refund window is set to 0?","limit":3}' $WS/knowledge/search | jq .
+       -d %s $WS/knowledge/search | jq .
 
   # 3. Read a document page by page (pages are bounded by max_bytes, the chain by 128 KiB).
-  REF=$(curl -s -H "Authorization: Bearer $TOKEN" -d '{"query":"operations handbook procedure","limit":1}' \
+  REF=$(curl -s -H "Authorization: Bearer $TOKEN" -d %s \
         $WS/knowledge/search | jq -r '.hints[0].ref')
   PAGE=$(curl -s -H "Authorization: Bearer $TOKEN" -d "{\"ref\":\"$REF\",\"max_bytes\":32768}" $WS/knowledge/read)
   echo "$PAGE" | jq '{title, bytes: (.content|length), next_cursor: (.next_cursor != null), truncated, budget_exhausted, total_content_bytes}'
@@ -296,7 +333,9 @@ Copy-paste walkthrough (needs curl; jq makes the output readable):
 
 Documents: %s
 Press Ctrl-C to stop.
-`, addr, demoRoute, admin, len(docs), demoKB, token, token, base, addr, titles(docs))
+`, addr, demoRoute, admin, len(docs), demoKB, token, token, base,
+		shellJSON(map[string]any{"query": q.search, "limit": 3}), shellJSON(map[string]any{"query": q.read, "limit": 1}),
+		addr, titles(docs))
 }
 
 func titles(docs []demoDoc) string {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -10,8 +11,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -31,7 +35,7 @@ type runningDemo struct {
 
 // startDemo runs what cmdDemo runs, with the given documents, and stops it at
 // cleanup.
-func startDemo(t *testing.T, docs []demoDoc) *runningDemo {
+func startDemo(t *testing.T, docs []demoDoc, own bool) *runningDemo {
 	t.Helper()
 	token := randomToken("bha_")
 	w, err := startDemoWorld(docs, token)
@@ -61,7 +65,7 @@ func startDemo(t *testing.T, docs []demoDoc) *runningDemo {
 			ShutdownTimeout: 5 * time.Second,
 			OnListening: func(p, a net.Addr) {
 				var b bytes.Buffer
-				printWalkthrough(&b, p.String(), a.String(), token, docs)
+				printWalkthrough(&b, p.String(), a.String(), token, docs, walkthroughQueries(docs, own))
 				walkthrough <- b.String()
 			},
 		})
@@ -148,7 +152,7 @@ func TestDemoWalkthrough(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := startDemo(t, docs)
+	d := startDemo(t, docs, false)
 	if !strings.Contains(d.text, d.ws) || !strings.Contains(d.text, d.token) || !strings.Contains(d.text, "Refund policy") {
 		t.Errorf("walkthrough does not show the workspace URL, the token and the documents:\n%s", d.text)
 	}
@@ -316,9 +320,28 @@ func TestDemoDocsDir(t *testing.T) {
 	if strings.Join(titles, "|") != "Zebra Care Guide|notes" {
 		t.Fatalf("titles: got %q; want [Zebra Care Guide notes]", titles)
 	}
-	d := startDemo(t, docs)
+	d := startDemo(t, docs, true)
 	if !strings.Contains(d.text, "Documents: Zebra Care Guide; notes") {
 		t.Errorf("walkthrough does not list the documents:\n%s", d.text)
+	}
+	if !strings.Contains(d.text, "ranks search hits by shared keywords, not by embeddings") {
+		t.Errorf("walkthrough does not say how the Core double ranks:\n%s", d.text)
+	}
+	// The printed search and read steps query with the user's own titles,
+	// and running them finds those documents.
+	for step, want := range map[string]string{
+		`-d '{"limit":3,"query":"Zebra Care Guide"}'`: "Zebra Care Guide",
+		`-d '{"limit":1,"query":"Zebra Care Guide"}'`: "Zebra Care Guide", // the longest document
+	} {
+		if !strings.Contains(d.text, step) {
+			t.Errorf("walkthrough: want the step %s\n%s", step, d.text)
+		}
+		if hints := d.search(t, want, 1); len(hints) != 1 || hints[0].Title != want {
+			t.Errorf("search %q: hints %+v; want %q first", want, hints, want)
+		}
+	}
+	if strings.Contains(d.text, "refund window") {
+		t.Errorf("walkthrough with --docs still asks about the built-in samples:\n%s", d.text)
 	}
 	for query, want := range map[string]string{"zebras pasture water": "Zebra Care Guide", "giraffes sleep standing": "notes"} {
 		hints := d.search(t, query, 1)
@@ -341,6 +364,7 @@ func TestDemoCommandErrors(t *testing.T) {
 		{"token not shaped like Core's", []string{"--demo-token", "secret-demo-token"}, 2, "--demo-token must look like"},
 		{"docs dir without documents", []string{"--docs", empty}, 1, "no .md or .txt files"},
 		{"docs dir missing", []string{"--docs", filepath.Join(empty, "missing")}, 1, "demo:"},
+		{"bad log level", []string{"--log-level", "loud"}, 2, "--log-level must be"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -356,4 +380,74 @@ func TestDemoCommandErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDemoLogLevel runs the demo binary with --log-level debug: the
+// sidecar's own request lines reach stderr (the default, warn, shows none).
+func TestDemoLogLevel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := buildBinary(t)
+	for _, tc := range []struct {
+		level       string
+		wantRequest bool
+	}{{"debug", true}, {"warn", false}} {
+		t.Run(tc.level, func(t *testing.T) {
+			cmd := exec.Command(bin, "demo", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", tc.level)
+			var stderr lockedBuffer
+			cmd.Stderr = &stderr
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+			// The walkthrough's first line names the listener.
+			sc := bufio.NewScanner(out)
+			addr := ""
+			for addr == "" && sc.Scan() {
+				if a, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "sidecar   http://"); ok {
+					addr = strings.Fields(a)[0]
+				}
+			}
+			if addr == "" {
+				t.Fatalf("no walkthrough on stdout; stderr:\n%s", stderr.String())
+			}
+			go func() { _, _ = io.Copy(io.Discard, out) }()
+			res, err := http.Get("http://" + addr + "/agent-api/v1/unknown")
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Wait(); err != nil {
+				t.Fatalf("demo exit after SIGTERM: %v\n%s", err, stderr.String())
+			}
+			if got := strings.Contains(stderr.String(), `"msg":"request"`); got != tc.wantRequest {
+				t.Errorf("--log-level %s: request line in stderr: got %v; want %v\n%s", tc.level, got, tc.wantRequest, stderr.String())
+			}
+		})
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

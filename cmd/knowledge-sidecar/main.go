@@ -5,6 +5,7 @@
 //	knowledge-sidecar serve [--config FILE]
 //	knowledge-sidecar demo [--listen ADDR] [--admin-listen ADDR] [--docs DIR] [--demo-token TOKEN]
 //	knowledge-sidecar check-config [--config FILE]
+//	knowledge-sidecar keygen [--id ID]
 //	knowledge-sidecar version
 package main
 
@@ -12,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -23,9 +25,12 @@ const usage = `usage:
   knowledge-sidecar serve [--config FILE]         run in front of a Core (production)
   knowledge-sidecar demo [--listen ADDR] [--admin-listen ADDR] [--docs DIR] [--demo-token TOKEN]
                                                   run in front of a built-in Core double
-  knowledge-sidecar check-config [--config FILE]  validate the configuration and exit
+  knowledge-sidecar check-config [--config FILE] [--probe]
+                                                  validate the configuration and exit; --probe
+                                                  also tests Core, the token, the catalog and Redis
                                                   (also: --check-config, serve --check-config)
-  knowledge-sidecar version                       print the version
+  knowledge-sidecar keygen [--id ID]              print a new KNOWLEDGE_SIDECAR_SIGNING_KEYS entry
+  knowledge-sidecar version                       print version, revision, build time and Go version
 The config file may also be named by KNOWLEDGE_SIDECAR_CONFIG.
 `
 
@@ -42,8 +47,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "check-config", "--check-config", "-check-config":
 		return cmdCheckConfig(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
-		fmt.Fprintf(stdout, "knowledge-sidecar %s\n", version)
-		return 0
+		return cmdVersion(stdout)
+	case "keygen":
+		return cmdKeygen(args[1:], stdout, stderr, time.Now)
 	case "help", "--help", "-h":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/config"
+	"github.com/bailinghub/knowledge-sidecar/knowledge"
 )
 
 func runCLI(args ...string) (code int, stdout, stderr string) {
@@ -25,9 +29,15 @@ func TestCommands(t *testing.T) {
 		stderr     string // substring
 		stdoutOnly bool   // stderr must be empty
 	}{
-		{"version", []string{"version"}, 0, "knowledge-sidecar " + version + "\n", "", true},
-		{"--version", []string{"--version"}, 0, "knowledge-sidecar " + version, "", true},
+		{"version", []string{"version"}, 0, "knowledge-sidecar " + readBuildInfo().Version + "\n  revision: ", "", true},
+		{"--version", []string{"--version"}, 0, "\n  go:       " + runtime.Version() + "\n", "", true},
 		{"help", []string{"help"}, 0, "usage:", "", true},
+		{"--help", []string{"--help"}, 0, "usage:", "", true},
+		{"serve --help", []string{"serve", "--help"}, 0, "", "-config", false},
+		{"check-config --help", []string{"check-config", "-h"}, 0, "", "-probe", false},
+		{"demo --help", []string{"demo", "--help"}, 0, "", "-docs", false},
+		{"keygen --help", []string{"keygen", "--help"}, 0, "", "-id", false},
+		{"keygen bad id", []string{"keygen", "--id", "no spaces allowed"}, 2, "", "--id must be", false},
 		{"no command", nil, 2, "", "usage:", false},
 		{"unknown command", []string{"frobnicate"}, 2, "", `unknown command "frobnicate"`, false},
 		{"unknown check-config flag", []string{"check-config", "--frob"}, 2, "", "flag provided but not defined", false},
@@ -104,6 +114,9 @@ func TestCheckConfig(t *testing.T) {
 		return p
 	}
 	unknownKey := write("unknown.yaml", "core:\n  url: http://core:8000\n  tokn: x\n")
+	secretInFile := write("secret.yaml", "core:\n  url: http://core:8000\n  token: "+coreToken+"\nrollout: \"off\"\n")
+	emptyFile := write("empty.yaml", "# nothing yet\n")
+	noRollout := write("norollout.yaml", "core:\n  url: http://core:8000\n")
 	rolloutNoCatalog := write(configFile, "core:\n  url: http://core:8000\nrollout: all\n")
 
 	cases := []struct {
@@ -150,12 +163,48 @@ func TestCheckConfig(t *testing.T) {
 		{
 			name: "unknown key in the file",
 			args: []string{"--config", unknownKey},
-			code: 1, stderr: []string{"tokn"},
+			code: 1, stderr: []string{"core.tokn: line 3: unknown setting"},
 		},
 		{
 			name: "file named by the environment",
 			env:  map[string]string{"KNOWLEDGE_SIDECAR_CONFIG": rolloutNoCatalog},
 			code: 1, stderr: []string{"rollout: rolls the protocol out"},
+		},
+		{
+			name:   "port out of range",
+			env:    map[string]string{"core.url": "http://core:8000", "listen": ":99999"},
+			code:   1,
+			stderr: []string{"listen: port must be a number from 1 to 65535"},
+		},
+		{
+			name: "unparsable DSN and Redis URL, never echoed",
+			env: map[string]string{"core.url": "http://core:8000", "core.token": coreToken,
+				"catalog.dsn": "ro:" + dsnPass + "@tcpx(db.internal", "KNOWLEDGE_SIDECAR_LEDGER_REDIS_URL": "redis://:" + redisPass + "@redis.internal:6379/zero"},
+			code:   1,
+			stderr: []string{"catalog.dsn: is not a valid go-sql-driver/mysql DSN", "ledger.redis_url: is not a valid Redis URL"},
+		},
+		{
+			name:   "unknown environment variable",
+			env:    map[string]string{"core.url": "http://core:8000", "KNOWLEDGE_SIDECAR_ROLLOUTS": "all"},
+			code:   1,
+			stderr: []string{"KNOWLEDGE_SIDECAR_ROLLOUTS: unknown environment variable (did you mean KNOWLEDGE_SIDECAR_ROLLOUT?)"},
+		},
+		{
+			name:   "secret in the file",
+			args:   []string{"--config", secretInFile},
+			code:   1,
+			stderr: []string{"core.token: line 3: secrets are not accepted in the file; set KNOWLEDGE_SIDECAR_CORE_TOKEN or core.token_file"},
+		},
+		{
+			name: "empty file warns",
+			args: []string{"--config", emptyFile},
+			env:  map[string]string{"core.url": "http://core:8000"},
+			code: 0, stdout: "warning: the file is empty",
+		},
+		{
+			name: "file without rollout warns",
+			args: []string{"--config", noRollout},
+			code: 0, stdout: "warning: rollout: not set in the file",
 		},
 		{
 			name: "missing file",
@@ -222,6 +271,75 @@ func TestCheckConfigAliases(t *testing.T) {
 			if code != 1 || !strings.Contains(stderr, "core.url: must be an absolute http(s) URL") ||
 				!strings.Contains(stderr, envOf(t, "rate_limit.burst")) {
 				t.Fatalf("invalid: got exit %d, stderr %q; want 1 listing the URL and the burst problems", code, stderr)
+			}
+		})
+	}
+}
+
+// TestKeygen: the printed key is accepted by the keyring as the signing key,
+// with the requested or date-based id, and two runs never print the same key.
+func TestKeygen(t *testing.T) {
+	now := func() time.Time { return time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC) }
+	cases := []struct {
+		name   string
+		args   []string
+		wantID string
+	}{
+		{"default id", nil, "k20260304"},
+		{"given id", []string{"--id", "blue-2"}, "blue-2"},
+	}
+	seen := map[string]bool{}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var o, e bytes.Buffer
+			if code := cmdKeygen(tc.args, &o, &e, now); code != 0 {
+				t.Fatalf("exit: got %d; want 0 (%s)", code, e.String())
+			}
+			line := strings.TrimSuffix(o.String(), "\n")
+			if strings.Contains(line, "\n") {
+				t.Fatalf("got %q; want one line", o.String())
+			}
+			keys, err := knowledge.NewKeyring(line, "")
+			if err != nil {
+				t.Fatalf("keyring rejects the generated key: %v", err)
+			}
+			if got := keys.SigningKeyID(); got != tc.wantID {
+				t.Errorf("key id: got %q; want %q", got, tc.wantID)
+			}
+			if seen[line] {
+				t.Errorf("the same key was printed twice")
+			}
+			seen[line] = true
+		})
+	}
+}
+
+func TestBuildInfo(t *testing.T) {
+	vcs := func(kv ...string) *debug.BuildInfo {
+		bi := &debug.BuildInfo{GoVersion: "go1.99", Main: debug.Module{Version: "v1.2.3"}}
+		for i := 0; i+1 < len(kv); i += 2 {
+			bi.Settings = append(bi.Settings, debug.BuildSetting{Key: kv[i], Value: kv[i+1]})
+		}
+		return bi
+	}
+	cases := []struct {
+		name             string
+		bi               *debug.BuildInfo
+		version, builtAt string
+		want             buildInfo
+	}{
+		{"no build info", nil, "dev", "", buildInfo{"dev", "unknown", "unknown", ""}},
+		{"module version, clean tree", vcs("vcs.revision", "abc123", "vcs.time", "2026-01-02T03:04:05Z", "vcs.modified", "false"), "dev", "",
+			buildInfo{"v1.2.3", "abc123", "2026-01-02T03:04:05Z (commit time)", "go1.99"}},
+		{"dirty tree", vcs("vcs.revision", "abc123", "vcs.modified", "true"), "dev", "",
+			buildInfo{"v1.2.3", "abc123+dirty", "unknown", "go1.99"}},
+		{"ldflags win", vcs("vcs.revision", "abc123", "vcs.time", "2026-01-02T03:04:05Z"), "1.4.0", "2026-02-03T00:00:00Z",
+			buildInfo{"1.4.0", "abc123", "2026-02-03T00:00:00Z", "go1.99"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := buildInfoFrom(tc.bi, tc.version, tc.builtAt); got != tc.want {
+				t.Errorf("got %+v; want %+v", got, tc.want)
 			}
 		})
 	}

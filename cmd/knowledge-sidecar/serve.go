@@ -2,14 +2,17 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
@@ -19,37 +22,62 @@ func configFlag(fs *flag.FlagSet) *string {
 	return fs.String("config", os.Getenv("KNOWLEDGE_SIDECAR_CONFIG"), "YAML configuration file (optional; env overrides it)")
 }
 
-// loadConfig loads and validates; the error lists every problem.
-func loadConfig(path string) (config.Config, error) {
-	cfg, err := config.Load(path, os.LookupEnv)
+// parseFlags parses args; stop is true when the command must end with code
+// (0 after --help, 2 on a bad flag).
+func parseFlags(fs *flag.FlagSet, args []string) (code int, stop bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, true
+		}
+		return 2, true
+	}
+	return 0, false
+}
+
+// loadConfig loads and validates; the error lists every problem. Warnings
+// are legal settings that are probably not meant (an empty file, no rollout).
+func loadConfig(path string) (config.Config, []string, error) {
+	cfg, warnings, err := config.LoadWithWarnings(path, os.LookupEnv)
 	var ce *config.Error
 	if err != nil && !errors.As(err, &ce) {
-		return config.Config{}, err // the file itself is unreadable or malformed
+		return config.Config{}, nil, err // the file itself is unreadable or malformed
 	}
 	// Report environment problems and validation problems together.
 	if err := config.Join(err, cfg.Validate(extraChecks...)); err != nil {
-		return config.Config{}, err
+		return config.Config{}, warnings, err
 	}
-	return cfg, nil
+	return cfg, warnings, nil
 }
 
 func cmdCheckConfig(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("check-config", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := configFlag(fs)
-	if err := fs.Parse(args); err != nil {
-		return 2
+	probe := fs.Bool("probe", false, "also connect to Core, the catalog and Redis and report each (exit 0 only when all work)")
+	probeTimeout := fs.Duration("probe-timeout", 5*time.Second, "bound of each probe")
+	if code, stop := parseFlags(fs, args); stop {
+		return code
 	}
-	cfg, err := loadConfig(*path)
-	if err != nil {
+	cfg, warnings, err := loadConfig(*path)
+	var unknownEnv error
+	if u := config.UnknownEnv(os.Environ(), probeAgentTokenEnv); len(u) > 0 {
+		unknownEnv = &config.Error{Problems: u}
+	}
+	for _, w := range warnings {
+		fmt.Fprintln(stdout, "warning: "+w)
+	}
+	if err := config.Join(err, unknownEnv); err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
 	if ok, reason := cfg.KnowledgeEnabled(); !ok {
 		fmt.Fprintf(stdout, "configuration is valid; knowledge features are off: %s (pure pass-through)\n", reason)
-		return 0
+	} else {
+		fmt.Fprintln(stdout, "configuration is valid")
 	}
-	fmt.Fprintln(stdout, "configuration is valid")
+	if *probe {
+		return runProbes(context.Background(), cfg, *probeTimeout, stdout)
+	}
 	return 0
 }
 
@@ -68,13 +96,13 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	path := configFlag(fs)
 	check := fs.Bool("check-config", false, "validate the configuration, print the result and exit")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, stop := parseFlags(fs, args); stop {
+		return code
 	}
 	if *check {
 		return cmdCheckConfig([]string{"--config", *path}, stdout, stderr)
 	}
-	cfg, err := loadConfig(*path)
+	cfg, warnings, err := loadConfig(*path)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
@@ -82,16 +110,22 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	level := new(slog.LevelVar)
 	level.Set(parseLevel(cfg.Log.Level))
 	log := newLogger(stderr, level)
+	for _, w := range append(warnings, config.UnknownEnv(os.Environ(), probeAgentTokenEnv)...) {
+		log.Warn("configuration: " + w)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	app, err := build(ctx, cfg, log)
+	app, err := build(ctx, cfg, log, level)
 	if err != nil {
 		log.Error("cannot start", slog.Any("error", err))
 		return 1
 	}
 	defer app.Close()
+	logStart(log, cfg)
 
+	reload := func() error { return app.reload(*path) }
+	app.server.SetReloader(reload)
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -101,10 +135,13 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 			case <-ctx.Done():
 				return
 			case <-hup:
-				app.reload(*path, level)
+				_ = reload() // logged and counted by reload
 			}
 		}
 	}()
+	if cfg.Reload.Watch && *path != "" {
+		go watchFile(ctx, *path, cfg.Reload.WatchInterval, reload, log)
+	}
 
 	err = app.server.Run(ctx, serveOptions(cfg))
 	if err != nil && !errors.Is(err, context.Canceled) {
@@ -112,6 +149,55 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// logStart writes the one info line an operator looks for first. Never a
+// secret: the Core URL's host only, the catalog as on/off.
+func logStart(log *slog.Logger, cfg config.Config) {
+	b := readBuildInfo()
+	u, _ := url.Parse(cfg.Core.URL) // validated
+	knowledgeOn, _ := cfg.KnowledgeEnabled()
+	log.Info("starting knowledge-sidecar",
+		slog.String("version", b.Version), slog.String("revision", b.Revision), slog.String("go", b.GoVersion),
+		slog.String("core_host", u.Host), slog.String("rollout", cfg.Rollout),
+		slog.Bool("knowledge", knowledgeOn), slog.Bool("catalog", cfg.Catalog.DSN != ""),
+		slog.String("ledger", cfg.LedgerBackend()), slog.String("native_detection", cfg.NativeDetection),
+		slog.Bool("reload_watch", cfg.Reload.Watch))
+}
+
+// watchFile calls reload whenever the content of path changes (checked
+// every interval; a Kubernetes ConfigMap update swaps a symlink, which a
+// content hash sees and an inode watch may not). It stops with ctx.
+func watchFile(ctx context.Context, path string, interval time.Duration, reload func() error, log *slog.Logger) {
+	last, _ := fileSum(path)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		sum, err := fileSum(path)
+		if err != nil {
+			log.Warn("reload watch: cannot read the configuration file", slog.Any("error", err))
+			continue
+		}
+		if sum == last {
+			continue
+		}
+		last = sum
+		log.Info("reload watch: the configuration file changed")
+		_ = reload() // logged and counted by reload
+	}
+}
+
+func fileSum(path string) ([sha256.Size]byte, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return [sha256.Size]byte{}, err
+	}
+	return sha256.Sum256(raw), nil
 }
 
 func serveOptions(cfg config.Config) proxy.ServeOptions {

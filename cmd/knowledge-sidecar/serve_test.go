@@ -23,6 +23,65 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
 
+// serveWorld is what a `serve` process runs against: the fake Core with one
+// Agent session, a fresh catalog, the binary, its environment (secrets) and
+// its config file.
+type serveWorld struct {
+	db                  *testdb.DB
+	coreURL             string
+	token, serviceToken string
+	bin, cfgPath        string
+	env                 []string
+	extraYAML           string // appended after the log section
+	listen, admin       string
+	t                   *testing.T
+}
+
+func newServeWorld(t *testing.T, seed, extraYAML string) *serveWorld {
+	t.Helper()
+	w := &serveWorld{t: t, db: testdb.New(t), serviceToken: "svc_" + seed + "-service-token-0123456789abcdef", extraYAML: extraYAML}
+	core := fakecore.New(fakecore.Options{ServiceToken: w.serviceToken})
+	coreSrv := httptest.NewServer(core)
+	t.Cleanup(func() { core.Close(); coreSrv.Close() })
+	w.coreURL = coreSrv.URL
+	core.SetRoute(testdb.RouteMulti, fakecore.GateAllowed)
+	w.token = fakecore.Token(seed)
+	core.AddSession(w.token, coreclient.Session{
+		SessionID: testdb.SessionA, ClientAppID: testdb.AppA,
+		Principal: coreclient.Principal{ID: "user-42"}, AllowedRoutes: []string{testdb.RouteMulti},
+		ExpiresAt: time.Now().Add(15 * time.Minute),
+	})
+	w.bin = buildBinary(t)
+	w.cfgPath = filepath.Join(t.TempDir(), "sidecar.yaml")
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "KNOWLEDGE_SIDECAR_") {
+			w.env = append(w.env, kv)
+		}
+	}
+	w.env = append(w.env,
+		"KNOWLEDGE_SIDECAR_CONFIG="+w.cfgPath,
+		"KNOWLEDGE_SIDECAR_CORE_TOKEN="+w.serviceToken,
+		"KNOWLEDGE_SIDECAR_CATALOG_DSN="+w.db.ReadOnlyDSN,
+		"KNOWLEDGE_SIDECAR_CORE_CLIENT_APP_ID="+testdb.AppA,
+	)
+	return w
+}
+
+// writeCfg writes the config file with the chosen listeners and rollout.
+func (w *serveWorld) writeCfg(rollout string) {
+	cfg := fmt.Sprintf("listen: %q\nadmin_listen: %q\ncore:\n  url: %q\nrollout: %q\nnative_detection: never\nshutdown:\n  drain_delay: 0s\n  timeout: 5s\nlog:\n  level: info\n%s",
+		w.listen, w.admin, w.coreURL, rollout, w.extraYAML)
+	if err := os.WriteFile(w.cfgPath, []byte(cfg), 0o600); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// start runs `serve` with rollout off and waits until it is ready.
+func (w *serveWorld) start(t *testing.T) *serveProc {
+	t.Helper()
+	return startServe(t, w.bin, w.env, func(l, a string) { w.listen, w.admin = l, a; w.writeCfg("off") })
+}
+
 // serveProc is a running `knowledge-sidecar serve` process.
 type serveProc struct {
 	cmd      *exec.Cmd
@@ -169,42 +228,10 @@ func TestServeReloadAndStop(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
-	db := testdb.New(t)
-	const serviceToken = "svc_serve-test-service-token-0123456789abcdef"
-	core := fakecore.New(fakecore.Options{ServiceToken: serviceToken})
-	coreSrv := httptest.NewServer(core)
-	t.Cleanup(func() { core.Close(); coreSrv.Close() })
-	core.SetRoute(testdb.RouteMulti, fakecore.GateAllowed)
-	token := fakecore.Token("serve-test")
-	core.AddSession(token, coreclient.Session{
-		SessionID: testdb.SessionA, ClientAppID: testdb.AppA,
-		Principal: coreclient.Principal{ID: "user-42"}, AllowedRoutes: []string{testdb.RouteMulti},
-		ExpiresAt: time.Now().Add(15 * time.Minute),
-	})
-
-	bin := buildBinary(t)
-	cfgPath := filepath.Join(t.TempDir(), "sidecar.yaml")
-	var listen, admin string
-	writeCfg := func(rollout string) {
-		cfg := fmt.Sprintf("listen: %q\nadmin_listen: %q\ncore:\n  url: %q\nrollout: %q\nnative_detection: never\nshutdown:\n  drain_delay: 0s\n  timeout: 5s\nlog:\n  level: info\n",
-			listen, admin, coreSrv.URL, rollout)
-		if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "KNOWLEDGE_SIDECAR_") {
-			env = append(env, kv)
-		}
-	}
-	env = append(env,
-		"KNOWLEDGE_SIDECAR_CONFIG="+cfgPath,
-		"KNOWLEDGE_SIDECAR_CORE_TOKEN="+serviceToken,
-		"KNOWLEDGE_SIDECAR_CATALOG_DSN="+db.ReadOnlyDSN,
-		"KNOWLEDGE_SIDECAR_CORE_CLIENT_APP_ID="+testdb.AppA,
-	)
-	p := startServe(t, bin, env, func(l, a string) { listen, admin = l, a; writeCfg("off") })
+	w := newServeWorld(t, "serve-test", "")
+	db, token, serviceToken, cfgPath := w.db, w.token, w.serviceToken, w.cfgPath
+	writeCfg := w.writeCfg
+	p := w.start(t)
 
 	// The sidecar's client keeps Core's default limit (60/min) and the widest
 	// route searches two KBs: warned at start-up, 30 searches a minute.
@@ -287,5 +314,102 @@ func TestServeReloadAndStop(t *testing.T) {
 	}
 	if p.exitErr != nil {
 		t.Fatalf("exit after SIGTERM: %v; want 0\n%s", p.exitErr, p.logs())
+	}
+}
+
+// TestServeReloadEndpointAndWatch: POST /-/reload on the admin listener
+// applies a changed file like SIGHUP (200), rejects an invalid one with its
+// problems (400, running policy kept); the proxy listener passes /-/reload to
+// Core; GET is 405; with reload.watch the changed file is applied without any
+// call. The start-up line and the access log are checked on the way.
+func TestServeReloadEndpointAndWatch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	w := newServeWorld(t, "reload-test", "  access: true\nreload:\n  watch: true\n  watch_interval: 1s\n")
+	db, token, serviceToken, cfgPath, coreURL := w.db, w.token, w.serviceToken, w.cfgPath, w.coreURL
+	writeCfg := w.writeCfg
+	p := w.start(t)
+
+	c := &http.Client{Timeout: 10 * time.Second}
+	do := func(method, url string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, url, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		res, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, url, err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	capsURL := p.url + "/agent-api/v1/workspaces/" + testdb.RouteMulti + "/knowledge/capabilities"
+	served := func() bool {
+		code, body := do("GET", capsURL)
+		return code == 200 && strings.Contains(body, `"schema_version":"bailing.agent-knowledge-capabilities.v1"`)
+	}
+	if served() {
+		t.Fatal("rollout off: the sidecar served capabilities; want Core's 404")
+	}
+
+	// The endpoint, like SIGHUP. Writing the same content the watcher may
+	// also apply: the ok count is checked as "at least", the effect exactly.
+	writeCfg("allow:" + testdb.RouteMulti)
+	if code, body := do("POST", p.adminURL+"/-/reload"); code != 200 || body != `{"status":"reloaded"}` {
+		t.Fatalf("POST /-/reload: got %d %s; want 200 reloaded", code, body)
+	}
+	if !served() {
+		t.Fatal("after POST /-/reload with allow: want the sidecar's capabilities")
+	}
+
+	// Invalid: 400 with the problems, the running policy kept.
+	if err := os.WriteFile(cfgPath, []byte("rollout: \"percent:200\"\nno_such_key: 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, body := do("POST", p.adminURL+"/-/reload")
+	if code != 400 || !strings.Contains(body, `"status":"rejected"`) || !strings.Contains(body, "no_such_key: line 2: unknown setting") ||
+		!strings.Contains(body, "rollout:") {
+		t.Fatalf("invalid reload: got %d %s; want 400 listing no_such_key and rollout", code, body)
+	}
+	if !served() {
+		t.Fatal("after a rejected reload: want the running policy kept")
+	}
+	if code, _ := do("GET", p.adminURL+"/-/reload"); code != 405 {
+		t.Errorf("GET /-/reload: got %d; want 405", code)
+	}
+	// The proxy listener never reloads: /-/reload is Core's path there.
+	if code, body := do("POST", p.url+"/-/reload"); code != 404 || body != `{"error":"not found"}` {
+		t.Errorf("POST /-/reload on the proxy listener: got %d %s; want Core's 404", code, body)
+	}
+
+	// The watcher: a valid change is applied with no call at all. Polling
+	// the log is the only way to observe a timer-driven reload.
+	writeCfg("deny:" + testdb.RouteMulti)
+	deadline := time.Now().Add(15 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for !strings.Contains(p.logs(), `"msg":"configuration reloaded","rollout":"deny:`+testdb.RouteMulti+`"`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("reload.watch: the rollout change was not applied\n%s", p.logs())
+		}
+		<-tick.C
+	}
+	if served() {
+		t.Error("after the watched change to deny: the sidecar still serves capabilities")
+	}
+	if !strings.Contains(p.logs(), "reload watch: the configuration file changed") {
+		t.Errorf("logs: want the watcher's line\n%s", p.logs())
+	}
+
+	logs := p.logs()
+	for _, want := range []string{`"msg":"starting knowledge-sidecar"`, `"core_host":"` + strings.TrimPrefix(coreURL, "http://") + `"`,
+		`"ledger":"memory"`, `"catalog":true`, `"msg":"request"`, `"duration_ms":`} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("logs: want %s\n%s", want, logs)
+		}
+	}
+	if strings.Contains(logs, serviceToken) || strings.Contains(logs, db.ReadOnlyDSN) || strings.Contains(logs, token) {
+		t.Errorf("logs contain a secret")
 	}
 }

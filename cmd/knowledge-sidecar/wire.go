@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"net/url"
 	"reflect"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,6 +37,72 @@ var extraChecks = []func(*config.Config) (string, error){
 		_, err := knowledge.NewKeyring(c.Signing.Keys, c.Core.Token)
 		return "signing.keys", err
 	},
+	func(c *config.Config) (string, error) {
+		if c.Catalog.DSN == "" {
+			return "", nil
+		}
+		if _, err := coreclient.NormalizeDSN(c.Catalog.DSN); err != nil {
+			return "catalog.dsn", errors.New("is not a valid go-sql-driver/mysql DSN such as user:password@tcp(host:3306)/bailinghub (value not shown)")
+		}
+		return "", nil
+	},
+	func(c *config.Config) (string, error) {
+		u := c.Ledger.RedisURL
+		if !strings.HasPrefix(u, "redis://") && !strings.HasPrefix(u, "rediss://") {
+			return "", nil // empty, or already reported by Validate
+		}
+		if _, err := redis.ParseURL(u); err != nil {
+			return "ledger.redis_url", errors.New("is not a valid Redis URL such as redis://host:6379/0 (value not shown)")
+		}
+		return "", nil
+	},
+}
+
+// recorder is the Registerer every component registers with: it forwards to
+// the registry and remembers the collectors, so that the set of exported
+// metric names is known even for vectors that have no series yet
+// (docs/metrics.md, the alert rules and the dashboard are tested against it).
+type recorder struct {
+	prometheus.Registerer
+	mu         sync.Mutex
+	collectors []prometheus.Collector
+}
+
+func (r *recorder) Register(c prometheus.Collector) error {
+	if err := r.Registerer.Register(c); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.collectors = append(r.collectors, c)
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *recorder) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// descs returns every registered metric descriptor.
+func (r *recorder) descs() []*prometheus.Desc {
+	r.mu.Lock()
+	cs := append([]prometheus.Collector(nil), r.collectors...)
+	r.mu.Unlock()
+	ch := make(chan *prometheus.Desc)
+	go func() {
+		for _, c := range cs {
+			c.Describe(ch)
+		}
+		close(ch)
+	}()
+	var out []*prometheus.Desc
+	for d := range ch {
+		out = append(out, d)
+	}
+	return out
 }
 
 // app is a built sidecar: the edge plus what must be closed after it.
@@ -42,7 +110,11 @@ type app struct {
 	server  *proxy.Server
 	log     *slog.Logger
 	closers []func() error
-	cfg     config.Config
+	metrics *recorder
+
+	mu    sync.Mutex // serializes reloads (signal, endpoint, watch)
+	cfg   config.Config
+	level *slog.LevelVar
 }
 
 func (a *app) Close() {
@@ -59,10 +131,15 @@ func breaker(b config.Breaker) coreclient.BreakerSettings {
 
 // build wires the configuration into a server. Secrets go only into the
 // components that use them; nothing here logs them.
-func build(ctx context.Context, cfg config.Config, log *slog.Logger) (*app, error) {
+// level, when not nil, is the logger's level that reloads change.
+func build(ctx context.Context, cfg config.Config, log *slog.Logger, level *slog.LevelVar) (*app, error) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	a := &app{log: log, cfg: cfg}
+	rec := &recorder{Registerer: reg}
+	rec.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if level == nil {
+		level = new(slog.LevelVar)
+	}
+	a := &app{log: log, cfg: cfg, metrics: rec, level: level}
 	coreURL, _ := url.Parse(cfg.Core.URL) // validated
 	var trusted []netip.Prefix
 	for _, s := range cfg.Proxy.TrustedProxies {
@@ -80,13 +157,15 @@ func build(ctx context.Context, cfg config.Config, log *slog.Logger) (*app, erro
 		PreserveHost:    cfg.Proxy.PreserveHost,
 		Logger:          log,
 		Registry:        reg,
+		Registerer:      rec,
+		AccessLog:       cfg.Log.Access,
 		Version:         version,
 		BodyIdleTimeout: cfg.Proxy.BodyIdleTimeout,
 	}
 	if ok, reason := cfg.KnowledgeEnabled(); !ok {
 		log.Warn("knowledge features are off; running as a pure pass-through proxy", slog.String("reason", reason))
 	} else {
-		f, err := a.buildFeatures(ctx, cfg, reg, log)
+		f, err := a.buildFeatures(ctx, cfg, rec, log)
 		if err != nil {
 			a.Close()
 			return nil, err
@@ -207,15 +286,23 @@ func (a *app) buildFeatures(ctx context.Context, cfg config.Config, reg promethe
 	}, nil
 }
 
-// reload re-reads the configuration on SIGHUP. Only hot-reloadable settings
-// (rollout, log level) take effect; an invalid file is rejected and logged
-// and the running configuration is kept.
-func (a *app) reload(path string, level *slog.LevelVar) {
-	cfg, err := loadConfig(path)
+// reload re-reads the file at path and the environment: on SIGHUP, on
+// POST /-/reload and when the watched file changes. Only hot-reloadable
+// settings (rollout, log level) take effect; an invalid configuration is
+// rejected (the returned *config.Error lists its problems), logged, and the
+// running configuration kept.
+func (a *app) reload(path string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	cfg, _, err := loadConfig(path)
 	if err != nil {
 		a.server.ObserveReload("rejected")
 		a.log.Error("configuration reload rejected; keeping the running configuration", slog.Any("error", err))
-		return
+		var ce *config.Error
+		if !errors.As(err, &ce) {
+			err = &config.Error{Problems: []string{err.Error()}}
+		}
+		return err
 	}
 	pol, _ := rollout.Parse(cfg.Rollout)
 	switch old, _ := rollout.Parse(a.cfg.Rollout); {
@@ -226,14 +313,15 @@ func (a *app) reload(path string, level *slog.LevelVar) {
 		warnMemoryLedger(a.log, pol)
 	}
 	a.server.SetRollout(pol)
-	level.Set(parseLevel(cfg.Log.Level))
+	a.level.Set(parseLevel(cfg.Log.Level))
 	if changed := restartOnly(a.cfg, cfg); len(changed) > 0 {
 		a.log.Warn("configuration reload: these settings changed but need a restart to take effect",
 			slog.Any("settings", changed))
 	}
-	a.cfg.Rollout, a.cfg.Log = cfg.Rollout, cfg.Log
+	a.cfg.Rollout, a.cfg.Log.Level = cfg.Rollout, cfg.Log.Level
 	a.server.ObserveReload("ok")
 	a.log.Info("configuration reloaded", slog.String("rollout", pol.String()), slog.String("log_level", cfg.Log.Level))
+	return nil
 }
 
 // warnMemoryLedger says what the in-memory turn ledger cannot do, once the
@@ -250,10 +338,10 @@ func (quietRedisLog) Printf(context.Context, string, ...interface{}) {}
 
 // restartOnly names the top-level settings (by YAML key, never by value: some
 // hold secrets) that differ between two configurations and cannot be applied
-// by a reload: everything but rollout and log.
+// by a reload: everything but rollout and log.level.
 func restartOnly(running, next config.Config) []string {
-	running.Rollout, running.Log = "", config.Log{}
-	next.Rollout, next.Log = "", config.Log{}
+	running.Rollout, running.Log.Level = "", ""
+	next.Rollout, next.Log.Level = "", ""
 	rv, nv := reflect.ValueOf(running), reflect.ValueOf(next)
 	var changed []string
 	for i := 0; i < rv.NumField(); i++ {

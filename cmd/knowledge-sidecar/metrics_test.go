@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bailinghub/knowledge-sidecar/config"
+	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
+	"github.com/bailinghub/knowledge-sidecar/test/testdb"
+)
+
+// exported is one metric the sidecar registers.
+type exported struct {
+	labels []string // sorted: constant and variable labels
+	typ    string   // "counter", "gauge", "histogram", "summary"; "" when no series exists yet
+}
+
+var (
+	descName   = regexp.MustCompile(`fqName: "([^"]+)"`)
+	descConst  = regexp.MustCompile(`constLabels: \{(.*?)\}, variableLabels`)
+	descVar    = regexp.MustCompile(`variableLabels: \{([^}]*)\}\}$`)
+	constLabel = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="`)
+)
+
+// exportedMetrics builds the whole sidecar (knowledge on, Redis ledger when
+// available) over the fake Core and a fresh catalog and returns every metric
+// it registers, by name, from the collectors' descriptors — so vectors that
+// have no series yet are included. Go and process collector metrics are left
+// out (documented as a group).
+func exportedMetrics(t *testing.T) map[string]exported {
+	t.Helper()
+	db := testdb.New(t)
+	const serviceToken = "svc_metrics-test-service-token-0123456789abcdef"
+	core := fakecore.New(fakecore.Options{ServiceToken: serviceToken})
+	srv := httptest.NewServer(core)
+	t.Cleanup(func() { core.Close(); srv.Close() })
+	cfg := config.Defaults()
+	cfg.Core.URL, cfg.Core.Token, cfg.Catalog.DSN, cfg.Rollout = srv.URL, serviceToken, db.ReadOnlyDSN, "all"
+	cfg.Ledger.RedisURL = testdb.RedisURL(t)
+	cfg.Core.ClientAppID = testdb.AppA // the rate-limit gauges exist only with it
+	if err := cfg.Validate(extraChecks...); err != nil {
+		t.Fatal(err)
+	}
+	a, err := build(context.Background(), cfg, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	t.Cleanup(a.Close)
+	out := map[string]exported{}
+	a.metrics.mu.Lock()
+	collectors := append([]prometheus.Collector(nil), a.metrics.collectors...)
+	a.metrics.mu.Unlock()
+	for _, c := range collectors {
+		typ := collectorType(c)
+		ch := make(chan *prometheus.Desc, 64)
+		go func() { c.Describe(ch); close(ch) }()
+		for d := range ch {
+			name, labels := readDesc(t, d)
+			if strings.HasPrefix(name, "go_") || strings.HasPrefix(name, "process_") {
+				continue
+			}
+			out[name] = exported{labels: labels, typ: typ}
+		}
+	}
+	fams, err := a.server.Registry().Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	for _, f := range fams { // custom collectors: the type of their series
+		if e, ok := out[f.GetName()]; ok && e.typ == "" {
+			e.typ = strings.ToLower(f.GetType().String())
+			out[f.GetName()] = e
+		}
+	}
+	return out
+}
+
+// collectorType is the metric type of a client_golang metric or vector; ""
+// for anything else. Gauge before Counter: a Gauge also has Inc and Add.
+func collectorType(c prometheus.Collector) string {
+	switch c.(type) {
+	case *prometheus.GaugeVec, prometheus.Gauge:
+		return "gauge"
+	case *prometheus.CounterVec, prometheus.Counter:
+		return "counter"
+	case *prometheus.HistogramVec, prometheus.Histogram:
+		return "histogram"
+	case *prometheus.SummaryVec, prometheus.Summary:
+		return "summary"
+	}
+	return ""
+}
+
+// readDesc returns a descriptor's name and sorted label names (constant and
+// variable). client_golang exposes them only through String().
+func readDesc(t *testing.T, d *prometheus.Desc) (string, []string) {
+	t.Helper()
+	s := d.String()
+	m := descName.FindStringSubmatch(s)
+	if m == nil {
+		t.Fatalf("cannot read descriptor %s", s)
+	}
+	var labels []string
+	if c := descConst.FindStringSubmatch(s); c != nil {
+		for _, l := range constLabel.FindAllStringSubmatch(c[1], -1) {
+			labels = append(labels, l[1])
+		}
+	}
+	if v := descVar.FindStringSubmatch(s); v != nil && v[1] != "" {
+		for _, l := range strings.Split(v[1], ",") {
+			labels = append(labels, strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(l), "c("), ")"))
+		}
+	}
+	sort.Strings(labels)
+	return m[1], labels
+}
+
+// documented reads docs/metrics.md's table: name → type and label names
+// (the backticked words of the labels column).
+func documented(t *testing.T) map[string]exported {
+	t.Helper()
+	raw, err := os.ReadFile("../../docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("^\\| `(knowledge_sidecar_[a-z0-9_]+)` \\| ([a-z]+) \\| ([^|]*) \\|")
+	tick := regexp.MustCompile("`([a-z_]+)`")
+	out := map[string]exported{}
+	for _, line := range strings.Split(string(raw), "\n") {
+		m := row.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		var labels []string
+		for _, l := range tick.FindAllStringSubmatch(m[3], -1) {
+			labels = append(labels, l[1])
+		}
+		sort.Strings(labels)
+		out[m[1]] = exported{labels: labels, typ: m[2]}
+	}
+	if len(out) == 0 {
+		t.Fatal("docs/metrics.md: no table rows found")
+	}
+	return out
+}
+
+// TestMetricsReference: docs/metrics.md lists exactly the exported metrics,
+// with their types and label names. The failure names every metric missing
+// from the document and every documented metric that is not exported, so
+// metrics added in parallel branches are reconciled in one go.
+func TestMetricsReference(t *testing.T) {
+	got, doc := exportedMetrics(t), documented(t)
+	var missing, extra, wrong []string
+	for name, e := range got {
+		d, ok := doc[name]
+		switch {
+		case !ok:
+			missing = append(missing, fmt.Sprintf("%s (%s, labels %v)", name, e.typ, e.labels))
+		case d.typ != e.typ || !slices.Equal(d.labels, e.labels):
+			wrong = append(wrong, fmt.Sprintf("%s: documented %s %v; exported %s %v", name, d.typ, d.labels, e.typ, e.labels))
+		}
+	}
+	for name := range doc {
+		if _, ok := got[name]; !ok {
+			extra = append(extra, name)
+		}
+	}
+	sort.Strings(missing)
+	sort.Strings(extra)
+	sort.Strings(wrong)
+	if len(missing)+len(extra)+len(wrong) > 0 {
+		t.Errorf("docs/metrics.md is out of date:\n  exported but not documented: %v\n  documented but not exported: %v\n  documented differently: %v",
+			strings.Join(missing, "; "), strings.Join(extra, "; "), strings.Join(wrong, "; "))
+	}
+}

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bailinghub/knowledge-sidecar/config"
+	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/knowledge"
+	"github.com/bailinghub/knowledge-sidecar/ledger"
+)
+
+// probeAgentTokenEnv optionally holds an Agent access token (bha_…) with
+// which check-config --probe asks Core whether it has system-info. It is
+// read only by the probe and never printed.
+const probeAgentTokenEnv = "KNOWLEDGE_SIDECAR_PROBE_AGENT_TOKEN"
+
+// Verdicts of one probe line.
+const (
+	verdictOK   = "ok"
+	verdictFail = "FAIL"
+	verdictWarn = "warn"
+	verdictSkip = "skip"
+)
+
+// probeLine is one dependency's verdict. The detail never holds a secret, an
+// address or SQL: it is built from our own words and errors whose messages
+// are documented to exclude them.
+type probeLine struct {
+	name, verdict, detail string
+}
+
+// prober runs the probes of check-config --probe against live dependencies.
+type prober struct {
+	cfg     config.Config
+	timeout time.Duration
+	lines   []probeLine
+}
+
+func (p *prober) add(name, verdict, format string, args ...any) {
+	p.lines = append(p.lines, probeLine{name, verdict, fmt.Sprintf(format, args...)})
+}
+
+// runProbes prints one line per dependency and a summary; exit 0 only when
+// no probe failed (skipped ones — not configured — do not fail).
+func runProbes(ctx context.Context, cfg config.Config, timeout time.Duration, stdout io.Writer) int {
+	p := &prober{cfg: cfg, timeout: timeout}
+	p.core(ctx)
+	p.catalog(ctx)
+	p.redis(ctx)
+	p.signing()
+	failed := 0
+	for _, l := range p.lines {
+		if l.verdict == verdictFail {
+			failed++
+		}
+		fmt.Fprintf(stdout, "probe %-14s %-4s  %s\n", l.name, l.verdict, l.detail)
+	}
+	if failed > 0 {
+		fmt.Fprintf(stdout, "probe: %d of %d checks failed\n", failed, len(p.lines))
+		return 1
+	}
+	fmt.Fprintf(stdout, "probe: every check passed (%d lines)\n", len(p.lines))
+	return 0
+}
+
+func (p *prober) core(ctx context.Context) {
+	client, err := coreclient.NewClient(coreclient.Options{
+		BaseURL: p.cfg.Core.URL, ServiceToken: p.cfg.Core.Token, Timeout: p.timeout, ProbeInterval: time.Second,
+	})
+	if err != nil {
+		p.add("core", verdictFail, "%v", err)
+		return
+	}
+	if err := client.ProbeCore(ctx); err != nil {
+		p.add("core", verdictFail, "%s", coreProblem(err))
+		p.add("core-token", verdictSkip, "Core did not answer like a Core")
+		p.add("system-info", verdictSkip, "Core did not answer like a Core")
+		return
+	}
+	p.add("core", verdictOK, "reachable; answers like a BailingHub Core (401 unauthorized on /agent-auth/v1/session without a token)")
+
+	if p.cfg.Core.Token != "" {
+		err = client.ProbeServiceToken(ctx)
+	}
+	switch {
+	case p.cfg.Core.Token == "":
+		p.add("core-token", verdictSkip, "no KNOWLEDGE_SIDECAR_CORE_TOKEN: knowledge features are off")
+	case err == nil:
+		p.add("core-token", verdictOK, "accepted by /kb/search")
+	case errors.Is(err, coreclient.ErrTokenRateLimited):
+		p.add("core-token", verdictWarn, "accepted by /kb/search, but Core's per-client rate limit is exhausted right now (429)")
+	case errors.Is(err, coreclient.ErrTokenRefused):
+		p.add("core-token", verdictFail, "refused by /kb/search: use a Client Token or the server token, not an Agent (bha_) or executor token")
+	default:
+		p.add("core-token", verdictFail, "%s", coreProblem(err))
+	}
+
+	agent := strings.TrimSpace(os.Getenv(probeAgentTokenEnv))
+	if agent == "" {
+		p.add("system-info", verdictSkip, "set %s to an Agent access token to check (without it the sidecar detects it at run time)", probeAgentTokenEnv)
+		return
+	}
+	switch present, err := client.ProbeSystemInfo(ctx, "Bearer "+agent); {
+	case err == nil && present:
+		p.add("system-info", verdictOK, "present (Core ≥ 0.7): Core gates routes itself")
+	case err == nil:
+		p.add("system-info", verdictOK, "absent (Core < 0.7): the catalog gates routes (bz_clients grants needed)")
+	case errors.Is(err, coreclient.ErrUnauthorized):
+		p.add("system-info", verdictFail, "Core refused the Agent token of %s (expired? access tokens live 15 minutes)", probeAgentTokenEnv)
+	default:
+		p.add("system-info", verdictFail, "%s", coreProblem(err))
+	}
+}
+
+// coreProblem words a Core probe error for an operator.
+func coreProblem(err error) string {
+	switch {
+	case errors.Is(err, coreclient.ErrNotACore):
+		return err.Error()
+	case errors.Is(err, context.DeadlineExceeded):
+		return "no answer within the probe timeout"
+	case errors.Is(err, coreclient.ErrUnavailable):
+		return "unreachable or failing: " + err.Error()
+	}
+	return err.Error()
+}
+
+func (p *prober) catalog(ctx context.Context) {
+	if p.cfg.Catalog.DSN == "" {
+		for _, n := range []string{"catalog", "catalog-schema", "catalog-grants", "task-control"} {
+			p.add(n, verdictSkip, "no KNOWLEDGE_SIDECAR_CATALOG_DSN: knowledge features are off")
+		}
+		return
+	}
+	cat, err := coreclient.OpenCatalog(coreclient.CatalogOptions{
+		DSN: p.cfg.Catalog.DSN, MaxOpenConns: 2, MaxIdleConns: 2, QueryTimeout: p.timeout,
+		DocCacheEntries: 1, DocCacheBytes: 1 << 20,
+	})
+	if err != nil {
+		p.add("catalog", verdictFail, "%v", err)
+		return
+	}
+	defer cat.Close()
+	if err := cat.Ping(ctx); err != nil {
+		p.add("catalog", verdictFail, "%v", err)
+		for _, n := range []string{"catalog-schema", "catalog-grants", "task-control"} {
+			p.add(n, verdictSkip, "the catalog is not reachable")
+		}
+		return
+	}
+	p.add("catalog", verdictOK, "reachable")
+
+	var se *coreclient.SchemaError
+	switch err := cat.CheckSchema(ctx); {
+	case err == nil:
+		p.add("catalog-schema", verdictOK, "Core's migrations 008, 018, 019, 055, 056 are applied")
+	case errors.As(err, &se):
+		p.add("catalog-schema", verdictFail, "missing Core migrations: %s (Core older than 0.5, or a different database)", strings.Join(se.Missing, ", "))
+	default:
+		p.add("catalog-schema", verdictFail, "%v (GRANT SELECT (filename) ON bz_schema_migrations, docs/core-contract.md)", err)
+	}
+
+	var bad, okNames []string
+	for _, q := range cat.ProbeQueries(ctx) {
+		if q.Err != nil {
+			bad = append(bad, q.Err.Error())
+		} else {
+			okNames = append(okNames, q.Query)
+		}
+	}
+	if len(bad) > 0 {
+		p.add("catalog-grants", verdictFail, "%s (the column GRANTs are in docs/core-contract.md)", strings.Join(bad, "; "))
+	} else {
+		p.add("catalog-grants", verdictOK, "every query ran with the granted columns: %s", strings.Join(okNames, ", "))
+	}
+	p.taskControl(ctx, cat)
+}
+
+// taskControl is the probe line for Core 0.8's managed tasks. It reports
+// what the catalog user sees (absent | partial | present); which of them the
+// knowledge endpoints enforce is decided by the task-control presence check
+// of the knowledge path (SPEC §4a), which this line mirrors.
+func (p *prober) taskControl(ctx context.Context, cat *coreclient.SQLCatalog) {
+	t, err := cat.ProbeTaskTables(ctx)
+	n := len(coreclient.TaskTables)
+	switch {
+	case err != nil:
+		p.add("task-control", verdictFail, "%v", err)
+	case len(t.Readable) == n:
+		p.add("task-control", verdictOK, "present: all %d task tables are readable (Core ≥ 0.8: task rules apply)", n)
+	case len(t.Readable) == 0 && !t.Migrated:
+		p.add("task-control", verdictOK, "absent: migration %s is not applied (Core < 0.8: no task rules)", coreclient.TaskMigration)
+	default:
+		var why []string
+		if len(t.Missing) > 0 {
+			why = append(why, "missing: "+strings.Join(t.Missing, ", "))
+		}
+		if len(t.Denied) > 0 {
+			why = append(why, "not granted (or missing): "+strings.Join(t.Denied, ", "))
+		}
+		p.add("task-control", verdictFail, "partial: %d of %d task tables readable; %s (knowledge answers 503 TASK_UNAVAILABLE)", len(t.Readable), n, strings.Join(why, "; "))
+	}
+}
+
+func (p *prober) redis(ctx context.Context) {
+	if p.cfg.LedgerBackend() != "redis" {
+		p.add("redis", verdictSkip, "ledger backend is memory (one replica); set KNOWLEDGE_SIDECAR_LEDGER_REDIS_URL for several")
+		return
+	}
+	redis.SetLogger(quietRedisLog{})
+	r, err := ledger.NewRedis(ledger.RedisOptions{URL: p.cfg.Ledger.RedisURL, TTL: p.cfg.Ledger.TTL, OpTimeout: p.timeout})
+	if err != nil {
+		p.add("redis", verdictFail, "%v", err)
+		return
+	}
+	defer r.Close()
+	if err := r.Probe(ctx); err != nil {
+		p.add("redis", verdictFail, "%v", err)
+		return
+	}
+	p.add("redis", verdictOK, "reachable; the ledger's Lua scripts load")
+}
+
+func (p *prober) signing() {
+	if ok, _ := p.cfg.KnowledgeEnabled(); !ok && p.cfg.Signing.Keys == "" {
+		p.add("signing-keys", verdictSkip, "knowledge features are off")
+		return
+	}
+	keys, err := knowledge.NewKeyring(p.cfg.Signing.Keys, p.cfg.Core.Token)
+	switch {
+	case err != nil:
+		p.add("signing-keys", verdictFail, "%v", err)
+	case p.cfg.Signing.Keys != "":
+		p.add("signing-keys", verdictOK, "%d key(s), each at least 32 bytes; %q signs", len(keys.KeyIDs()), keys.SigningKeyID())
+	case len(p.cfg.Core.Token) < 32:
+		p.add("signing-keys", verdictFail, "derived from the Core token, which is shorter than 32 bytes: set KNOWLEDGE_SIDECAR_SIGNING_KEYS (knowledge-sidecar keygen)")
+	default:
+		p.add("signing-keys", verdictOK, "derived from the Core token (%d bytes); rotating the token invalidates references", len(p.cfg.Core.Token))
+	}
+}

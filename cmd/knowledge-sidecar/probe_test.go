@@ -1,0 +1,178 @@
+package main
+
+import (
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
+	"github.com/bailinghub/knowledge-sidecar/test/testdb"
+)
+
+// closedAddr is host:port where nothing listens (listened on, then closed).
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// parseProbe maps each "probe NAME VERDICT detail" line to its verdict.
+func parseProbe(out string) map[string]string {
+	got := map[string]string{}
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 3 && f[0] == "probe" && !strings.HasSuffix(f[1], ":") {
+			got[f[1]] = f[2]
+		}
+	}
+	return got
+}
+
+// TestCheckConfigProbe runs `check-config --probe` against the fake Core, a
+// fresh MariaDB catalog with the read-only user and the test Redis, then
+// breaks one dependency per case: every line's verdict and the exit code are
+// checked, and no secret may appear in the output.
+func TestCheckConfigProbe(t *testing.T) {
+	const serviceToken = "svc_probe-test-service-token-0123456789abcdef"
+	good := testdb.New(t)
+	broken := testdb.New(t)
+	// The broken catalog: a column GRANT revoked, a required migration
+	// missing, and Core 0.8's task migration recorded without readable tables.
+	ro, err := mysql.ParseDSN(broken.ReadOnlyDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken.Exec(t, "REVOKE SELECT (content) ON `"+broken.Name+"`.bz_kb_docs FROM '"+ro.User+"'@'%'")
+	broken.Exec(t, "DELETE FROM bz_schema_migrations WHERE filename = '056_agent_client_runtime.sql'")
+	broken.Exec(t, "INSERT INTO bz_schema_migrations (filename) VALUES ('"+coreclient.TaskMigration+"')")
+	redisURL := testdb.RedisURL(t)
+
+	agentToken := fakecore.Token("probe-agent")
+	newCore := func(systemInfo bool) string {
+		core := fakecore.New(fakecore.Options{ServiceToken: serviceToken, SystemInfo: systemInfo})
+		srv := httptest.NewServer(core)
+		t.Cleanup(func() { core.Close(); srv.Close() })
+		core.SetRoute(testdb.RouteMulti, fakecore.GateAllowed)
+		core.AddSession(agentToken, coreclient.Session{
+			SessionID: testdb.SessionA, ClientAppID: testdb.AppA,
+			Principal: coreclient.Principal{ID: "user-42"}, AllowedRoutes: []string{testdb.RouteMulti},
+			ExpiresAt: time.Now().Add(15 * time.Minute),
+		})
+		return srv.URL
+	}
+	coreURL, core07URL := newCore(false), newCore(true)
+	notACore := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("hello from some other service"))
+	}))
+	t.Cleanup(notACore.Close)
+
+	base := map[string]string{
+		"core.url": coreURL, "core.token": serviceToken, "catalog.dsn": good.ReadOnlyDSN,
+		"KNOWLEDGE_SIDECAR_LEDGER_REDIS_URL": redisURL, "rollout": "all",
+	}
+	with := func(kv ...string) map[string]string {
+		m := map[string]string{}
+		for k, v := range base {
+			m[k] = v
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	allOK := map[string]string{
+		"core": "ok", "core-token": "ok", "system-info": "skip", "catalog": "ok", "catalog-schema": "ok",
+		"catalog-grants": "ok", "task-control": "ok", "redis": "ok", "signing-keys": "ok",
+	}
+	except := func(kv ...string) map[string]string {
+		m := map[string]string{}
+		for k, v := range allOK {
+			m[k] = v
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	const wrongToken = "svc_wrong-token-wrong-token-wrong-token-0000"
+	type probeCase struct {
+		name string
+		env  map[string]string
+		code int
+		want map[string]string
+		says []string // substrings of the output
+	}
+	cases := []probeCase{
+		{"everything works", base, 0, allOK, []string{"task-control   ok    absent", "probe: every check passed"}},
+		{"system-info present (Core 0.7)", with("core.url", core07URL, probeAgentTokenEnv, agentToken), 0, except("system-info", "ok"),
+			[]string{"system-info    ok    present (Core ≥ 0.7)"}},
+		{"system-info absent (Core 0.6)", with(probeAgentTokenEnv, agentToken), 0, except("system-info", "ok"),
+			[]string{"system-info    ok    absent (Core < 0.7)"}},
+		{"Agent token refused", with(probeAgentTokenEnv, fakecore.Token("nobody")), 1, except("system-info", "FAIL"), nil},
+		{"wrong service token", with("core.token", wrongToken), 1, except("core-token", "FAIL"), nil},
+		{"short token as signing secret", with("core.token", "short"), 1, except("core-token", "FAIL", "signing-keys", "FAIL"), nil},
+		{"Core down", with("core.url", "http://"+closedAddr(t)), 1, except("core", "FAIL", "core-token", "skip"), nil},
+		{"not a Core", with("core.url", notACore.URL), 1, except("core", "FAIL", "core-token", "skip"), nil},
+		{"catalog down", with("catalog.dsn", "ro:pw-must-not-leak@tcp("+closedAddr(t)+")/bz"), 1,
+			except("catalog", "FAIL", "catalog-schema", "skip", "catalog-grants", "skip", "task-control", "skip"), nil},
+		{"missing grant, migration and task tables", with("catalog.dsn", broken.ReadOnlyDSN), 1,
+			except("catalog-schema", "FAIL", "catalog-grants", "FAIL", "task-control", "FAIL"),
+			[]string{"missing Core migrations: 056_agent_client_runtime.sql", "catalog doc_body query failed: access denied",
+				"partial: 0 of 6 task tables readable"}},
+		{"Redis down", with("KNOWLEDGE_SIDECAR_LEDGER_REDIS_URL", "redis://"+closedAddr(t)+"/0"), 1, except("redis", "FAIL"), nil},
+		{"pass-through only", map[string]string{"core.url": coreURL}, 0, map[string]string{
+			"core": "ok", "core-token": "skip", "system-info": "skip", "catalog": "skip", "catalog-schema": "skip",
+			"catalog-grants": "skip", "task-control": "skip", "redis": "skip", "signing-keys": "skip"}, nil},
+	}
+	secrets := []string{serviceToken, wrongToken, agentToken, "pw-must-not-leak", ro.Passwd}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cleanEnv(t)
+			t.Setenv(probeAgentTokenEnv, "")
+			for key, v := range tc.env {
+				name := key
+				if !strings.HasPrefix(key, "KNOWLEDGE_SIDECAR_") {
+					name = envOf(t, key)
+				}
+				t.Setenv(name, v)
+			}
+			code, stdout, stderr := runCLI("check-config", "--probe", "--probe-timeout", "3s")
+			if code != tc.code {
+				t.Errorf("exit: got %d; want %d\n%s%s", code, tc.code, stdout, stderr)
+			}
+			got := parseProbe(stdout)
+			for name, want := range tc.want {
+				if got[name] != want {
+					t.Errorf("probe %s: got %q; want %q\n%s", name, got[name], want, stdout)
+				}
+			}
+			for _, want := range tc.says {
+				if !strings.Contains(stdout, want) {
+					t.Errorf("stdout: got\n%s\nwant it to contain %q", stdout, want)
+				}
+			}
+			if len(got) != len(tc.want) {
+				t.Errorf("got %d probe lines; want %d\n%s", len(got), len(tc.want), stdout)
+			}
+			for _, s := range secrets {
+				if strings.Contains(stdout+stderr, s) {
+					t.Errorf("output echoes a secret (%.6s…)", s)
+				}
+			}
+			if strings.Contains(stdout+stderr, "127.0.0.1") {
+				t.Errorf("output names an address:\n%s%s", stdout, stderr)
+			}
+		})
+	}
+}
