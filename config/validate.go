@@ -20,7 +20,7 @@ func (c *Config) Validate(extra ...func(*Config) (path string, err error)) error
 	var p problems
 	p.addr("listen", c.Listen)
 	p.addr("admin_listen", c.AdminListen)
-	if c.Listen != "" && c.Listen == c.AdminListen {
+	if c.Listen != "" && c.Listen == c.AdminListen && !strings.HasSuffix(c.Listen, ":0") {
 		p.add("admin_listen", "must differ from listen")
 	}
 

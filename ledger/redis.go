@@ -216,3 +216,11 @@ func reason(err error) string {
 		return "error"
 	}
 }
+
+// QuietRedisLogs silences go-redis's process-wide logger, which prints
+// server addresses; the ledger reports its own failures, without them.
+func QuietRedisLogs() { redis.SetLogger(quietRedisLog{}) }
+
+type quietRedisLog struct{}
+
+func (quietRedisLog) Printf(context.Context, string, ...any) {}

@@ -14,7 +14,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -23,14 +22,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
-	"github.com/bailinghub/knowledge-sidecar/knowledge"
-	"github.com/bailinghub/knowledge-sidecar/ledger"
-	"github.com/bailinghub/knowledge-sidecar/proxy"
-	"github.com/bailinghub/knowledge-sidecar/rollout"
+	"github.com/bailinghub/knowledge-sidecar/sidecar"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 )
 
@@ -138,19 +132,20 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 	}
 	defer w.close()
 
-	srv, err := w.sidecar(log)
+	// The demo's configuration is made here, not read: only the listen
+	// flags come from the user, and Run says clearly if they are unusable.
+	cfg := w.config(*listen, *adminListen)
+	app, err := sidecar.Build(ctx, cfg, sidecar.Deps{Logger: log, Level: level, Version: version, Catalog: w.catalog})
 	if err != nil {
 		fmt.Fprintln(stderr, "demo:", err)
 		return 1
 	}
-	err = srv.Run(ctx, proxy.ServeOptions{
-		Listen: *listen, AdminListen: *adminListen,
-		ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 1 << 20,
-		DrainDelay: 0, ShutdownTimeout: 5 * time.Second,
-		OnListening: func(p, a net.Addr) {
-			printWalkthrough(stdout, p.String(), a.String(), *token, docs, walkthroughQueries(docs, *docsDir != ""))
-		},
-	})
+	defer app.Close()
+	so := serveOptions(cfg)
+	so.OnListening = func(p, a net.Addr) {
+		printWalkthrough(stdout, p.String(), a.String(), *token, docs, walkthroughQueries(docs, *docsDir != ""))
+	}
+	err = app.Server.Run(ctx, so)
 	if err != nil && !errors.Is(err, context.Canceled) {
 		fmt.Fprintln(stderr, "demo:", err)
 		return 1
@@ -216,38 +211,17 @@ func (w *demoWorld) close() {
 	_ = w.srv.Close()
 }
 
-// sidecar builds the same edge `serve` builds, over the demo world.
-func (w *demoWorld) sidecar(log *slog.Logger) (*proxy.Server, error) {
-	reg := prometheus.NewRegistry()
-	cm := coreclient.NewMetrics(reg)
-	client, err := coreclient.NewClient(coreclient.Options{BaseURL: w.coreURL, ServiceToken: w.service, Metrics: cm})
-	if err != nil {
-		return nil, err
-	}
-	keys, err := knowledge.NewKeyring("", w.service)
-	if err != nil {
-		return nil, err
-	}
-	svc, err := knowledge.New(knowledge.Options{
-		Identity: client, Retriever: client, Catalog: w.catalog, Keys: keys,
-		RateLimit: 10, RateBurst: 20, Logger: log, Registerer: reg,
-	})
-	if err != nil {
-		return nil, err
-	}
-	pol, err := rollout.Parse("allow:" + demoRoute)
-	if err != nil {
-		return nil, err
-	}
-	u, _ := url.Parse(w.coreURL)
-	return proxy.New(proxy.Options{
-		CoreURL: u, PreserveHost: true, Logger: log, Registry: reg, Version: version,
-		BodyIdleTimeout: config.Defaults().Proxy.BodyIdleTimeout,
-		Features: &proxy.Features{
-			Knowledge: svc, Prober: client, Ledger: ledger.NewMemory(10000, time.Hour, time.Now),
-			Rollout: pol, NativeDetection: "auto", ProbeInterval: time.Minute,
-		},
-	})
+// config is the demo's configuration: the defaults, over the demo world's
+// Core, rolled out for the demo route, quick to stop. The sidecar itself is
+// built as `serve` builds it (sidecar.Build), with the in-memory catalog in
+// place of the SQL one.
+func (w *demoWorld) config(listen, adminListen string) config.Config {
+	cfg := config.Defaults()
+	cfg.Listen, cfg.AdminListen = listen, adminListen
+	cfg.Core.URL, cfg.Core.Token = w.coreURL, w.service
+	cfg.Rollout = "allow:" + demoRoute
+	cfg.Shutdown.DrainDelay, cfg.Shutdown.Timeout = 0, 5*time.Second
+	return cfg
 }
 
 func firstRunes(s string, n int) string {

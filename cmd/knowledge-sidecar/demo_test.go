@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/proxy"
+	"github.com/bailinghub/knowledge-sidecar/sidecar"
 )
 
 // runningDemo is the demo's world and sidecar, in process, on 127.0.0.1:0.
@@ -43,10 +44,13 @@ func startDemo(t *testing.T, docs []demoDoc, own bool) *runningDemo {
 		t.Fatalf("startDemoWorld: %v", err)
 	}
 	t.Cleanup(w.close)
-	srv, err := w.sidecar(slog.New(slog.DiscardHandler))
+	app, err := sidecar.Build(context.Background(), w.config("127.0.0.1:0", "127.0.0.1:0"),
+		sidecar.Deps{Logger: slog.New(slog.DiscardHandler), Version: version, Catalog: w.catalog})
 	if err != nil {
 		t.Fatalf("sidecar: %v", err)
 	}
+	t.Cleanup(app.Close)
+	srv := app.Server
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net/http/httptest"
 	"os"
 	"regexp"
@@ -15,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bailinghub/knowledge-sidecar/config"
+	"github.com/bailinghub/knowledge-sidecar/sidecar"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
@@ -48,18 +48,16 @@ func exportedMetrics(t *testing.T) map[string]exported {
 	cfg.Core.URL, cfg.Core.Token, cfg.Catalog.DSN, cfg.Rollout = srv.URL, serviceToken, db.ReadOnlyDSN, "all"
 	cfg.Ledger.RedisURL = testdb.RedisURL(t)
 	cfg.Core.ClientAppID = testdb.AppA // the rate-limit gauges exist only with it
-	if err := cfg.Validate(extraChecks...); err != nil {
+	if err := cfg.Validate(sidecar.ExtraChecks...); err != nil {
 		t.Fatal(err)
 	}
-	a, err := build(context.Background(), cfg, slog.New(slog.DiscardHandler), nil)
+	a, err := sidecar.Build(context.Background(), cfg, sidecar.Deps{Version: version})
 	if err != nil {
 		t.Fatalf("build: %v", err)
 	}
 	t.Cleanup(a.Close)
 	out := map[string]exported{}
-	a.metrics.mu.Lock()
-	collectors := append([]prometheus.Collector(nil), a.metrics.collectors...)
-	a.metrics.mu.Unlock()
+	collectors := a.Collectors()
 	for _, c := range collectors {
 		typ := collectorType(c)
 		ch := make(chan *prometheus.Desc, 64)
@@ -72,7 +70,7 @@ func exportedMetrics(t *testing.T) map[string]exported {
 			out[name] = exported{labels: labels, typ: typ}
 		}
 	}
-	fams, err := a.server.Registry().Gather()
+	fams, err := a.Server.Registry().Gather()
 	if err != nil {
 		t.Fatalf("gather: %v", err)
 	}

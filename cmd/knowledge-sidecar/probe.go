@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
@@ -215,7 +213,7 @@ func (p *prober) redis(ctx context.Context) {
 		p.add("redis", verdictSkip, "ledger backend is memory (one replica); set KNOWLEDGE_SIDECAR_LEDGER_REDIS_URL for several")
 		return
 	}
-	redis.SetLogger(quietRedisLog{})
+	ledger.QuietRedisLogs()
 	r, err := ledger.NewRedis(ledger.RedisOptions{URL: p.cfg.Ledger.RedisURL, TTL: p.cfg.Ledger.TTL, OpTimeout: p.timeout})
 	if err != nil {
 		p.add("redis", verdictFail, "%v", err)

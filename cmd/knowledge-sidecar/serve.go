@@ -16,6 +16,7 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
+	"github.com/bailinghub/knowledge-sidecar/sidecar"
 )
 
 func configFlag(fs *flag.FlagSet) *string {
@@ -43,7 +44,7 @@ func loadConfig(path string) (config.Config, []string, error) {
 		return config.Config{}, nil, err // the file itself is unreadable or malformed
 	}
 	// Report environment problems and validation problems together.
-	if err := config.Join(err, cfg.Validate(extraChecks...)); err != nil {
+	if err := config.Join(err, cfg.Validate(sidecar.ExtraChecks...)); err != nil {
 		return config.Config{}, warnings, err
 	}
 	return cfg, warnings, nil
@@ -85,12 +86,6 @@ func newLogger(w io.Writer, level *slog.LevelVar) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
 }
 
-func parseLevel(s string) slog.Level {
-	var l slog.Level
-	_ = l.UnmarshalText([]byte(s)) // validated by config
-	return l
-}
-
 func cmdServe(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -108,7 +103,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	level := new(slog.LevelVar)
-	level.Set(parseLevel(cfg.Log.Level))
+	level.Set(sidecar.ParseLevel(cfg.Log.Level))
 	log := newLogger(stderr, level)
 	for _, w := range append(warnings, config.UnknownEnv(os.Environ(), probeAgentTokenEnv)...) {
 		log.Warn("configuration: " + w)
@@ -116,7 +111,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	app, err := build(ctx, cfg, log, level)
+	app, err := sidecar.Build(ctx, cfg, sidecar.Deps{Logger: log, Level: level, Version: version})
 	if err != nil {
 		log.Error("cannot start", slog.Any("error", err))
 		return 1
@@ -124,8 +119,13 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	defer app.Close()
 	logStart(log, cfg)
 
-	reload := func() error { return app.reload(*path) }
-	app.server.SetReloader(reload)
+	reload := func() error {
+		return app.Reload(func() (config.Config, error) {
+			cfg, _, err := loadConfig(*path)
+			return cfg, err
+		})
+	}
+	app.Server.SetReloader(reload)
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -143,7 +143,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		go watchFile(ctx, *path, cfg.Reload.WatchInterval, reload, log)
 	}
 
-	err = app.server.Run(ctx, serveOptions(cfg))
+	err = app.Server.Run(ctx, serveOptions(cfg))
 	if err != nil && !errors.Is(err, context.Canceled) {
 		log.Error("server failed", slog.Any("error", err))
 		return 1

@@ -1,4 +1,10 @@
-package main
+// Package sidecar builds the running sidecar from a config.Config: the Core
+// client, the catalog behind its schema gate, the knowledge service, the
+// turn ledger, the rollout policy and the edge, with one metrics registry.
+// serve, demo and the load tool all build through Build; a caller replaces
+// a real part (the demo's in-memory catalog) through Deps, never by wiring
+// its own.
+package sidecar
 
 import (
 	"context"
@@ -24,8 +30,8 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/rollout"
 )
 
-// extraChecks are the Validate checks that live in other packages.
-var extraChecks = []func(*config.Config) (string, error){
+// ExtraChecks are the Validate checks that live in other packages.
+var ExtraChecks = []func(*config.Config) (string, error){
 	func(c *config.Config) (string, error) {
 		_, err := rollout.Parse(c.Rollout)
 		return "rollout", err
@@ -105,9 +111,23 @@ func (r *recorder) descs() []*prometheus.Desc {
 	return out
 }
 
-// app is a built sidecar: the edge plus what must be closed after it.
-type app struct {
-	server  *proxy.Server
+// Deps are the parts a caller puts in place of the real ones, and what the
+// process owns. Zero values mean the real part.
+type Deps struct {
+	Logger *slog.Logger // nil: discard
+	// Level is the logger's level, which reloads change (nil: a private one).
+	Level   *slog.LevelVar
+	Version string // build version, in build_info
+	// Catalog replaces the SQL catalog of catalog.dsn (the demo's in-memory
+	// twin): no DSN is needed and no schema check runs. It must also
+	// implement knowledge.Tasks to apply task rules; otherwise none apply.
+	Catalog knowledge.Catalog
+}
+
+// App is a built sidecar: the edge plus what must be closed after it.
+type App struct {
+	// Server is the edge; Run it, or mount its Handler.
+	Server  *proxy.Server
 	log     *slog.Logger
 	closers []func() error
 	metrics *recorder
@@ -117,7 +137,16 @@ type app struct {
 	level *slog.LevelVar
 }
 
-func (a *app) Close() {
+// Collectors are every metrics collector registered, including vectors
+// without series yet (docs/metrics.md is tested against them).
+func (a *App) Collectors() []prometheus.Collector {
+	a.metrics.mu.Lock()
+	defer a.metrics.mu.Unlock()
+	return append([]prometheus.Collector(nil), a.metrics.collectors...)
+}
+
+// Close releases pools and caches, after the server stopped.
+func (a *App) Close() {
 	for i := len(a.closers) - 1; i >= 0; i-- {
 		if err := a.closers[i](); err != nil {
 			a.log.Warn("close failed", slog.Any("error", err))
@@ -129,17 +158,20 @@ func breaker(b config.Breaker) coreclient.BreakerSettings {
 	return coreclient.BreakerSettings{Failures: b.Failures, Window: b.Window, OpenTimeout: b.OpenTimeout, HalfOpenMax: b.HalfOpenMax}
 }
 
-// build wires the configuration into a server. Secrets go only into the
-// components that use them; nothing here logs them.
-// level, when not nil, is the logger's level that reloads change.
-func build(ctx context.Context, cfg config.Config, log *slog.Logger, level *slog.LevelVar) (*app, error) {
+// Build wires a validated configuration into a sidecar. Secrets go only
+// into the components that use them; nothing here logs them.
+func Build(ctx context.Context, cfg config.Config, deps Deps) (*App, error) {
 	reg := prometheus.NewRegistry()
 	rec := &recorder{Registerer: reg}
 	rec.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	log, level := deps.Logger, deps.Level
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	if level == nil {
 		level = new(slog.LevelVar)
 	}
-	a := &app{log: log, cfg: cfg, metrics: rec, level: level}
+	a := &App{log: log, cfg: cfg, metrics: rec, level: level}
 	coreURL, _ := url.Parse(cfg.Core.URL) // validated
 	var trusted []netip.Prefix
 	for _, s := range cfg.Proxy.TrustedProxies {
@@ -159,13 +191,17 @@ func build(ctx context.Context, cfg config.Config, log *slog.Logger, level *slog
 		Registry:        reg,
 		Registerer:      rec,
 		AccessLog:       cfg.Log.Access,
-		Version:         version,
+		Version:         deps.Version,
 		BodyIdleTimeout: cfg.Proxy.BodyIdleTimeout,
 	}
-	if ok, reason := cfg.KnowledgeEnabled(); !ok {
+	ok, reason := cfg.KnowledgeEnabled()
+	if !ok && deps.Catalog != nil && cfg.Core.Token != "" {
+		ok = true // the catalog is given, not dialled
+	}
+	if !ok {
 		log.Warn("knowledge features are off; running as a pure pass-through proxy", slog.String("reason", reason))
 	} else {
-		f, err := a.buildFeatures(ctx, cfg, rec, log)
+		f, err := a.buildFeatures(ctx, cfg, deps, rec, log)
 		if err != nil {
 			a.Close()
 			return nil, err
@@ -177,11 +213,11 @@ func build(ctx context.Context, cfg config.Config, log *slog.Logger, level *slog
 		a.Close()
 		return nil, err
 	}
-	a.server = srv
+	a.Server = srv
 	return a, nil
 }
 
-func (a *app) buildFeatures(ctx context.Context, cfg config.Config, reg prometheus.Registerer, log *slog.Logger) (*proxy.Features, error) {
+func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, reg prometheus.Registerer, log *slog.Logger) (*proxy.Features, error) {
 	cm := coreclient.NewMetrics(reg)
 	client, err := coreclient.NewClient(coreclient.Options{
 		BaseURL:       cfg.Core.URL,
@@ -195,42 +231,9 @@ func (a *app) buildFeatures(ctx context.Context, cfg config.Config, reg promethe
 	if err != nil {
 		return nil, fmt.Errorf("core client: %w", err)
 	}
-	catalog, err := coreclient.OpenCatalog(coreclient.CatalogOptions{
-		DSN:             cfg.Catalog.DSN,
-		MaxOpenConns:    cfg.Catalog.MaxOpenConns,
-		MaxIdleConns:    cfg.Catalog.MaxIdleConns,
-		ConnMaxLifetime: cfg.Catalog.ConnMaxLifetime,
-		QueryTimeout:    cfg.Catalog.QueryTimeout,
-		DocCacheEntries: cfg.Catalog.DocCacheEntries,
-		DocCacheBytes:   cfg.Catalog.DocCacheBytes,
-		Breaker:         breaker(cfg.Catalog.Breaker),
-		Metrics:         cm,
-	})
+	catalog, tasks, err := a.buildCatalog(ctx, cfg, deps, cm, reg, log)
 	if err != nil {
-		return nil, fmt.Errorf("catalog: %w", err)
-	}
-	a.closers = append(a.closers, catalog.Close)
-	// The knowledge endpoints answer 503 until Core's tables are verified;
-	// pass-through and readiness do not depend on it.
-	gated := coreclient.NewSchemaGate(catalog, 30*time.Second, nil, reg)
-	if cfg.Core.ClientAppID != "" {
-		// Core's rate limit on our own client: read, logged and exported at
-		// start-up and on each schema re-check.
-		limits := coreclient.NewRateLimitCheck(catalog, cfg.Core.ClientAppID, log, reg)
-		gated.AfterCheck(func(ctx context.Context) { _ = limits.Check(ctx) })
-	}
-	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	if err := gated.Check(sctx); err != nil {
-		log.Error("catalog schema check failed; the knowledge endpoints answer 503 until it passes (re-checked every 30s)",
-			slog.Any("error", err))
-	}
-	cancel()
-	switch st := gated.TaskControlState(); st {
-	case coreclient.TaskControlPartial:
-		log.Warn("Core's task-control tables are only partly visible (migration 062 without all six tables or grants); knowledge search and read answer 503 TASK_UNAVAILABLE until fixed",
-			slog.String("task_control", string(st)))
-	case coreclient.TaskControlAbsent, coreclient.TaskControlEnforced:
-		log.Info("managed-task rules", slog.String("task_control", string(st)))
+		return nil, err
 	}
 	keys, err := knowledge.NewKeyring(cfg.Signing.Keys, cfg.Core.Token)
 	if err != nil {
@@ -239,8 +242,8 @@ func (a *app) buildFeatures(ctx context.Context, cfg config.Config, reg promethe
 	svc, err := knowledge.New(knowledge.Options{
 		Identity:         client,
 		Retriever:        client,
-		Catalog:          gated,
-		Tasks:            gated,
+		Catalog:          catalog,
+		Tasks:            tasks,
 		Keys:             keys,
 		RateLimit:        cfg.RateLimit.RPS,
 		RateBurst:        cfg.RateLimit.Burst,
@@ -253,9 +256,7 @@ func (a *app) buildFeatures(ctx context.Context, cfg config.Config, reg promethe
 	}
 	var led ledger.Ledger
 	if cfg.LedgerBackend() == "redis" {
-		// go-redis logs process-wide, with server addresses; silence it. The
-		// ledger reports its own failures (without addresses).
-		redis.SetLogger(quietRedisLog{})
+		ledger.QuietRedisLogs()
 		r, err := ledger.NewRedis(ledger.RedisOptions{URL: cfg.Ledger.RedisURL, TTL: cfg.Ledger.TTL})
 		if err != nil {
 			return nil, err
@@ -286,17 +287,64 @@ func (a *app) buildFeatures(ctx context.Context, cfg config.Config, reg promethe
 	}, nil
 }
 
-// reload re-reads the file at path and the environment: on SIGHUP, on
-// POST /-/reload and when the watched file changes. Only hot-reloadable
-// settings (rollout, log level) take effect; an invalid configuration is
-// rejected (the returned *config.Error lists its problems), logged, and the
-// running configuration kept.
-func (a *app) reload(path string) error {
+// buildCatalog opens the SQL catalog behind its schema gate, or takes the
+// one given in deps.
+func (a *App) buildCatalog(ctx context.Context, cfg config.Config, deps Deps, cm *coreclient.Metrics, reg prometheus.Registerer, log *slog.Logger) (knowledge.Catalog, knowledge.Tasks, error) {
+	if deps.Catalog != nil {
+		tasks, _ := deps.Catalog.(knowledge.Tasks)
+		return deps.Catalog, tasks, nil
+	}
+	catalog, err := coreclient.OpenCatalog(coreclient.CatalogOptions{
+		DSN:             cfg.Catalog.DSN,
+		MaxOpenConns:    cfg.Catalog.MaxOpenConns,
+		MaxIdleConns:    cfg.Catalog.MaxIdleConns,
+		ConnMaxLifetime: cfg.Catalog.ConnMaxLifetime,
+		QueryTimeout:    cfg.Catalog.QueryTimeout,
+		DocCacheEntries: cfg.Catalog.DocCacheEntries,
+		DocCacheBytes:   cfg.Catalog.DocCacheBytes,
+		Breaker:         breaker(cfg.Catalog.Breaker),
+		Metrics:         cm,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("catalog: %w", err)
+	}
+	a.closers = append(a.closers, catalog.Close)
+	// The knowledge endpoints answer 503 until Core's tables are verified;
+	// pass-through and readiness do not depend on it.
+	gated := coreclient.NewSchemaGate(catalog, 30*time.Second, nil, reg)
+	if cfg.Core.ClientAppID != "" {
+		// Core's rate limit on our own client: read, logged and exported at
+		// start-up and on each schema re-check.
+		limits := coreclient.NewRateLimitCheck(catalog, cfg.Core.ClientAppID, log, reg)
+		gated.AfterCheck(func(ctx context.Context) { _ = limits.Check(ctx) })
+	}
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	if err := gated.Check(sctx); err != nil {
+		log.Error("catalog schema check failed; the knowledge endpoints answer 503 until it passes (re-checked every 30s)",
+			slog.Any("error", err))
+	}
+	cancel()
+	switch st := gated.TaskControlState(); st {
+	case coreclient.TaskControlPartial:
+		log.Warn("Core's task-control tables are only partly visible (migration 062 without all six tables or grants); knowledge search and read answer 503 TASK_UNAVAILABLE until fixed",
+			slog.String("task_control", string(st)))
+	case coreclient.TaskControlAbsent, coreclient.TaskControlEnforced:
+		log.Info("managed-task rules", slog.String("task_control", string(st)))
+	}
+	return gated, gated, nil
+}
+
+// Reload applies what load returns (the file and the environment read
+// again): on SIGHUP, on POST /-/reload and when the watched file changes.
+// Only hot-reloadable settings (rollout, log level) take effect; an invalid
+// configuration is rejected (the returned *config.Error lists its
+// problems), logged, and the running configuration kept.
+func (a *App) Reload(load func() (config.Config, error)) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	cfg, _, err := loadConfig(path)
+	cfg, err := load()
 	if err != nil {
-		a.server.ObserveReload("rejected")
+		a.Server.ObserveReload("rejected")
 		a.log.Error("configuration reload rejected; keeping the running configuration", slog.Any("error", err))
 		var ce *config.Error
 		if !errors.As(err, &ce) {
@@ -312,14 +360,14 @@ func (a *app) reload(path string) error {
 	case !pol.EnablesNone() && old.EnablesNone() && a.cfg.LedgerBackend() == "memory":
 		warnMemoryLedger(a.log, pol)
 	}
-	a.server.SetRollout(pol)
-	a.level.Set(parseLevel(cfg.Log.Level))
+	a.Server.SetRollout(pol)
+	a.level.Set(ParseLevel(cfg.Log.Level))
 	if changed := restartOnly(a.cfg, cfg); len(changed) > 0 {
 		a.log.Warn("configuration reload: these settings changed but need a restart to take effect",
 			slog.Any("settings", changed))
 	}
 	a.cfg.Rollout, a.cfg.Log.Level = cfg.Rollout, cfg.Log.Level
-	a.server.ObserveReload("ok")
+	a.Server.ObserveReload("ok")
 	a.log.Info("configuration reloaded", slog.String("rollout", pol.String()), slog.String("log_level", cfg.Log.Level))
 	return nil
 }
@@ -332,9 +380,12 @@ func warnMemoryLedger(log *slog.Logger, pol rollout.Policy) {
 		slog.String("rollout", pol.String()))
 }
 
-type quietRedisLog struct{}
-
-func (quietRedisLog) Printf(context.Context, string, ...interface{}) {}
+// ParseLevel reads a validated log level.
+func ParseLevel(s string) slog.Level {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(s)) // validated by config
+	return l
+}
 
 // restartOnly names the top-level settings (by YAML key, never by value: some
 // hold secrets) that differ between two configurations and cannot be applied
