@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/sony/gobreaker/v2"
+
+	"github.com/bailinghub/knowledge-sidecar/config"
 )
 
 // Breaker families (metric label values).
@@ -28,7 +30,8 @@ type BreakerSettings struct {
 // DefaultBreakerSettings returns 5 failures, a 30s window, a 10s open timeout
 // and one half-open probe.
 func DefaultBreakerSettings() BreakerSettings {
-	return BreakerSettings{Failures: 5, Window: 30 * time.Second, OpenTimeout: 10 * time.Second, HalfOpenMax: 1}
+	b := config.Defaults().Core.Identity // every breaker has the same defaults
+	return BreakerSettings{Failures: b.Failures, Window: b.Window, OpenTimeout: b.OpenTimeout, HalfOpenMax: b.HalfOpenMax}
 }
 
 func (s BreakerSettings) withDefaults() BreakerSettings {

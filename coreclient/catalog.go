@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/bailinghub/knowledge-sidecar/config"
 )
 
 // The catalog's queries: CONTRACT.md's column set, after CORE_SCHEMA §8
@@ -77,24 +79,26 @@ type CatalogOptions struct {
 	Metrics         *Metrics // nil: no metrics
 }
 
+// withDefaults fills zero settings from config.Defaults, their one source.
 func (o CatalogOptions) withDefaults() CatalogOptions {
+	d := config.Defaults().Catalog
 	if o.MaxOpenConns <= 0 {
-		o.MaxOpenConns = 10
+		o.MaxOpenConns = d.MaxOpenConns
 	}
 	if o.MaxIdleConns <= 0 {
-		o.MaxIdleConns = 5
+		o.MaxIdleConns = d.MaxIdleConns
 	}
 	if o.ConnMaxLifetime <= 0 {
-		o.ConnMaxLifetime = 5 * time.Minute
+		o.ConnMaxLifetime = d.ConnMaxLifetime
 	}
 	if o.QueryTimeout <= 0 {
-		o.QueryTimeout = 2 * time.Second
+		o.QueryTimeout = d.QueryTimeout
 	}
 	if o.DocCacheEntries <= 0 {
-		o.DocCacheEntries = 512
+		o.DocCacheEntries = d.DocCacheEntries
 	}
 	if o.DocCacheBytes <= 0 {
-		o.DocCacheBytes = 64 << 20
+		o.DocCacheBytes = d.DocCacheBytes
 	}
 	return o
 }

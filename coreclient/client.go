@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/bailinghub/knowledge-sidecar/config"
 )
 
 // ErrKBMissing: Core does not know the knowledge base (it was deleted, or
@@ -91,11 +93,12 @@ func NewClient(o Options) (*Client, error) {
 		metrics:       o.Metrics,
 		now:           o.Now,
 	}
+	// Zero means the documented default; config.Defaults is its one source.
 	if c.timeout == 0 {
-		c.timeout = 3 * time.Second
+		c.timeout = config.Defaults().Core.Timeout
 	}
 	if c.probeInterval == 0 {
-		c.probeInterval = 60 * time.Second
+		c.probeInterval = config.Defaults().ProbeInterval
 	}
 	if c.now == nil {
 		c.now = time.Now

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
 )
 
@@ -467,7 +468,7 @@ func TestCheckOrder(t *testing.T) {
 }
 
 func exhaustRate(e *env) {
-	for i := 0; i < defaultRateBurst; i++ {
+	for i := 0; i < config.Defaults().RateLimit.Burst; i++ {
 		e.svc.allow(sessionA.SessionID)
 	}
 }
@@ -486,14 +487,14 @@ func flipLast(s string) string {
 // rate_limited, clock injected.
 func TestRateLimit(t *testing.T) {
 	e := newEnv(t)
-	for i := 0; i < defaultRateBurst; i++ {
+	for i := 0; i < config.Defaults().RateLimit.Burst; i++ {
 		if _, _, ke := e.call("capabilities", tokA, routeKey, ""); ke != nil {
 			t.Fatalf("request %d: got %v; want success within the burst", i+1, ke)
 		}
 	}
 	_, _, ke := e.call("capabilities", tokA, routeKey, "")
 	if ke == nil || ke.Status != 429 || ke.Code != CodeRateLimited {
-		t.Fatalf("request %d: got %v; want 429 rate_limited", defaultRateBurst+1, ke)
+		t.Fatalf("request %d: got %v; want 429 rate_limited", config.Defaults().RateLimit.Burst+1, ke)
 	}
 	// Another session has its own bucket.
 	if _, _, ke := e.call("capabilities", tokB, routeKey, ""); ke != nil {
@@ -505,7 +506,7 @@ func TestRateLimit(t *testing.T) {
 	}
 	// 10 tokens per second refill.
 	e.advance(time.Second)
-	for i := 0; i < defaultRateLimit; i++ {
+	for i := 0; i < int(config.Defaults().RateLimit.RPS); i++ {
 		if _, _, ke := e.call("search", tokA, routeKey, `{"query":"x"}`); ke != nil {
 			t.Fatalf("after refill request %d: got %v; want success", i+1, ke)
 		}

@@ -13,6 +13,8 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
+
+	"github.com/bailinghub/knowledge-sidecar/config"
 )
 
 // Protocol constants (SPEC §3 limits; fixed, not configuration).
@@ -26,11 +28,8 @@ const (
 	// MaxRequestBytes bounds every request body.
 	MaxRequestBytes = 16 << 10
 
-	defaultRateLimit        = 10
-	defaultRateBurst        = 20
-	defaultRetrievalTimeout = 3 * time.Second
-	limiterCacheSize        = 16384
-	routeCacheSize          = 1024
+	limiterCacheSize = 16384
+	routeCacheSize   = 1024
 )
 
 // Options configures a Service. Identity, Retriever, Catalog and Keys are
@@ -115,14 +114,16 @@ func New(o Options) (*Service, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
+	// Zero means the documented default; config.Defaults is its one source.
+	def := config.Defaults()
 	if o.RateLimit == 0 {
-		s.rate = defaultRateLimit
+		s.rate = rate.Limit(def.RateLimit.RPS)
 	}
 	if s.burst == 0 {
-		s.burst = defaultRateBurst
+		s.burst = def.RateLimit.Burst
 	}
 	if s.timeout == 0 {
-		s.timeout = defaultRetrievalTimeout
+		s.timeout = def.Core.Timeout
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)

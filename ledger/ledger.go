@@ -6,7 +6,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"hash"
-	"time"
+
+	"github.com/bailinghub/knowledge-sidecar/config"
 )
 
 // Key names one turn under both of Core's idempotency keys. All fields are
@@ -26,8 +27,9 @@ var (
 	ErrInvalidKey = errors.New("turn ledger key or mode is incomplete")
 )
 
-// DefaultTTL is used when a backend is configured with a TTL ≤ 0.
-const DefaultTTL = 24 * time.Hour
+// DefaultTTL is used when a backend is configured with a TTL ≤ 0: the
+// documented default of ledger.ttl (config.Defaults is its one source).
+var DefaultTTL = config.Defaults().Ledger.TTL
 
 // Ledger is the turn-mode ledger.
 type Ledger interface {

@@ -15,6 +15,8 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/rollout"
+
+	"github.com/bailinghub/knowledge-sidecar/config"
 )
 
 // Prober forwards a caller's capabilities request to Core (native detection).
@@ -52,7 +54,7 @@ func newFeatures(f *Features, s *Server) (*features, error) {
 		f.Now = time.Now
 	}
 	if f.ProbeInterval <= 0 {
-		f.ProbeInterval = time.Minute
+		f.ProbeInterval = config.Defaults().ProbeInterval
 	}
 	nd, err := newNativeDetector(f.NativeDetection, f.ProbeInterval, f.Prober, f.Now, s.m)
 	if err != nil {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bailinghub/knowledge-sidecar/config"
 )
 
 // Options wire a Server. Only CoreURL is required: without Features the
@@ -72,7 +74,8 @@ func New(o Options) (*Server, error) {
 		o.Registry = prometheus.NewRegistry()
 	}
 	if o.Transport == nil {
-		o.Transport = NewTransport(TransportOptions{DialTimeout: 5 * time.Second, ResponseHeaderTimeout: time.Minute, MaxIdleConnsPerHost: 256})
+		d := config.Defaults().Proxy
+		o.Transport = NewTransport(TransportOptions{DialTimeout: d.DialTimeout, ResponseHeaderTimeout: d.ResponseHeaderTimeout, MaxIdleConnsPerHost: d.MaxIdleConnsPerHost})
 	}
 	s := &Server{
 		log:      o.Logger,

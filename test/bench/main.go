@@ -1,6 +1,8 @@
 package main
 
 import (
+	"cmp"
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -13,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -37,6 +41,7 @@ type config struct {
 	soakRate   int
 	nginx      bool
 	profileDir string
+	catalog    string
 	keep       bool
 	only       map[string]bool
 }
@@ -72,6 +77,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&c.nginx, "nginx", true, "compare with nginx when the nginx binary is installed")
 	fs.StringVar(&c.profileDir, "profile", "", "directory for CPU profiles of the sidecar under load (pass-through 1 KiB saturation, 10 KiB turns)")
 	only := fs.String("only", "", "run only these sections: "+strings.Join(sections, ",")+" (default: all)")
+	fs.StringVar(&c.catalog, "catalog", "sql", "the sidecar's catalog: sql (a MariaDB database made for the run on the server of KS_TEST_MYSQL_DSN, as in production) or mem (the in-memory twin)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the work directory (child logs, nginx config) and print its path")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -120,6 +126,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "bench: unknown load %q (want 1k, 10k, 64k, sse)\n", l)
 			return 2
 		}
+	}
+	if c.catalog != "sql" && c.catalog != "mem" {
+		fmt.Fprintln(stderr, "bench: --catalog must be sql or mem")
+		return 2
 	}
 	if c.pairs < 5 {
 		fmt.Fprintln(stderr, "bench: --pairs must be at least 5")
@@ -201,6 +211,25 @@ func orchestrate(c config, logw io.Writer) (*report, error) {
 	}
 	defer up.stop()
 	upURL := "http://" + up.info.Addr
+	if c.catalog == "sql" {
+		dsn := cmp.Or(os.Getenv("KS_TEST_MYSQL_DSN"), testdb.DefaultDSN)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		db, drop, err := testdb.Create(ctx, dsn)
+		if err == nil {
+			err = seedCatalog(ctx, db.Admin)
+			if err != nil {
+				_ = drop()
+			}
+		}
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("catalog database: %w", err)
+		}
+		defer drop()
+		// The sidecar child inherits the environment.
+		os.Setenv(catalogEnv, db.ReadOnlyDSN)
+		defer os.Unsetenv(catalogEnv)
+	}
 	sc, err := spawn(exe, "sidecar", upURL, dir)
 	if err != nil {
 		return nil, err
@@ -218,7 +247,7 @@ func orchestrate(c config, logw io.Writer) (*report, error) {
 	eps := []*endpoint{direct, side, bare}
 	ports := map[int]string{portOf(up.info.Addr): "direct", portOf(sc.info.Addr): "sidecar", portOf(rp.info.Addr): "revproxy"}
 
-	r := &report{Meta: meta{
+	r := &report{Meta: meta{Catalog: c.catalog,
 		Started: time.Now().UTC().Format(time.RFC3339), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
 		Quick: c.quick, Pairs: c.pairs, RunMS: c.dur.Milliseconds(), SatRunMS: c.satDur.Milliseconds(),
 		WarmupMS: c.warm.Milliseconds(), Concurrency: c.conc, LoadAvgBefore: loadAvg(),

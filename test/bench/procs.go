@@ -34,6 +34,9 @@ type childInfo struct {
 // serveTarget is the child mode: serve one role on 127.0.0.1:0, print a
 // childInfo line, and stop when stdin closes (the orchestrator exited or
 // asked) or on SIGTERM/SIGINT.
+// catalogEnv passes the catalog's read-only DSN to the sidecar child.
+const catalogEnv = "KS_BENCH_CATALOG_DSN"
+
 func serveTarget(role, upstream string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -86,10 +89,12 @@ func serveTarget(role, upstream string, stdout, stderr io.Writer) int {
 		srv := &http.Server{Handler: h, ReadHeaderTimeout: so.ReadHeaderTimeout, IdleTimeout: so.IdleTimeout, MaxHeaderBytes: so.MaxHeaderBytes}
 		serve = func() error { return serveUntil(ctx, srv, ln) }
 	case "sidecar":
-		s, err := newSidecar(upstream, log)
+		app, err := newSidecar(upstream, os.Getenv(catalogEnv), log)
 		if err != nil {
 			return fail(err)
 		}
+		defer app.Close()
+		s := app.Server
 		aln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return fail(err)

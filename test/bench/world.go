@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,14 +17,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-
+	kscfg "github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
-	"github.com/bailinghub/knowledge-sidecar/knowledge"
-	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
-	"github.com/bailinghub/knowledge-sidecar/rollout"
+	"github.com/bailinghub/knowledge-sidecar/sidecar"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 )
 
@@ -309,44 +307,59 @@ func serveSSE(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// newSidecar builds the edge the way `serve` does (own registry with the Go
-// and process collectors, the default tuned transport, knowledge features),
-// over the upstream at coreURL with the in-memory catalog. The per-session
-// rate limit is lifted so the load is not answered 429.
-func newSidecar(coreURL string, log *slog.Logger) (*proxy.Server, error) {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	cm := coreclient.NewMetrics(reg)
-	client, err := coreclient.NewClient(coreclient.Options{BaseURL: coreURL, ServiceToken: benchService, Metrics: cm})
-	if err != nil {
-		return nil, err
+// newSidecar builds the sidecar exactly as `serve` does (sidecar.Build from
+// the defaults), over the upstream at coreURL, rolled out for the knowledge
+// and turn routes. The knowledge paths read the production SQL catalog at
+// catalogDSN (a MariaDB database seeded by seedCatalog); with an empty DSN
+// the in-memory twin stands in. The per-session rate limit is lifted so the
+// load is not answered 429.
+func newSidecar(coreURL, catalogDSN string, log *slog.Logger) (*sidecar.App, error) {
+	cfg := kscfg.Defaults()
+	cfg.Core.URL, cfg.Core.Token, cfg.Catalog.DSN = coreURL, benchService, catalogDSN
+	cfg.RateLimit.RPS, cfg.RateLimit.Burst = 1e9, 1<<30
+	cfg.Rollout = "allow:" + strings.Join([]string{routeKB, routeTurn10, routeTurn256}, ",")
+	deps := sidecar.Deps{Logger: log, Version: "bench"}
+	if catalogDSN == "" {
+		deps.Catalog = newMemCatalog()
 	}
-	keys, err := knowledge.NewKeyring("", benchService)
-	if err != nil {
-		return nil, err
+	return sidecar.Build(context.Background(), cfg, deps)
+}
+
+// seedCatalog writes the bench world into a catalog database (the rows
+// newMemCatalog holds), as the admin account.
+func seedCatalog(ctx context.Context, db *sql.DB) error {
+	now := time.Now().UTC().Truncate(time.Second)
+	routes := []string{routeKB, routeTurn10, routeTurn256, routePass10}
+	stmts := []struct {
+		q    string
+		args []any
+	}{{"INSERT INTO bz_kb_bases (kb_id, enabled, updated_at) VALUES (?, 1, ?)", []any{benchKB, now}}}
+	for _, r := range routes {
+		stmts = append(stmts, struct {
+			q    string
+			args []any
+		}{"INSERT INTO bz_routes (route_key, enabled, knowledge, updated_at) VALUES (?, 1, ?, ?)", []any{r, benchKnowCfg, now}})
 	}
-	svc, err := knowledge.New(knowledge.Options{
-		Identity: client, Retriever: client, Catalog: newMemCatalog(), Keys: keys,
-		RateLimit: 1e9, RateBurst: 1 << 30, Logger: log, Registerer: reg,
-	})
-	if err != nil {
-		return nil, err
+	allowed, _ := json.Marshal(routes)
+	stmts = append(stmts, struct {
+		q    string
+		args []any
+	}{"INSERT INTO bz_clients (app_id, token, enabled, allowed_routes, agent_authorize_url, rate_limit_per_min) VALUES (?, ?, 1, ?, ?, 0)",
+		[]any{benchClient, strings.Repeat("b", 32), string(allowed), "http://127.0.0.1:1/callback"}})
+	for i := 1; i <= benchDocs; i++ {
+		title, content := docText(i, benchDocSize)
+		stmts = append(stmts, struct {
+			q    string
+			args []any
+		}{"INSERT INTO bz_kb_docs (doc_id, kb_id, title, content, content_hash, status, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'ready', ?, ?)",
+			[]any{i, benchKB, title, content, fmt.Sprintf("%032x", i), now, now}})
 	}
-	pol, err := rollout.Parse("allow:" + strings.Join([]string{routeKB, routeTurn10, routeTurn256}, ","))
-	if err != nil {
-		return nil, err
+	for _, st := range stmts {
+		if _, err := db.ExecContext(ctx, st.q, st.args...); err != nil {
+			return err
+		}
 	}
-	u, err := url.Parse(coreURL)
-	if err != nil {
-		return nil, err
-	}
-	return proxy.New(proxy.Options{
-		CoreURL: u, Logger: log, Registry: reg, Version: "bench",
-		Features: &proxy.Features{
-			Knowledge: svc, Prober: client, Ledger: ledger.NewMemory(100000, time.Hour, time.Now),
-			Rollout: pol, NativeDetection: "auto", ProbeInterval: time.Minute,
-		},
-	})
+	return nil
 }
 
 // newBareProxy is the baseline: a tuned httputil.ReverseProxy with nothing

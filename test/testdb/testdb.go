@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	_ "embed"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -76,63 +77,97 @@ func New(t testing.TB) *DB {
 	if dsn == "" {
 		dsn = DefaultDSN
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	d, drop, err := Create(ctx, dsn)
+	if errors.Is(err, ErrUnreachable) {
+		unreachable(t, err)
+	}
+	if err != nil {
+		t.Fatalf("testdb: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := drop(); err != nil {
+			t.Errorf("testdb: %v", err)
+		}
+	})
+	return d
+}
+
+// ErrUnreachable: the database server of the DSN did not answer.
+var ErrUnreachable = errors.New("database server unreachable")
+
+// Create is New for programs that are not tests (the load tool): it builds
+// the same database and read-only user on the server of dsn and returns a
+// function that drops both.
+func Create(ctx context.Context, dsn string) (d *DB, drop func() error, err error) {
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
-		t.Fatal("testdb: KS_TEST_MYSQL_DSN is not a valid DSN")
+		return nil, nil, errors.New("the DSN is not valid")
 	}
 	cfg.ParseTime, cfg.Loc, cfg.MultiStatements = true, time.UTC, true
 	if err := cfg.Apply(mysql.Charset("utf8mb4", "")); err != nil {
-		t.Fatalf("testdb: dsn: %v", err)
+		return nil, nil, fmt.Errorf("dsn: %w", err)
 	}
-
 	server := cfg.Clone()
 	server.DBName = ""
 	root, err := sql.Open("mysql", server.FormatDSN())
 	if err != nil {
-		t.Fatalf("testdb: open: %v", err)
+		return nil, nil, fmt.Errorf("open: %w", err)
 	}
-	t.Cleanup(func() { root.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
-	defer cancel()
 	if err := root.PingContext(ctx); err != nil {
-		unreachable(t, err)
+		root.Close()
+		return nil, nil, fmt.Errorf("%w: %v", ErrUnreachable, err)
 	}
-
-	d := &DB{Name: "ks_test_" + randomHex(t, 6), root: root}
-	user, password := "ks_ro_"+randomHex(t, 5), randomHex(t, 16)
-	account := fmt.Sprintf("'%s'@'%%'", user)
-	d.account = account
-	mustExec(t, ctx, root, "CREATE DATABASE `"+d.Name+"` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci")
-	t.Cleanup(func() {
+	d = &DB{Name: "ks_test_" + randomHex(6), root: root}
+	user, password := "ks_ro_"+randomHex(5), randomHex(16)
+	d.account = fmt.Sprintf("'%s'@'%%'", user)
+	drop = func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 		defer cancel()
-		if _, err := root.ExecContext(ctx, "DROP USER IF EXISTS "+account); err != nil {
-			t.Errorf("testdb: drop user: %v", err)
+		if d.Admin != nil {
+			d.Admin.Close()
+		}
+		defer root.Close()
+		if _, err := root.ExecContext(ctx, "DROP USER IF EXISTS "+d.account); err != nil {
+			return fmt.Errorf("drop user: %w", err)
 		}
 		if _, err := root.ExecContext(ctx, "DROP DATABASE IF EXISTS `"+d.Name+"`"); err != nil {
-			t.Errorf("testdb: drop database: %v", err)
+			return fmt.Errorf("drop database: %w", err)
 		}
-	})
-
+		return nil
+	}
+	fail := func(err error) (*DB, func() error, error) {
+		_ = drop()
+		return nil, nil, fmt.Errorf("setup: %w", err)
+	}
+	if _, err := root.ExecContext(ctx, "CREATE DATABASE `"+d.Name+"` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"); err != nil {
+		return fail(err)
+	}
 	admin := cfg.Clone()
 	admin.DBName = d.Name
-	d.Admin, err = sql.Open("mysql", admin.FormatDSN())
-	if err != nil {
-		t.Fatalf("testdb: open admin: %v", err)
+	if d.Admin, err = sql.Open("mysql", admin.FormatDSN()); err != nil {
+		return fail(err)
 	}
-	t.Cleanup(func() { d.Admin.Close() }) // runs before the drop above
-	mustExec(t, ctx, d.Admin, schemaSQL)
-	mustExec(t, ctx, d.Admin, fixturesSQL)
-
-	mustExec(t, ctx, root, fmt.Sprintf("CREATE USER %s IDENTIFIED BY '%s'", account, password))
-	for _, g := range Grants(d.Name, account) {
-		mustExec(t, ctx, root, g)
+	stmts := []struct {
+		db *sql.DB
+		q  string
+	}{{d.Admin, schemaSQL}, {d.Admin, fixturesSQL}, {root, fmt.Sprintf("CREATE USER %s IDENTIFIED BY '%s'", d.account, password)}}
+	for _, g := range Grants(d.Name, d.account) {
+		stmts = append(stmts, struct {
+			db *sql.DB
+			q  string
+		}{root, g})
 	}
-
+	for _, st := range stmts {
+		if _, err := st.db.ExecContext(ctx, st.q); err != nil {
+			return fail(err)
+		}
+	}
 	ro := cfg.Clone()
 	ro.User, ro.Passwd, ro.DBName, ro.MultiStatements = user, password, d.Name, false
 	d.ReadOnlyDSN = ro.FormatDSN()
-	return d
+	return d, drop, nil
 }
 
 // Exec runs a statement as the admin account on the test database.
@@ -210,10 +245,8 @@ func unreachable(t testing.TB, err error) {
 	t.Skipf("testdb: MySQL/MariaDB of KS_TEST_MYSQL_DSN is unreachable, skipping: %v", err)
 }
 
-func randomHex(t testing.TB, n int) string {
+func randomHex(n int) string {
 	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatalf("testdb: random: %v", err)
-	}
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
 	return hex.EncodeToString(b)
 }
