@@ -156,6 +156,7 @@ type demoWorld struct {
 	coreURL string
 	catalog *coreclient.MemCatalog
 	service string // the sidecar's Core service token
+	now     func() time.Time // the knowledge clock (nil: time.Now); tests move it
 }
 
 func startDemoWorld(docs []demoDoc, token string) (*demoWorld, error) {
@@ -219,7 +220,7 @@ func (w *demoWorld) sidecar(log *slog.Logger) (*proxy.Server, error) {
 		return nil, err
 	}
 	svc, err := knowledge.New(knowledge.Options{
-		Identity: client, Retriever: client, Catalog: w.catalog, Keys: keys,
+		Identity: client, Retriever: client, Catalog: w.catalog, Keys: keys, Now: w.now,
 		RateLimit: 10, RateBurst: 20, Logger: log, Registerer: reg,
 	})
 	if err != nil {

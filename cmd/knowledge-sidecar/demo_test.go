@@ -33,11 +33,18 @@ type runningDemo struct {
 // cleanup.
 func startDemo(t *testing.T, docs []demoDoc) *runningDemo {
 	t.Helper()
+	return startDemoClock(t, docs, nil)
+}
+
+// startDemoClock is startDemo with the knowledge service's clock (nil: time.Now).
+func startDemoClock(t *testing.T, docs []demoDoc, now func() time.Time) *runningDemo {
+	t.Helper()
 	token := randomToken("bha_")
 	w, err := startDemoWorld(docs, token)
 	if err != nil {
 		t.Fatalf("startDemoWorld: %v", err)
 	}
+	w.now = now
 	t.Cleanup(w.close)
 	srv, err := w.sidecar(slog.New(slog.DiscardHandler))
 	if err != nil {

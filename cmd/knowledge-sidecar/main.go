@@ -27,6 +27,7 @@ const usage = `usage:
                                                   (also: --check-config, serve --check-config)
   knowledge-sidecar version                       print the version
 The config file may also be named by KNOWLEDGE_SIDECAR_CONFIG.
+Host side (token from BAILING_AGENT_TOKEN): knowledge-sidecar mcp --help, knowledge-sidecar conformance --help
 `
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -41,6 +42,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdDemo(args[1:], stdout, stderr)
 	case "check-config", "--check-config", "-check-config":
 		return cmdCheckConfig(args[1:], stdout, stderr)
+	case "mcp", "conformance": // host-side tools: mcp.go, conformance.go
+		return cmdHost(args[0], args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "knowledge-sidecar %s\n", version)
 		return 0
