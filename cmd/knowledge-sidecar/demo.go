@@ -155,7 +155,7 @@ type demoWorld struct {
 	srv     *http.Server
 	coreURL string
 	catalog *coreclient.MemCatalog
-	service string // the sidecar's Core service token
+	service string           // the sidecar's Core service token
 	now     func() time.Time // the knowledge clock (nil: time.Now); tests move it
 }
 
