@@ -174,6 +174,10 @@ func (r *runner) methods(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if res.Status/100 == 2 {
+			r.note(name, rule, fmt.Sprintf("%s %s succeeded with %d", c.method, c.endpoint, res.Status))
+			continue
+		}
 		if res.Status != http.StatusMethodNotAllowed {
 			r.skip(name, rule, fmt.Sprintf("%s %s answered %s, not 405: not observable here", c.method, c.endpoint, codeOf(res)))
 			continue
