@@ -90,7 +90,8 @@ func cmdMCP(args []string, stdin io.ReadCloser, stdout io.Writer, stderr io.Writ
 		fmt.Fprintln(stderr, "mcp:", err)
 		return 1
 	}
-	err = srv.Run(ctx, &mcp.IOTransport{Reader: stdin, Writer: nopWriteCloser{stdout}})
+	// Calls already received when stdin closes are answered first (at most 3 s).
+	err = srv.Run(ctx, mcpserver.DrainOnEOF(&mcp.IOTransport{Reader: stdin, Writer: nopWriteCloser{stdout}}, 3*time.Second))
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, context.Canceled) && !errors.Is(err, mcp.ErrConnectionClosed) {
 		fmt.Fprintln(stderr, "mcp:", err)
 		return 1

@@ -392,3 +392,41 @@ func TestMCPStartup(t *testing.T) {
 		})
 	}
 }
+
+// TestMCPAnswersBeforeExit: a host that writes a call and closes stdin still
+// gets the answer, then the server exits 0.
+func TestMCPAnswersBeforeExit(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + ln.Addr().String()
+	_ = ln.Close()
+	t.Setenv(tokenEnv, "bha_x")
+	in := strings.Join([]string{
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"knowledge_search","arguments":{"query":"refund"}}}`,
+	}, "\n") + "\n"
+	var stdout, stderr bytes.Buffer
+	code := cmdMCP([]string{"--url", closed, "--route", "demo"}, io.NopCloser(strings.NewReader(in)), &stdout, &stderr)
+	var answered bool
+	for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
+		var msg struct {
+			ID     int `json:"id"`
+			Result struct {
+				IsError bool `json:"isError"`
+				Content []struct {
+					Text string `json:"text"`
+				} `json:"content"`
+			} `json:"result"`
+		}
+		if json.Unmarshal([]byte(line), &msg) == nil && msg.ID == 2 && msg.Result.IsError &&
+			len(msg.Result.Content) == 1 && strings.HasPrefix(msg.Result.Content[0].Text, "knowledge_unavailable: ") {
+			answered = true
+		}
+	}
+	if code != 0 || !answered {
+		t.Errorf("exit %d, stdout %s; want 0 and call 2 answered with isError knowledge_unavailable", code, stdout.String())
+	}
+}
