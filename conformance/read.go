@@ -87,31 +87,12 @@ func (r *runner) page(ctx context.Context, ref, cursor string, maxBytes int) (*r
 		r.note("read.shape", ruleReadShape, "body is not a JSON object of the v1 shape")
 		return nil, nil
 	}
-	var sv []string
-	var opt []string
-	if r.o.RunID != "" {
-		opt = append(opt, "run_id")
-		if p.RunID == nil || *p.RunID != strings.ToLower(r.o.RunID) {
-			sv = append(sv, "run_id not echoed in lowercase")
-		}
-	}
-	if d := keys(obj, readRequired, opt...); d != "" {
-		sv = append(sv, d)
-	}
-	if p.SchemaVersion != "bailing.agent-knowledge-read.v1" {
-		sv = append(sv, fmt.Sprintf("schema_version %q", p.SchemaVersion))
-	}
-	if p.Trust != "reference_only" {
-		sv = append(sv, fmt.Sprintf("trust %q", p.Trust))
-	}
+	sv := r.envelope(obj, readRequired, envelope{"bailing.agent-knowledge-read.v1", p.SchemaVersion, p.Trust, p.Route, p.RunID})
 	if p.Ref != ref {
 		sv = append(sv, "ref not echoed verbatim")
 	}
 	if p.ChainMax != chainMax {
 		sv = append(sv, fmt.Sprintf("read_chain_max_bytes %d", p.ChainMax))
-	}
-	if p.Route != r.c.Route() {
-		sv = append(sv, fmt.Sprintf("route %q", p.Route))
 	}
 	if !isHex64(p.Revision) || !isHex64(p.ScopeRevision) {
 		sv = append(sv, "revision or knowledge_scope_revision is not 64 lowercase hex")

@@ -139,26 +139,7 @@ func (r *runner) checkSearch(res *hostclient.Response, limit int) []hint {
 		r.note("search.shape", "search answers the v1 fields with trust reference_only", "body is not a JSON object of the v1 shape")
 		return nil
 	}
-	var v []string
-	opt := []string{}
-	if r.o.RunID != "" {
-		opt = append(opt, "run_id")
-		if sr.RunID == nil || *sr.RunID != strings.ToLower(r.o.RunID) {
-			v = append(v, "run_id not echoed in lowercase")
-		}
-	}
-	if d := keys(obj, searchRequired, opt...); d != "" {
-		v = append(v, d)
-	}
-	if sr.SchemaVersion != "bailing.agent-knowledge-search.v1" {
-		v = append(v, fmt.Sprintf("schema_version %q", sr.SchemaVersion))
-	}
-	if sr.Trust != "reference_only" {
-		v = append(v, fmt.Sprintf("trust %q", sr.Trust))
-	}
-	if sr.Route != r.c.Route() {
-		v = append(v, fmt.Sprintf("route %q", sr.Route))
-	}
+	v := r.envelope(obj, searchRequired, envelope{"bailing.agent-knowledge-search.v1", sr.SchemaVersion, sr.Trust, sr.Route, sr.RunID})
 	switch sr.Status {
 	case "ok", "partial", "unavailable", "disabled":
 	default:
@@ -308,4 +289,37 @@ func (r *runner) runChecks(ctx context.Context) error {
 	}
 	r.note(name, rule, wantError(res, http.StatusNotFound, "run_not_found"))
 	return nil
+}
+
+// envelope is what search and read answers share.
+type envelope struct {
+	want, schemaVersion, trust, route string
+	runID                             *string
+}
+
+// envelope checks the fields every search and read answer carries: exactly
+// the v1 keys (run_id only when one was sent, echoed in lowercase), the
+// schema version, trust and route.
+func (r *runner) envelope(obj map[string]json.RawMessage, required []string, e envelope) []string {
+	var v []string
+	var opt []string
+	if r.o.RunID != "" {
+		opt = append(opt, "run_id")
+		if e.runID == nil || *e.runID != strings.ToLower(r.o.RunID) {
+			v = append(v, "run_id not echoed in lowercase")
+		}
+	}
+	if d := keys(obj, required, opt...); d != "" {
+		v = append(v, d)
+	}
+	if e.schemaVersion != e.want {
+		v = append(v, fmt.Sprintf("schema_version %q", e.schemaVersion))
+	}
+	if e.trust != "reference_only" {
+		v = append(v, fmt.Sprintf("trust %q", e.trust))
+	}
+	if e.route != r.c.Route() {
+		v = append(v, fmt.Sprintf("route %q", e.route))
+	}
+	return v
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -16,12 +15,8 @@ import (
 // TestConformanceDemo: the checker is green on the demo, in process with the
 // demo's clock so the expiry checks run too, and with the turn checks.
 func TestConformanceDemo(t *testing.T) {
-	docs, err := loadDocs("")
-	if err != nil {
-		t.Fatal(err)
-	}
 	clock := &offsetClock{}
-	d := startDemoClock(t, docs, clock.Now)
+	d := startSamples(t, clock.Now)
 	client, err := hostclient.New(d.base, demoRoute, d.token, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -54,12 +49,7 @@ func TestConformanceDemo(t *testing.T) {
 // TestConformanceCLI: exit codes and messages of the command line. Usage and
 // connection problems are 2, each saying which.
 func TestConformanceCLI(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := "http://" + ln.Addr().String()
-	_ = ln.Close()
+	closed := closedURL(t)
 	cases := []struct {
 		name   string
 		args   []string
@@ -87,11 +77,7 @@ func TestConformanceCLI(t *testing.T) {
 	}
 
 	t.Run("json report against the demo", func(t *testing.T) {
-		docs, err := loadDocs("")
-		if err != nil {
-			t.Fatal(err)
-		}
-		d := startDemo(t, docs)
+		d := startSamples(t, nil)
 		t.Setenv(tokenEnv, d.token)
 		var stdout, stderr bytes.Buffer
 		code := run([]string{"conformance", "--url", d.base, "--route", demoRoute, "--format", "json", "--query", "refund window"}, &stdout, &stderr)

@@ -170,12 +170,8 @@ type mcpHint struct {
 // demo: tools, search, read, paging, errors as tool results, 20 calls, and a
 // clean shutdown with nothing but JSON-RPC on stdout.
 func TestMCPAgainstDemo(t *testing.T) {
-	docs, err := loadDocs("")
-	if err != nil {
-		t.Fatal(err)
-	}
 	clock := &offsetClock{}
-	d := startDemoClock(t, docs, clock.Now)
+	d := startSamples(t, clock.Now)
 	// The token file ends with a newline, as `echo $TOKEN > file` writes it.
 	p := startMCP(t, "--url", d.base, "--route", demoRoute, "--token-file", writeTokenFile(t, d.token+"\n"))
 	if s := p.stderr.String(); s != "" {
@@ -314,11 +310,7 @@ func TestMCPAgainstDemo(t *testing.T) {
 // TestMCPWrongToken: a rejected token is a warning at start-up and an
 // isError result on every call, never a crash.
 func TestMCPWrongToken(t *testing.T) {
-	docs, err := loadDocs("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := startDemo(t, docs)
+	d := startSamples(t, nil)
 	t.Setenv(tokenEnv, randomToken("bha_"))
 	p := startMCP(t, "--url", d.base, "--route", demoRoute)
 	if s := p.stderr.String(); !strings.Contains(s, "warning") || !strings.Contains(s, "401") {
@@ -339,6 +331,28 @@ func TestMCPWrongToken(t *testing.T) {
 	}
 }
 
+// startSamples runs the demo with its built-in documents and the given
+// knowledge clock (nil: time.Now).
+func startSamples(t *testing.T, now func() time.Time) *runningDemo {
+	t.Helper()
+	docs, err := loadDocs("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startDemoClock(t, docs, now)
+}
+
+// closedURL is the address of a port nothing listens on any more.
+func closedURL(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = ln.Close()
+	return "http://" + ln.Addr().String()
+}
+
 // TestMCPStartup: unsupported answers stop the server with exit 1; other
 // failures warn and serve; usage problems exit 2.
 func TestMCPStartup(t *testing.T) {
@@ -351,12 +365,7 @@ func TestMCPStartup(t *testing.T) {
 		t.Cleanup(srv.Close)
 		return srv.URL
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := "http://" + ln.Addr().String()
-	_ = ln.Close()
+	closed := closedURL(t)
 
 	cases := []struct {
 		name   string
@@ -396,12 +405,7 @@ func TestMCPStartup(t *testing.T) {
 // TestMCPAnswersBeforeExit: a host that writes a call and closes stdin still
 // gets the answer, then the server exits 0.
 func TestMCPAnswersBeforeExit(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := "http://" + ln.Addr().String()
-	_ = ln.Close()
+	closed := closedURL(t)
 	t.Setenv(tokenEnv, "bha_x")
 	in := strings.Join([]string{
 		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`,

@@ -13,11 +13,7 @@ import (
 // TestToolLoopExample runs the example host loop of docs/hosts.md against
 // the demo: negotiation outcomes and a full search → read → answer loop.
 func TestToolLoopExample(t *testing.T) {
-	docs, err := loadDocs("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := startDemo(t, docs)
+	d := startSamples(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
