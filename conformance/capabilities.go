@@ -32,6 +32,9 @@ func (r *runner) capabilities(ctx context.Context) (ok bool, err error) {
 		return false, err
 	}
 	r.private = append(r.private, r.c.Token())
+	if res.Status == http.StatusUnauthorized {
+		return false, fmt.Errorf("%w: capabilities answered %s", ErrRejected, codeOf(res))
+	}
 	var obj map[string]json.RawMessage
 	var caps struct {
 		SchemaVersion string           `json:"schema_version"`

@@ -16,8 +16,14 @@ import (
 // Protocol is the protocol the checker checks.
 const Protocol = "bailing.agent-knowledge.v1"
 
-// ErrConnection means nothing (or nothing HTTP) answered: the run stops.
-var ErrConnection = errors.New("connection error")
+// Errors that stop a run before any check is meaningful.
+var (
+	// ErrConnection means nothing (or nothing HTTP) answered.
+	ErrConnection = errors.New("connection error")
+	// ErrRejected means the implementation refused the token (401 on
+	// capabilities): every check would only see 401.
+	ErrRejected = errors.New("the Agent access token was rejected")
+)
 
 // Options configure a run.
 type Options struct {
@@ -41,8 +47,9 @@ type Options struct {
 }
 
 // Run performs every check in order and returns the report. The error is
-// non-nil only when the implementation cannot be reached (ErrConnection) or
-// ctx ends; checks that fail are in the report.
+// non-nil only when the implementation cannot be reached (ErrConnection),
+// refuses the token (ErrRejected) or ctx ends; checks that fail are in the
+// report.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.Client == nil {
 		return nil, errors.New("conformance: no client")

@@ -51,9 +51,12 @@ func cmdConformance(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	rep, err := conformance.Run(ctx, conformance.Options{Client: client, RunID: *runID, Query: *query, Turns: *turns, Rate: *rate})
 	if err != nil {
-		if errors.Is(err, conformance.ErrConnection) {
+		switch {
+		case errors.Is(err, conformance.ErrConnection):
 			fmt.Fprintf(stderr, "conformance: nothing answered at --url %s: %v\n", *hf.url, err)
-		} else {
+		case errors.Is(err, conformance.ErrRejected):
+			fmt.Fprintf(stderr, "conformance: %v; check %s\n", err, tokenEnv)
+		default:
 			fmt.Fprintln(stderr, "conformance:", err)
 		}
 		return 2

@@ -99,5 +99,13 @@ func TestConformanceCLI(t *testing.T) {
 		if strings.Contains(stdout.String()+stderr.String(), d.token) {
 			t.Error("the report shows the token")
 		}
+
+		t.Setenv(tokenEnv, randomToken("bha_"))
+		stdout.Reset()
+		stderr.Reset()
+		code = run([]string{"conformance", "--url", d.base, "--route", demoRoute}, &stdout, &stderr)
+		if code != 2 || !strings.Contains(stderr.String(), "token was rejected") || stdout.Len() != 0 {
+			t.Errorf("a rejected token: exit %d, stderr %q; want 2 saying the token was rejected", code, stderr.String())
+		}
 	})
 }
