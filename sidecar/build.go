@@ -122,6 +122,9 @@ type Deps struct {
 	// twin): no DSN is needed and no schema check runs. It must also
 	// implement knowledge.Tasks to apply task rules; otherwise none apply.
 	Catalog knowledge.Catalog
+	// Now is the clock of the knowledge service and the edge (nil:
+	// time.Now); tests move it to expire references without waiting.
+	Now func() time.Time
 }
 
 // App is a built sidecar: the edge plus what must be closed after it.
@@ -240,6 +243,7 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 		return nil, fmt.Errorf("signing keys: %w", err)
 	}
 	svc, err := knowledge.New(knowledge.Options{
+		Now:              deps.Now,
 		Identity:         client,
 		Retriever:        client,
 		Catalog:          catalog,
@@ -284,6 +288,7 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 		Rollout:         pol,
 		NativeDetection: cfg.NativeDetection,
 		ProbeInterval:   cfg.ProbeInterval,
+		Now:             deps.Now,
 	}, nil
 }
 

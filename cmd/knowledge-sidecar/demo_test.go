@@ -38,6 +38,12 @@ type runningDemo struct {
 // cleanup.
 func startDemo(t *testing.T, docs []demoDoc, own bool) *runningDemo {
 	t.Helper()
+	return startDemoClock(t, docs, own, nil)
+}
+
+// startDemoClock is startDemo with the knowledge service's clock (nil: time.Now).
+func startDemoClock(t *testing.T, docs []demoDoc, own bool, now func() time.Time) *runningDemo {
+	t.Helper()
 	token := randomToken("bha_")
 	w, err := startDemoWorld(docs, token)
 	if err != nil {
@@ -45,7 +51,7 @@ func startDemo(t *testing.T, docs []demoDoc, own bool) *runningDemo {
 	}
 	t.Cleanup(w.close)
 	app, err := sidecar.Build(context.Background(), w.config("127.0.0.1:0", "127.0.0.1:0"),
-		sidecar.Deps{Logger: slog.New(slog.DiscardHandler), Version: version, Catalog: w.catalog})
+		sidecar.Deps{Logger: slog.New(slog.DiscardHandler), Version: version, Catalog: w.catalog, Now: now})
 	if err != nil {
 		t.Fatalf("sidecar: %v", err)
 	}

@@ -32,6 +32,7 @@ const usage = `usage:
   knowledge-sidecar keygen [--id ID]              print a new KNOWLEDGE_SIDECAR_SIGNING_KEYS entry
   knowledge-sidecar version                       print version, revision, build time and Go version
 The config file may also be named by KNOWLEDGE_SIDECAR_CONFIG.
+Host side (token from BAILING_AGENT_TOKEN): knowledge-sidecar mcp --help, knowledge-sidecar conformance --help
 `
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -46,6 +47,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdDemo(args[1:], stdout, stderr)
 	case "check-config", "--check-config", "-check-config":
 		return cmdCheckConfig(args[1:], stdout, stderr)
+	case "mcp", "conformance": // host-side tools: mcp.go, conformance.go
+		return cmdHost(args[0], args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		return cmdVersion(stdout)
 	case "keygen":

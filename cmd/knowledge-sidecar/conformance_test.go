@@ -1,0 +1,111 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bailinghub/knowledge-sidecar/conformance"
+	"github.com/bailinghub/knowledge-sidecar/hostclient"
+)
+
+// TestConformanceDemo: the checker is green on the demo, in process with the
+// demo's clock so the expiry checks run too, and with the turn checks.
+func TestConformanceDemo(t *testing.T) {
+	clock := &offsetClock{}
+	d := startSamples(t, clock.Now)
+	client, err := hostclient.New(d.base, demoRoute, d.token, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := conformance.Run(ctx, conformance.Options{Client: client, Turns: true, Advance: clock.Advance})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	_ = rep.WriteText(&out)
+	if rep.Summary.Fail != 0 || rep.ExitCode() != 0 {
+		t.Errorf("failed rules %q; want none\n%s", rep.Failed(), out.String())
+	}
+	if len(rep.Checks) < 20 {
+		t.Errorf("%d checks; want at least 20", len(rep.Checks))
+	}
+	// Everything the demo can show must have been checked, not skipped.
+	// Only 405 (not on this Core double's edge yet) and 429 (never provoked)
+	// may be skipped.
+	mayskip := map[string]bool{"method.not_allowed": true, "rate.retry_after": true}
+	for _, c := range rep.Checks {
+		if c.Status == conformance.Skip && !mayskip[c.Name] {
+			t.Errorf("%s skipped (%s); want it checked against the demo", c.Name, c.Detail)
+		}
+	}
+}
+
+// TestConformanceCLI: exit codes and messages of the command line. Usage and
+// connection problems are 2, each saying which.
+func TestConformanceCLI(t *testing.T) {
+	closed := closedURL(t)
+	cases := []struct {
+		name   string
+		args   []string
+		token  string
+		want   int
+		stderr string
+	}{
+		{"closed port", []string{"--url", closed, "--route", "demo"}, "bha_x", 2, "nothing answered at --url"},
+		{"missing route", []string{"--url", closed}, "bha_x", 2, "--route is required"},
+		{"missing url", []string{"--route", "demo"}, "bha_x", 2, "--url is required"},
+		{"bad format", []string{"--url", closed, "--route", "demo", "--format", "xml"}, "bha_x", 2, "--format must be text or json"},
+		{"missing token", []string{"--url", closed, "--route", "demo"}, "", 2, "set BAILING_AGENT_TOKEN"},
+		{"bad run id", []string{"--url", closed, "--route", "demo", "--run-id", "run-1"}, "bha_x", 2, "--run-id must be a UUID"},
+		{"rate over the limit", []string{"--url", closed, "--route", "demo", "--rate", "50"}, "bha_x", 2, "--rate must be"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(tokenEnv, tc.token)
+			var stdout, stderr bytes.Buffer
+			code := run(append([]string{"conformance"}, tc.args...), &stdout, &stderr)
+			if code != tc.want || !strings.Contains(stderr.String(), tc.stderr) {
+				t.Errorf("got exit %d, stderr %q; want %d with %q", code, stderr.String(), tc.want, tc.stderr)
+			}
+		})
+	}
+
+	t.Run("json report against the demo", func(t *testing.T) {
+		d := startSamples(t, nil)
+		t.Setenv(tokenEnv, d.token)
+		var stdout, stderr bytes.Buffer
+		code := run([]string{"conformance", "--url", d.base, "--route", demoRoute, "--format", "json", "--query", "refund window"}, &stdout, &stderr)
+		var rep conformance.Report
+		if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+			t.Fatalf("stdout is not a JSON report: %v\n%s", err, stdout.String())
+		}
+		if code != 0 || rep.Summary.Fail != 0 {
+			t.Errorf("exit %d, failed %q; want 0 and none (stderr %s)", code, rep.Failed(), stderr.String())
+		}
+		for _, c := range rep.Checks {
+			if c.Name == "" || c.Rule == "" || (c.Status != conformance.Pass && c.Status != conformance.Fail && c.Status != conformance.Skip) {
+				t.Errorf("check %+v; want a name, a rule and pass/fail/skip", c)
+			}
+			if strings.HasPrefix(c.Name, "read.expired") && c.Status != conformance.Skip {
+				t.Errorf("%s is %s in black-box mode; want skip", c.Name, c.Status)
+			}
+		}
+		if strings.Contains(stdout.String()+stderr.String(), d.token) {
+			t.Error("the report shows the token")
+		}
+
+		t.Setenv(tokenEnv, randomToken("bha_"))
+		stdout.Reset()
+		stderr.Reset()
+		code = run([]string{"conformance", "--url", d.base, "--route", demoRoute}, &stdout, &stderr)
+		if code != 2 || !strings.Contains(stderr.String(), "token was rejected") || stdout.Len() != 0 {
+			t.Errorf("a rejected token: exit %d, stderr %q; want 2 saying the token was rejected", code, stderr.String())
+		}
+	})
+}

@@ -1,0 +1,436 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/bailinghub/knowledge-sidecar/mcpserver"
+)
+
+// offsetClock is the real clock plus an offset a test moves forward.
+type offsetClock struct {
+	mu  sync.Mutex
+	off time.Duration
+}
+
+func (c *offsetClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.off)
+}
+
+func (c *offsetClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.off += d
+	c.mu.Unlock()
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// mcpProc is `knowledge-sidecar mcp` running in process on pipes, with the
+// SDK's client connected to it.
+type mcpProc struct {
+	session *mcp.ClientSession
+	stdin   io.WriteCloser // the server's stdin, as the host holds it
+	stdout  *syncBuffer    // everything the server wrote to stdout
+	stderr  *syncBuffer
+	done    chan int // the exit code
+}
+
+// startMCP runs cmdMCP with args and connects a client. The caller ends it
+// with stop.
+func startMCP(t *testing.T, args ...string) *mcpProc {
+	t.Helper()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	p := &mcpProc{stdin: inW, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan int, 1)}
+	go func() {
+		code := cmdMCP(args, inR, outW, p.stderr)
+		_ = outW.Close()
+		p.done <- code
+	}()
+	client := mcp.NewClient(&mcp.Implementation{Name: "test-host", Version: "1"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := client.Connect(ctx, &mcp.IOTransport{Reader: io.NopCloser(io.TeeReader(outR, p.stdout)), Writer: inW}, nil)
+	if err != nil {
+		_ = inW.Close()
+		t.Fatalf("connect: %v (stderr: %s)", err, p.stderr)
+	}
+	p.session = s
+	t.Cleanup(func() { _ = inW.Close(); _ = outR.Close() })
+	return p
+}
+
+// stop closes the server's stdin, as a host does, and returns the exit code.
+func (p *mcpProc) stop(t *testing.T) int {
+	t.Helper()
+	_ = p.stdin.Close()
+	select {
+	case code := <-p.done:
+		_ = p.session.Close()
+		return code
+	case <-time.After(5 * time.Second):
+		t.Fatal("the MCP server did not exit within 5 s of stdin closing")
+		return -1
+	}
+}
+
+func (p *mcpProc) call(t *testing.T, tool string, args map[string]any) *mcp.CallToolResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := p.session.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s %v: JSON-RPC error %v; want a tool result", tool, args, err)
+	}
+	return res
+}
+
+func text(res *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+// structured decodes a successful result's structured content.
+func structured(t *testing.T, res *mcp.CallToolResult, v any) {
+	t.Helper()
+	if res.IsError {
+		t.Fatalf("isError: %s", text(res))
+	}
+	raw, err := json.Marshal(res.StructuredContent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		t.Fatalf("structured content %s: %v", raw, err)
+	}
+	var a, b any
+	if json.Unmarshal([]byte(text(res)), &a) != nil || json.Unmarshal(raw, &b) != nil || !jsonEqual(a, b) {
+		t.Errorf("text content is not the structured JSON:\n text %.200s\n structured %.200s", text(res), raw)
+	}
+}
+
+func jsonEqual(a, b any) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return bytes.Equal(x, y)
+}
+
+func writeTokenFile(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+type mcpHint struct {
+	Ref   string `json:"ref"`
+	Title string `json:"title"`
+}
+
+// TestMCPAgainstDemo drives the MCP server with the SDK's client against the
+// demo: tools, search, read, paging, errors as tool results, 20 calls, and a
+// clean shutdown with nothing but JSON-RPC on stdout.
+func TestMCPAgainstDemo(t *testing.T) {
+	clock := &offsetClock{}
+	d := startSamples(t, clock.Now)
+	// The token file ends with a newline, as `echo $TOKEN > file` writes it.
+	p := startMCP(t, "--url", d.base, "--route", demoRoute, "--token-file", writeTokenFile(t, d.token+"\n"))
+	if s := p.stderr.String(); s != "" {
+		t.Errorf("stderr at start-up: %q; want nothing for a supported route", s)
+	}
+
+	t.Run("list tools", func(t *testing.T) {
+		res, err := p.session.ListTools(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]mcpserver.ToolDef{}
+		for _, def := range mcpserver.Tools() {
+			want[def.Name] = def
+		}
+		if len(res.Tools) != 2 || len(want) != 2 {
+			t.Fatalf("got %d tools; want knowledge_search and knowledge_read", len(res.Tools))
+		}
+		for _, tool := range res.Tools {
+			def, ok := want[tool.Name]
+			var schema any
+			_ = json.Unmarshal(def.InputSchema, &schema)
+			if !ok || tool.Description != def.Description || !jsonEqual(tool.InputSchema, schema) {
+				t.Errorf("tool %s: got %v; want the description and schema of docs/protocol.md", tool.Name, tool.InputSchema)
+			}
+		}
+	})
+
+	var handbook string
+	t.Run("search", func(t *testing.T) {
+		var out struct {
+			Status string    `json:"status"`
+			Hints  []mcpHint `json:"hints"`
+		}
+		structured(t, p.call(t, "knowledge_search", map[string]any{"query": "What happens if the refund window is set to 0?"}), &out)
+		if out.Status != "ok" || len(out.Hints) == 0 || out.Hints[0].Title != "Refund policy" {
+			t.Errorf("got %+v; want status ok with \"Refund policy\" first", out)
+		}
+		structured(t, p.call(t, "knowledge_search", map[string]any{"query": "operations handbook procedure", "limit": 1}), &out)
+		if len(out.Hints) != 1 || out.Hints[0].Title != "Operations handbook" {
+			t.Fatalf("got %+v; want the operations handbook", out.Hints)
+		}
+		handbook = out.Hints[0].Ref
+	})
+
+	t.Run("read and page", func(t *testing.T) {
+		if handbook == "" {
+			t.Skip("search failed")
+		}
+		type page struct {
+			Content    string  `json:"content"`
+			NextCursor *string `json:"next_cursor"`
+			Truncated  bool    `json:"truncated"`
+		}
+		var first, second page
+		structured(t, p.call(t, "knowledge_read", map[string]any{"ref": handbook, "max_bytes": 4096}), &first)
+		if first.NextCursor == nil || !first.Truncated || first.Content == "" {
+			t.Fatalf("first page: next_cursor %v truncated %v; want a cursor", first.NextCursor, first.Truncated)
+		}
+		structured(t, p.call(t, "knowledge_read", map[string]any{"ref": handbook, "cursor": *first.NextCursor, "max_bytes": 4096}), &second)
+		whole := d.content["Operations handbook"]
+		if !strings.HasPrefix(whole, first.Content+second.Content) {
+			t.Errorf("pages 1+2 (%d bytes) are not the start of the document", len(first.Content)+len(second.Content))
+		}
+	})
+
+	t.Run("errors are tool results", func(t *testing.T) {
+		if handbook == "" {
+			t.Skip("search failed")
+		}
+		mid := len(handbook) / 2
+		flip := byte('A')
+		if handbook[mid] == 'A' {
+			flip = 'B'
+		}
+		tampered := handbook[:mid] + string(flip) + handbook[mid+1:]
+		cases := []struct {
+			name         string
+			tool         string
+			args         map[string]any
+			prefix, next string
+		}{
+			{"tampered ref", "knowledge_read", map[string]any{"ref": tampered}, "knowledge_reference_invalid: ", "Search again"},
+			{"limit out of range", "knowledge_search", map[string]any{"query": "refund", "limit": 4}, "invalid_request: ", "Fix the arguments"},
+			{"unknown argument", "knowledge_search", map[string]any{"query": "refund", "route": "other"}, "invalid_request: ", "Fix the arguments"},
+			{"max_bytes too small", "knowledge_read", map[string]any{"ref": handbook, "max_bytes": 100}, "invalid_request: ", "Fix the arguments"},
+			{"query too long", "knowledge_search", map[string]any{"query": strings.Repeat("知", 2001)}, "invalid_request: ", "Fix the arguments"},
+			{"unknown run", "knowledge_search", map[string]any{"query": "refund", "run_id": "0b9a3e2c-3c1d-4f7e-9a55-1e2d3c4b5a69"}, "run_not_found: ", "current run"},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				res := p.call(t, tc.tool, tc.args)
+				if got := text(res); !res.IsError || !strings.HasPrefix(got, tc.prefix) || !strings.Contains(got, tc.next) {
+					t.Errorf("got isError %v %q; want isError starting %q advising %q", res.IsError, got, tc.prefix, tc.next)
+				}
+			})
+		}
+	})
+
+	t.Run("20 calls", func(t *testing.T) {
+		for i := 0; i < 20; i++ {
+			clock.Advance(time.Second) // the session's rate limit refills; no call is refused
+			var out struct {
+				Status string `json:"status"`
+			}
+			structured(t, p.call(t, "knowledge_search", map[string]any{"query": "shipping", "limit": 1 + i%3}), &out)
+			if out.Status != "ok" {
+				t.Fatalf("call %d: status %q; want ok", i+1, out.Status)
+			}
+		}
+	})
+
+	if code := p.stop(t); code != 0 {
+		t.Errorf("exit code %d after stdin closed; want 0 (stderr: %s)", code, p.stderr)
+	}
+	sc := bufio.NewScanner(strings.NewReader(p.stdout.String()))
+	sc.Buffer(nil, 1<<20)
+	lines := 0
+	for sc.Scan() {
+		var msg struct {
+			JSONRPC string `json:"jsonrpc"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &msg); err != nil || msg.JSONRPC != "2.0" {
+			t.Errorf("stdout line %q is not JSON-RPC", sc.Text())
+		}
+		lines++
+	}
+	if lines < 30 {
+		t.Errorf("%d JSON-RPC lines on stdout; want one per answer (at least 30)", lines)
+	}
+	if strings.Contains(p.stderr.String(), d.token) {
+		t.Error("stderr shows the token")
+	}
+}
+
+// TestMCPWrongToken: a rejected token is a warning at start-up and an
+// isError result on every call, never a crash.
+func TestMCPWrongToken(t *testing.T) {
+	d := startSamples(t, nil)
+	t.Setenv(tokenEnv, randomToken("bha_"))
+	p := startMCP(t, "--url", d.base, "--route", demoRoute)
+	if s := p.stderr.String(); !strings.Contains(s, "warning") || !strings.Contains(s, "401") {
+		t.Errorf("stderr %q; want a warning naming 401", s)
+	}
+	for _, tool := range []string{"knowledge_search", "knowledge_read"} {
+		args := map[string]any{"query": "refund"}
+		if tool == "knowledge_read" {
+			args = map[string]any{"ref": "anything"}
+		}
+		res := p.call(t, tool, args)
+		if got := text(res); !res.IsError || !strings.HasPrefix(got, "unauthorized: ") || !strings.Contains(got, "give up") {
+			t.Errorf("%s: got isError %v %q; want isError starting \"unauthorized: \" telling the model to give up", tool, res.IsError, got)
+		}
+	}
+	if code := p.stop(t); code != 0 {
+		t.Errorf("exit code %d; want 0", code)
+	}
+}
+
+// startSamples runs the demo with its built-in documents and the given
+// knowledge clock (nil: time.Now).
+func startSamples(t *testing.T, now func() time.Time) *runningDemo {
+	t.Helper()
+	docs, err := loadDocs("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startDemoClock(t, docs, false, now)
+}
+
+// closedURL is the address of a port nothing listens on any more.
+func closedURL(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = ln.Close()
+	return "http://" + ln.Addr().String()
+}
+
+// TestMCPStartup: unsupported answers stop the server with exit 1; other
+// failures warn and serve; usage problems exit 2.
+func TestMCPStartup(t *testing.T) {
+	status := func(code int) string {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(code)
+			_, _ = w.Write([]byte(`{"error":"x","message":"y"}`))
+		}))
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+	closed := closedURL(t)
+
+	cases := []struct {
+		name   string
+		args   []string
+		token  string
+		want   int
+		stderr string
+	}{
+		{"404 unsupported", []string{"--url", status(404), "--route", "demo"}, "bha_x", 1, "does not support"},
+		{"405 unsupported", []string{"--url", status(405), "--route", "demo"}, "bha_x", 1, "does not support"},
+		{"501 unsupported", []string{"--url", status(501), "--route", "demo"}, "bha_x", 1, "does not support"},
+		{"200 of another protocol", []string{"--url", status(200), "--route", "demo"}, "bha_x", 1, "not with bailing.agent-knowledge-capabilities.v1"},
+		{"503 serves", []string{"--url", status(503), "--route", "demo"}, "bha_x", 0, "warning: capabilities answered 503"},
+		{"unreachable serves", []string{"--url", closed, "--route", "demo"}, "bha_x", 0, "warning: the knowledge service could not be reached"},
+		{"no route", []string{"--url", closed}, "bha_x", 2, "--route is required"},
+		{"no url", []string{"--route", "demo"}, "bha_x", 2, "--url is required"},
+		{"bad url", []string{"--url", "127.0.0.1:8080", "--route", "demo"}, "bha_x", 2, "--url must be"},
+		{"no token", []string{"--url", closed, "--route", "demo"}, "", 2, "BAILING_AGENT_TOKEN"},
+		{"empty token file", []string{"--url", closed, "--route", "demo", "--token-file", writeTokenFile(t, "\n")}, "bha_x", 2, "token file is empty"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(tokenEnv, tc.token)
+			var stdout, stderr bytes.Buffer
+			// stdin is already closed: a server that serves exits 0 at once.
+			code := cmdMCP(tc.args, io.NopCloser(strings.NewReader("")), &stdout, &stderr)
+			if code != tc.want || !strings.Contains(stderr.String(), tc.stderr) {
+				t.Errorf("got exit %d, stderr %q; want %d with %q", code, stderr.String(), tc.want, tc.stderr)
+			}
+			if stdout.Len() != 0 {
+				t.Errorf("stdout %q; want nothing but JSON-RPC (none here)", stdout.String())
+			}
+		})
+	}
+}
+
+// TestMCPAnswersBeforeExit: a host that writes a call and closes stdin still
+// gets the answer, then the server exits 0.
+func TestMCPAnswersBeforeExit(t *testing.T) {
+	closed := closedURL(t)
+	t.Setenv(tokenEnv, "bha_x")
+	in := strings.Join([]string{
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"knowledge_search","arguments":{"query":"refund"}}}`,
+	}, "\n") + "\n"
+	var stdout, stderr bytes.Buffer
+	code := cmdMCP([]string{"--url", closed, "--route", "demo"}, io.NopCloser(strings.NewReader(in)), &stdout, &stderr)
+	var answered bool
+	for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
+		var msg struct {
+			ID     int `json:"id"`
+			Result struct {
+				IsError bool `json:"isError"`
+				Content []struct {
+					Text string `json:"text"`
+				} `json:"content"`
+			} `json:"result"`
+		}
+		if json.Unmarshal([]byte(line), &msg) == nil && msg.ID == 2 && msg.Result.IsError &&
+			len(msg.Result.Content) == 1 && strings.HasPrefix(msg.Result.Content[0].Text, "knowledge_unavailable: ") {
+			answered = true
+		}
+	}
+	if code != 0 || !answered {
+		t.Errorf("exit %d, stdout %s; want 0 and call 2 answered with isError knowledge_unavailable", code, stdout.String())
+	}
+}

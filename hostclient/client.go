@@ -1,0 +1,160 @@
+package hostclient
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+)
+
+// Endpoint names, the last path segment under …/knowledge/.
+const (
+	Capabilities = "capabilities"
+	Search       = "search"
+	Read         = "read"
+)
+
+// MaxBody bounds what is read of an answer. The protocol's largest body is a
+// 32768-byte read page; anything past this bound only proves a violation.
+const MaxBody = 1 << 20
+
+// ErrUnreachable wraps transport failures (nothing listening, DNS, timeout).
+var ErrUnreachable = errors.New("knowledge service unreachable")
+
+// Client talks to one workspace of one implementation.
+type Client struct {
+	base  *url.URL
+	route string
+	token string
+	http  *http.Client
+}
+
+// New validates the base URL (absolute http or https, no query) and builds a
+// Client. hc nil uses a client with a 30 s timeout.
+func New(baseURL, route, token string, hc *http.Client) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("--url must be an absolute http(s) URL without query, like http://127.0.0.1:8080")
+	}
+	if hc == nil {
+		hc = &http.Client{Timeout: 30 * time.Second}
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	u.RawPath = ""
+	return &Client{base: u, route: route, token: token, http: hc}, nil
+}
+
+// Route is the workspace the client was built for.
+func (c *Client) Route() string { return c.route }
+
+// URL is the address of a knowledge endpoint of route (escaped as a path segment).
+func (c *Client) URL(route, endpoint string) string {
+	return c.base.String() + "/agent-api/v1/workspaces/" + url.PathEscape(route) + "/knowledge/" + endpoint
+}
+
+// TurnsURL is the address of the turns endpoint of the client's route.
+func (c *Client) TurnsURL() string {
+	return c.base.String() + "/agent-api/v1/workspaces/" + url.PathEscape(c.route) + "/turns"
+}
+
+// Response is an answer as received.
+type Response struct {
+	Status int
+	Header http.Header
+	Body   []byte // at most MaxBody+1 bytes
+}
+
+// Request is one HTTP exchange. An empty Token sends no Authorization header.
+type Request struct {
+	Method string
+	URL    string
+	Token  string
+	Body   []byte
+	// ContentType defaults to application/json when Body is set.
+	ContentType string
+}
+
+// Do sends r. Transport failures are wrapped in ErrUnreachable; the error
+// names neither the token nor the body.
+func (c *Client) Do(ctx context.Context, r Request) (*Response, error) {
+	var body io.Reader
+	if r.Body != nil {
+		body = bytes.NewReader(r.Body)
+	}
+	req, err := http.NewRequestWithContext(ctx, r.Method, r.URL, body)
+	if err != nil {
+		return nil, fmt.Errorf("build request: %w", err)
+	}
+	if r.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+r.Token)
+	}
+	if r.Body != nil {
+		ct := r.ContentType
+		if ct == "" {
+			ct = "application/json"
+		}
+		req.Header.Set("Content-Type", ct)
+	}
+	req.Header.Set("Accept", "application/json")
+	res, err := c.http.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("%w: %s %s", ErrUnreachable, r.Method, c.base.Host)
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(res.Body, MaxBody+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading the answer from %s", ErrUnreachable, c.base.Host)
+	}
+	return &Response{Status: res.StatusCode, Header: res.Header, Body: raw}, nil
+}
+
+// Call sends the client's token to an endpoint of its route: GET without a
+// body, POST with one.
+func (c *Client) Call(ctx context.Context, endpoint string, body []byte) (*Response, error) {
+	m := http.MethodGet
+	if body != nil {
+		m = http.MethodPost
+	}
+	return c.Do(ctx, Request{Method: m, URL: c.URL(c.route, endpoint), Token: c.token, Body: body})
+}
+
+// Token is the bearer the client sends (for callers that build their own requests).
+func (c *Client) Token() string { return c.token }
+
+// ErrorBody is the protocol's error body.
+type ErrorBody struct {
+	Error   string `json:"error"`
+	Message string `json:"message"`
+}
+
+// ErrorCode decodes the error body; ok is false when the body is not one.
+func (r *Response) ErrorCode() (e ErrorBody, ok bool) {
+	if json.Unmarshal(r.Body, &e) != nil || e.Error == "" {
+		return ErrorBody{}, false
+	}
+	return e, true
+}
+
+// ReadTokenFile reads a bearer from a file, trimming the trailing newline
+// (LF or CRLF) editors and `echo` add; other whitespace is kept.
+func ReadTokenFile(path string) (string, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("token file: %w", err)
+	}
+	t := strings.TrimSuffix(strings.TrimSuffix(string(raw), "\n"), "\r")
+	if t == "" {
+		return "", errors.New("token file is empty")
+	}
+	return t, nil
+}

@@ -1,0 +1,5 @@
+// Package hostclient is the host side of bailing.agent-knowledge.v1: a small
+// HTTP client for the three knowledge endpoints of one workspace, used by the
+// MCP server and the conformance checker. It knows the paths and the error
+// body convention, nothing about any implementation.
+package hostclient
