@@ -367,10 +367,7 @@ func (c *Client) SearchKB(ctx context.Context, kbID, query string, topK int, min
 			}
 			return nil
 		case http.StatusBadRequest:
-			var e struct {
-				Error string `json:"error"`
-			}
-			if json.Unmarshal(body, &e) == nil && strings.HasPrefix(e.Error, kbUnavailablePrefix) {
+			if kbUnavailable(body) {
 				return ErrKBMissing
 			}
 			return fmt.Errorf("%w: search rejected (status 400)", ErrUnavailable)
@@ -535,3 +532,12 @@ func clip(s string, n int) string {
 }
 
 func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+// kbUnavailable reports Core's 400 for a knowledge base it does not have
+// (its error starts with kbUnavailablePrefix).
+func kbUnavailable(body []byte) bool {
+	var e struct {
+		Error string `json:"error"`
+	}
+	return json.Unmarshal(body, &e) == nil && strings.HasPrefix(e.Error, kbUnavailablePrefix)
+}

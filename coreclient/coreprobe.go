@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 )
 
 // Errors of the operator probes (check-config --probe).
@@ -64,10 +63,7 @@ func (c *Client) ProbeServiceToken(ctx context.Context) error {
 		case http.StatusOK:
 			return nil
 		case http.StatusBadRequest:
-			var e struct {
-				Error string `json:"error"`
-			}
-			if json.Unmarshal(body, &e) == nil && strings.HasPrefix(e.Error, kbUnavailablePrefix) {
+			if kbUnavailable(body) {
 				return nil
 			}
 			return fmt.Errorf("%w (status 400 from /kb/search)", ErrNotACore)

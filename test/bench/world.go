@@ -22,6 +22,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/proxy"
 	"github.com/bailinghub/knowledge-sidecar/sidecar"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
+	"github.com/bailinghub/knowledge-sidecar/turn/turntest"
 )
 
 // The bench world is deterministic, so the upstream and sidecar processes
@@ -96,65 +97,9 @@ func jsonBody(size int) []byte {
 	}
 }
 
-// turnContext is a bailing.agent-turn-context.v1 answer of at least size
-// bytes: inline knowledge (≤ 3000 characters per chunk, as Core cuts them),
-// memory and tool schemas.
-func turnContext(size int) []byte {
-	type kitem struct {
-		Ref, Title, Content string
-	}
-	type kref struct {
-		Ref   string  `json:"ref"`
-		DocID int     `json:"doc_id"`
-		Title string  `json:"title"`
-		Score float64 `json:"score"`
-	}
-	runes := []rune(strings.Repeat("退款窗口设为0时, the refund window closes immediately. \"quoted\" \\ ", 60))
-	text := string(runes[:3000])
-	var (
-		know   []map[string]string
-		refs   []kref
-		recent []map[string]string
-		tools  []map[string]any
-	)
-	for i := 1; ; i++ {
-		v := map[string]any{
-			"schema_version":      "bailing.agent-turn-context.v1",
-			"run_id":              "6f1c2a8e-6a55-4c6b-9d7e-2f1f1f1f1f1f",
-			"profile_revision":    strings.Repeat("a", 64),
-			"capability_revision": strings.Repeat("b", 64),
-			"context": map[string]any{
-				"instructions":   "Answer using the workspace's rules.",
-				"page_context":   map[string]any{"url": "/orders", "title": "Orders"},
-				"renderers":      []string{"markdown"},
-				"memory":         map[string]any{"summary": nil, "recent": recent},
-				"memory_refs":    []any{map[string]any{"thread_id": 7, "summary_upto_id": 0, "prior_messages": len(recent)}},
-				"knowledge":      know,
-				"knowledge_refs": refs,
-				"governance":     map[string]any{"planner": "local_agent", "knowledge_trust": "reference_only", "max_tool_calls": 5},
-			},
-			"active_tools": tools,
-		}
-		b, err := json.Marshal(v)
-		if err != nil {
-			panic(err)
-		}
-		if len(b) >= size {
-			return b
-		}
-		switch i % 3 {
-		case 0:
-			ref := "knowledge:" + strconv.Itoa(len(know)+1)
-			know = append(know, map[string]string{"ref": ref, "title": "Refund policy", "content": text})
-			refs = append(refs, kref{ref, i, "Refund policy", 0.82})
-		case 1:
-			recent = append(recent, map[string]string{"role": "user", "content": string(runes[:600])})
-		default:
-			tools = append(tools, map[string]any{"name": "tool_" + strconv.Itoa(i), "input_schema": map[string]any{
-				"type": "object", "properties": map[string]any{"order_id": map[string]any{"type": "string", "description": string(runes[:300])}}}})
-		}
-	}
-}
+// turnContext is a realistic turn context of at least size bytes (the
+// same generator the Go benchmarks of the turn rewrite use).
+func turnContext(size int) []byte { return turntest.Answer(size) }
 
 // newFakeCore seeds the fake Core with the bench world.
 func newFakeCore() *fakecore.Core {
