@@ -201,40 +201,60 @@ func removeMember(b []byte, m member, prevEnd int) []byte {
 // knowledge_refs member → ErrUnexpectedAnswer. A mode other than the two →
 // ErrInvalidDelivery; a block that is not a JSON object →
 // ErrInvalidDeliveryBlock. body is never modified.
+//
+// It is ParseAnswer followed by Parsed.Rewrite.
 func RewriteResponse(body []byte, mode knowledge.DeliveryMode, deliveryBlock []byte) ([]byte, error) {
 	if !mode.Valid() {
 		return nil, ErrInvalidDelivery
 	}
-	block, ok := objectBytes(deliveryBlock)
-	if !ok {
-		return nil, ErrInvalidDeliveryBlock
+	p, err := ParseAnswer(body)
+	if err != nil {
+		return nil, err
 	}
+	return p.Rewrite(mode, deliveryBlock)
+}
 
+// Parsed is a scanned turn answer: where its members are, so that the
+// knowledge Core retrieved can be read (Items) and the answer rewritten
+// (Rewrite) without scanning it again.
+type Parsed struct {
+	body       []byte
+	start      int // the top-level '{'
+	lastEnd    int // insertion point for a new top-level member
+	ctxM, kdM  member
+	kdN, runN  int
+	runM       member
+	kN, rN     int    // context's knowledge / knowledge_refs members
+	kM, rM     member // the last of each
+	ctxLastEnd int    // value end of context's last member; -1: none
+}
+
+// ParseAnswer scans a 2xx turn answer once: every top-level member and the
+// members of the top-level context object. It fails with
+// ErrUnexpectedAnswer when the body is not a bailing.agent-turn-context.v1
+// JSON object with one object "context" (and at most one schema_version
+// and knowledge_delivery). body is never modified.
+func ParseAnswer(body []byte) (*Parsed, error) {
 	i := skipWS(body, 0)
 	if i >= len(body) || body[i] != '{' {
 		return nil, ErrUnexpectedAnswer
 	}
+	p := &Parsed{body: body, start: i, lastEnd: i + 1, ctxLastEnd: -1}
 	var (
-		schemaN, ctxN, kdN int
-		schemaOK           bool
-		ctxM, kdM          member
-		lastEnd            = i + 1 // insertion point for a new top-level member
-		// The members of context, collected during the same scan (on_demand).
-		kN, rN     int
-		kM, rM     member
-		ctxLastEnd = -1 // value end of context's last member
+		schemaN, ctxN int
+		schemaOK      bool
 	)
-	isContext := func(m member) bool { return mode == knowledge.DeliveryOnDemand && m.keyIs(body, "context") }
+	isContext := func(m member) bool { return m.keyIs(body, "context") }
 	inContext := func(m member) {
 		switch {
 		case m.keyIs(body, "knowledge"):
-			kN++
-			kM = m
+			p.kN++
+			p.kM = m
 		case m.keyIs(body, "knowledge_refs"):
-			rN++
-			rM = m
+			p.rN++
+			p.rM = m
 		}
-		ctxLastEnd = m.valEnd
+		p.ctxLastEnd = m.valEnd
 	}
 	end, err := scanMembers(body, i, 1, func(m member) {
 		switch {
@@ -244,38 +264,117 @@ func RewriteResponse(body []byte, mode knowledge.DeliveryMode, deliveryBlock []b
 			schemaOK = ok && s == contextSchema
 		case m.keyIs(body, "context"):
 			ctxN++
-			ctxM = m
+			p.ctxM = m
 		case m.keyIs(body, "knowledge_delivery"):
-			kdN++
-			kdM = m
+			p.kdN++
+			p.kdM = m
+		case m.keyIs(body, "run_id"):
+			p.runN++
+			p.runM = m
 		}
-		lastEnd = m.valEnd
+		p.lastEnd = m.valEnd
 	}, isContext, inContext)
 	if err != nil || skipWS(body, end) != len(body) ||
-		schemaN != 1 || !schemaOK || ctxN != 1 || kdN > 1 || body[ctxM.valStart] != '{' {
+		schemaN != 1 || !schemaOK || ctxN != 1 || p.kdN > 1 || body[p.ctxM.valStart] != '{' {
 		return nil, ErrUnexpectedAnswer
 	}
+	return p, nil
+}
 
+// RunID is the answer's top-level run_id string ("" when absent, repeated
+// or not a string).
+func (p *Parsed) RunID() string {
+	if p.runN != 1 {
+		return ""
+	}
+	s, _ := stringValue(p.body, p.runM.valStart, p.runM.valEnd)
+	return s
+}
+
+// Items is what Core retrieved for the turn (SPEC §7 "Same-run hints"):
+// each context.knowledge_refs entry (doc_id, title, score) joined by ref
+// with the context.knowledge item holding the hit text, in Core's order.
+// Only the two arrays are decoded (encoding/json on their bytes). Entries
+// that cannot be used are skipped: a ref without a matching item (or whose
+// ref names several items), a doc_id that is not a positive integer, a
+// score that is not a number, an entry of the wrong shape. An array
+// missing, repeated or not an array gives no items.
+func (p *Parsed) Items() []knowledge.TurnItem {
+	if p.kN != 1 || p.rN != 1 {
+		return nil
+	}
+	var items, refs []json.RawMessage
+	if json.Unmarshal(p.body[p.kM.valStart:p.kM.valEnd], &items) != nil ||
+		json.Unmarshal(p.body[p.rM.valStart:p.rM.valEnd], &refs) != nil ||
+		len(items) == 0 || len(refs) == 0 {
+		return nil
+	}
+	content := make(map[string]string, len(items))
+	ambiguous := map[string]bool{}
+	for _, raw := range items {
+		var it struct {
+			Ref     string `json:"ref"`
+			Content string `json:"content"`
+		}
+		if json.Unmarshal(raw, &it) != nil || it.Ref == "" {
+			continue
+		}
+		if _, dup := content[it.Ref]; dup {
+			ambiguous[it.Ref] = true
+		}
+		content[it.Ref] = it.Content
+	}
+	out := make([]knowledge.TurnItem, 0, len(refs))
+	for _, raw := range refs {
+		var r struct {
+			Ref   string  `json:"ref"`
+			DocID int64   `json:"doc_id"`
+			Title string  `json:"title"`
+			Score float64 `json:"score"`
+		}
+		if json.Unmarshal(raw, &r) != nil || r.DocID <= 0 || ambiguous[r.Ref] {
+			continue
+		}
+		c, ok := content[r.Ref]
+		if !ok {
+			continue
+		}
+		out = append(out, knowledge.TurnItem{DocID: r.DocID, Title: r.Title, Content: c, Score: r.Score})
+	}
+	return out
+}
+
+// Rewrite is RewriteResponse on the parsed answer.
+func (p *Parsed) Rewrite(mode knowledge.DeliveryMode, deliveryBlock []byte) ([]byte, error) {
+	if !mode.Valid() {
+		return nil, ErrInvalidDelivery
+	}
+	block, ok := objectBytes(deliveryBlock)
+	if !ok {
+		return nil, ErrInvalidDeliveryBlock
+	}
+	body := p.body
 	edits := make([]edit, 0, 4)
 	if mode == knowledge.DeliveryOnDemand {
-		// context is the only one (ctxN == 1), so the counts are its own.
-		if kN > 1 || rN > 1 {
+		// context is the only one, so the counts are its own.
+		if p.kN > 1 || p.rN > 1 {
 			return nil, ErrUnexpectedAnswer
 		}
+		ctxLastEnd := p.ctxLastEnd
 		if ctxLastEnd < 0 {
-			ctxLastEnd = ctxM.valStart + 1 // empty context
+			ctxLastEnd = p.ctxM.valStart + 1 // empty context
 		}
-		if kN == 1 {
-			edits = append(edits, edit{kM.valStart, kM.valEnd, "[]", nil})
+		if p.kN == 1 {
+			edits = append(edits, edit{p.kM.valStart, p.kM.valEnd, "[]", nil})
 		}
-		if rN == 1 {
-			edits = append(edits, edit{rM.valStart, rM.valEnd, "[]", nil})
+		if p.rN == 1 {
+			edits = append(edits, edit{p.rM.valStart, p.rM.valEnd, "[]", nil})
 		}
-		if kN == 0 || rN == 0 {
+		if p.kN == 0 || p.rN == 0 {
 			var add strings.Builder
-			sep := ctxLastEnd != ctxM.valStart+1 // context has members
+			sep := ctxLastEnd != p.ctxM.valStart+1 // context has members
 			for _, name := range [...]string{"knowledge", "knowledge_refs"} {
-				if (name == "knowledge" && kN == 1) || (name == "knowledge_refs" && rN == 1) {
+				if (name == "knowledge" && p.kN == 1) || (name == "knowledge_refs" && p.rN == 1) {
 					continue
 				}
 				if sep {
@@ -287,14 +386,14 @@ func RewriteResponse(body []byte, mode knowledge.DeliveryMode, deliveryBlock []b
 			edits = append(edits, edit{ctxLastEnd, ctxLastEnd, add.String(), nil})
 		}
 	}
-	if kdN == 1 {
-		edits = append(edits, edit{kdM.valStart, kdM.valEnd, "", block})
+	if p.kdN == 1 {
+		edits = append(edits, edit{p.kdM.valStart, p.kdM.valEnd, "", block})
 	} else {
 		prefix := `"knowledge_delivery":`
-		if lastEnd != i+1 {
+		if p.lastEnd != p.start+1 {
 			prefix = "," + prefix
 		}
-		edits = append(edits, edit{lastEnd, lastEnd, prefix, block})
+		edits = append(edits, edit{p.lastEnd, p.lastEnd, prefix, block})
 	}
 	return applyEdits(body, edits), nil
 }
