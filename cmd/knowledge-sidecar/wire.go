@@ -196,11 +196,12 @@ func (a *app) buildFeatures(ctx context.Context, cfg config.Config, reg promethe
 		Rollout:         pol,
 		NativeDetection: cfg.NativeDetection,
 		ProbeInterval:   cfg.ProbeInterval,
+		NoTurnHints:     !cfg.TurnHints,
 	}, nil
 }
 
 // reload re-reads the configuration on SIGHUP. Only hot-reloadable settings
-// (rollout, log level) take effect; an invalid file is rejected and logged
+// (rollout, turn_hints, log level) take effect; an invalid file is rejected and logged
 // and the running configuration is kept.
 func (a *app) reload(path string, level *slog.LevelVar) {
 	cfg, err := loadConfig(path)
@@ -218,14 +219,16 @@ func (a *app) reload(path string, level *slog.LevelVar) {
 		warnMemoryLedger(a.log, pol)
 	}
 	a.server.SetRollout(pol)
+	a.server.SetTurnHints(cfg.TurnHints)
 	level.Set(parseLevel(cfg.Log.Level))
 	if changed := restartOnly(a.cfg, cfg); len(changed) > 0 {
 		a.log.Warn("configuration reload: these settings changed but need a restart to take effect",
 			slog.Any("settings", changed))
 	}
-	a.cfg.Rollout, a.cfg.Log = cfg.Rollout, cfg.Log
+	a.cfg.Rollout, a.cfg.TurnHints, a.cfg.Log = cfg.Rollout, cfg.TurnHints, cfg.Log
 	a.server.ObserveReload("ok")
-	a.log.Info("configuration reloaded", slog.String("rollout", pol.String()), slog.String("log_level", cfg.Log.Level))
+	a.log.Info("configuration reloaded", slog.String("rollout", pol.String()), slog.Bool("turn_hints", cfg.TurnHints),
+		slog.String("log_level", cfg.Log.Level))
 }
 
 // warnMemoryLedger says what the in-memory turn ledger cannot do, once the
@@ -242,10 +245,10 @@ func (quietRedisLog) Printf(context.Context, string, ...interface{}) {}
 
 // restartOnly names the top-level settings (by YAML key, never by value: some
 // hold secrets) that differ between two configurations and cannot be applied
-// by a reload: everything but rollout and log.
+// by a reload: everything but rollout, turn_hints and log.
 func restartOnly(running, next config.Config) []string {
-	running.Rollout, running.Log = "", config.Log{}
-	next.Rollout, next.Log = "", config.Log{}
+	running.Rollout, running.TurnHints, running.Log = "", false, config.Log{}
+	next.Rollout, next.TurnHints, next.Log = "", false, config.Log{}
 	rv, nv := reflect.ValueOf(running), reflect.ValueOf(next)
 	var changed []string
 	for i := 0; i < rv.NumField(); i++ {
