@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"math"
+	"strings"
 
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
 )
@@ -56,6 +57,7 @@ func (s *Service) TurnHints(ctx context.Context, sess coreclient.Session, route,
 	if !uuidPattern.MatchString(runID) || sess.SessionID == "" {
 		return emptyHints, HintsFailed
 	}
+	runID = strings.ToLower(runID) // as read's run_id is compared
 	r, err := s.catalog.Route(ctx, route)
 	if err != nil {
 		return s.hintsFailed(ctx, "route", err)
