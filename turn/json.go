@@ -17,7 +17,10 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
@@ -294,54 +297,174 @@ func (p *Parsed) RunID() string {
 // Items is what Core retrieved for the turn (SPEC §7 "Same-run hints"):
 // each context.knowledge_refs entry (doc_id, title, score) joined by ref
 // with the context.knowledge item holding the hit text, in Core's order.
-// Only the two arrays are decoded (encoding/json on their bytes). Entries
-// that cannot be used are skipped: a ref without a matching item (or whose
-// ref names several items), a doc_id that is not a positive integer, a
-// score that is not a number, an entry of the wrong shape. An array
-// missing, repeated or not an array gives no items.
+// Only the two arrays are read, with the scanner (they were validated by
+// ParseAnswer) and strings unescaped as encoding/json does. Entries that
+// cannot be used are skipped: not an object, a ref without a matching item
+// (or naming several items), a doc_id that is not a positive integer, a
+// score that is not a number, a ref or content that is not a string. An
+// array missing, repeated or not an array gives no items.
 func (p *Parsed) Items() []knowledge.TurnItem {
 	if p.kN != 1 || p.rN != 1 {
 		return nil
 	}
-	var items, refs []json.RawMessage
-	if json.Unmarshal(p.body[p.kM.valStart:p.kM.valEnd], &items) != nil ||
-		json.Unmarshal(p.body[p.rM.valStart:p.rM.valEnd], &refs) != nil ||
-		len(items) == 0 || len(refs) == 0 {
+	b := p.body
+	type hit struct {
+		content string
+		n       int
+	}
+	content := map[string]hit{}
+	eachObject(b, p.kM, func(m member) bool { return m.keyIs(b, "ref") || m.keyIs(b, "content") }, func(vals map[string]member) {
+		ref, ok1 := jsonString(b, vals["ref"])
+		c, ok2 := jsonString(b, vals["content"])
+		if ok1 && ok2 && ref != "" {
+			h := content[ref]
+			content[ref] = hit{c, h.n + 1}
+		}
+	})
+	if len(content) == 0 {
 		return nil
 	}
-	content := make(map[string]string, len(items))
-	ambiguous := map[string]bool{}
-	for _, raw := range items {
-		var it struct {
-			Ref     string `json:"ref"`
-			Content string `json:"content"`
+	var out []knowledge.TurnItem
+	eachObject(b, p.rM, func(m member) bool {
+		return m.keyIs(b, "ref") || m.keyIs(b, "doc_id") || m.keyIs(b, "title") || m.keyIs(b, "score")
+	}, func(vals map[string]member) {
+		ref, ok := jsonString(b, vals["ref"])
+		h, found := content[ref]
+		if !ok || !found || h.n != 1 {
+			return
 		}
-		if json.Unmarshal(raw, &it) != nil || it.Ref == "" {
-			continue
+		id, err := strconv.ParseInt(string(valueBytes(b, vals["doc_id"])), 10, 64)
+		if err != nil || id <= 0 {
+			return
 		}
-		if _, dup := content[it.Ref]; dup {
-			ambiguous[it.Ref] = true
+		score, err := strconv.ParseFloat(string(valueBytes(b, vals["score"])), 64)
+		if err != nil || !isNumber(valueBytes(b, vals["score"])) {
+			return
 		}
-		content[it.Ref] = it.Content
-	}
-	out := make([]knowledge.TurnItem, 0, len(refs))
-	for _, raw := range refs {
-		var r struct {
-			Ref   string  `json:"ref"`
-			DocID int64   `json:"doc_id"`
-			Title string  `json:"title"`
-			Score float64 `json:"score"`
-		}
-		if json.Unmarshal(raw, &r) != nil || r.DocID <= 0 || ambiguous[r.Ref] {
-			continue
-		}
-		c, ok := content[r.Ref]
-		if !ok {
-			continue
-		}
-		out = append(out, knowledge.TurnItem{DocID: r.DocID, Title: r.Title, Content: c, Score: r.Score})
-	}
+		title, _ := jsonString(b, vals["title"])
+		out = append(out, knowledge.TurnItem{DocID: id, Title: title, Content: h.content, Score: score})
+	})
 	return out
+}
+
+// eachObject calls fn for every element of the array value of member arr
+// that is an object, with its members whose keys want accepts (by
+// unescaped key; the last one wins). b must have been scanned.
+func eachObject(b []byte, arr member, want func(member) bool, fn func(map[string]member)) {
+	i := arr.valStart
+	if b[i] != '[' {
+		return
+	}
+	vals := map[string]member{}
+	i = skipWS(b, i+1)
+	for i < arr.valEnd && b[i] != ']' {
+		var end int
+		var err error
+		if b[i] == '{' {
+			clear(vals)
+			end, err = scanObject(b, i, 2, func(m member) {
+				if want(m) {
+					key, _ := stringValue(b, m.keyStart, m.keyEnd)
+					vals[key] = m
+				}
+			})
+			if err == nil {
+				fn(vals)
+			}
+		} else {
+			end, err = skipValue(b, i, 2)
+		}
+		if err != nil {
+			return
+		}
+		i = skipWS(b, end)
+		if i < len(b) && b[i] == ',' {
+			i = skipWS(b, i+1)
+		}
+	}
+}
+
+// valueBytes is member m's value (nil for a zero member).
+func valueBytes(b []byte, m member) []byte {
+	if m.valEnd <= m.valStart {
+		return nil
+	}
+	return b[m.valStart:m.valEnd]
+}
+
+// isNumber reports whether v is a JSON number (not a string or literal).
+func isNumber(v []byte) bool { return len(v) > 0 && (v[0] == '-' || v[0] >= '0' && v[0] <= '9') }
+
+// jsonString decodes member m's value if it is a JSON string, unescaping
+// like encoding/json (a lone surrogate becomes U+FFFD) without its
+// reflection. The value must have been scanned (valid JSON).
+func jsonString(b []byte, m member) (string, bool) {
+	v := valueBytes(b, m)
+	if len(v) < 2 || v[0] != '"' {
+		return "", false
+	}
+	raw := v[1 : len(v)-1]
+	k := bytes.IndexByte(raw, '\\')
+	if k < 0 {
+		return string(raw), true
+	}
+	out := make([]byte, 0, len(raw))
+	for k >= 0 {
+		out = append(out, raw[:k]...)
+		raw = raw[k:]
+		n := 2
+		switch raw[1] {
+		case '"', '\\', '/':
+			out = append(out, raw[1])
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		case 'u':
+			r := hex4(raw[2:6])
+			n = 6
+			if utf16.IsSurrogate(r) {
+				r2 := rune(-1)
+				if len(raw) >= 12 && raw[6] == '\\' && raw[7] == 'u' {
+					r2 = hex4(raw[8:12])
+				}
+				if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
+					r, n = d, 12
+				} else {
+					r = utf8.RuneError
+				}
+			}
+			out = utf8.AppendRune(out, r)
+		default:
+			return "", false // not scanned
+		}
+		raw = raw[n:]
+		k = bytes.IndexByte(raw, '\\')
+	}
+	return string(append(out, raw...)), true
+}
+
+// hex4 decodes four hex digits (validated by the scanner).
+func hex4(h []byte) rune {
+	var r rune
+	for _, c := range h {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		default:
+			c -= 'A' - 10
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
 }
 
 // Rewrite is RewriteResponse on the parsed answer.

@@ -741,3 +741,31 @@ func TestItems(t *testing.T) {
 		}
 	}
 }
+
+// TestJSONString: the unescaping of Items agrees with encoding/json,
+// surrogate pairs and lone surrogates included.
+func TestJSONString(t *testing.T) {
+	for _, lit := range []string{
+		`""`, `"plain 退款"`, `"\n\r\t\b\f\/\\\""`, `"\u00e9\u9000"`, `"\ud83d\ude80"`, `"\ud83d"`, `"\ude80x"`,
+		`"\ud83d\u0041"`, `"\ud83d\ud83d\ude80"`, `"a\u2028b"`, `"\uD83D\uDE80 upper"`, `"end\\"`,
+	} {
+		b := []byte(`{"v":` + lit + `}`)
+		var m member
+		if _, err := scanObject(b, 0, 1, func(x member) { m = x }); err != nil {
+			t.Fatalf("%s: scan: %v", lit, err)
+		}
+		var want string
+		if err := json.Unmarshal([]byte(lit), &want); err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := jsonString(b, m); !ok || got != want {
+			t.Errorf("%s: got %q, %v; want %q", lit, got, ok, want)
+		}
+	}
+	b := []byte(`{"v":7}`)
+	var m member
+	_, _ = scanObject(b, 0, 1, func(x member) { m = x })
+	if got, ok := jsonString(b, m); ok {
+		t.Errorf("number: got %q, true; want not a string", got)
+	}
+}
