@@ -298,3 +298,26 @@ func TestTurnHintReadWithRun(t *testing.T) {
 		t.Errorf("replay ref: got the first turn's ref; want a freshly minted one")
 	}
 }
+
+// TestNextRune: nextRune says what utf8.DecodeRuneInString and isSpaceRune
+// say, for every non-ASCII character and for invalid sequences.
+func TestNextRune(t *testing.T) {
+	check := func(s string) {
+		t.Helper()
+		r, wantSize := utf8.DecodeRuneInString(s)
+		wantInvalid := r == utf8.RuneError && wantSize == 1
+		wantSpace := !wantInvalid && isSpaceRune(r)
+		if size, space, invalid := nextRune(s); size != wantSize || space != wantSpace || invalid != wantInvalid {
+			t.Errorf("%q: got (%d, %v, %v); want (%d, %v, %v)", s, size, space, invalid, wantSize, wantSpace, wantInvalid)
+		}
+	}
+	for r := rune(0x80); r <= utf8.MaxRune; r++ {
+		if utf8.ValidRune(r) {
+			check(string(r) + "x")
+		}
+	}
+	for _, s := range []string{"\x80", "\xc2", "\xc2x", "\xe2\x80", "\xe2\x80x", "\xed\xa0\x80", "\xe0\x80\x80", "\xf0\x80\x80\x80",
+		"\xf4\x90\x80\x80", "\xf5\x80\x80\x80", "\xff", "\xc0\xaf", "\xef\xbb", "\xe3\x80"} {
+		check(s)
+	}
+}

@@ -81,11 +81,11 @@ func stripSpace(s string) string {
 			i++
 			continue
 		}
-		r, size := utf8.DecodeRuneInString(s[i:])
+		size, space, invalid := nextRune(s[i:])
 		switch {
-		case r == utf8.RuneError && size == 1:
+		case invalid:
 			cut(i, i+1, string(utf8.RuneError))
-		case isSpaceRune(r):
+		case space:
 			cut(i, i+size, "")
 		}
 		i += size
@@ -111,6 +111,25 @@ var asciiKept = func() (t [256]bool) {
 // in U+FEFF (a BOM that Core's trim removes from a paragraph's start) and
 // U+0085 (kept by Core, so kept here).
 func isSpaceRune(r rune) bool { return coreclient.IsJSSpace(r) }
+
+// nextRune returns the size of the non-ASCII character (or invalid byte,
+// size 1) at the start of s, whether it is whitespace (isSpaceRune) and
+// whether it is an invalid byte: what utf8.DecodeRuneInString and
+// isSpaceRune say, faster. The character is validated without being decoded
+// (runeEscLen); only the lead bytes that start a non-ASCII JavaScript
+// whitespace character (U+00A0 C2, U+1680 E1, U+2000–U+205F E2, U+3000 E3,
+// U+FEFF EF) are decoded. The texts it scans are mostly CJK.
+func nextRune(s string) (size int, space, invalid bool) {
+	if _, size = runeEscLen(s); size == 1 {
+		return 1, false, true
+	}
+	switch s[0] {
+	case 0xC2, 0xE1, 0xE2, 0xE3, 0xEF:
+		r, _ := utf8.DecodeRuneInString(s[:size])
+		return size, isSpaceRune(r), false
+	}
+	return size, false, false
+}
 
 // utf16Len is the length of s in UTF-16 code units (JavaScript's String
 // length): a character above U+FFFF counts 2. Invalid bytes count 1 each.
@@ -142,8 +161,8 @@ func collapseSpace(s string) string {
 				i++
 				continue
 			}
-			r, size := utf8.DecodeRuneInString(s[i:])
-			if r == utf8.RuneError && size == 1 || isSpaceRune(r) {
+			size, space, invalid := nextRune(s[i:])
+			if invalid || space {
 				break
 			}
 			i += size
@@ -163,8 +182,8 @@ func collapseSpace(s string) string {
 			i++
 			continue
 		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
+		size, _, invalid := nextRune(s[i:])
+		if invalid {
 			if space && b.Len() > 0 {
 				b.WriteByte(' ')
 			}
@@ -333,10 +352,10 @@ func strippedHasPrefix(s, frag string) (match bool, looked int) {
 			i++
 			continue
 		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if !isSpaceRune(r) {
+		size, space, invalid := nextRune(s[i:])
+		if !space {
 			// An invalid byte would be U+FFFD, which frag does not hold.
-			if r == utf8.RuneError && size == 1 || !strings.HasPrefix(frag[j:], s[i:i+size]) {
+			if invalid || !strings.HasPrefix(frag[j:], s[i:i+size]) {
 				return false, i + size
 			}
 			j += size

@@ -313,9 +313,9 @@ func (p *Parsed) Items() []knowledge.TurnItem {
 		n       int
 	}
 	content := map[string]hit{}
-	eachObject(b, p.kM, func(m member) bool { return m.keyIs(b, "ref") || m.keyIs(b, "content") }, func(vals map[string]member) {
-		ref, ok1 := jsonString(b, vals["ref"])
-		c, ok2 := jsonString(b, vals["content"])
+	eachObject(b, p.kM, itemKeys[:], func(v []member) {
+		ref, ok1 := jsonString(b, v[0])
+		c, ok2 := jsonString(b, v[1])
 		if ok1 && ok2 && ref != "" {
 			h := content[ref]
 			content[ref] = hit{c, h.n + 1}
@@ -325,37 +325,42 @@ func (p *Parsed) Items() []knowledge.TurnItem {
 		return nil
 	}
 	var out []knowledge.TurnItem
-	eachObject(b, p.rM, func(m member) bool {
-		return m.keyIs(b, "ref") || m.keyIs(b, "doc_id") || m.keyIs(b, "title") || m.keyIs(b, "score")
-	}, func(vals map[string]member) {
-		ref, ok := jsonString(b, vals["ref"])
+	eachObject(b, p.rM, refKeys[:], func(v []member) {
+		ref, ok := jsonString(b, v[0])
 		h, found := content[ref]
 		if !ok || !found || h.n != 1 {
 			return
 		}
-		id, err := strconv.ParseInt(string(valueBytes(b, vals["doc_id"])), 10, 64)
+		id, err := strconv.ParseInt(string(valueBytes(b, v[1])), 10, 64)
 		if err != nil || id <= 0 {
 			return
 		}
-		score, err := strconv.ParseFloat(string(valueBytes(b, vals["score"])), 64)
-		if err != nil || !isNumber(valueBytes(b, vals["score"])) {
+		score, err := strconv.ParseFloat(string(valueBytes(b, v[3])), 64)
+		if err != nil || !isNumber(valueBytes(b, v[3])) {
 			return
 		}
-		title, _ := jsonString(b, vals["title"])
+		title, _ := jsonString(b, v[2])
 		out = append(out, knowledge.TurnItem{DocID: id, Title: title, Content: h.content, Score: score})
 	})
 	return out
 }
 
+// The members Items reads, by position in the slice eachObject passes.
+var (
+	itemKeys = [...]string{"ref", "content"}
+	refKeys  = [...]string{"ref", "doc_id", "title", "score"}
+)
+
 // eachObject calls fn for every element of the array value of member arr
-// that is an object, with its members whose keys want accepts (by
-// unescaped key; the last one wins). b must have been scanned.
-func eachObject(b []byte, arr member, want func(member) bool, fn func(map[string]member)) {
+// that is an object, with the members named by keys (vals[i] is the member
+// of keys[i], by unescaped key, the last one winning; a zero member when
+// absent). b must have been scanned.
+func eachObject(b []byte, arr member, keys []string, fn func(vals []member)) {
 	i := arr.valStart
 	if b[i] != '[' {
 		return
 	}
-	vals := map[string]member{}
+	vals := make([]member, len(keys))
 	i = skipWS(b, i+1)
 	for i < arr.valEnd && b[i] != ']' {
 		var end int
@@ -363,9 +368,11 @@ func eachObject(b []byte, arr member, want func(member) bool, fn func(map[string
 		if b[i] == '{' {
 			clear(vals)
 			end, err = scanObject(b, i, 2, func(m member) {
-				if want(m) {
-					key, _ := stringValue(b, m.keyStart, m.keyEnd)
-					vals[key] = m
+				for k, name := range keys {
+					if m.keyIs(b, name) {
+						vals[k] = m
+						return
+					}
 				}
 			})
 			if err == nil {
