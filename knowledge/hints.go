@@ -93,16 +93,18 @@ func (s *Service) TurnHints(ctx context.Context, sess coreclient.Session, route,
 	if err != nil {
 		return s.hintsFailed(ctx, "seal", err)
 	}
-	before := len(minted)
-	minted, truncated := fitHints(minted, len(emptyHints), SearchMaxBytes)
-	s.m.drop("budget", before-len(minted))
-	if truncated {
-		s.m.truncate("turn")
+	out := AppendHints(make([]byte, 0, SearchMaxBytes), minted)
+	if len(out) <= SearchMaxBytes { // the common case: nothing to fit
+		return out, HintsMinted
 	}
+	before := len(minted)
+	minted, _ = fitHints(minted, len(emptyHints), SearchMaxBytes)
+	s.m.drop("budget", before-len(minted))
+	s.m.truncate("turn")
 	if len(minted) == 0 {
 		return emptyHints, HintsNone
 	}
-	return AppendHints(make([]byte, 0, SearchMaxBytes), minted), HintsMinted
+	return AppendHints(out[:0], minted), HintsMinted
 }
 
 func (s *Service) hintsFailed(ctx context.Context, step string, err error) ([]byte, string) {

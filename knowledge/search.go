@@ -299,7 +299,7 @@ func summarize(chunks []string) string {
 	var b strings.Builder
 	for _, c := range chunks {
 		c, _, _ = cutHalves(c)
-		c = collapseSpace(c)
+		c = collapseSpace(c, SummaryMaxBytes-b.Len())
 		if c == "" {
 			continue
 		}

@@ -146,12 +146,18 @@ func utf16Len(s string) int {
 
 // collapseSpace replaces every run of whitespace (JavaScript's) with one
 // space and trims the ends; each byte of invalid UTF-8 becomes U+FFFD. Runs
-// of kept bytes are copied at once.
-func collapseSpace(s string) string {
+// of kept bytes are copied at once. It stops once the result holds at least
+// max bytes (max < 0: no limit), so the caller that keeps only a prefix of
+// that length does not collapse the rest.
+func collapseSpace(s string, max int) string {
 	var b strings.Builder
-	b.Grow(len(s))
+	if max < 0 || max > len(s) {
+		b.Grow(len(s))
+	} else {
+		b.Grow(max + utf8.UTFMax)
+	}
 	space := false // whitespace seen since the last kept character
-	for i := 0; i < len(s); {
+	for i := 0; i < len(s) && (max < 0 || b.Len() < max); {
 		run := i
 		for i < len(s) {
 			if c := s[i]; c < utf8.RuneSelf {
