@@ -203,13 +203,7 @@ func BenchmarkTurn(b *testing.B) {
 				seq := 0
 				for b.Loop() {
 					seq++
-					id := strconv.Itoa(seq)
-					body := `{"client_conversation_id":"c-` + id + `","client_turn_id":"t-` + id + `","user_message_id":"m-` + id +
-						`","user_input":"Can I get a refund?","knowledge_delivery":"on_demand"}`
-					req := httptest.NewRequest(http.MethodPost, target, strings.NewReader(body))
-					req.RemoteAddr = "127.0.0.1:40000"
-					req.Header.Set("Authorization", "Bearer "+w.token)
-					req.Header.Set("Content-Type", "application/json")
+					req := w.onDemandTurn(target, strconv.Itoa(seq))
 					rw.reset()
 					h.ServeHTTP(rw, req)
 					if rw.code != http.StatusOK || rw.n == 0 {
@@ -226,19 +220,7 @@ func BenchmarkTurn(b *testing.B) {
 // bench-kb, which it adds to cat: an on_demand turn then gets 3 same-run
 // hints. Memory messages fill the rest.
 func hintsTurnAnswer(cat *coreclient.MemCatalog) []byte {
-	type item struct {
-		Ref     string `json:"ref"`
-		Title   string `json:"title"`
-		Content string `json:"content"`
-	}
-	type ref struct {
-		Ref   string  `json:"ref"`
-		DocID int64   `json:"doc_id"`
-		Title string  `json:"title"`
-		Score float64 `json:"score"`
-	}
-	var items []item
-	var refs []ref
+	var items, refs []map[string]any
 	for d := range 3 {
 		title := fmt.Sprintf("Refund policy %d", d+1)
 		para := strings.Repeat(fmt.Sprintf("退款窗口设为%d天时, refunds close after the window. ", d), 12)
@@ -246,8 +228,8 @@ func hintsTurnAnswer(cat *coreclient.MemCatalog) []byte {
 		id := cat.PutDoc(coreclient.Document{DocMeta: coreclient.DocMeta{KBID: "bench-kb", Title: title, Status: "ready"}, Content: content})
 		for c, chunk := range fakecore.Chunks(content)[:2] {
 			n := fmt.Sprintf("knowledge:%d", len(items)+1)
-			items = append(items, item{n, title, chunk})
-			refs = append(refs, ref{n, id, title, 0.9 - float64(d)/10 - float64(c)/100})
+			items = append(items, map[string]any{"ref": n, "title": title, "content": chunk})
+			refs = append(refs, map[string]any{"ref": n, "doc_id": id, "title": title, "score": 0.9 - float64(d)/10 - float64(c)/100})
 		}
 	}
 	ctx := map[string]any{
@@ -293,13 +275,7 @@ func BenchmarkTurnHints(b *testing.B) {
 			cpu0 := processCPU(b)
 			for b.Loop() {
 				seq++
-				id := name + strconv.Itoa(seq)
-				body := `{"client_conversation_id":"c-` + id + `","client_turn_id":"t-` + id + `","user_message_id":"m-` + id +
-					`","user_input":"Can I get a refund?","knowledge_delivery":"on_demand"}`
-				req := httptest.NewRequest(http.MethodPost, target, strings.NewReader(body))
-				req.RemoteAddr = "127.0.0.1:40000"
-				req.Header.Set("Authorization", "Bearer "+w.token)
-				req.Header.Set("Content-Type", "application/json")
+				req := w.onDemandTurn(target, name+strconv.Itoa(seq))
 				rw.reset()
 				h.ServeHTTP(rw, req)
 				if rw.code != http.StatusOK {
@@ -364,11 +340,7 @@ func TestBenchTurnHintsAnswer(t *testing.T) {
 		want int
 	}{{true, 3}, {false, 0}} {
 		w.server.SetTurnHints(tc.on)
-		id := strconv.FormatBool(tc.on)
-		req := httptest.NewRequest(http.MethodPost, "/agent-api/v1/workspaces/"+benchRouteOn+"/turns?size=hints", strings.NewReader(
-			`{"client_conversation_id":"c-`+id+`","client_turn_id":"t-`+id+`","user_message_id":"m-`+id+`","user_input":"refund?","knowledge_delivery":"on_demand"}`))
-		req.RemoteAddr = "127.0.0.1:40000"
-		req.Header.Set("Authorization", "Bearer "+w.token)
+		req := w.onDemandTurn("/agent-api/v1/workspaces/"+benchRouteOn+"/turns?size=hints", strconv.FormatBool(tc.on))
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		var v struct {
@@ -389,6 +361,18 @@ func processCPU(b testing.TB) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// onDemandTurn is an on_demand turn request of the bench session to target,
+// with ids made from id.
+func (w *benchWorld) onDemandTurn(target, id string) *http.Request {
+	body := `{"client_conversation_id":"c-` + id + `","client_turn_id":"t-` + id + `","user_message_id":"m-` + id +
+		`","user_input":"Can I get a refund?","knowledge_delivery":"on_demand"}`
+	req := httptest.NewRequest(http.MethodPost, target, strings.NewReader(body))
+	req.RemoteAddr = "127.0.0.1:40000"
+	req.Header.Set("Authorization", "Bearer "+w.token)
+	req.Header.Set("Content-Type", "application/json")
+	return req
 }
 
 // TestReadSized: the same bytes and errors as io.ReadAll over a LimitReader

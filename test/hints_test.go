@@ -21,27 +21,17 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
 
-// turnHintJSON is one hint of a delivery block: exactly the six fields of a
-// search hint.
-type turnHintJSON struct {
-	Ref       string  `json:"ref"`
-	Title     string  `json:"title"`
-	Summary   string  `json:"summary"`
-	Revision  string  `json:"revision"`
-	Score     float64 `json:"score"`
-	ExpiresAt string  `json:"expires_at"`
-}
-
 // decodeTurnHints decodes a delivery block's hints strictly: an array of at
-// most 3 six-field hints with v2 refs, within 4096 bytes.
-func decodeTurnHints(t testing.TB, raw json.RawMessage) []turnHintJSON {
+// most 3 search-shaped hints (exactly six fields) with v2 refs, within 4096
+// bytes.
+func decodeTurnHints(t testing.TB, raw json.RawMessage) []hintAnswer {
 	t.Helper()
 	if len(raw) > 4096 {
 		t.Errorf("hints: %d bytes; want ≤ 4096", len(raw))
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
-	var hints []turnHintJSON
+	var hints []hintAnswer
 	if err := dec.Decode(&hints); err != nil || hints == nil {
 		t.Fatalf("hints %s: want a JSON array of hints (%v)", raw, err)
 	}
@@ -58,7 +48,7 @@ func decodeTurnHints(t testing.TB, raw json.RawMessage) []turnHintJSON {
 	return hints
 }
 
-func hintTitlesOf(hs []turnHintJSON) string {
+func hintTitlesOf(hs []hintAnswer) string {
 	var s []string
 	for _, h := range hs {
 		s = append(s, h.Title)

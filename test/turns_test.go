@@ -698,16 +698,6 @@ func TestTurnLostResponseRetry(t *testing.T) {
 	c := newClient(t)
 	route := testdb.RouteMulti
 	url := turnsURL(side, route)
-	runID := func(t *testing.T, b []byte) string {
-		t.Helper()
-		var v struct {
-			RunID string `json:"run_id"`
-		}
-		if json.Unmarshal(b, &v) != nil || v.RunID == "" {
-			t.Fatalf("no run_id in %s", b)
-		}
-		return v.RunID
-	}
 
 	for _, mode := range []string{"on_demand", "inline"} {
 		t.Run(mode, func(t *testing.T) {
@@ -722,7 +712,7 @@ func TestTurnLostResponseRetry(t *testing.T) {
 			if again.Status != 200 {
 				t.Fatalf("retry: got %d %s", again.Status, again.Body)
 			}
-			if got, want := runID(t, again.Body), runID(t, first.Body); got != want {
+			if got, want := runIDOf(t, again.Body), runIDOf(t, first.Body); got != want {
 				t.Errorf("retry run_id: got %s; want %s", got, want)
 			}
 			// Same bytes, but for the same-run hints' refs and expiry,
