@@ -182,7 +182,7 @@ func startDemoWorld(docs []demoDoc, token string) (*demoWorld, error) {
 		})
 		if i < 2 { // what Core retrieves for a turn: the first chunk of two documents
 			if chunks := fakecore.Chunks(d.content); len(chunks) > 0 {
-				inline = append(inline, fakecore.TurnKnowledge{DocID: id, Title: d.title, Content: chunks[0], Score: 0.8 - float64(i)/10})
+				inline = append(inline, fakecore.TurnKnowledge{DocID: id, Title: d.title, Content: chunks[0], Score: []float64{0.82, 0.74}[i]})
 			}
 		}
 	}
