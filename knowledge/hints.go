@@ -21,7 +21,7 @@ type TurnItem struct {
 }
 
 // Outcomes of TurnHints (the closed label set of turn_hints_total, with the
-// edge's own "off" and "unreadable").
+// edge's own "off" for turn_hints: false).
 const (
 	// HintsMinted: at least one hint.
 	HintsMinted = "minted"
