@@ -253,7 +253,7 @@ func (s *Service) rank(ctx context.Context, answers []kbAnswer, flags map[string
 			text = newDocMatch(doc.Content)
 			texts[h.DocID] = text
 		}
-		if !text.contains(normalizeForMatch(h.Content)) {
+		if !text.containsHit(h.Content) {
 			s.m.drop("stale_fragment", 1)
 			continue
 		}

@@ -248,6 +248,21 @@ func newDocMatch(content string) *docMatch {
 	}
 }
 
+// containsHit is contains(normalizeForMatch(hit)) for a raw hit text
+// (Core's chunk). When the shortcut of contains applies and hit holds no
+// image markup, no "图", no U+FFFD and no invalid UTF-8, normalizeForMatch(hit)
+// is stripSpace(hit), and it is compared without being built
+// (strippedContainsRaw): no allocation per hit.
+func (d *docMatch) containsHit(hit string) bool {
+	if d.simple && !strings.Contains(hit, "![") && !strings.Contains(hit, "图") &&
+		!strings.ContainsRune(hit, utf8.RuneError) && utf8.ValidString(hit) {
+		if found, ok := strippedContainsRaw(d.content, hit); ok {
+			return found
+		}
+	}
+	return d.contains(normalizeForMatch(hit))
+}
+
 // A U+FFFD at the start or end of frag is half of a character Core's chunker
 // cut in two (see cutHalves); it matches one character outside the BMP (or a
 // U+FFFD) of the document at that place.
@@ -336,6 +351,86 @@ func strippedContains(s, frag string) (found, ok bool) {
 			return false, false
 		}
 		from = p + n
+	}
+}
+
+// strippedContainsRaw is strippedContains(s, stripSpace(hit)) for hit valid
+// UTF-8 without U+FFFD, without building stripSpace(hit).
+func strippedContainsRaw(s, hit string) (found, ok bool) {
+	j := skipSpace(hit, 0)
+	if j == len(hit) {
+		return true, true
+	}
+	hit = hit[j:]
+	_, n := utf8.DecodeRuneInString(hit)
+	first := hit[:n]
+	budget := len(s) + len(hit)
+	for from := 0; ; {
+		k := strings.Index(s[from:], first)
+		if k < 0 {
+			return false, true
+		}
+		p := from + k
+		match, looked := strippedHasPrefixRaw(s[p:], hit)
+		if match {
+			return true, true
+		}
+		if budget -= looked; budget < 0 {
+			return false, false
+		}
+		from = p + n
+	}
+}
+
+// skipSpace returns the index of the first non-whitespace character of s
+// at or after i (len(s) if none). s must be valid UTF-8 from i.
+func skipSpace(s string, i int) int {
+	for i < len(s) {
+		if c := s[i]; c < utf8.RuneSelf {
+			if asciiKept[c] {
+				return i
+			}
+			i++
+			continue
+		}
+		size, space, _ := nextRune(s[i:])
+		if !space {
+			return i
+		}
+		i += size
+	}
+	return i
+}
+
+// strippedHasPrefixRaw is strippedHasPrefix(s, stripSpace(hit)): whitespace
+// is skipped on both sides. hit is valid UTF-8 without U+FFFD.
+func strippedHasPrefixRaw(s, hit string) (match bool, looked int) {
+	i, j := 0, 0
+	for {
+		if j = skipSpace(hit, j); j >= len(hit) {
+			return true, i
+		}
+		if i >= len(s) {
+			return false, i
+		}
+		if c := s[i]; c < utf8.RuneSelf {
+			if asciiKept[c] {
+				if hit[j] != c {
+					return false, i + 1
+				}
+				j++
+			}
+			i++
+			continue
+		}
+		size, space, invalid := nextRune(s[i:])
+		if !space {
+			if invalid || !strings.HasPrefix(hit[j:], s[i:i+size]) {
+				return false, i + size
+			}
+			j += size
+		}
+		i += size
 	}
 }
 
