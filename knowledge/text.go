@@ -252,11 +252,11 @@ func newDocMatch(content string) *docMatch {
 // (Core's chunk). When the shortcut of contains applies and hit holds no
 // image markup, no "图", no U+FFFD and no invalid UTF-8, normalizeForMatch(hit)
 // is stripSpace(hit), and it is compared without being built
-// (strippedContainsRaw): no allocation per hit.
+// (strippedContains skips whitespace on both sides): no allocation per hit.
 func (d *docMatch) containsHit(hit string) bool {
 	if d.simple && !strings.Contains(hit, "![") && !strings.Contains(hit, "图") &&
 		!strings.ContainsRune(hit, utf8.RuneError) && utf8.ValidString(hit) {
-		if found, ok := strippedContainsRaw(d.content, hit); ok {
+		if found, ok := strippedContains(d.content, hit); ok {
 			return found
 		}
 	}
@@ -327,36 +327,11 @@ func containsBetweenHalves(norm, core string, lead, trail bool) bool {
 	return false
 }
 
-// strippedContains reports whether frag (valid UTF-8 without whitespace or
-// U+FFFD) occurs in stripSpace(s). ok is false when it gave up after
+// strippedContains reports whether stripSpace(hit) occurs in stripSpace(s),
+// for hit valid UTF-8 without U+FFFD, without building either (whitespace is
+// skipped on both sides while comparing). ok is false when it gave up after
 // looking at about len(s) bytes in failed tries.
-func strippedContains(s, frag string) (found, ok bool) {
-	if frag == "" {
-		return true, true
-	}
-	_, n := utf8.DecodeRuneInString(frag)
-	first := frag[:n]
-	budget := len(s) + len(frag)
-	for from := 0; ; {
-		k := strings.Index(s[from:], first)
-		if k < 0 {
-			return false, true
-		}
-		p := from + k
-		match, looked := strippedHasPrefix(s[p:], frag)
-		if match {
-			return true, true
-		}
-		if budget -= looked; budget < 0 {
-			return false, false
-		}
-		from = p + n
-	}
-}
-
-// strippedContainsRaw is strippedContains(s, stripSpace(hit)) for hit valid
-// UTF-8 without U+FFFD, without building stripSpace(hit).
-func strippedContainsRaw(s, hit string) (found, ok bool) {
+func strippedContains(s, hit string) (found, ok bool) {
 	j := skipSpace(hit, 0)
 	if j == len(hit) {
 		return true, true
@@ -371,7 +346,7 @@ func strippedContainsRaw(s, hit string) (found, ok bool) {
 			return false, true
 		}
 		p := from + k
-		match, looked := strippedHasPrefixRaw(s[p:], hit)
+		match, looked := strippedHasPrefix(s[p:], hit)
 		if match {
 			return true, true
 		}
@@ -402,9 +377,10 @@ func skipSpace(s string, i int) int {
 	return i
 }
 
-// strippedHasPrefixRaw is strippedHasPrefix(s, stripSpace(hit)): whitespace
-// is skipped on both sides. hit is valid UTF-8 without U+FFFD.
-func strippedHasPrefixRaw(s, hit string) (match bool, looked int) {
+// strippedHasPrefix reports whether stripSpace(s) starts with stripSpace(hit)
+// (hit valid UTF-8 without U+FFFD, whitespace skipped on both sides), and
+// how many bytes of s it looked at. s must start on a rune boundary.
+func strippedHasPrefix(s, hit string) (match bool, looked int) {
 	i, j := 0, 0
 	for {
 		if j = skipSpace(hit, j); j >= len(hit) {
@@ -434,34 +410,3 @@ func strippedHasPrefixRaw(s, hit string) (match bool, looked int) {
 	}
 }
 
-// strippedHasPrefix reports whether stripSpace(s) starts with frag (valid
-// UTF-8 without U+FFFD), and how many bytes of s it looked at. s must start
-// on a rune boundary.
-func strippedHasPrefix(s, frag string) (match bool, looked int) {
-	i, j := 0, 0
-	for j < len(frag) {
-		if i >= len(s) {
-			return false, i
-		}
-		if c := s[i]; c < utf8.RuneSelf {
-			if asciiKept[c] {
-				if frag[j] != c {
-					return false, i + 1
-				}
-				j++
-			}
-			i++
-			continue
-		}
-		size, space, invalid := nextRune(s[i:])
-		if !space {
-			// An invalid byte would be U+FFFD, which frag does not hold.
-			if invalid || !strings.HasPrefix(frag[j:], s[i:i+size]) {
-				return false, i + size
-			}
-			j += size
-		}
-		i += size
-	}
-	return true, i
-}
