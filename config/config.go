@@ -20,6 +20,10 @@ type Config struct {
 	// Rollout selects the workspaces that get the protocol: "off", "all",
 	// "allow:a,b", "deny:a,b" or "percent:N". Default "off". Hot-reloadable.
 	Rollout string `yaml:"rollout"`
+	// TurnHints gives on_demand turns up to 3 same-run hints built from
+	// what Core retrieved for the turn (SPEC §7); false answers "hints": [].
+	// Default true. Hot-reloadable.
+	TurnHints bool `yaml:"turn_hints"`
 	// NativeDetection is "auto", "never" (always serve the protocol) or
 	// "always" (assume a native Core: pass everything through). Default "auto".
 	NativeDetection string `yaml:"native_detection"`
@@ -192,6 +196,7 @@ func Defaults() Config {
 		Core:            Core{Timeout: 3 * time.Second, Identity: b, Retrieval: b},
 		Catalog:         Catalog{MaxOpenConns: 10, MaxIdleConns: 5, ConnMaxLifetime: 5 * time.Minute, QueryTimeout: 2 * time.Second, DocCacheEntries: 512, DocCacheBytes: 64 << 20, Breaker: b},
 		Rollout:         "off",
+		TurnHints:       true,
 		NativeDetection: "auto",
 		ProbeInterval:   60 * time.Second,
 		Ledger:          Ledger{Backend: "", TTL: 24 * time.Hour, MaxEntries: 100000},

@@ -55,8 +55,8 @@ func TestGoodFileValues(t *testing.T) {
 		t.Errorf("got %+v; file values not applied", cfg)
 	}
 	// Fields the file does not name keep their defaults.
-	if cfg.Core.Identity != Defaults().Core.Identity || cfg.Ledger.TTL != 24*time.Hour {
-		t.Errorf("got identity breaker %+v ttl %s; want defaults", cfg.Core.Identity, cfg.Ledger.TTL)
+	if cfg.Core.Identity != Defaults().Core.Identity || cfg.Ledger.TTL != 24*time.Hour || !cfg.TurnHints {
+		t.Errorf("got identity breaker %+v ttl %s turn_hints %v; want defaults", cfg.Core.Identity, cfg.Ledger.TTL, cfg.TurnHints)
 	}
 }
 
@@ -75,6 +75,7 @@ func TestEnvOverridesFileAndDefaults(t *testing.T) {
 		"KNOWLEDGE_SIDECAR_PROXY_PRESERVE_HOST":             "false",
 		"KNOWLEDGE_SIDECAR_RATE_LIMIT_RPS":                  "2.5",
 		"KNOWLEDGE_SIDECAR_SHUTDOWN_DRAIN_DELAY":            "1s",
+		"KNOWLEDGE_SIDECAR_TURN_HINTS":                      "false",
 	})
 	cfg, err := Load("testdata/good.yaml", env)
 	if err != nil {
@@ -98,6 +99,7 @@ func TestEnvOverridesFileAndDefaults(t *testing.T) {
 		{"preserve_host", cfg.Proxy.PreserveHost, false},
 		{"rps", cfg.RateLimit.RPS, 2.5},
 		{"drain", cfg.Shutdown.DrainDelay, time.Second},
+		{"turn_hints", cfg.TurnHints, false},
 	}
 	for _, c := range checks {
 		if c.got != c.want {

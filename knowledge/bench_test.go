@@ -451,8 +451,17 @@ func TestCollapseSpaceMatchesDefinition(t *testing.T) {
 		inputs = append(inputs, " a"+string(c)+"b "+string(c))
 	}
 	for i, in := range inputs {
-		if got, want := collapseSpace(in), collapseSpaceRef(in); got != want {
+		want := collapseSpaceRef(in)
+		if got := collapseSpace(in, -1); got != want {
 			t.Fatalf("input %d %q: got %q; want %q", i, in, got, want)
+		}
+		// With a limit: a prefix of the whole result, at least limit bytes
+		// long (or all of it).
+		for _, limit := range []int{0, 1, 3, 7} {
+			got := collapseSpace(in, limit)
+			if !strings.HasPrefix(want, got) || len(got) < min(limit, len(want)) {
+				t.Fatalf("input %d %q limit %d: got %q; want a prefix of %q of at least %d bytes", i, in, limit, got, want, limit)
+			}
 		}
 	}
 }
@@ -460,7 +469,7 @@ func TestCollapseSpaceMatchesDefinition(t *testing.T) {
 func FuzzCollapseSpace(f *testing.F) {
 	f.Add(" 退款 \u3000窗口\n\n\xff x ")
 	f.Fuzz(func(t *testing.T, s string) {
-		if got, want := collapseSpace(s), collapseSpaceRef(s); got != want {
+		if got, want := collapseSpace(s, -1), collapseSpaceRef(s); got != want {
 			t.Fatalf("%q: got %q; want %q", s, got, want)
 		}
 	})

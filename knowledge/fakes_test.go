@@ -109,6 +109,7 @@ type fakeCatalog struct {
 	docsDown bool             // Documents/Document fail
 	unusable bool
 	docsRead []int64           // every id asked of Documents, in order
+	docCalls int               // Documents calls
 	storedAs map[string]string // KBs: a KB id as stored, when it differs from the route's spelling
 }
 
@@ -184,6 +185,7 @@ func (f *fakeCatalog) Documents(_ context.Context, ids []int64, kbIDs []string) 
 	}
 	out := map[int64]coreclient.Document{}
 	f.docsRead = append(f.docsRead, ids...)
+	f.docCalls++
 	for _, id := range ids {
 		if d, ok := f.docs[id]; ok && contains(kbIDs, d.KBID) {
 			out[id] = d

@@ -53,7 +53,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"reason"}),
 		truncated: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "knowledge_sidecar", Subsystem: "knowledge", Name: "truncated_responses_total",
-			Help: "Responses shortened to fit a byte budget, by endpoint.",
+			Help: "Responses (and turn hint arrays, endpoint \"turn\") shortened to fit a byte budget, by endpoint.",
 		}, []string{"endpoint"}),
 		readBytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "knowledge_sidecar", Subsystem: "knowledge", Name: "read_content_bytes_total",
@@ -98,6 +98,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			m.requests.WithLabelValues(e, c)
 		}
 	}
+	m.truncated.WithLabelValues("turn") // same-run hints (TurnHints)
 	for _, r := range kbResultLabels {
 		m.kbCalls.WithLabelValues(r)
 	}

@@ -1,6 +1,7 @@
 package knowledge
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -33,7 +34,55 @@ func loadCoreChunkCases(t *testing.T) []coreChunkCase {
 	return out
 }
 
-func recheck(doc, chunk string) bool { return newDocMatch(doc).contains(normalizeForMatch(chunk)) }
+// recheck is the re-check of rank (containsHit); it fails the test when
+// that disagrees with the plain definition, contains(normalizeForMatch).
+func recheck(doc, chunk string) bool {
+	want := newDocMatch(doc).contains(normalizeForMatch(chunk))
+	if got := newDocMatch(doc).containsHit(chunk); got != want {
+		panic(fmt.Sprintf("containsHit(%.80q) against %.80q: got %v; want %v as contains(normalizeForMatch)", chunk, doc, got, want))
+	}
+	return want
+}
+
+// TestContainsHitProperty: containsHit agrees with
+// contains(normalizeForMatch(hit)) on random documents and hits: chunks,
+// pieces of the document with whitespace moved, random nasty strings.
+func TestContainsHitProperty(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 17))
+	found := 0
+	spaces := []string{" ", "\n", "\t", "\u3000", "\u00a0", "\ufeff", "", ""}
+	for i := 0; i < 3000; i++ {
+		doc := nastyString(r, r.IntN(300))
+		if i%2 == 0 {
+			doc = strings.ReplaceAll(strings.ReplaceAll(doc, "![图](u)", "x"), "\ufffd", "y")
+		}
+		var hits []string
+		if len(doc) > 0 {
+			a := r.IntN(len(doc))
+			b := a + r.IntN(len(doc)-a+1)
+			piece := doc[a:b]
+			var moved strings.Builder
+			for _, c := range piece {
+				moved.WriteRune(c)
+				moved.WriteString(spaces[r.IntN(len(spaces))])
+			}
+			hits = append(hits, piece, moved.String(), " "+piece+"\n")
+		}
+		hits = append(hits, nastyString(r, r.IntN(20)), "", " \t ")
+		for _, h := range hits {
+			want := newDocMatch(doc).contains(normalizeForMatch(h))
+			if got := newDocMatch(doc).containsHit(h); got != want {
+				t.Fatalf("doc %q hit %q: containsHit got %v; want %v", doc, h, got, want)
+			}
+			if want {
+				found++
+			}
+		}
+	}
+	if found < 3000 {
+		t.Errorf("got %d hits found; want most pieces found (the generator must exercise matches)", found)
+	}
+}
 
 // TestRecheckAcceptsEveryCoreChunk: every chunk Core stored for a document
 // passes the re-check against that document (BOMs trimmed from paragraph

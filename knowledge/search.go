@@ -91,26 +91,12 @@ func (s *Service) Search(ctx context.Context, authorization, route string, body 
 	default:
 		res.Status = StatusPartial
 	}
-	groups, err := s.rank(ctx, answers, flags, searchable, kc.MinScore, req.limit)
+	groups, err := s.rank(ctx, answers, flags, searchable, kc.MinScore, req.limit, 2*req.limit)
 	if err != nil {
 		return nil, err
 	}
-	now := s.now()
-	expiry := now.Add(ReferenceTTL).Truncate(time.Second)
-	bind := s.binding(a, req.runID).Digest()
-	for _, g := range groups {
-		rev := docRevision(g.doc)
-		ref, err := s.keys.SealRef(RefClaims{
-			Expiry: expiry, Binding: bind, ScopeRevision: res.ScopeRevision,
-			DocRevision: rev, DocID: g.doc.DocID, KBID: g.doc.KBID,
-		})
-		if err != nil {
-			return nil, errUnavailable(err)
-		}
-		res.Hints = append(res.Hints, Hint{
-			Ref: ref, Title: g.doc.Title, Summary: summarize(g.chunks), Revision: rev,
-			Score: g.score, ExpiresAt: expiry,
-		})
+	if res.Hints, err = s.mint(groups, s.binding(a, req.runID), res.ScopeRevision); err != nil {
+		return nil, errUnavailable(err)
 	}
 	before := len(res.Hints)
 	res.Fit(SearchMaxBytes)
@@ -186,8 +172,11 @@ type docGroup struct {
 
 // rank merges hits by score, keeps each document's best surviving rank,
 // re-checks every hit against the current document and returns at most
-// limit documents.
-func (s *Service) rank(ctx context.Context, answers []kbAnswer, flags map[string]bool, fence []string, minScore float64, limit int) ([]docGroup, error) {
+// limit documents. Bodies are fetched from the catalog batch documents at
+// a time (batch ≤ 0: all candidates in one query). A hit without a KB id
+// (a turn's knowledge_refs, which carry none) takes its document's KB, as
+// fenced by the catalog; it must still be enabled (flags).
+func (s *Service) rank(ctx context.Context, answers []kbAnswer, flags map[string]bool, fence []string, minScore float64, limit, batch int) ([]docGroup, error) {
 	var hits []coreclient.Hit
 	for _, ans := range answers {
 		if ans.err != nil {
@@ -221,7 +210,9 @@ func (s *Service) rank(ctx context.Context, answers []kbAnswer, flags map[string
 	docs := make(map[int64]coreclient.Document, len(ids))
 	fetched := make(map[int64]bool, len(ids))
 	next := 0
-	batch := 2 * limit
+	if batch <= 0 {
+		batch = len(ids)
+	}
 	var groups []docGroup
 	index := map[int64]int{}
 	texts := map[int64]*docMatch{}
@@ -252,7 +243,7 @@ func (s *Service) rank(ctx context.Context, answers []kbAnswer, flags map[string
 		case doc.Status != coreclient.StatusReady:
 			s.m.drop("not_ready", 1)
 			continue
-		case doc.KBID != h.KBID || !flags[doc.KBID]:
+		case h.KBID != "" && doc.KBID != h.KBID || !flags[doc.KBID]:
 			s.m.drop("kb_unavailable", 1)
 			continue
 		}
@@ -261,7 +252,7 @@ func (s *Service) rank(ctx context.Context, answers []kbAnswer, flags map[string
 			text = newDocMatch(doc.Content)
 			texts[h.DocID] = text
 		}
-		if !text.contains(normalizeForMatch(h.Content)) {
+		if !text.containsHit(h.Content) {
 			s.m.drop("stale_fragment", 1)
 			continue
 		}
@@ -275,6 +266,30 @@ func (s *Service) rank(ctx context.Context, answers []kbAnswer, flags map[string
 	return groups, nil
 }
 
+// mint turns ranked documents into hints: an extractive summary, the
+// document's revision, and a ref bound to bind and scope that expires
+// ReferenceTTL from now.
+func (s *Service) mint(groups []docGroup, bind Binding, scope string) ([]Hint, error) {
+	expiry := s.now().Add(ReferenceTTL).Truncate(time.Second)
+	digest := bind.Digest()
+	hints := make([]Hint, 0, len(groups))
+	for _, g := range groups {
+		rev := docRevision(g.doc)
+		ref, err := s.keys.SealRef(RefClaims{
+			Expiry: expiry, Binding: digest, ScopeRevision: scope,
+			DocRevision: rev, DocID: g.doc.DocID, KBID: g.doc.KBID,
+		})
+		if err != nil {
+			return nil, err
+		}
+		hints = append(hints, Hint{
+			Ref: ref, Title: g.doc.Title, Summary: summarize(g.chunks), Revision: rev,
+			Score: g.score, ExpiresAt: expiry,
+		})
+	}
+	return hints, nil
+}
+
 // summarize is the bounded extractive excerpt of a document's hit chunks:
 // each chunk without the U+FFFD halves of a character Core cut in two at its
 // edges (cutHalves), whitespace-collapsed, joined by " … ", cut on a
@@ -283,7 +298,7 @@ func summarize(chunks []string) string {
 	var b strings.Builder
 	for _, c := range chunks {
 		c, _, _ = cutHalves(c)
-		c = collapseSpace(c)
+		c = collapseSpace(c, SummaryMaxBytes-b.Len())
 		if c == "" {
 			continue
 		}

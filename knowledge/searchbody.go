@@ -43,14 +43,9 @@ func (r *SearchBody) AppendJSON(b []byte) []byte {
 	b = AppendJSONString(b, r.ScopeRevision)
 	b = append(b, `,"trust":"reference_only","status":`...)
 	b = AppendJSONString(b, r.Status)
-	b = append(b, `,"hints":[`...)
-	for i := range r.Hints {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = r.Hints[i].appendJSON(b)
-	}
-	b = append(b, `],"truncated":`...)
+	b = append(b, `,"hints":`...)
+	b = AppendHints(b, r.Hints)
+	b = append(b, `,"truncated":`...)
 	b = appendBool(b, r.Truncated)
 	return append(b, '}')
 }
@@ -83,11 +78,20 @@ func (r *SearchBody) Fit(maxBytes int) {
 	hints := r.Hints
 	r.Hints = nil
 	base := len(r.AppendJSON(nil)) // the body without hints
-	r.Hints = hints
+	r.Hints, r.Truncated = fitHints(hints, base, maxBytes)
+	r.Truncated = r.Truncated || truncated
+}
+
+// fitHints is the budgeter of Fit for any envelope: base is the size of the
+// serialization without hints (an empty "hints" array), maxBytes the budget
+// of the whole. It returns the hints that fit (a prefix of hints, in rank
+// order, summaries possibly shortened; hints' backing array is reused) and
+// whether anything was shortened or dropped.
+func fitHints(hints []Hint, base, maxBytes int) (fitted []Hint, truncated bool) {
 	// bare[i] is hint i's size with an empty summary.
-	bare := make([]int, len(r.Hints))
-	kept := r.Hints[:0]
-	for _, h := range r.Hints {
+	bare := make([]int, len(hints))
+	kept := hints[:0]
+	for _, h := range hints {
 		e := h
 		e.Summary = ""
 		n := len(e.appendJSON(nil))
@@ -98,23 +102,23 @@ func (r *SearchBody) Fit(maxBytes int) {
 		bare[len(kept)] = n
 		kept = append(kept, h)
 	}
-	r.Hints = kept
+	hints = kept
 	bare = bare[:len(kept)]
-	for len(r.Hints) > 0 {
-		fixed := base + len(r.Hints) - 1
+	for len(hints) > 0 {
+		fixed := base + len(hints) - 1
 		for _, n := range bare {
 			fixed += n
 		}
 		if fixed > maxBytes {
-			r.Hints = r.Hints[:len(r.Hints)-1]
-			bare = bare[:len(r.Hints)]
+			hints = hints[:len(hints)-1]
+			bare = bare[:len(hints)]
 			truncated = true
 			continue
 		}
 		room := maxBytes - fixed
-		need := make([]int, len(r.Hints))
+		need := make([]int, len(hints))
 		total := 0
-		for i, h := range r.Hints {
+		for i, h := range hints {
 			need[i] = JSONStringLen(h.Summary) - 2
 			total += need[i]
 		}
@@ -123,12 +127,12 @@ func (r *SearchBody) Fit(maxBytes int) {
 		}
 		truncated = true
 		for i, allowance := range shareRoom(need, room) {
-			n, _ := FitPrefix(r.Hints[i].Summary, allowance)
-			r.Hints[i].Summary = r.Hints[i].Summary[:n]
+			n, _ := FitPrefix(hints[i].Summary, allowance)
+			hints[i].Summary = hints[i].Summary[:n]
 		}
 		break
 	}
-	r.Truncated = truncated
+	return hints, truncated
 }
 
 // shareRoom splits room among need by water-filling: small needs are met in

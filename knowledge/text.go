@@ -81,11 +81,11 @@ func stripSpace(s string) string {
 			i++
 			continue
 		}
-		r, size := utf8.DecodeRuneInString(s[i:])
+		size, space, invalid := nextRune(s[i:])
 		switch {
-		case r == utf8.RuneError && size == 1:
+		case invalid:
 			cut(i, i+1, string(utf8.RuneError))
-		case isSpaceRune(r):
+		case space:
 			cut(i, i+size, "")
 		}
 		i += size
@@ -112,6 +112,25 @@ var asciiKept = func() (t [256]bool) {
 // U+0085 (kept by Core, so kept here).
 func isSpaceRune(r rune) bool { return coreclient.IsJSSpace(r) }
 
+// nextRune returns the size of the non-ASCII character (or invalid byte,
+// size 1) at the start of s, whether it is whitespace (isSpaceRune) and
+// whether it is an invalid byte: what utf8.DecodeRuneInString and
+// isSpaceRune say, faster. The character is validated without being decoded
+// (runeEscLen); only the lead bytes that start a non-ASCII JavaScript
+// whitespace character (U+00A0 C2, U+1680 E1, U+2000–U+205F E2, U+3000 E3,
+// U+FEFF EF) are decoded. The texts it scans are mostly CJK.
+func nextRune(s string) (size int, space, invalid bool) {
+	if _, size = runeEscLen(s); size == 1 {
+		return 1, false, true
+	}
+	switch s[0] {
+	case 0xC2, 0xE1, 0xE2, 0xE3, 0xEF:
+		r, _ := utf8.DecodeRuneInString(s[:size])
+		return size, isSpaceRune(r), false
+	}
+	return size, false, false
+}
+
 // utf16Len is the length of s in UTF-16 code units (JavaScript's String
 // length): a character above U+FFFF counts 2. Invalid bytes count 1 each.
 func utf16Len(s string) int {
@@ -127,12 +146,18 @@ func utf16Len(s string) int {
 
 // collapseSpace replaces every run of whitespace (JavaScript's) with one
 // space and trims the ends; each byte of invalid UTF-8 becomes U+FFFD. Runs
-// of kept bytes are copied at once.
-func collapseSpace(s string) string {
+// of kept bytes are copied at once. It stops once the result holds at least
+// max bytes (max < 0: no limit), so the caller that keeps only a prefix of
+// that length does not collapse the rest.
+func collapseSpace(s string, max int) string {
 	var b strings.Builder
-	b.Grow(len(s))
+	if max < 0 || max > len(s) {
+		b.Grow(len(s))
+	} else {
+		b.Grow(max + utf8.UTFMax)
+	}
 	space := false // whitespace seen since the last kept character
-	for i := 0; i < len(s); {
+	for i := 0; i < len(s) && (max < 0 || b.Len() < max); {
 		run := i
 		for i < len(s) {
 			if c := s[i]; c < utf8.RuneSelf {
@@ -142,8 +167,8 @@ func collapseSpace(s string) string {
 				i++
 				continue
 			}
-			r, size := utf8.DecodeRuneInString(s[i:])
-			if r == utf8.RuneError && size == 1 || isSpaceRune(r) {
+			size, space, invalid := nextRune(s[i:])
+			if invalid || space {
 				break
 			}
 			i += size
@@ -163,8 +188,8 @@ func collapseSpace(s string) string {
 			i++
 			continue
 		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
+		size, _, invalid := nextRune(s[i:])
+		if invalid {
 			if space && b.Len() > 0 {
 				b.WriteByte(' ')
 			}
@@ -221,6 +246,21 @@ func newDocMatch(content string) *docMatch {
 		content: content,
 		simple:  !strings.Contains(content, "![") && !strings.Contains(content, "图"),
 	}
+}
+
+// containsHit is contains(normalizeForMatch(hit)) for a raw hit text
+// (Core's chunk). When the shortcut of contains applies and hit holds no
+// image markup, no "图", no U+FFFD and no invalid UTF-8, normalizeForMatch(hit)
+// is stripSpace(hit), and it is compared without being built
+// (strippedContains skips whitespace on both sides): no allocation per hit.
+func (d *docMatch) containsHit(hit string) bool {
+	if d.simple && !strings.Contains(hit, "![") && !strings.Contains(hit, "图") &&
+		!strings.ContainsRune(hit, utf8.RuneError) && utf8.ValidString(hit) {
+		if found, ok := strippedContains(d.content, hit); ok {
+			return found
+		}
+	}
+	return d.contains(normalizeForMatch(hit))
 }
 
 // A U+FFFD at the start or end of frag is half of a character Core's chunker
@@ -287,23 +327,26 @@ func containsBetweenHalves(norm, core string, lead, trail bool) bool {
 	return false
 }
 
-// strippedContains reports whether frag (valid UTF-8 without whitespace or
-// U+FFFD) occurs in stripSpace(s). ok is false when it gave up after
+// strippedContains reports whether stripSpace(hit) occurs in stripSpace(s),
+// for hit valid UTF-8 without U+FFFD, without building either (whitespace is
+// skipped on both sides while comparing). ok is false when it gave up after
 // looking at about len(s) bytes in failed tries.
-func strippedContains(s, frag string) (found, ok bool) {
-	if frag == "" {
+func strippedContains(s, hit string) (found, ok bool) {
+	j := skipSpace(hit, 0)
+	if j == len(hit) {
 		return true, true
 	}
-	_, n := utf8.DecodeRuneInString(frag)
-	first := frag[:n]
-	budget := len(s) + len(frag)
+	hit = hit[j:]
+	_, n := utf8.DecodeRuneInString(hit)
+	first := hit[:n]
+	budget := len(s) + len(hit)
 	for from := 0; ; {
 		k := strings.Index(s[from:], first)
 		if k < 0 {
 			return false, true
 		}
 		p := from + k
-		match, looked := strippedHasPrefix(s[p:], frag)
+		match, looked := strippedHasPrefix(s[p:], hit)
 		if match {
 			return true, true
 		}
@@ -314,18 +357,41 @@ func strippedContains(s, frag string) (found, ok bool) {
 	}
 }
 
-// strippedHasPrefix reports whether stripSpace(s) starts with frag (valid
-// UTF-8 without U+FFFD), and how many bytes of s it looked at. s must start
-// on a rune boundary.
-func strippedHasPrefix(s, frag string) (match bool, looked int) {
+// skipSpace returns the index of the first non-whitespace character of s
+// at or after i (len(s) if none). s must be valid UTF-8 from i.
+func skipSpace(s string, i int) int {
+	for i < len(s) {
+		if c := s[i]; c < utf8.RuneSelf {
+			if asciiKept[c] {
+				return i
+			}
+			i++
+			continue
+		}
+		size, space, _ := nextRune(s[i:])
+		if !space {
+			return i
+		}
+		i += size
+	}
+	return i
+}
+
+// strippedHasPrefix reports whether stripSpace(s) starts with stripSpace(hit)
+// (hit valid UTF-8 without U+FFFD, whitespace skipped on both sides), and
+// how many bytes of s it looked at. s must start on a rune boundary.
+func strippedHasPrefix(s, hit string) (match bool, looked int) {
 	i, j := 0, 0
-	for j < len(frag) {
+	for {
+		if j = skipSpace(hit, j); j >= len(hit) {
+			return true, i
+		}
 		if i >= len(s) {
 			return false, i
 		}
 		if c := s[i]; c < utf8.RuneSelf {
 			if asciiKept[c] {
-				if frag[j] != c {
+				if hit[j] != c {
 					return false, i + 1
 				}
 				j++
@@ -333,15 +399,14 @@ func strippedHasPrefix(s, frag string) (match bool, looked int) {
 			i++
 			continue
 		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if !isSpaceRune(r) {
-			// An invalid byte would be U+FFFD, which frag does not hold.
-			if r == utf8.RuneError && size == 1 || !strings.HasPrefix(frag[j:], s[i:i+size]) {
+		size, space, invalid := nextRune(s[i:])
+		if !space {
+			if invalid || !strings.HasPrefix(hit[j:], s[i:i+size]) {
 				return false, i + size
 			}
 			j += size
 		}
 		i += size
 	}
-	return true, i
 }
+

@@ -2,9 +2,10 @@ package proxy
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/bailinghub/knowledge-sidecar/turn/turntest"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"testing/iotest"
 	"time"
@@ -21,6 +23,8 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/rollout"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
+	"github.com/bailinghub/knowledge-sidecar/turn"
+	"github.com/bailinghub/knowledge-sidecar/turn/turntest"
 )
 
 // Benchmarks of the edge's hot paths through the real handler, against an
@@ -74,9 +78,11 @@ type benchWorld struct {
 	server   *Server
 	bare     http.Handler
 	token    string
+	svc      *knowledge.Service
+	turns    map[string][]byte
 }
 
-func newBenchWorld(b *testing.B) *benchWorld {
+func newBenchWorld(b testing.TB) *benchWorld {
 	b.Helper()
 	core := fakecore.New(fakecore.Options{ServiceToken: benchService, SystemInfo: true})
 	token := fakecore.Token("proxy-bench")
@@ -132,6 +138,7 @@ func newBenchWorld(b *testing.B) *benchWorld {
 	if err != nil {
 		b.Fatal(err)
 	}
+	turns["hints"] = hintsTurnAnswer(cat)
 	u, _ := url.Parse(up.URL)
 	s, err := New(Options{CoreURL: u, Features: &Features{
 		Knowledge: svc, Prober: client, Ledger: ledger.NewMemory(1<<16, time.Hour, time.Now), Rollout: pol,
@@ -146,7 +153,7 @@ func newBenchWorld(b *testing.B) *benchWorld {
 		FlushInterval: -1,
 		BufferPool:    newBufferPool(),
 	}
-	return &benchWorld{upstream: up, server: s, bare: bare, token: token}
+	return &benchWorld{upstream: up, server: s, bare: bare, token: token, svc: svc, turns: turns}
 }
 
 // BenchmarkPassthrough: GET of a JSON body through the sidecar's edge
@@ -196,13 +203,7 @@ func BenchmarkTurn(b *testing.B) {
 				seq := 0
 				for b.Loop() {
 					seq++
-					id := strconv.Itoa(seq)
-					body := `{"client_conversation_id":"c-` + id + `","client_turn_id":"t-` + id + `","user_message_id":"m-` + id +
-						`","user_input":"Can I get a refund?","knowledge_delivery":"on_demand"}`
-					req := httptest.NewRequest(http.MethodPost, target, strings.NewReader(body))
-					req.RemoteAddr = "127.0.0.1:40000"
-					req.Header.Set("Authorization", "Bearer "+w.token)
-					req.Header.Set("Content-Type", "application/json")
+					req := w.onDemandTurn(target, strconv.Itoa(seq))
 					rw.reset()
 					h.ServeHTTP(rw, req)
 					if rw.code != http.StatusOK || rw.n == 0 {
@@ -212,6 +213,166 @@ func BenchmarkTurn(b *testing.B) {
 			})
 		}
 	}
+}
+
+// hintsTurnAnswer is a 10 KiB turn context whose knowledge holds two
+// chunks (as Core's chunker cuts them) of each of three documents of
+// bench-kb, which it adds to cat: an on_demand turn then gets 3 same-run
+// hints. Memory messages fill the rest.
+func hintsTurnAnswer(cat *coreclient.MemCatalog) []byte {
+	var items, refs []map[string]any
+	for d := range 3 {
+		title := fmt.Sprintf("Refund policy %d", d+1)
+		para := strings.Repeat(fmt.Sprintf("退款窗口设为%d天时, refunds close after the window. ", d), 12)
+		content := "# " + title + "\n\n" + para + "\n\n" + strings.Repeat("Exchanges are free within the window. ", 14)
+		id := cat.PutDoc(coreclient.Document{DocMeta: coreclient.DocMeta{KBID: "bench-kb", Title: title, Status: "ready"}, Content: content})
+		for c, chunk := range fakecore.Chunks(content)[:2] {
+			n := fmt.Sprintf("knowledge:%d", len(items)+1)
+			items = append(items, map[string]any{"ref": n, "title": title, "content": chunk})
+			refs = append(refs, map[string]any{"ref": n, "doc_id": id, "title": title, "score": 0.9 - float64(d)/10 - float64(c)/100})
+		}
+	}
+	ctx := map[string]any{
+		"instructions": "Answer using the workspace's rules.", "page_context": map[string]any{}, "renderers": []string{"markdown"},
+		"memory": map[string]any{"summary": nil, "recent": []any{}}, "knowledge": items, "knowledge_refs": refs,
+		"governance": map[string]any{"planner": "local_agent", "knowledge_trust": "reference_only"},
+	}
+	var recent []map[string]string
+	for {
+		b, _ := json.Marshal(map[string]any{
+			"schema_version": "bailing.agent-turn-context.v1", "run_id": "6f1c2a8e-6a55-4c6b-9d7e-2f1f1f1f1f1f",
+			"profile_revision": strings.Repeat("a", 64), "capability_revision": strings.Repeat("b", 64),
+			"context": ctx, "active_tools": []any{},
+		})
+		if len(b) >= 10<<10 {
+			return b
+		}
+		recent = append(recent, map[string]string{"role": "user", "content": strings.Repeat("Where is my order? ", 10)})
+		ctx["memory"] = map[string]any{"summary": nil, "recent": recent}
+	}
+}
+
+// BenchmarkTurnHints: the on_demand 10 KiB turn whose Core answer holds
+// chunks of three documents, through the real handler (identity, ledger,
+// splice, rewrite) with same-run hints on (3 hints: one in-memory catalog
+// query, re-check, summaries, 3 sealed refs, budget) and off. hints −
+// no_hints is what the hints cost; cpu-µs/op is the process's user+system
+// time per turn (upstream included, the same in both).
+func BenchmarkTurnHints(b *testing.B) {
+	w := newBenchWorld(b)
+	h := w.server.Handler()
+	for _, on := range []bool{true, false} {
+		name := "no_hints"
+		if on {
+			name = "hints"
+		}
+		b.Run(name+"/10KiB", func(b *testing.B) {
+			w.server.SetTurnHints(on)
+			rw := &benchWriter{h: http.Header{}}
+			target := "/agent-api/v1/workspaces/" + benchRouteOn + "/turns?size=hints"
+			b.ReportAllocs()
+			seq := 0
+			cpu0 := processCPU(b)
+			for b.Loop() {
+				seq++
+				req := w.onDemandTurn(target, name+strconv.Itoa(seq))
+				rw.reset()
+				h.ServeHTTP(rw, req)
+				if rw.code != http.StatusOK {
+					b.Fatalf("got %d; want 200", rw.code)
+				}
+			}
+			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-µs/op")
+		})
+	}
+}
+
+// BenchmarkTurnRewriteHints: only the on_demand rewrite of the same 10 KiB
+// answer (turn.Answer: scan, splice, delivery block), with the same-run
+// hints built (Items, TurnHints over the in-memory catalog: one document
+// query, re-check, summaries, 3 sealed refs, budget) and without. No HTTP,
+// no upstream: with_hints − without_hints is the CPU the hints add to a turn
+// (cpu-µs/op counts the process's user+system time, the GC's included).
+func BenchmarkTurnRewriteHints(b *testing.B) {
+	w := newBenchWorld(b)
+	body := w.turns["hints"]
+	sess := coreclient.Session{SessionID: "0b6f8c3e-1d2a-4c4b-8e6f-3a2b1c0d9e8f", ClientAppID: "bench-host",
+		Principal: coreclient.Principal{ID: "bench-user", Tenant: "bench-tenant"}}
+	status, rev, err := w.svc.DeliveryStatus(context.Background(), benchRouteOn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, on := range []bool{true, false} {
+		var hinter turn.Hinter
+		name := "without_hints"
+		if on {
+			name = "with_hints"
+			hinter = func(runID string, items []knowledge.TurnItem) []byte {
+				hints, outcome := w.svc.TurnHints(context.Background(), sess, benchRouteOn, rev, runID, items)
+				if outcome != knowledge.HintsMinted || bytes.Count(hints, []byte(`"ref":`)) != 3 {
+					b.Fatalf("hints: got %s (%s); want 3", hints, outcome)
+				}
+				return hints
+			}
+		}
+		b.Run(name+"/10KiB", func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			cpu0 := processCPU(b)
+			for b.Loop() {
+				if _, err := turn.Answer(body, knowledge.DeliveryOnDemand, status, rev, hinter); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-µs/op")
+		})
+	}
+}
+
+// TestBenchTurnHintsAnswer: the benchmark's turn really gets 3 hints with
+// hints on and none with hints off, so BenchmarkTurnHints compares what it
+// says it does.
+func TestBenchTurnHintsAnswer(t *testing.T) {
+	w := newBenchWorld(t)
+	h := w.server.Handler()
+	for _, tc := range []struct {
+		on   bool
+		want int
+	}{{true, 3}, {false, 0}} {
+		w.server.SetTurnHints(tc.on)
+		req := w.onDemandTurn("/agent-api/v1/workspaces/"+benchRouteOn+"/turns?size=hints", strconv.FormatBool(tc.on))
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		var v struct {
+			D struct {
+				Hints []json.RawMessage `json:"hints"`
+			} `json:"knowledge_delivery"`
+		}
+		if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &v) != nil || len(v.D.Hints) != tc.want {
+			t.Errorf("turn_hints %v: got %d with %d hints (%.200s); want 200 with %d", tc.on, rec.Code, len(v.D.Hints), rec.Body.Bytes(), tc.want)
+		}
+	}
+}
+
+// processCPU is the process's user+system CPU time so far.
+func processCPU(b testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// onDemandTurn is an on_demand turn request of the bench session to target,
+// with ids made from id.
+func (w *benchWorld) onDemandTurn(target, id string) *http.Request {
+	body := `{"client_conversation_id":"c-` + id + `","client_turn_id":"t-` + id + `","user_message_id":"m-` + id +
+		`","user_input":"Can I get a refund?","knowledge_delivery":"on_demand"}`
+	req := httptest.NewRequest(http.MethodPost, target, strings.NewReader(body))
+	req.RemoteAddr = "127.0.0.1:40000"
+	req.Header.Set("Authorization", "Bearer "+w.token)
+	req.Header.Set("Content-Type", "application/json")
+	return req
 }
 
 // TestReadSized: the same bytes and errors as io.ReadAll over a LimitReader

@@ -36,12 +36,16 @@ type Features struct {
 	// ProbeInterval is how long a probe's verdict is kept. Default 60s.
 	ProbeInterval time.Duration
 	Now           func() time.Time
+	// NoTurnHints turns same-run hints off (config turn_hints: false):
+	// on_demand turns then answer "hints": []. Default: hints on.
+	NoTurnHints bool
 }
 
 type features struct {
 	k       *knowledge.Service
 	ledger  ledger.Ledger
 	rollout atomic.Pointer[rollout.Policy]
+	hints   atomic.Bool // same-run hints in on_demand turns
 	native  *nativeDetector
 	turns   *httputil.ReverseProxy
 }
@@ -63,6 +67,7 @@ func newFeatures(f *Features, s *Server) (*features, error) {
 	ft := &features{k: f.Knowledge, ledger: f.Ledger, native: nd}
 	p := f.Rollout
 	ft.rollout.Store(&p)
+	ft.hints.Store(!f.NoTurnHints)
 	ft.turns = s.newTurnProxy()
 	return ft, nil
 }
@@ -72,6 +77,14 @@ func newFeatures(f *Features, s *Server) (*features, error) {
 func (s *Server) SetRollout(p rollout.Policy) {
 	if s.feat != nil {
 		s.feat.rollout.Store(&p)
+	}
+}
+
+// SetTurnHints turns same-run hints on or off (turn_hints, SIGHUP reload).
+// Turns whose answer is being rewritten keep the setting they read.
+func (s *Server) SetTurnHints(on bool) {
+	if s.feat != nil {
+		s.feat.hints.Store(on)
 	}
 }
 

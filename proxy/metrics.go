@@ -4,6 +4,8 @@ import (
 	"runtime"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bailinghub/knowledge-sidecar/knowledge"
 )
 
 // metrics are the edge's own series. Labels come from closed sets only:
@@ -21,6 +23,7 @@ type metrics struct {
 	rollout        *prometheus.CounterVec
 	native         *prometheus.GaugeVec
 	reloads        *prometheus.CounterVec
+	turnHints      *prometheus.CounterVec
 }
 
 const namespace = "knowledge_sidecar"
@@ -53,7 +56,14 @@ const (
 
 	failOpenIdentity = "identity" // ledger_fail_open_total{reason}
 	failOpenLedger   = "ledger"
+
+	// turn_hints_total{outcome}: knowledge.HintsMinted, HintsNone,
+	// HintsFailed, and hintsOff (turn_hints: false).
+	hintsOff = "off"
 )
+
+// hintOutcomes is the closed label set of turn_hints_total.
+var hintOutcomes = []string{knowledge.HintsMinted, knowledge.HintsNone, knowledge.HintsFailed, hintsOff}
 
 // coreOutcome is the turns_total outcome of a Core answer relayed as is.
 func coreOutcome(status int) turnOutcome {
@@ -124,13 +134,20 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 			Help: "SIGHUP configuration reloads by result (ok, rejected).",
 		}, []string{"result"}),
 	}
+	m.turnHints = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "turn_hints_total",
+		Help: "On-demand turns answered by same-run hints outcome (minted, none, failed, off).",
+	}, []string{"outcome"})
+	for _, o := range hintOutcomes {
+		m.turnHints.WithLabelValues(o)
+	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: namespace, Name: "build_info", Help: "Build information; always 1.",
 	}, []string{"version", "goversion"})
 	build.WithLabelValues(version, runtime.Version()).Set(1)
 	if reg != nil {
 		reg.MustRegister(m.requests, m.duration, m.inFlight, m.upstreamErrors, m.ready, m.turns,
-			m.ledgerConflict, m.ledgerErrors, m.ledgerFailOpen, m.rollout, m.native, m.reloads, build)
+			m.ledgerConflict, m.ledgerErrors, m.ledgerFailOpen, m.rollout, m.native, m.reloads, m.turnHints, build)
 	}
 	return m
 }

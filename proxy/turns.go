@@ -41,6 +41,9 @@ type turnState struct {
 	absent bool
 	// status and revision of the route's knowledge, taken before forwarding.
 	status, revision string
+	// sess and route bind the same-run hints of an on_demand answer.
+	sess  coreclient.Session
+	route string
 }
 
 type turnCtxKey struct{}
@@ -135,7 +138,7 @@ func (s *Server) turns(c echo.Context) error {
 			Message: "Knowledge is temporarily unavailable.", Err: serr}
 	}
 	st := &turnState{mode: tr.Mode, key: turn.Key(sess.SessionID, route, tr), keyed: tr.Keyed(),
-		status: status, revision: rev}
+		status: status, revision: rev, sess: sess, route: route}
 	if st.keyed {
 		if err := s.reserve(c, st); err != nil {
 			if !errors.Is(err, ledger.ErrConflict) {
@@ -253,7 +256,11 @@ func (s *Server) modifyTurn(resp *http.Response) error {
 		return fmt.Errorf("%w: %v", errDeliveryFailed, err)
 	}
 	resp.Header.Del("Content-Encoding") // body is decoded from here on
-	out, err := turn.Answer(body, st.mode, st.status, st.revision)
+	var hints turn.Hinter
+	if st.mode == knowledge.DeliveryOnDemand {
+		hints = s.turnHints(ctx, st)
+	}
+	out, err := turn.Answer(body, st.mode, st.status, st.revision, hints)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errDeliveryFailed, err)
 	}
@@ -263,6 +270,30 @@ func (s *Server) modifyTurn(resp *http.Response) error {
 	resp.Header.Del("Transfer-Encoding")
 	s.m.turn(string(st.mode), outRewritten)
 	return nil
+}
+
+// turnHints is the Hinter of an on_demand answer (SPEC §7 "Same-run
+// hints"): best effort, counted in turn_hints_total{outcome}. A route whose
+// knowledge was "disabled" or "unavailable" before forwarding gets no hints
+// without asking the catalog again.
+func (s *Server) turnHints(ctx context.Context, st *turnState) turn.Hinter {
+	return func(runID string, items []knowledge.TurnItem) []byte {
+		if !s.feat.hints.Load() {
+			s.m.turnHints.WithLabelValues(hintsOff).Inc()
+			return nil
+		}
+		switch st.status {
+		case knowledge.StatusDisabled: // no knowledge configured
+			s.m.turnHints.WithLabelValues(knowledge.HintsNone).Inc()
+			return nil
+		case knowledge.StatusUnavailable: // catalog or retrieval down
+			s.m.turnHints.WithLabelValues(knowledge.HintsFailed).Inc()
+			return nil
+		}
+		hints, outcome := s.feat.k.TurnHints(ctx, st.sess, st.route, st.revision, runID, items)
+		s.m.turnHints.WithLabelValues(outcome).Inc()
+		return hints
+	}
 }
 
 // readTurnBody reads Core's answer, undoing gzip if Core compressed it

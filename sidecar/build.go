@@ -288,6 +288,7 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 		Rollout:         pol,
 		NativeDetection: cfg.NativeDetection,
 		ProbeInterval:   cfg.ProbeInterval,
+		NoTurnHints:     !cfg.TurnHints,
 		Now:             deps.Now,
 	}, nil
 }
@@ -366,14 +367,16 @@ func (a *App) Reload(load func() (config.Config, error)) error {
 		warnMemoryLedger(a.log, pol)
 	}
 	a.Server.SetRollout(pol)
+	a.Server.SetTurnHints(cfg.TurnHints)
 	a.level.Set(ParseLevel(cfg.Log.Level))
 	if changed := restartOnly(a.cfg, cfg); len(changed) > 0 {
 		a.log.Warn("configuration reload: these settings changed but need a restart to take effect",
 			slog.Any("settings", changed))
 	}
-	a.cfg.Rollout, a.cfg.Log.Level = cfg.Rollout, cfg.Log.Level
+	a.cfg.Rollout, a.cfg.TurnHints, a.cfg.Log.Level = cfg.Rollout, cfg.TurnHints, cfg.Log.Level
 	a.Server.ObserveReload("ok")
-	a.log.Info("configuration reloaded", slog.String("rollout", pol.String()), slog.String("log_level", cfg.Log.Level))
+	a.log.Info("configuration reloaded", slog.String("rollout", pol.String()), slog.Bool("turn_hints", cfg.TurnHints),
+		slog.String("log_level", cfg.Log.Level))
 	return nil
 }
 
@@ -394,10 +397,10 @@ func ParseLevel(s string) slog.Level {
 
 // restartOnly names the top-level settings (by YAML key, never by value: some
 // hold secrets) that differ between two configurations and cannot be applied
-// by a reload: everything but rollout and log.level.
+// by a reload: everything but rollout, turn_hints and log.level.
 func restartOnly(running, next config.Config) []string {
-	running.Rollout, running.Log.Level = "", ""
-	next.Rollout, next.Log.Level = "", ""
+	running.Rollout, running.TurnHints, running.Log.Level = "", false, ""
+	next.Rollout, next.TurnHints, next.Log.Level = "", false, ""
 	rv, nv := reflect.ValueOf(running), reflect.ValueOf(next)
 	var changed []string
 	for i := 0; i < rv.NumField(); i++ {

@@ -16,6 +16,7 @@ func TestRestartOnlyNamesChangedSettings(t *testing.T) {
 		want   []string
 	}{
 		{"reloadable only", func(c *config.Config) { c.Rollout = "all"; c.Log.Level = "debug" }, nil},
+		{"turn_hints is reloadable", func(c *config.Config) { c.TurnHints = !c.TurnHints }, nil},
 		{"core token", func(c *config.Config) { c.Core.Token = "new-secret" }, []string{"core"}},
 		{"catalog and ledger", func(c *config.Config) { c.Catalog.MaxOpenConns = 3; c.Ledger.TTL = 1 }, []string{"catalog", "ledger"}},
 		{"listen", func(c *config.Config) { c.Listen = ":9" }, []string{"listen"}},

@@ -82,16 +82,31 @@ func ReleaseAfter(status int, created bool) bool {
 	return created && status >= 400 && status < 500 && status != http.StatusConflict
 }
 
+// Hinter builds the serialized "hints" array of an on_demand answer from
+// what Core retrieved for the turn (Parsed.Items) and the turn's run_id
+// (SPEC §7 "Same-run hints"). It is best effort: it answers "[]" (or nil)
+// rather than fail.
+type Hinter func(runID string, items []knowledge.TurnItem) []byte
+
 // Answer rewrites Core's 2xx answer for mode: the delivery block (status
-// and revision of the route taken before forwarding, no hints) is added,
-// and in on_demand mode the inline knowledge is emptied. An answer that is
-// not a turn context is ErrUnexpectedAnswer in on_demand mode (inline
-// knowledge must never pass as on-demand) and Core's bytes unchanged in
-// inline mode (what the host asked for).
-func Answer(body []byte, mode knowledge.DeliveryMode, status, revision string) ([]byte, error) {
-	var buf [256]byte
-	block := AppendDeliveryBlock(buf[:0], mode, revision, status)
-	out, err := RewriteResponse(body, mode, block)
+// and revision of the route taken before forwarding) is added, and in
+// on_demand mode the inline knowledge is emptied, its hints (when hints is
+// not nil) built first from what the answer held. An answer that is not a
+// turn context is ErrUnexpectedAnswer in on_demand mode (inline knowledge
+// must never pass as on-demand) and Core's bytes unchanged in inline mode
+// (what the host asked for). In inline mode hints stays [] (the host has
+// the bodies) and hints is not called.
+func Answer(body []byte, mode knowledge.DeliveryMode, status, revision string, hints Hinter) ([]byte, error) {
+	p, err := ParseAnswer(body)
+	var out []byte
+	if err == nil {
+		var arr []byte
+		if mode == knowledge.DeliveryOnDemand && hints != nil {
+			arr = hints(p.RunID(), p.Items())
+		}
+		block := AppendDeliveryBlock(make([]byte, 0, 256+len(arr)), mode, revision, status, arr)
+		out, err = p.Rewrite(mode, block)
+	}
 	if err != nil {
 		if mode == knowledge.DeliveryOnDemand {
 			return nil, err
@@ -104,8 +119,9 @@ func Answer(body []byte, mode knowledge.DeliveryMode, status, revision string) (
 // AppendDeliveryBlock appends the turn's knowledge_delivery object: the keys
 // and values encoding/json would write for the block (mode, revision and
 // status are ASCII without characters it escapes differently), without its
-// reflection and allocations.
-func AppendDeliveryBlock(b []byte, mode knowledge.DeliveryMode, scopeRevision, status string) []byte {
+// reflection and allocations. hints is the pre-serialized "hints" JSON
+// array (knowledge.Service.TurnHints); empty means [].
+func AppendDeliveryBlock(b []byte, mode knowledge.DeliveryMode, scopeRevision, status string, hints []byte) []byte {
 	b = append(b, `{"schema_version":"bailing.agent-knowledge-delivery.v1","mode":`...)
 	b = knowledge.AppendJSONString(b, string(mode))
 	b = append(b, `,"protocol":`...)
@@ -114,5 +130,10 @@ func AppendDeliveryBlock(b []byte, mode knowledge.DeliveryMode, scopeRevision, s
 	b = knowledge.AppendJSONString(b, scopeRevision)
 	b = append(b, `,"status":`...)
 	b = knowledge.AppendJSONString(b, status)
-	return append(b, `,"hints":[]}`...)
+	b = append(b, `,"hints":`...)
+	if len(hints) == 0 {
+		hints = []byte("[]")
+	}
+	b = append(b, hints...)
+	return append(b, '}')
 }

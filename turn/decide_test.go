@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"testing"
 
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
@@ -74,21 +75,61 @@ func TestDelivery(t *testing.T) {
 }
 
 func TestAnswer(t *testing.T) {
-	core := []byte(`{"schema_version":"bailing.agent-turn-context.v1","context":{"knowledge":[{"ref":"knowledge:1","content":"x"}],"knowledge_refs":[{"ref":"knowledge:1"}]}}`)
-	out, err := Answer(core, knowledge.DeliveryOnDemand, knowledge.StatusOK, "rev")
-	if err != nil || !bytes.Contains(out, []byte(`"knowledge":[],"knowledge_refs":[]`)) || !bytes.Contains(out, []byte(`"mode":"on_demand"`)) {
-		t.Errorf("on_demand: got %s, %v", out, err)
-	}
-	out, err = Answer(core, knowledge.DeliveryInline, knowledge.StatusOK, "rev")
-	if err != nil || !bytes.Contains(out, []byte(`"content":"x"`)) || !bytes.Contains(out, []byte(`"mode":"inline"`)) {
-		t.Errorf("inline: got %s, %v", out, err)
-	}
+	core := []byte(`{"schema_version":"bailing.agent-turn-context.v1","run_id":"6f1c2b9e-7a1d-4c3e-9b8a-2d4e6f8a0b1c","context":{"knowledge":[{"ref":"knowledge:1","title":"T","content":"x"}],"knowledge_refs":[{"ref":"knowledge:1","doc_id":9,"title":"T","score":0.82}]}}`)
 	notTurn := []byte(`{"hello":"world"}`)
-	if _, err := Answer(notTurn, knowledge.DeliveryOnDemand, knowledge.StatusOK, "rev"); !errors.Is(err, ErrUnexpectedAnswer) {
-		t.Errorf("on_demand, not a turn context: got %v; want ErrUnexpectedAnswer", err)
+	const hintsJSON = `[{"ref":"kr2.x","title":"T","summary":"x","revision":"r","score":0.82,"expires_at":"2026-09-01T12:05:00Z"}]`
+	type call struct {
+		runID string
+		items []knowledge.TurnItem
 	}
-	if out, err := Answer(notTurn, knowledge.DeliveryInline, knowledge.StatusOK, "rev"); err != nil || !bytes.Equal(out, notTurn) {
-		t.Errorf("inline, not a turn context: got %s, %v; want Core's bytes", out, err)
+	for _, tc := range []struct {
+		name      string
+		body      []byte
+		mode      knowledge.DeliveryMode
+		hinter    bool
+		wantErr   error
+		wantIn    []string // substrings of the answer
+		wantBody  []byte   // exact answer (Core's bytes), when set
+		wantCalls []call
+	}{
+		{name: "on_demand with hints", body: core, mode: knowledge.DeliveryOnDemand, hinter: true,
+			wantIn:    []string{`"knowledge":[],"knowledge_refs":[]`, `"mode":"on_demand"`, `"hints":` + hintsJSON + `}`},
+			wantCalls: []call{{"6f1c2b9e-7a1d-4c3e-9b8a-2d4e6f8a0b1c", []knowledge.TurnItem{{DocID: 9, Title: "T", Content: "x", Score: 0.82}}}}},
+		{name: "on_demand without a hinter", body: core, mode: knowledge.DeliveryOnDemand,
+			wantIn: []string{`"knowledge":[],"knowledge_refs":[]`, `"hints":[]}`}},
+		{name: "inline never asks for hints", body: core, mode: knowledge.DeliveryInline, hinter: true,
+			wantIn: []string{`"content":"x"`, `"mode":"inline"`, `"hints":[]}`}},
+		{name: "on_demand, not a turn context", body: notTurn, mode: knowledge.DeliveryOnDemand, hinter: true, wantErr: ErrUnexpectedAnswer},
+		{name: "inline, not a turn context", body: notTurn, mode: knowledge.DeliveryInline, hinter: true, wantBody: notTurn},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var calls []call
+			var h Hinter
+			if tc.hinter {
+				h = func(runID string, items []knowledge.TurnItem) []byte {
+					calls = append(calls, call{runID, items})
+					return []byte(hintsJSON)
+				}
+			}
+			out, err := Answer(tc.body, tc.mode, knowledge.StatusOK, "rev", h)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("error: got %v; want %v", err, tc.wantErr)
+			}
+			for _, w := range tc.wantIn {
+				if !bytes.Contains(out, []byte(w)) {
+					t.Errorf("answer: got %s; want it to contain %s", out, w)
+				}
+			}
+			if tc.wantBody != nil && !bytes.Equal(out, tc.wantBody) {
+				t.Errorf("answer: got %s; want %s", out, tc.wantBody)
+			}
+			if err == nil && !json.Valid(out) {
+				t.Errorf("answer is not valid JSON: %s", out)
+			}
+			if !reflect.DeepEqual(calls, tc.wantCalls) {
+				t.Errorf("hinter calls: got %+v; want %+v", calls, tc.wantCalls)
+			}
+		})
 	}
 }
 
@@ -101,18 +142,24 @@ func TestAppendDeliveryBlock(t *testing.T) {
 		Protocol      string                 `json:"protocol"`
 		ScopeRevision string                 `json:"knowledge_scope_revision"`
 		Status        string                 `json:"status"`
-		Hints         []struct{}             `json:"hints"`
+		Hints         json.RawMessage        `json:"hints"`
 	}
 	rev := knowledge.ScopeRevision("order-assistant", nil)
 	for _, mode := range []knowledge.DeliveryMode{knowledge.DeliveryInline, knowledge.DeliveryOnDemand} {
 		for _, status := range []string{knowledge.StatusOK, knowledge.StatusPartial, knowledge.StatusUnavailable, knowledge.StatusDisabled, ""} {
 			for _, rev := range []string{rev, ""} {
-				want, err := json.Marshal(block{"bailing.agent-knowledge-delivery.v1", mode, knowledge.Protocol, rev, status, []struct{}{}})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if got := AppendDeliveryBlock(nil, mode, rev, status); !bytes.Equal(got, want) {
-					t.Errorf("got %s; want %s", got, want)
+				for _, hints := range []string{"", `[{"ref":"kr2.a","title":"x"}]`} {
+					wantHints := hints
+					if wantHints == "" {
+						wantHints = "[]"
+					}
+					want, err := json.Marshal(block{"bailing.agent-knowledge-delivery.v1", mode, knowledge.Protocol, rev, status, json.RawMessage(wantHints)})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got := AppendDeliveryBlock(nil, mode, rev, status, []byte(hints)); !bytes.Equal(got, want) {
+						t.Errorf("got %s; want %s", got, want)
+					}
 				}
 			}
 		}

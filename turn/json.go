@@ -17,7 +17,10 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
@@ -201,40 +204,60 @@ func removeMember(b []byte, m member, prevEnd int) []byte {
 // knowledge_refs member → ErrUnexpectedAnswer. A mode other than the two →
 // ErrInvalidDelivery; a block that is not a JSON object →
 // ErrInvalidDeliveryBlock. body is never modified.
+//
+// It is ParseAnswer followed by Parsed.Rewrite.
 func RewriteResponse(body []byte, mode knowledge.DeliveryMode, deliveryBlock []byte) ([]byte, error) {
 	if !mode.Valid() {
 		return nil, ErrInvalidDelivery
 	}
-	block, ok := objectBytes(deliveryBlock)
-	if !ok {
-		return nil, ErrInvalidDeliveryBlock
+	p, err := ParseAnswer(body)
+	if err != nil {
+		return nil, err
 	}
+	return p.Rewrite(mode, deliveryBlock)
+}
 
+// Parsed is a scanned turn answer: where its members are, so that the
+// knowledge Core retrieved can be read (Items) and the answer rewritten
+// (Rewrite) without scanning it again.
+type Parsed struct {
+	body       []byte
+	start      int // the top-level '{'
+	lastEnd    int // insertion point for a new top-level member
+	ctxM, kdM  member
+	kdN, runN  int
+	runM       member
+	kN, rN     int    // context's knowledge / knowledge_refs members
+	kM, rM     member // the last of each
+	ctxLastEnd int    // value end of context's last member; -1: none
+}
+
+// ParseAnswer scans a 2xx turn answer once: every top-level member and the
+// members of the top-level context object. It fails with
+// ErrUnexpectedAnswer when the body is not a bailing.agent-turn-context.v1
+// JSON object with one object "context" (and at most one schema_version
+// and knowledge_delivery). body is never modified.
+func ParseAnswer(body []byte) (*Parsed, error) {
 	i := skipWS(body, 0)
 	if i >= len(body) || body[i] != '{' {
 		return nil, ErrUnexpectedAnswer
 	}
+	p := &Parsed{body: body, start: i, lastEnd: i + 1, ctxLastEnd: -1}
 	var (
-		schemaN, ctxN, kdN int
-		schemaOK           bool
-		ctxM, kdM          member
-		lastEnd            = i + 1 // insertion point for a new top-level member
-		// The members of context, collected during the same scan (on_demand).
-		kN, rN     int
-		kM, rM     member
-		ctxLastEnd = -1 // value end of context's last member
+		schemaN, ctxN int
+		schemaOK      bool
 	)
-	isContext := func(m member) bool { return mode == knowledge.DeliveryOnDemand && m.keyIs(body, "context") }
+	isContext := func(m member) bool { return m.keyIs(body, "context") }
 	inContext := func(m member) {
 		switch {
 		case m.keyIs(body, "knowledge"):
-			kN++
-			kM = m
+			p.kN++
+			p.kM = m
 		case m.keyIs(body, "knowledge_refs"):
-			rN++
-			rM = m
+			p.rN++
+			p.rM = m
 		}
-		ctxLastEnd = m.valEnd
+		p.ctxLastEnd = m.valEnd
 	}
 	end, err := scanMembers(body, i, 1, func(m member) {
 		switch {
@@ -244,38 +267,244 @@ func RewriteResponse(body []byte, mode knowledge.DeliveryMode, deliveryBlock []b
 			schemaOK = ok && s == contextSchema
 		case m.keyIs(body, "context"):
 			ctxN++
-			ctxM = m
+			p.ctxM = m
 		case m.keyIs(body, "knowledge_delivery"):
-			kdN++
-			kdM = m
+			p.kdN++
+			p.kdM = m
+		case m.keyIs(body, "run_id"):
+			p.runN++
+			p.runM = m
 		}
-		lastEnd = m.valEnd
+		p.lastEnd = m.valEnd
 	}, isContext, inContext)
 	if err != nil || skipWS(body, end) != len(body) ||
-		schemaN != 1 || !schemaOK || ctxN != 1 || kdN > 1 || body[ctxM.valStart] != '{' {
+		schemaN != 1 || !schemaOK || ctxN != 1 || p.kdN > 1 || body[p.ctxM.valStart] != '{' {
 		return nil, ErrUnexpectedAnswer
 	}
+	return p, nil
+}
 
+// RunID is the answer's top-level run_id string ("" when absent, repeated
+// or not a string).
+func (p *Parsed) RunID() string {
+	if p.runN != 1 {
+		return ""
+	}
+	s, _ := stringValue(p.body, p.runM.valStart, p.runM.valEnd)
+	return s
+}
+
+// Items is what Core retrieved for the turn (SPEC §7 "Same-run hints"):
+// each context.knowledge_refs entry (doc_id, title, score) joined by ref
+// with the context.knowledge item holding the hit text, in Core's order.
+// Only the two arrays are read, with the scanner (they were validated by
+// ParseAnswer) and strings unescaped as encoding/json does. Entries that
+// cannot be used are skipped: not an object, a ref without a matching item
+// (or naming several items), a doc_id that is not a positive integer, a
+// score that is not a number, a ref or content that is not a string. An
+// array missing, repeated or not an array gives no items.
+func (p *Parsed) Items() []knowledge.TurnItem {
+	if p.kN != 1 || p.rN != 1 {
+		return nil
+	}
+	b := p.body
+	type hit struct {
+		content string
+		n       int
+	}
+	content := map[string]hit{}
+	eachObject(b, p.kM, itemKeys[:], func(v []member) {
+		ref, ok1 := jsonString(b, v[0])
+		c, ok2 := jsonString(b, v[1])
+		if ok1 && ok2 && ref != "" {
+			h := content[ref]
+			content[ref] = hit{c, h.n + 1}
+		}
+	})
+	if len(content) == 0 {
+		return nil
+	}
+	var out []knowledge.TurnItem
+	eachObject(b, p.rM, refKeys[:], func(v []member) {
+		ref, ok := jsonString(b, v[0])
+		h, found := content[ref]
+		if !ok || !found || h.n != 1 {
+			return
+		}
+		id, err := strconv.ParseInt(string(valueBytes(b, v[1])), 10, 64)
+		if err != nil || id <= 0 {
+			return
+		}
+		score, err := strconv.ParseFloat(string(valueBytes(b, v[3])), 64)
+		if err != nil || !isNumber(valueBytes(b, v[3])) {
+			return
+		}
+		title, _ := jsonString(b, v[2])
+		out = append(out, knowledge.TurnItem{DocID: id, Title: title, Content: h.content, Score: score})
+	})
+	return out
+}
+
+// The members Items reads, by position in the slice eachObject passes.
+var (
+	itemKeys = [...]string{"ref", "content"}
+	refKeys  = [...]string{"ref", "doc_id", "title", "score"}
+)
+
+// eachObject calls fn for every element of the array value of member arr
+// that is an object, with the members named by keys (vals[i] is the member
+// of keys[i], by unescaped key, the last one winning; a zero member when
+// absent). b must have been scanned.
+func eachObject(b []byte, arr member, keys []string, fn func(vals []member)) {
+	i := arr.valStart
+	if b[i] != '[' {
+		return
+	}
+	vals := make([]member, len(keys))
+	i = skipWS(b, i+1)
+	for i < arr.valEnd && b[i] != ']' {
+		var end int
+		var err error
+		if b[i] == '{' {
+			clear(vals)
+			end, err = scanObject(b, i, 2, func(m member) {
+				for k, name := range keys {
+					if m.keyIs(b, name) {
+						vals[k] = m
+						return
+					}
+				}
+			})
+			if err == nil {
+				fn(vals)
+			}
+		} else {
+			end, err = skipValue(b, i, 2)
+		}
+		if err != nil {
+			return
+		}
+		i = skipWS(b, end)
+		if i < len(b) && b[i] == ',' {
+			i = skipWS(b, i+1)
+		}
+	}
+}
+
+// valueBytes is member m's value (nil for a zero member).
+func valueBytes(b []byte, m member) []byte {
+	if m.valEnd <= m.valStart {
+		return nil
+	}
+	return b[m.valStart:m.valEnd]
+}
+
+// isNumber reports whether v is a JSON number (not a string or literal).
+func isNumber(v []byte) bool { return len(v) > 0 && (v[0] == '-' || v[0] >= '0' && v[0] <= '9') }
+
+// jsonString decodes member m's value if it is a JSON string, unescaping
+// like encoding/json (a lone surrogate becomes U+FFFD) without its
+// reflection. The value must have been scanned (valid JSON).
+func jsonString(b []byte, m member) (string, bool) {
+	v := valueBytes(b, m)
+	if len(v) < 2 || v[0] != '"' {
+		return "", false
+	}
+	raw := v[1 : len(v)-1]
+	k := bytes.IndexByte(raw, '\\')
+	if k < 0 {
+		return string(raw), true
+	}
+	out := make([]byte, 0, len(raw))
+	for k >= 0 {
+		out = append(out, raw[:k]...)
+		raw = raw[k:]
+		n := 2
+		switch raw[1] {
+		case '"', '\\', '/':
+			out = append(out, raw[1])
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		case 'u':
+			r := hex4(raw[2:6])
+			n = 6
+			if utf16.IsSurrogate(r) {
+				r2 := rune(-1)
+				if len(raw) >= 12 && raw[6] == '\\' && raw[7] == 'u' {
+					r2 = hex4(raw[8:12])
+				}
+				if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
+					r, n = d, 12
+				} else {
+					r = utf8.RuneError
+				}
+			}
+			out = utf8.AppendRune(out, r)
+		default:
+			return "", false // not scanned
+		}
+		raw = raw[n:]
+		k = bytes.IndexByte(raw, '\\')
+	}
+	return string(append(out, raw...)), true
+}
+
+// hex4 decodes four hex digits (validated by the scanner).
+func hex4(h []byte) rune {
+	var r rune
+	for _, c := range h {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		default:
+			c -= 'A' - 10
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
+}
+
+// Rewrite is RewriteResponse on the parsed answer.
+func (p *Parsed) Rewrite(mode knowledge.DeliveryMode, deliveryBlock []byte) ([]byte, error) {
+	if !mode.Valid() {
+		return nil, ErrInvalidDelivery
+	}
+	block, ok := objectBytes(deliveryBlock)
+	if !ok {
+		return nil, ErrInvalidDeliveryBlock
+	}
+	body := p.body
 	edits := make([]edit, 0, 4)
 	if mode == knowledge.DeliveryOnDemand {
-		// context is the only one (ctxN == 1), so the counts are its own.
-		if kN > 1 || rN > 1 {
+		// context is the only one, so the counts are its own.
+		if p.kN > 1 || p.rN > 1 {
 			return nil, ErrUnexpectedAnswer
 		}
+		ctxLastEnd := p.ctxLastEnd
 		if ctxLastEnd < 0 {
-			ctxLastEnd = ctxM.valStart + 1 // empty context
+			ctxLastEnd = p.ctxM.valStart + 1 // empty context
 		}
-		if kN == 1 {
-			edits = append(edits, edit{kM.valStart, kM.valEnd, "[]", nil})
+		if p.kN == 1 {
+			edits = append(edits, edit{p.kM.valStart, p.kM.valEnd, "[]", nil})
 		}
-		if rN == 1 {
-			edits = append(edits, edit{rM.valStart, rM.valEnd, "[]", nil})
+		if p.rN == 1 {
+			edits = append(edits, edit{p.rM.valStart, p.rM.valEnd, "[]", nil})
 		}
-		if kN == 0 || rN == 0 {
+		if p.kN == 0 || p.rN == 0 {
 			var add strings.Builder
-			sep := ctxLastEnd != ctxM.valStart+1 // context has members
+			sep := ctxLastEnd != p.ctxM.valStart+1 // context has members
 			for _, name := range [...]string{"knowledge", "knowledge_refs"} {
-				if (name == "knowledge" && kN == 1) || (name == "knowledge_refs" && rN == 1) {
+				if (name == "knowledge" && p.kN == 1) || (name == "knowledge_refs" && p.rN == 1) {
 					continue
 				}
 				if sep {
@@ -287,14 +516,14 @@ func RewriteResponse(body []byte, mode knowledge.DeliveryMode, deliveryBlock []b
 			edits = append(edits, edit{ctxLastEnd, ctxLastEnd, add.String(), nil})
 		}
 	}
-	if kdN == 1 {
-		edits = append(edits, edit{kdM.valStart, kdM.valEnd, "", block})
+	if p.kdN == 1 {
+		edits = append(edits, edit{p.kdM.valStart, p.kdM.valEnd, "", block})
 	} else {
 		prefix := `"knowledge_delivery":`
-		if lastEnd != i+1 {
+		if p.lastEnd != p.start+1 {
 			prefix = "," + prefix
 		}
-		edits = append(edits, edit{lastEnd, lastEnd, prefix, block})
+		edits = append(edits, edit{p.lastEnd, p.lastEnd, prefix, block})
 	}
 	return applyEdits(body, edits), nil
 }

@@ -684,3 +684,88 @@ func TestTurnRewriteAllocationsBounded(t *testing.T) {
 		})
 	}
 }
+
+// TestItems: what Core retrieved for the turn, refs joined with items by
+// ref, unusable entries skipped, the run id read from the top level.
+func TestItems(t *testing.T) {
+	const run = `"run_id":"6f1c2b9e-7a1d-4c3e-9b8a-2d4e6f8a0b1c",`
+	answer := func(ctx string) []byte {
+		return []byte(`{"schema_version":"bailing.agent-turn-context.v1",` + run + `"context":{` + ctx + `}}`)
+	}
+	for _, tc := range []struct {
+		name string
+		ctx  string
+		want []knowledge.TurnItem
+	}{
+		{"several chunks of one document and another document",
+			`"knowledge":[{"ref":"knowledge:1","title":"A","content":"a1"},{"ref":"knowledge:2","title":"B","content":"b1 \"q\" \u00e9"},{"ref":"knowledge:3","title":"A","content":"a2"}],` +
+				`"knowledge_refs":[{"ref":"knowledge:1","doc_id":9,"title":"A","score":0.82},{"ref":"knowledge:2","doc_id":12,"title":"B","score":0.7},{"ref":"knowledge:3","doc_id":9,"title":"A","score":0.6}]`,
+			[]knowledge.TurnItem{{DocID: 9, Title: "A", Content: "a1", Score: 0.82}, {DocID: 12, Title: "B", Content: "b1 \"q\" é", Score: 0.7}, {DocID: 9, Title: "A", Content: "a2", Score: 0.6}}},
+		{"joined by ref, not by position",
+			`"knowledge_refs":[{"ref":"knowledge:2","doc_id":12,"title":"B","score":0.7},{"ref":"knowledge:1","doc_id":9,"title":"A","score":0.82}],` +
+				`"knowledge":[{"ref":"knowledge:1","title":"A","content":"a1"},{"ref":"knowledge:2","title":"B","content":"b1"}]`,
+			[]knowledge.TurnItem{{DocID: 12, Title: "B", Content: "b1", Score: 0.7}, {DocID: 9, Title: "A", Content: "a1", Score: 0.82}}},
+		{"unusable entries skipped",
+			`"knowledge":[{"ref":"knowledge:1","content":"a1"},{"ref":"knowledge:2","content":"dup"},{"ref":"knowledge:2","content":"dup2"},{"ref":"knowledge:4","content":7},"x",{"ref":"knowledge:5","content":"e"},{"ref":"knowledge:6","content":"f"}],` +
+				`"knowledge_refs":[{"ref":"knowledge:1","doc_id":9,"score":0.8},{"ref":"knowledge:2","doc_id":10,"score":0.8},{"ref":"knowledge:3","doc_id":11,"score":0.8},{"ref":"knowledge:4","doc_id":12,"score":0.8},{"ref":"knowledge:5","doc_id":"13","score":0.8},{"ref":"knowledge:6","doc_id":0,"score":0.8},{"ref":"knowledge:5","doc_id":14,"score":"high"},null]`,
+			[]knowledge.TurnItem{{DocID: 9, Content: "a1", Score: 0.8}}},
+		{"no refs", `"knowledge":[{"ref":"knowledge:1","content":"a1"}],"knowledge_refs":[]`, nil},
+		{"refs missing", `"knowledge":[{"ref":"knowledge:1","content":"a1"}]`, nil},
+		{"not arrays", `"knowledge":{},"knowledge_refs":"x"`, nil},
+		{"empty context", ``, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := ParseAnswer(answer(tc.ctx))
+			if err != nil {
+				t.Fatalf("ParseAnswer: got %v; want a parsed answer", err)
+			}
+			if got := p.Items(); !reflect.DeepEqual(got, tc.want) && (len(got) != 0 || len(tc.want) != 0) {
+				t.Errorf("Items: got %+v; want %+v", got, tc.want)
+			}
+			if got, want := p.RunID(), "6f1c2b9e-7a1d-4c3e-9b8a-2d4e6f8a0b1c"; got != want {
+				t.Errorf("RunID: got %q; want %q", got, want)
+			}
+		})
+	}
+	for _, tc := range []struct{ name, body string }{
+		{"absent", `{"schema_version":"bailing.agent-turn-context.v1","context":{}}`},
+		{"not a string", `{"schema_version":"bailing.agent-turn-context.v1","run_id":7,"context":{}}`},
+		{"twice", `{"schema_version":"bailing.agent-turn-context.v1","run_id":"a","run_id":"a","context":{}}`},
+	} {
+		p, err := ParseAnswer([]byte(tc.body))
+		if err != nil {
+			t.Fatalf("%s: ParseAnswer: %v", tc.name, err)
+		}
+		if got := p.RunID(); got != "" {
+			t.Errorf("run_id %s: got %q; want \"\"", tc.name, got)
+		}
+	}
+}
+
+// TestJSONString: the unescaping of Items agrees with encoding/json,
+// surrogate pairs and lone surrogates included.
+func TestJSONString(t *testing.T) {
+	for _, lit := range []string{
+		`""`, `"plain 退款"`, `"\n\r\t\b\f\/\\\""`, `"\u00e9\u9000"`, `"\ud83d\ude80"`, `"\ud83d"`, `"\ude80x"`,
+		`"\ud83d\u0041"`, `"\ud83d\ud83d\ude80"`, `"a\u2028b"`, `"\uD83D\uDE80 upper"`, `"end\\"`,
+	} {
+		b := []byte(`{"v":` + lit + `}`)
+		var m member
+		if _, err := scanObject(b, 0, 1, func(x member) { m = x }); err != nil {
+			t.Fatalf("%s: scan: %v", lit, err)
+		}
+		var want string
+		if err := json.Unmarshal([]byte(lit), &want); err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := jsonString(b, m); !ok || got != want {
+			t.Errorf("%s: got %q, %v; want %q", lit, got, ok, want)
+		}
+	}
+	b := []byte(`{"v":7}`)
+	var m member
+	_, _ = scanObject(b, 0, 1, func(x member) { m = x })
+	if got, ok := jsonString(b, m); ok {
+		t.Errorf("number: got %q, true; want not a string", got)
+	}
+}

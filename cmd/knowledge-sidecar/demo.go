@@ -184,8 +184,10 @@ func startDemoWorld(docs []demoDoc, token string) (*demoWorld, error) {
 			DocMeta: coreclient.DocMeta{DocID: id, KBID: demoKB, Title: d.title, Status: "ready", UpdatedAt: now},
 			Content: d.content,
 		})
-		if i < 2 {
-			inline = append(inline, fakecore.TurnKnowledge{DocID: id, Title: d.title, Content: firstRunes(d.content, 300), Score: 0.8})
+		if i < 2 { // what Core retrieves for a turn: the first chunk of two documents
+			if chunks := fakecore.Chunks(d.content); len(chunks) > 0 {
+				inline = append(inline, fakecore.TurnKnowledge{DocID: id, Title: d.title, Content: chunks[0], Score: []float64{0.82, 0.74}[i]})
+			}
 		}
 	}
 	w.core.SetTurnKnowledge(demoRoute, inline)
@@ -291,10 +293,14 @@ Copy-paste walkthrough (needs curl; jq makes the output readable):
   curl -s -H "Authorization: Bearer $TOKEN" -d "{\"ref\":\"$REF\",\"max_bytes\":32768,\"cursor\":\"$CURSOR\"}" $WS/knowledge/read \
        | jq '{bytes: (.content|length), next_cursor: (.next_cursor != null), truncated, budget_exhausted}'
 
-  # 4. A turn with on-demand knowledge: inline knowledge comes back empty, plus a delivery block.
-  curl -s -H "Authorization: Bearer $TOKEN" -d '{"client_conversation_id":"c1","client_turn_id":"t1",
-       "user_message_id":"m1","user_input":"Can I get a refund?","knowledge_delivery":"on_demand"}' $WS/turns \
-       | jq '{run_id, knowledge: .context.knowledge, knowledge_delivery}'
+  # 4. A turn with on-demand knowledge: inline knowledge comes back empty, plus a delivery block
+  #    whose hints are what Core retrieved for this turn, with refs bound to the turn's run.
+  TURN=$(curl -s -H "Authorization: Bearer $TOKEN" -d '{"client_conversation_id":"c1","client_turn_id":"t1",
+       "user_message_id":"m1","user_input":"Can I get a refund?","knowledge_delivery":"on_demand"}' $WS/turns)
+  echo "$TURN" | jq '{run_id, knowledge: .context.knowledge, knowledge_delivery}'
+  # Read a turn hint directly, with the turn's run_id (without it: 400 knowledge_reference_invalid):
+  curl -s -H "Authorization: Bearer $TOKEN" -d "$(echo "$TURN" | jq -c '{ref: .knowledge_delivery.hints[0].ref, run_id}')" \
+       $WS/knowledge/read | jq '{title, run_id, bytes: (.content|length), next_cursor: (.next_cursor != null)}'
   # Retrying the same turn in another mode is a conflict (no second run at Core):
   curl -s -H "Authorization: Bearer $TOKEN" -d '{"client_conversation_id":"c1","client_turn_id":"t1",
        "user_message_id":"m1","user_input":"Can I get a refund?","knowledge_delivery":"inline"}' $WS/turns | jq .

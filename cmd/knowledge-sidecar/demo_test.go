@@ -269,6 +269,35 @@ func TestDemoWalkthrough(t *testing.T) {
 		if res.RunID == "" || res.Context.Instructions == "" {
 			t.Errorf("run_id %q instructions %q; want Core's turn context kept", res.RunID, res.Context.Instructions)
 		}
+		// Same-run hints: the two documents Core retrieved for the turn,
+		// readable with the turn's run_id and not without it.
+		var hints []demoHint
+		for _, h := range dl.Hints {
+			var one demoHint
+			if json.Unmarshal(h, &one) != nil {
+				t.Fatalf("hint %s is not a hint", h)
+			}
+			hints = append(hints, one)
+		}
+		if len(hints) != 2 || hints[0].Title != docs[0].title || hints[1].Title != docs[1].title {
+			t.Fatalf("turn hints %+v; want the two documents Core retrieved (%q, %q)", hints, docs[0].title, docs[1].title)
+		}
+		body, _ := json.Marshal(map[string]string{"ref": hints[0].Ref, "run_id": res.RunID})
+		var page struct {
+			Title string `json:"title"`
+			RunID string `json:"run_id"`
+		}
+		if code, raw := d.do(t, "POST", d.ws+"/knowledge/read", string(body)); code != 200 || json.Unmarshal(raw, &page) != nil ||
+			page.Title != docs[0].title || page.RunID != res.RunID {
+			t.Errorf("reading the turn hint with its run: got %d %.200s; want 200 %q", code, raw, docs[0].title)
+		}
+		body, _ = json.Marshal(map[string]string{"ref": hints[0].Ref})
+		if code, raw := d.do(t, "POST", d.ws+"/knowledge/read", string(body)); code != 400 || !strings.Contains(string(raw), "knowledge_reference_invalid") {
+			t.Errorf("reading the turn hint without its run: got %d %s; want 400 knowledge_reference_invalid", code, raw)
+		}
+		if !strings.Contains(d.text, ".knowledge_delivery.hints[0].ref, run_id") {
+			t.Errorf("walkthrough does not show reading a turn hint with its run_id:\n%s", d.text)
+		}
 	})
 
 	t.Run("4 inline retry conflicts", func(t *testing.T) {

@@ -1,0 +1,126 @@
+package knowledge
+
+import (
+	"context"
+	"log/slog"
+	"math"
+	"strings"
+
+	"github.com/bailinghub/knowledge-sidecar/coreclient"
+)
+
+// TurnItem is one piece of what Core retrieved for a turn (SPEC §7
+// "Same-run hints"): a context.knowledge_refs entry (doc_id, title, score)
+// joined by ref with its context.knowledge item's content, the hit text.
+// Core's refs carry no KB id: the document's KB comes from the catalog.
+type TurnItem struct {
+	DocID   int64
+	Title   string
+	Content string
+	Score   float64
+}
+
+// Outcomes of TurnHints (the closed label set of turn_hints_total, with the
+// edge's own "off" for turn_hints: false).
+const (
+	// HintsMinted: at least one hint.
+	HintsMinted = "minted"
+	// HintsNone: nothing usable (no items, every document gone, stale, not
+	// ready or out of the route, a route without knowledge).
+	HintsNone = "none"
+	// HintsFailed: the catalog could not be asked, a ref could not be
+	// sealed, or the route changed since the turn was forwarded.
+	HintsFailed = "failed"
+)
+
+// emptyHints is the serialized hints array when there are none.
+var emptyHints = []byte("[]")
+
+// TurnHints builds the same-run hints of an on_demand turn (SPEC §7) from
+// what Core retrieved for it: items grouped by document keeping the best
+// score, documents kept only when ready, in an enabled KB of the route and
+// still holding the hit text (the search rules and pipeline: rank, with all
+// candidates fetched in one catalog query), at most SearchMaxResults, each
+// ref bound to sess, route and runID and expiring like a search ref. It
+// returns the serialized "hints" JSON array, fitted within SearchMaxBytes
+// (summaries shortened first, then the lowest ranks dropped), and an
+// outcome (HintsMinted, HintsNone, HintsFailed).
+//
+// scope is the knowledge scope revision the turn's delivery block carries:
+// when the route's configuration no longer has it, no hints are given
+// (they could not be read). No Core HTTP call is made. Best effort: every
+// failure is "[]" with HintsFailed, never an error.
+func (s *Service) TurnHints(ctx context.Context, sess coreclient.Session, route, scope, runID string, items []TurnItem) (hints []byte, outcome string) {
+	if len(items) == 0 {
+		return emptyHints, HintsNone
+	}
+	if !uuidPattern.MatchString(runID) || sess.SessionID == "" {
+		return emptyHints, HintsFailed
+	}
+	runID = strings.ToLower(runID) // as read's run_id is compared
+	r, err := s.catalog.Route(ctx, route)
+	if err != nil {
+		return s.hintsFailed(ctx, "route", err)
+	}
+	if r.Key == "" {
+		r.Key = route
+	}
+	kc := r.Knowledge
+	if !r.Enabled || r.Key != route || kc == nil {
+		return emptyHints, HintsNone
+	}
+	if ScopeRevision(r.Key, kc) != scope {
+		return emptyHints, HintsFailed
+	}
+	kbs := uniqueStrings(kc.KBIDs)
+	flags, err := s.catalog.KBEnabled(ctx, kbs)
+	if err != nil {
+		return s.hintsFailed(ctx, "knowledge bases", err)
+	}
+	hits := make([]coreclient.Hit, 0, len(items))
+	for _, it := range items {
+		hits = append(hits, coreclient.Hit{DocID: it.DocID, Title: it.Title, Content: it.Content, Score: it.Score})
+	}
+	groups, err := s.rank(ctx, []kbAnswer{{hits: hits}}, flags, kbs, math.Inf(-1), SearchMaxResults, 0)
+	if err != nil {
+		return s.hintsFailed(ctx, "documents", err)
+	}
+	if len(groups) == 0 {
+		return emptyHints, HintsNone
+	}
+	a := admitted{sess: sess, route: r}
+	minted, err := s.mint(groups, s.binding(a, runID), scope)
+	if err != nil {
+		return s.hintsFailed(ctx, "seal", err)
+	}
+	out := AppendHints(make([]byte, 0, SearchMaxBytes), minted)
+	if len(out) <= SearchMaxBytes { // the common case: nothing to fit
+		return out, HintsMinted
+	}
+	before := len(minted)
+	minted, _ = fitHints(minted, len(emptyHints), SearchMaxBytes)
+	s.m.drop("budget", before-len(minted))
+	s.m.truncate("turn")
+	if len(minted) == 0 {
+		return emptyHints, HintsNone
+	}
+	return AppendHints(out[:0], minted), HintsMinted
+}
+
+func (s *Service) hintsFailed(ctx context.Context, step string, err error) ([]byte, string) {
+	s.log.LogAttrs(ctx, slog.LevelWarn, "turn hints unavailable",
+		slog.String("step", step), slog.String("error_class", errorClass(err)))
+	return emptyHints, HintsFailed
+}
+
+// AppendHints appends hints as a JSON array, each in the search hint shape.
+func AppendHints(b []byte, hints []Hint) []byte {
+	b = append(b, '[')
+	for i := range hints {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = hints[i].appendJSON(b)
+	}
+	return append(b, ']')
+}
