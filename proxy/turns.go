@@ -273,23 +273,25 @@ func (s *Server) modifyTurn(resp *http.Response) error {
 }
 
 // turnHints is the Hinter of an on_demand answer (SPEC §7 "Same-run
-// hints"): best effort, counted in turn_hints_total{outcome}. A route whose
-// knowledge was "disabled" or "unavailable" before forwarding gets no hints
-// without asking the catalog again.
+// hints"): best effort, counted in turn_hints_total{outcome}. It is nil —
+// and Core's inline knowledge is not even read — when hints are off, or when
+// the route's knowledge was "disabled" or "unavailable" before forwarding
+// (no hints without asking the catalog again).
 func (s *Server) turnHints(ctx context.Context, st *turnState) turn.Hinter {
+	var skip string
+	switch {
+	case !s.feat.hints.Load():
+		skip = hintsOff
+	case st.status == knowledge.StatusDisabled: // no knowledge configured
+		skip = knowledge.HintsNone
+	case st.status == knowledge.StatusUnavailable: // catalog or retrieval down
+		skip = knowledge.HintsFailed
+	}
+	if skip != "" {
+		s.m.turnHints.WithLabelValues(skip).Inc()
+		return nil
+	}
 	return func(runID string, items []knowledge.TurnItem) []byte {
-		if !s.feat.hints.Load() {
-			s.m.turnHints.WithLabelValues(hintsOff).Inc()
-			return nil
-		}
-		switch st.status {
-		case knowledge.StatusDisabled: // no knowledge configured
-			s.m.turnHints.WithLabelValues(knowledge.HintsNone).Inc()
-			return nil
-		case knowledge.StatusUnavailable: // catalog or retrieval down
-			s.m.turnHints.WithLabelValues(knowledge.HintsFailed).Inc()
-			return nil
-		}
 		hints, outcome := s.feat.k.TurnHints(ctx, st.sess, st.route, st.revision, runID, items)
 		s.m.turnHints.WithLabelValues(outcome).Inc()
 		return hints

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -42,6 +43,8 @@ type config struct {
 	nginx      bool
 	profileDir string
 	catalog    string
+	noHints    bool
+	managed    bool
 	keep       bool
 	only       map[string]bool
 }
@@ -78,6 +81,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.profileDir, "profile", "", "directory for CPU profiles of the sidecar under load (pass-through 1 KiB saturation, 10 KiB turns)")
 	only := fs.String("only", "", "run only these sections: "+strings.Join(sections, ",")+" (default: all)")
 	fs.StringVar(&c.catalog, "catalog", "sql", "the sidecar's catalog: sql (a MariaDB database made for the run on the server of KS_TEST_MYSQL_DSN, as in production) or mem (the in-memory twin)")
+	fs.BoolVar(&c.managed, "managed", false, "with --catalog sql: Core 0.8 task tables present and the bench session inside a managed task; searches and reads carry its run_id, so every task rule runs")
+	fs.BoolVar(&c.noHints, "no-turn-hints", false, "run the sidecar with turn_hints: false (on_demand turns without same-run hints)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the work directory (child logs, nginx config) and print its path")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -129,6 +134,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if c.catalog != "sql" && c.catalog != "mem" {
 		fmt.Fprintln(stderr, "bench: --catalog must be sql or mem")
+		return 2
+	}
+	if c.managed && c.catalog != "sql" {
+		fmt.Fprintln(stderr, "bench: --managed needs --catalog sql")
 		return 2
 	}
 	if c.pairs < 5 {
@@ -217,6 +226,12 @@ func orchestrate(c config, logw io.Writer) (*report, error) {
 		db, drop, err := testdb.Create(ctx, dsn)
 		if err == nil {
 			err = seedCatalog(ctx, db.Admin)
+			if err == nil && c.managed {
+				var run string
+				run, err = seedTask(ctx, db)
+				searchBody, _ = json.Marshal(map[string]any{"query": searchQuery, "limit": 3, "run_id": run})
+				runID = run
+			}
 			if err != nil {
 				_ = drop()
 			}
@@ -229,6 +244,10 @@ func orchestrate(c config, logw io.Writer) (*report, error) {
 		// The sidecar child inherits the environment.
 		os.Setenv(catalogEnv, db.ReadOnlyDSN)
 		defer os.Unsetenv(catalogEnv)
+	}
+	if c.noHints {
+		os.Setenv(noHintsEnv, "1")
+		defer os.Unsetenv(noHintsEnv)
 	}
 	sc, err := spawn(exe, "sidecar", upURL, dir)
 	if err != nil {
@@ -247,7 +266,7 @@ func orchestrate(c config, logw io.Writer) (*report, error) {
 	eps := []*endpoint{direct, side, bare}
 	ports := map[int]string{portOf(up.info.Addr): "direct", portOf(sc.info.Addr): "sidecar", portOf(rp.info.Addr): "revproxy"}
 
-	r := &report{Meta: meta{Catalog: c.catalog,
+	r := &report{Meta: meta{Catalog: c.catalog, TurnHints: !c.noHints, Managed: c.managed,
 		Started: time.Now().UTC().Format(time.RFC3339), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
 		Quick: c.quick, Pairs: c.pairs, RunMS: c.dur.Milliseconds(), SatRunMS: c.satDur.Milliseconds(),
 		WarmupMS: c.warm.Milliseconds(), Concurrency: c.conc, LoadAvgBefore: loadAvg(),
@@ -348,7 +367,7 @@ func orchestrate(c config, logw io.Writer) (*report, error) {
 	if c.want("kb") {
 		kbPath := "/agent-api/v1/workspaces/" + routeKB + "/knowledge/"
 		progress(logw, "search and read at %d req/s", c.kbRate)
-		g := runGroup("search", []target{{"sidecar", side, reqSpec{method: http.MethodPost, path: kbPath + "search", body: []byte(searchQuery), header: auth}}},
+		g := runGroup("search", []target{{"sidecar", side, reqSpec{method: http.MethodPost, path: kbPath + "search", body: searchBody, header: auth}}},
 			c.kbRate, 0, c.warm, c.dur, c.pairs)
 		r.Groups = append(r.Groups, g)
 		r.Intercepted = append(r.Intercepted, interRowOf("search (3 Core calls)", g, "", "sidecar", ""))
@@ -357,7 +376,11 @@ func orchestrate(c config, logw io.Writer) (*report, error) {
 		if err != nil {
 			return nil, err
 		}
-		readBody, _ := json.Marshal(map[string]any{"ref": ref, "max_bytes": 32768})
+		rb := map[string]any{"ref": ref, "max_bytes": 32768}
+		if runID != "" {
+			rb["run_id"] = runID
+		}
+		readBody, _ := json.Marshal(rb)
 		g = runGroup("read", []target{{"sidecar", side, reqSpec{method: http.MethodPost, path: kbPath + "read", body: readBody, header: auth}}},
 			c.kbRate, 0, c.warm, c.dur, c.pairs)
 		r.Groups = append(r.Groups, g)
@@ -422,10 +445,17 @@ func check(ep *endpoint, rq reqSpec) error {
 	return nil
 }
 
+// searchBody is the search load's request; with --managed it carries the
+// managed task's run (runID), which reads carry too.
+var (
+	searchBody = []byte(`{"query":` + strconv.Quote(searchQuery) + `,"limit":3}`)
+	runID      string
+)
+
 // searchRef searches once through the sidecar and returns the first hint's
 // ref, for the read load.
 func searchRef(ep *endpoint, h http.Header) (string, error) {
-	req, _ := http.NewRequest(http.MethodPost, ep.base+"/agent-api/v1/workspaces/"+routeKB+"/knowledge/search", strings.NewReader(searchQuery))
+	req, _ := http.NewRequest(http.MethodPost, ep.base+"/agent-api/v1/workspaces/"+routeKB+"/knowledge/search", bytes.NewReader(searchBody))
 	req.Header = h.Clone()
 	resp, err := ep.client.Do(req)
 	if err != nil {

@@ -34,8 +34,12 @@ type childInfo struct {
 // serveTarget is the child mode: serve one role on 127.0.0.1:0, print a
 // childInfo line, and stop when stdin closes (the orchestrator exited or
 // asked) or on SIGTERM/SIGINT.
-// catalogEnv passes the catalog's read-only DSN to the sidecar child.
-const catalogEnv = "KS_BENCH_CATALOG_DSN"
+// catalogEnv passes the catalog's read-only DSN to the sidecar child;
+// noHintsEnv turns its same-run hints off.
+const (
+	catalogEnv = "KS_BENCH_CATALOG_DSN"
+	noHintsEnv = "KS_BENCH_NO_TURN_HINTS"
+)
 
 func serveTarget(role, upstream string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -89,7 +93,7 @@ func serveTarget(role, upstream string, stdout, stderr io.Writer) int {
 		srv := &http.Server{Handler: h, ReadHeaderTimeout: so.ReadHeaderTimeout, IdleTimeout: so.IdleTimeout, MaxHeaderBytes: so.MaxHeaderBytes}
 		serve = func() error { return serveUntil(ctx, srv, ln) }
 	case "sidecar":
-		app, err := newSidecar(upstream, os.Getenv(catalogEnv), log)
+		app, err := newSidecar(upstream, os.Getenv(catalogEnv), os.Getenv(noHintsEnv) == "", log)
 		if err != nil {
 			return fail(err)
 		}

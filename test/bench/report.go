@@ -34,6 +34,8 @@ type meta struct {
 	Concurrency   int    `json:"saturation_concurrency"`
 	Nginx         string `json:"nginx"`
 	Catalog       string `json:"catalog"` // sql (MariaDB, the production catalog) or mem
+	TurnHints     bool   `json:"turn_hints"`
+	Managed       bool   `json:"managed"` // searches and reads inside a managed task
 	LoadAvgBefore string `json:"loadavg_before"`
 	LoadAvgAfter  string `json:"loadavg_after"`
 }
@@ -310,7 +312,7 @@ func printReport(w io.Writer, r *report) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
 	fmt.Fprintf(w, "\nknowledge-sidecar bench — %s, %d CPUs, %d pairs × %d ms (saturation %d ms, %d conns), quick=%v\n",
 		r.Meta.GoVersion, r.Meta.CPUs, r.Meta.Pairs, r.Meta.RunMS, r.Meta.SatRunMS, r.Meta.Concurrency, r.Meta.Quick)
-	fmt.Fprintf(w, "load average before/after: %s / %s; nginx: %s; catalog: %s\n", r.Meta.LoadAvgBefore, r.Meta.LoadAvgAfter, r.Meta.Nginx, r.Meta.Catalog)
+	fmt.Fprintf(w, "load average before/after: %s / %s; nginx: %s; catalog: %s; turn_hints: %v; managed task: %v\n", r.Meta.LoadAvgBefore, r.Meta.LoadAvgAfter, r.Meta.Nginx, r.Meta.Catalog, r.Meta.TurnHints, r.Meta.Managed)
 	fmt.Fprintln(w, "Deltas are sidecar − direct, the median of per-pair differences; ratios are medians of per-rep ratios.")
 
 	if len(r.PassLatency) > 0 {

@@ -22,6 +22,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/proxy"
 	"github.com/bailinghub/knowledge-sidecar/sidecar"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
+	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 	"github.com/bailinghub/knowledge-sidecar/turn/turntest"
 )
 
@@ -40,11 +41,14 @@ const (
 	benchService = "svc_bench_world_0123456789abcdefghijklmnopqrstuvwxyz"
 	benchDocs    = 12
 	benchDocSize = 40 << 10
-	searchQuery  = `{"query":"refund window shipping carrier","limit":3}`
+	searchQuery  = "refund window shipping carrier"
 	benchKnowCfg = `{"kb_ids":["bench-kb"],"top_k":8,"min_score":0.01,"inject":"chunk","max_docs":4}`
 )
 
 var benchToken = fakecore.Token("bench")
+
+// benchSession is the bench token's Agent Session.
+const benchSession = "0b6f8c3e-1d2a-4c4b-8e6f-3a2b1c0d9e8f"
 
 // jsonSizes are the pass-through JSON bodies, by the name used in paths.
 var jsonSizes = map[string]int{"1k": 1 << 10, "10k": 10 << 10, "64k": 64 << 10}
@@ -98,8 +102,18 @@ func jsonBody(size int) []byte {
 }
 
 // turnContext is a realistic turn context of at least size bytes (the
-// same generator the Go benchmarks of the turn rewrite use).
-func turnContext(size int) []byte { return turntest.Answer(size) }
+// same generator the Go benchmarks of the turn rewrite use), whose inline
+// knowledge is chunks of the first three bench documents, as Core would have
+// retrieved them: the sidecar mints up to 3 same-run hints from it.
+func turnContext(size int) []byte {
+	var chunks []turntest.Chunk
+	for i := 1; i <= 3; i++ {
+		title, content := docText(i, benchDocSize)
+		r := []rune(content)
+		chunks = append(chunks, turntest.Chunk{DocID: i, Title: title, Content: string(r[200:900]), Score: 0.9 - float64(i)/10})
+	}
+	return turntest.AnswerWith(size, chunks)
+}
 
 // newFakeCore seeds the fake Core with the bench world.
 func newFakeCore() *fakecore.Core {
@@ -114,7 +128,7 @@ func newFakeCore() *fakecore.Core {
 		core.AddDoc(benchKB, int64(i), title, content)
 	}
 	core.AddSession(benchToken, coreclient.Session{
-		SessionID:     "0b6f8c3e-1d2a-4c4b-8e6f-3a2b1c0d9e8f",
+		SessionID:     benchSession,
 		ClientAppID:   benchClient,
 		Principal:     coreclient.Principal{ID: "bench-user", Tenant: "bench-tenant", Roles: []string{"agent"}},
 		OnBehalfOf:    "bench-tenant:bench-user",
@@ -257,11 +271,12 @@ func serveSSE(w http.ResponseWriter, r *http.Request) {
 // and turn routes. The knowledge paths read the production SQL catalog at
 // catalogDSN (a MariaDB database seeded by seedCatalog); with an empty DSN
 // the in-memory twin stands in. The per-session rate limit is lifted so the
-// load is not answered 429.
-func newSidecar(coreURL, catalogDSN string, log *slog.Logger) (*sidecar.App, error) {
+// load is not answered 429. turnHints is the turn_hints setting.
+func newSidecar(coreURL, catalogDSN string, turnHints bool, log *slog.Logger) (*sidecar.App, error) {
 	cfg := kscfg.Defaults()
 	cfg.Core.URL, cfg.Core.Token, cfg.Catalog.DSN = coreURL, benchService, catalogDSN
 	cfg.RateLimit.RPS, cfg.RateLimit.Burst = 1e9, 1<<30
+	cfg.TurnHints = turnHints
 	cfg.Rollout = "allow:" + strings.Join([]string{routeKB, routeTurn10, routeTurn256}, ",")
 	deps := sidecar.Deps{Logger: log, Version: "bench"}
 	if catalogDSN == "" {
@@ -305,6 +320,51 @@ func seedCatalog(ctx context.Context, db *sql.DB) error {
 		}
 	}
 	return nil
+}
+
+// seedTask migrates the catalog database to Core 0.8's task control and
+// puts the bench session inside a managed task (Core's member revalidation
+// passes: its session row, a direct-tool workspace), with a context_ready
+// run bound to the task. It returns that run's id: searches and reads that
+// carry it run every task rule (SPEC §4a).
+func seedTask(ctx context.Context, db *testdb.DB) (string, error) {
+	if err := db.InstallTasks(ctx); err != nil {
+		return "", err
+	}
+	const (
+		task = "7a000000-0000-4000-8000-000000000001"
+		run  = "e1000000-0000-4000-8000-000000000001"
+		conv = "bench-conv"
+	)
+	routes, _ := json.Marshal([]string{routeKB, routeTurn10, routeTurn256, routePass10})
+	for _, st := range []struct {
+		q    string
+		args []any
+	}{
+		{`INSERT INTO bz_agent_sessions (session_id, client_app_id, principal_json, on_behalf_of, allowed_routes,
+			access_token_hash, access_expires_at, refresh_expires_at, revoked_at)
+			VALUES (?, ?, '{"id":"bench-user","tenant":"bench-tenant","roles":["agent"]}', 'bench-tenant:bench-user', ?,
+			REPEAT('f', 64), '2099-01-01 00:00:00', '2099-01-01 00:00:00', NULL)`, []any{benchSession, benchClient, string(routes)}},
+		{`UPDATE bz_routes SET tools = '{"agent_direct":{"enabled":true}}', agent_client = NULL WHERE route_key = ?`, []any{routeKB}},
+		{`INSERT INTO bz_agent_tasks (task_id, create_key, create_hash, scope_hash, state, revision, ledger_sequence,
+			policy_json, created_by, created_at, updated_at) VALUES (?, SHA2(?, 256), REPEAT('c', 64), REPEAT('d', 64), 'active', 1, 1,
+			'{"maxWriteCalls":null,"maxConcurrent":1,"expiresAt":null}', 'admin', '2026-01-01 00:00:00.000', '2026-01-01 00:00:00.000')`, []any{task, task}},
+		{`INSERT INTO bz_agent_task_members (task_id, member_key, session_id, identity_hash, client_app_id, route_key,
+			client_conversation_id, allowed_tools_json) VALUES (?, SHA2(CONCAT(?, ?, ?), 256), ?, REPEAT('e', 64), ?, ?, ?, '[]')`,
+			[]any{task, benchSession, routeKB, conv, benchSession, benchClient, routeKB, conv}},
+		{`INSERT INTO bz_agent_task_enforcements (session_id, first_task_id, created_by, created_at)
+			VALUES (?, ?, 'admin', '2026-01-01 00:00:00.000')`, []any{benchSession, task}},
+		{`INSERT INTO bz_agent_client_runs (run_id, session_id, client_app_id, route_key, client_conversation_id, status,
+			created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'context_ready', '2026-01-01 00:00:00', '2026-01-01 00:00:00')`,
+			[]any{run, benchSession, benchClient, routeKB, conv}},
+		{`INSERT INTO bz_agent_task_runs (run_id, task_id, session_id, created_at) VALUES (?, ?, ?, '2026-01-01 00:00:00.000')`,
+			[]any{run, task, benchSession}},
+	} {
+		if _, err := db.Admin.ExecContext(ctx, st.q, st.args...); err != nil {
+			return "", err
+		}
+	}
+	return run, nil
 }
 
 // newBareProxy is the baseline: a tuned httputil.ReverseProxy with nothing

@@ -197,24 +197,47 @@ func (d *DB) InstallTaskControl(t testing.TB, tables ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
+	if err := d.InstallTasks(ctx, tables...); err != nil {
+		t.Fatalf("testdb: task control: %v", err)
+	}
+}
+
+// InstallTasks is InstallTaskControl for programs that are not tests.
+func (d *DB) InstallTasks(ctx context.Context, tables ...string) error {
 	all := len(tables) == 0
+	var stmts []struct {
+		db *sql.DB
+		q  string
+	}
+	add := func(db *sql.DB, q string) {
+		stmts = append(stmts, struct {
+			db *sql.DB
+			q  string
+		}{db, q})
+	}
 	for _, stmt := range strings.Split(tasksSQL, ";") {
 		name, ok := createdTable(stmt)
 		if !ok || !all && !slices.Contains(tables, name) {
 			continue
 		}
-		mustExec(t, ctx, d.Admin, stmt)
+		add(d.Admin, stmt)
 	}
 	if all {
-		mustExec(t, ctx, d.Admin, "INSERT INTO bz_schema_migrations (filename) VALUES ('"+TaskMigration+"')")
+		add(d.Admin, "INSERT INTO bz_schema_migrations (filename) VALUES ('"+TaskMigration+"')")
 	}
 	for _, g := range TaskGrants(d.Name, d.account) {
 		table := g[strings.Index(g, "`.")+2:]
 		table = table[:strings.IndexByte(table, ' ')]
 		if all || !strings.HasPrefix(table, "bz_agent_task") || slices.Contains(tables, table) {
-			mustExec(t, ctx, d.root, g)
+			add(d.root, g)
 		}
 	}
+	for _, st := range stmts {
+		if _, err := st.db.ExecContext(ctx, st.q); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // createdTable names the table a CREATE TABLE statement of tasks.sql creates.
@@ -230,12 +253,6 @@ func createdTable(stmt string) (string, bool) {
 	return f[0], true
 }
 
-func mustExec(t testing.TB, ctx context.Context, db *sql.DB, query string) {
-	t.Helper()
-	if _, err := db.ExecContext(ctx, query); err != nil {
-		t.Fatalf("testdb: setup: %v", err)
-	}
-}
 
 func unreachable(t testing.TB, err error) {
 	t.Helper()

@@ -7,10 +7,21 @@ import (
 	"strings"
 )
 
+// Chunk is one inline knowledge item of a turn answer and its ref.
+type Chunk struct {
+	DocID          int
+	Title, Content string
+	Score          float64
+}
+
 // Answer builds a realistic bailing.agent-turn-context.v1 answer of
 // at least size bytes: inline knowledge chunks (≤ 3000 characters each, as
-// Core cuts them), memory messages and tool schemas.
-func Answer(size int) []byte {
+// Core cuts them, of no real document), memory messages and tool schemas.
+func Answer(size int) []byte { return AnswerWith(size, nil) }
+
+// AnswerWith is Answer whose inline knowledge cycles through chunks (real
+// chunks of real documents, so same-run hints can be minted from them).
+func AnswerWith(size int, chunks []Chunk) []byte {
 	type item struct {
 		Ref     string `json:"ref"`
 		Title   string `json:"title"`
@@ -66,8 +77,12 @@ func Answer(size int) []byte {
 		}
 		switch i % 3 {
 		case 0:
-			knowledge = append(knowledge, item{fmt.Sprintf("knowledge:%d", len(knowledge)+1), "Refund policy", text})
-			refs = append(refs, ref{fmt.Sprintf("knowledge:%d", len(refs)+1), i, "Refund policy", 0.82})
+			c := Chunk{DocID: i, Title: "Refund policy", Content: text, Score: 0.82}
+			if len(chunks) > 0 {
+				c = chunks[len(knowledge)%len(chunks)]
+			}
+			knowledge = append(knowledge, item{fmt.Sprintf("knowledge:%d", len(knowledge)+1), c.Title, c.Content})
+			refs = append(refs, ref{fmt.Sprintf("knowledge:%d", len(refs)+1), c.DocID, c.Title, c.Score})
 		case 1:
 			recent = append(recent, msg{"user", short(600)})
 		default:
