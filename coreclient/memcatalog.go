@@ -90,7 +90,8 @@ func (m *MemCatalog) DeleteKB(kbID string) {
 }
 
 // PutDoc adds or replaces a document and returns its id. DocID 0 assigns the
-// next free id. Revision is ignored (computed on read). UpdatedAt is stored as
+// next free id. Revision is ignored: it is computed here, once per version,
+// as the SQL catalog's revision cache does. UpdatedAt is stored as
 // given (UTC); callers that change a document should move it, as Core does.
 func (m *MemCatalog) PutDoc(d Document) int64 {
 	m.mu.Lock()
@@ -102,7 +103,7 @@ func (m *MemCatalog) PutDoc(d Document) int64 {
 		m.nextDocID = d.DocID + 1
 	}
 	d.UpdatedAt = d.UpdatedAt.UTC()
-	d.Revision = ""
+	d.Revision = Revision(d.Title, d.Content)
 	m.docs[d.DocID] = d
 	return d.DocID
 }
@@ -257,7 +258,6 @@ func (m *MemCatalog) fenced(docID int64, kbIDs []string) (Document, bool) {
 			if d.Status != StatusReady {
 				return Document{DocMeta: d.DocMeta}, true
 			}
-			d.Revision = Revision(d.Title, d.Content)
 			return d, true
 		}
 	}

@@ -87,39 +87,55 @@ func (m DeliveryMode) Valid() bool { return m == DeliveryInline || m == Delivery
 // ("unavailable", its revision); without one the answer is a 503
 // knowledge_unavailable *Error.
 func (s *Service) DeliveryStatus(ctx context.Context, route string) (status, scopeRevision string, err error) {
+	d, err := s.Delivery(ctx, route)
+	return d.Status, d.ScopeRevision, err
+}
+
+// Delivery is the route's knowledge state taken before a turn is
+// forwarded: DeliveryStatus's status and scope revision, plus what the
+// catalog said of the route and its knowledge bases, so that the turn's
+// same-run hints (TurnHintsFor) do not ask again milliseconds later.
+type Delivery struct {
+	Status, ScopeRevision string
+	route                 *coreclient.Route // nil unless read from the catalog now
+	flags                 map[string]bool   // nil unless the KB flags were read
+}
+
+// Delivery is DeliveryStatus with the state it read (see the type).
+func (s *Service) Delivery(ctx context.Context, route string) (Delivery, error) {
 	if !coreclient.ValidRouteKey(route) {
-		return "", "", errRouteUnavailable(nil)
+		return Delivery{}, errRouteUnavailable(nil)
 	}
 	r, err := s.catalog.Route(ctx, route)
 	if err != nil {
 		if errors.Is(err, coreclient.ErrNotFound) {
-			return "", "", errRouteUnavailable(err)
+			return Delivery{}, errRouteUnavailable(err)
 		}
 		if last, ok := s.routes.Get(route); ok {
 			if last.Knowledge == nil {
-				return StatusDisabled, ScopeRevision(route, nil), nil
+				return Delivery{Status: StatusDisabled, ScopeRevision: ScopeRevision(route, nil)}, nil
 			}
-			return StatusUnavailable, ScopeRevision(route, last.Knowledge), nil
+			return Delivery{Status: StatusUnavailable, ScopeRevision: ScopeRevision(route, last.Knowledge)}, nil
 		}
-		return "", "", errUnavailable(err)
+		return Delivery{}, errUnavailable(err)
 	}
 	if r.Key == "" {
 		r.Key = route
 	}
 	if !r.Enabled || r.Key != route {
-		return "", "", errRouteUnavailable(nil)
+		return Delivery{}, errRouteUnavailable(nil)
 	}
 	s.routes.Add(route, r)
 	scope := ScopeRevision(route, r.Knowledge)
 	if r.Knowledge == nil {
-		return StatusDisabled, scope, nil
+		return Delivery{Status: StatusDisabled, ScopeRevision: scope, route: &r}, nil
 	}
 	if !s.retriever.Usable() || !s.catalog.Usable() {
-		return StatusUnavailable, scope, nil
+		return Delivery{Status: StatusUnavailable, ScopeRevision: scope, route: &r}, nil
 	}
 	flags, err := s.catalog.KBEnabled(ctx, r.Knowledge.KBIDs)
 	if err != nil {
-		return StatusUnavailable, scope, nil
+		return Delivery{Status: StatusUnavailable, ScopeRevision: scope, route: &r}, nil
 	}
 	on := 0
 	for _, id := range r.Knowledge.KBIDs {
@@ -129,10 +145,10 @@ func (s *Service) DeliveryStatus(ctx context.Context, route string) (status, sco
 	}
 	switch {
 	case on == 0:
-		return StatusUnavailable, scope, nil
+		return Delivery{Status: StatusUnavailable, ScopeRevision: scope, route: &r}, nil
 	case on < len(r.Knowledge.KBIDs):
-		return StatusPartial, scope, nil
+		return Delivery{Status: StatusPartial, ScopeRevision: scope, route: &r, flags: flags}, nil
 	default:
-		return StatusOK, scope, nil
+		return Delivery{Status: StatusOK, ScopeRevision: scope, route: &r, flags: flags}, nil
 	}
 }

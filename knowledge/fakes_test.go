@@ -99,18 +99,19 @@ func (f *fakeRetriever) callList() []searchCall {
 }
 
 type fakeCatalog struct {
-	mu       sync.Mutex
-	routes   map[string]coreclient.Route
-	kbs      map[string]bool
-	docs     map[int64]coreclient.Document
-	runs     map[string]coreclient.Run
-	gate     map[string]error // RouteGate answer per route
-	down     bool             // every call fails with ErrUnavailable
-	docsDown bool             // Documents/Document fail
-	unusable bool
-	docsRead []int64           // every id asked of Documents, in order
-	docCalls int               // Documents calls
-	storedAs map[string]string // KBs: a KB id as stored, when it differs from the route's spelling
+	mu        sync.Mutex
+	routes    map[string]coreclient.Route
+	kbs       map[string]bool
+	docs      map[int64]coreclient.Document
+	runs      map[string]coreclient.Run
+	gate      map[string]error // RouteGate answer per route
+	down      bool             // every call fails with ErrUnavailable
+	docsDown  bool             // Documents/Document fail
+	unusable  bool
+	docsRead  []int64           // every id asked of Documents, in order
+	docCalls  int               // Documents calls
+	metaCalls int               // Route and KBEnabled calls
+	storedAs  map[string]string // KBs: a KB id as stored, when it differs from the route's spelling
 }
 
 var errCatalogDown = fmt.Errorf("%w: test catalog down", coreclient.ErrUnavailable)
@@ -118,6 +119,7 @@ var errCatalogDown = fmt.Errorf("%w: test catalog down", coreclient.ErrUnavailab
 func (f *fakeCatalog) Route(_ context.Context, key string) (coreclient.Route, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.metaCalls++
 	if f.down {
 		return coreclient.Route{}, errCatalogDown
 	}
@@ -145,6 +147,7 @@ func (f *fakeCatalog) RouteGate(_ context.Context, route string, _ coreclient.Se
 func (f *fakeCatalog) KBEnabled(_ context.Context, ids []string) (map[string]bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.metaCalls++
 	if f.down {
 		return nil, errCatalogDown
 	}

@@ -51,6 +51,15 @@ var emptyHints = []byte("[]")
 // (they could not be read). No Core HTTP call is made. Best effort: every
 // failure is "[]" with HintsFailed, never an error.
 func (s *Service) TurnHints(ctx context.Context, sess coreclient.Session, route, scope, runID string, items []TurnItem) (hints []byte, outcome string) {
+	return s.TurnHintsFor(ctx, sess, route, Delivery{ScopeRevision: scope}, runID, items)
+}
+
+// TurnHintsFor is TurnHints with the route's state read before the turn
+// was forwarded (Service.Delivery): the route and its knowledge bases'
+// flags are not read again, so hints cost one catalog query (the
+// documents). Without that state it reads them, as TurnHints does.
+func (s *Service) TurnHintsFor(ctx context.Context, sess coreclient.Session, route string, d Delivery, runID string, items []TurnItem) (hints []byte, outcome string) {
+	scope := d.ScopeRevision
 	if len(items) == 0 {
 		return emptyHints, HintsNone
 	}
@@ -58,9 +67,14 @@ func (s *Service) TurnHints(ctx context.Context, sess coreclient.Session, route,
 		return emptyHints, HintsFailed
 	}
 	runID = strings.ToLower(runID) // as read's run_id is compared
-	r, err := s.catalog.Route(ctx, route)
-	if err != nil {
-		return s.hintsFailed(ctx, "route", err)
+	var r coreclient.Route
+	if d.route != nil {
+		r = *d.route
+	} else {
+		var err error
+		if r, err = s.catalog.Route(ctx, route); err != nil {
+			return s.hintsFailed(ctx, "route", err)
+		}
 	}
 	if r.Key == "" {
 		r.Key = route
@@ -73,9 +87,12 @@ func (s *Service) TurnHints(ctx context.Context, sess coreclient.Session, route,
 		return emptyHints, HintsFailed
 	}
 	kbs := uniqueStrings(kc.KBIDs)
-	flags, err := s.catalog.KBEnabled(ctx, kbs)
-	if err != nil {
-		return s.hintsFailed(ctx, "knowledge bases", err)
+	flags := d.flags
+	if flags == nil {
+		var err error
+		if flags, err = s.catalog.KBEnabled(ctx, kbs); err != nil {
+			return s.hintsFailed(ctx, "knowledge bases", err)
+		}
 	}
 	hits := make([]coreclient.Hit, 0, len(items))
 	for _, it := range items {

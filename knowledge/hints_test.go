@@ -321,3 +321,36 @@ func TestNextRune(t *testing.T) {
 		check(s)
 	}
 }
+
+// TestTurnHintsForReusesDelivery: with the route's state read before the
+// turn was forwarded (Delivery), hints cost one catalog call — the
+// documents — and give the same hints as reading the route again.
+func TestTurnHintsForReusesDelivery(t *testing.T) {
+	e := newEnv(t)
+	items := []TurnItem{{DocID: docRefund, Title: "退款规则", Content: refundChunk1, Score: 0.82}}
+	d, err := e.svc.Delivery(context.Background(), routeKey)
+	if err != nil || d.Status != StatusOK {
+		t.Fatalf("Delivery: %+v, %v", d, err)
+	}
+	e.cat.mu.Lock()
+	e.cat.metaCalls, e.cat.docCalls = 0, 0
+	e.cat.mu.Unlock()
+	raw, outcome := e.svc.TurnHintsFor(context.Background(), sessionA, routeKey, d, runA, items)
+	e.cat.mu.Lock()
+	meta, docs := e.cat.metaCalls, e.cat.docCalls
+	e.cat.mu.Unlock()
+	if outcome != HintsMinted || !strings.Contains(string(raw), `"title":"退款规则"`) {
+		t.Fatalf("got %s %s; want the refund hint", outcome, raw)
+	}
+	if meta != 0 || docs != 1 {
+		t.Errorf("catalog calls: %d route/KB and %d document calls; want 0 and 1", meta, docs)
+	}
+	// Without the state, the route and its KBs are read again.
+	_, outcome = e.svc.TurnHints(context.Background(), sessionA, routeKey, d.ScopeRevision, runA, items)
+	e.cat.mu.Lock()
+	meta = e.cat.metaCalls
+	e.cat.mu.Unlock()
+	if outcome != HintsMinted || meta != 2 {
+		t.Errorf("TurnHints: outcome %s with %d route/KB calls; want minted with 2", outcome, meta)
+	}
+}

@@ -409,4 +409,3 @@ func strippedHasPrefix(s, hit string) (match bool, looked int) {
 		i += size
 	}
 }
-

@@ -41,9 +41,12 @@ type turnState struct {
 	absent bool
 	// status and revision of the route's knowledge, taken before forwarding.
 	status, revision string
-	// sess and route bind the same-run hints of an on_demand answer.
-	sess  coreclient.Session
-	route string
+	// sess and route bind the same-run hints of an on_demand answer;
+	// delivery is the route's state read before forwarding, which the hints
+	// reuse instead of asking the catalog again.
+	sess     coreclient.Session
+	route    string
+	delivery knowledge.Delivery
 }
 
 type turnCtxKey struct{}
@@ -130,15 +133,15 @@ func (s *Server) turns(c echo.Context) error {
 		s.m.turn(mode, outRejected)
 		return authErr
 	}
-	status, rev, serr := s.feat.k.DeliveryStatus(ctx, route)
-	status, rev, ok := turn.Delivery(route, status, rev, serr)
+	d, serr := s.feat.k.Delivery(ctx, route)
+	status, rev, ok := turn.Delivery(route, d.Status, d.ScopeRevision, serr)
 	if !ok {
 		s.m.turn(mode, outKnowledgeUnavailable)
 		return &knowledge.Error{Status: http.StatusServiceUnavailable, Code: knowledge.CodeUnavailable,
 			Message: "Knowledge is temporarily unavailable.", Err: serr}
 	}
 	st := &turnState{mode: tr.Mode, key: turn.Key(sess.SessionID, route, tr), keyed: tr.Keyed(),
-		status: status, revision: rev, sess: sess, route: route}
+		status: status, revision: rev, sess: sess, route: route, delivery: d}
 	if st.keyed {
 		if err := s.reserve(c, st); err != nil {
 			if !errors.Is(err, ledger.ErrConflict) {
@@ -292,7 +295,9 @@ func (s *Server) turnHints(ctx context.Context, st *turnState) turn.Hinter {
 		return nil
 	}
 	return func(runID string, items []knowledge.TurnItem) []byte {
-		hints, outcome := s.feat.k.TurnHints(ctx, st.sess, st.route, st.revision, runID, items)
+		d := st.delivery
+		d.ScopeRevision = st.revision // the block's, which the refs are bound to
+		hints, outcome := s.feat.k.TurnHintsFor(ctx, st.sess, st.route, d, runID, items)
 		s.m.turnHints.WithLabelValues(outcome).Inc()
 		return hints
 	}
