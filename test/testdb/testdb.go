@@ -253,7 +253,6 @@ func createdTable(stmt string) (string, bool) {
 	return f[0], true
 }
 
-
 func unreachable(t testing.TB, err error) {
 	t.Helper()
 	if os.Getenv("CI") == "true" {
