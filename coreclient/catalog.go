@@ -151,6 +151,11 @@ func normalizedConfig(dsn string) (*mysql.Config, error) {
 	}
 	cfg.ParseTime = true
 	cfg.Loc = time.UTC
+	// Arguments are interpolated by the driver (utf8mb4 only, which it
+	// escapes safely), so a query is one round trip instead of prepare,
+	// execute and close: a third of the catalog's latency and driver CPU
+	// on the knowledge paths. The task query keeps its prepared statement.
+	cfg.InterpolateParams = true
 	collation := ""
 	if strings.HasPrefix(cfg.Collation, "utf8mb4_") {
 		collation = cfg.Collation
