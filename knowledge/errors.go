@@ -89,6 +89,13 @@ func errUnavailable(cause error) *Error {
 	return newError(503, CodeUnavailable, "Knowledge is temporarily unavailable.", cause)
 }
 
+// Unavailable is the 503 knowledge_unavailable answer; cause is for logs.
+func Unavailable(cause error) *Error { return errUnavailable(cause) }
+
+// RouteUnavailable is the 404 route_unavailable answer (an unknown,
+// disabled or malformed route).
+func RouteUnavailable() *Error { return errRouteUnavailable(nil) }
+
 func errRouteUnavailable(cause error) *Error {
 	return newError(404, CodeRouteUnavailable, "The configured route is unavailable.", cause)
 }

@@ -3,6 +3,7 @@ package proxy
 import (
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 )
 
@@ -21,8 +22,7 @@ type pathVerdict uint8
 
 const (
 	pathOther    pathVerdict = iota // not an intercepted path in any spelling: pass through
-	pathExact                       // literally an intercepted path with a valid route key
-	pathBadRoute                    // literally an intercepted path, route segment not a route key → 404
+	pathExact                       // literally an intercepted path (its handler judges the route key: 404)
 	pathNonCanon                    // canonicalizes to an intercepted path but is not one literally → 400
 )
 
@@ -42,8 +42,8 @@ const maxDecodeRounds = 4
 
 // classifyPath judges the raw request path (as sent, before any decoding).
 func classifyPath(raw string) pathVerdict {
-	if v, ok := literalVerdict(raw); ok {
-		return v
+	if isLiteral(raw) {
+		return pathExact
 	}
 	special := strings.ContainsAny(raw, "%\\;") || strings.Contains(raw, "//") || strings.Contains(raw, "/.") || strings.HasSuffix(raw, "/")
 	if !special && !hasUpper(raw) {
@@ -53,39 +53,47 @@ func classifyPath(raw string) pathVerdict {
 		return pathOther
 	}
 	segs := canonicalSegments(raw)
-	if matchesIntercepted(segs, true) {
+	if matchesIntercepted(segs) {
 		return pathNonCanon
 	}
 	return pathOther
 }
 
-// literalVerdict recognizes a path that is, byte for byte, one of the
+// isLiteral recognizes a path that is, byte for byte, one of the
 // intercepted paths: the fixed segments exactly and one route segment that
-// is neither empty nor a dot segment nor holds a separator. ok is false when
-// the path is not literally of that shape (it may still canonicalize to one).
-func literalVerdict(raw string) (pathVerdict, bool) {
+// is neither empty nor a dot segment nor holds a separator (encoded or
+// not). A path that is not literal may still canonicalize to one.
+func isLiteral(raw string) bool {
 	const prefix = "/agent-api/v1/workspaces/"
 	if !strings.HasPrefix(raw, prefix) {
-		return pathOther, false
+		return false
 	}
-	rest := raw[len(prefix):]
-	slash := strings.IndexByte(rest, '/')
-	if slash < 0 {
-		return pathOther, false
+	route, tail, ok := strings.Cut(raw[len(prefix):], "/")
+	if !ok {
+		return false
 	}
-	route, tail := rest[:slash], rest[slash+1:]
 	switch tail {
 	case "turns", "knowledge/capabilities", "knowledge/search", "knowledge/read":
 	default:
-		return pathOther, false
+		return false
 	}
-	if route == "" || route == "." || route == ".." {
-		return pathOther, false
+	return route != "" && route != "." && route != ".." &&
+		!strings.ContainsAny(route, "\\;") && !hasEncodedSeparator(route)
+}
+
+// hasEncodedSeparator reports %2F or %5C (either case) in s.
+func hasEncodedSeparator(s string) bool {
+	for i := strings.IndexByte(s, '%'); i >= 0 && i+2 < len(s); {
+		if e := s[i+1 : i+3]; strings.EqualFold(e, "2f") || strings.EqualFold(e, "5c") {
+			return true
+		}
+		j := strings.IndexByte(s[i+1:], '%')
+		if j < 0 {
+			break
+		}
+		i += 1 + j
 	}
-	if strings.ContainsAny(route, "\\;") || strings.Contains(strings.ToLower(route), "%2f") || strings.Contains(strings.ToLower(route), "%5c") {
-		return pathOther, false
-	}
-	return pathExact, true
+	return false
 }
 
 // canonicalSegments is the path as a lenient server could route it:
@@ -123,36 +131,19 @@ func canonicalSegments(raw string) []string {
 }
 
 // matchesIntercepted reports whether segs are /agent-api/v1/workspaces/
-// {any}/{an intercepted tail}, the fixed segments compared ignoring case
-// when fold is set.
-func matchesIntercepted(segs []string, fold bool) bool {
-	eq := func(a, b string) bool {
-		if fold {
-			return strings.EqualFold(a, b)
-		}
-		return a == b
-	}
+// {any}/{an intercepted tail}, the fixed segments compared ignoring case.
+func matchesIntercepted(segs []string) bool {
 	if len(segs) < len(interceptedHead)+2 {
 		return false
 	}
 	for i, h := range interceptedHead {
-		if !eq(segs[i], h) {
+		if !strings.EqualFold(segs[i], h) {
 			return false
 		}
 	}
 	tail := segs[len(interceptedHead)+1:]
 	for _, want := range interceptedTails {
-		if len(tail) != len(want) {
-			continue
-		}
-		ok := true
-		for i := range want {
-			if !eq(tail[i], want[i]) {
-				ok = false
-				break
-			}
-		}
-		if ok {
+		if len(tail) == len(want) && slices.EqualFunc(tail, want, strings.EqualFold) {
 			return true
 		}
 	}

@@ -21,6 +21,9 @@ func TestClassifyPath(t *testing.T) {
 		{"/Agent-API/v1/workspaces/order-assistant/turns", pathNonCanon},
 		{"/agent-api/v1/workspaces/order-assistant/%2574urns", pathNonCanon},
 		{"/agent-api/v1/workspaces/order-assistant/knowledge%2Fread", pathNonCanon},
+		{"/agent-api/v1/workspaces/order%2fassistant/turns", pathOther}, // 3 segments after decoding: no intercepted path
+		{"/agent-api/v1/workspaces/x%5Cturns/turns", pathOther},
+		{"/agent-api/v1/workspaces/x%2F..%2Fy/turns", pathNonCanon},
 		{"/agent-api/v1/workspaces/order-assistant/tools/x", pathOther},
 		{"/agent-api/v1/workspaces/order-assistant/turns/x", pathOther},
 		{"/agent-api/v1/workspaces/../turns", pathOther},
@@ -38,5 +41,11 @@ func TestClassifyPath(t *testing.T) {
 func BenchmarkClassifyPathPassThrough(b *testing.B) {
 	for b.Loop() {
 		classifyPath("/agent-api/v1/workspaces/order-assistant/tools/lookup")
+	}
+}
+
+func BenchmarkClassifyPathIntercepted(b *testing.B) {
+	for b.Loop() {
+		classifyPath("/agent-api/v1/workspaces/order-assistant/knowledge/search")
 	}
 }

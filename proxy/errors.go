@@ -67,8 +67,6 @@ var (
 		message: "The request could not be proxied.", close: true}
 	errDeliveryFailedAnswer = &edgeError{status: http.StatusBadGateway, code: "knowledge_delivery_failed",
 		message: "Core's turn answer could not be delivered with on-demand knowledge."}
-	errRouteUnavailable = &knowledge.Error{Status: http.StatusNotFound, Code: knowledge.CodeRouteUnavailable,
-		Message: "The configured route is unavailable."}
 )
 
 func errMethodNotAllowed(allow string) *edgeError {
@@ -122,7 +120,13 @@ func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, ledger.ErrConflict):
 		writeJSON(w, http.StatusConflict, turnConflictBody)
 		return
-	case errors.As(err, &ke):
+	case errors.As(err, &he):
+		s.log.Error("unhandled edge error", slog.String("request_id", requestID(ctx)), slog.Any("error", err))
+		ee = errNotProxied
+	default:
+		if !errors.As(err, &ke) {
+			ke = knowledge.Unavailable(err) // a ledger or catalog failure
+		}
 		if ke.Status == http.StatusTooManyRequests {
 			w.Header().Set("Retry-After", strconv.Itoa(ke.RetryAfterSeconds()))
 		}
@@ -131,14 +135,6 @@ func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 				slog.String("code", ke.Code), slog.Any("cause", ke.Err))
 		}
 		writeError(w, ke.Status, ke.Code, ke.Message)
-		return
-	case errors.As(err, &he):
-		s.log.Error("unhandled edge error", slog.String("request_id", requestID(ctx)), slog.Any("error", err))
-		ee = errNotProxied
-	default:
-		s.log.LogAttrs(ctx, slog.LevelWarn, "knowledge request failed", slog.String("request_id", requestID(ctx)),
-			slog.String("code", knowledge.CodeUnavailable), slog.Any("cause", err))
-		writeError(w, http.StatusServiceUnavailable, knowledge.CodeUnavailable, "Knowledge is temporarily unavailable.")
 		return
 	}
 	if ee.close {

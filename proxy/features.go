@@ -11,12 +11,12 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/bailinghub/knowledge-sidecar/config"
+
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/rollout"
-
-	"github.com/bailinghub/knowledge-sidecar/config"
 )
 
 // Prober forwards a caller's capabilities request to Core (native detection).
@@ -128,8 +128,7 @@ func (s *Server) capabilities(c echo.Context) error {
 			// Core could not be reached for the probe: like every knowledge
 			// endpoint facing an unreachable Core, 503 knowledge_unavailable
 			// (SPEC §2); the verdict stays open for the next request.
-			return &knowledge.Error{Status: http.StatusServiceUnavailable,
-				Code: knowledge.CodeUnavailable, Message: "Knowledge is temporarily unavailable.", Err: perr}
+			return knowledge.Unavailable(perr)
 		}
 		relayProbe(c.Response(), probe)
 		return nil

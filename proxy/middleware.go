@@ -145,8 +145,9 @@ func (s *Server) edge(handler string) echo.MiddlewareFunc {
 				// transport may still be reading it to send to Core (it has
 				// not seen EOF yet): the transport then kills the upstream
 				// connection and the response is cut short.
-				_ = http.NewResponseController(resp.Writer).EnableFullDuplex()
-				r.Body = &idleBody{ReadCloser: r.Body, ctl: http.NewResponseController(resp.Writer), idle: s.bodyIdle, st: st}
+				ctl := http.NewResponseController(resp.Writer)
+				_ = ctl.EnableFullDuplex()
+				r.Body = &idleBody{ReadCloser: r.Body, ctl: ctl, idle: s.bodyIdle, st: st}
 			}
 			body := r.Body // handlers may swap r.Body; the wire is this one
 			if err := next(c); err != nil && !resp.Committed {

@@ -39,14 +39,13 @@ type turnState struct {
 	// absent: the request had no knowledge_delivery; it is bound as inline
 	// but forwarded and relayed byte for byte.
 	absent bool
-	// status and revision of the route's knowledge, taken before forwarding.
-	status, revision string
-	// sess and route bind the same-run hints of an on_demand answer;
-	// delivery is the route's state read before forwarding, which the hints
-	// reuse instead of asking the catalog again.
-	sess     coreclient.Session
-	route    string
+	// delivery is the route's knowledge state taken before forwarding: the
+	// block's status and scope revision, and what the catalog said of the
+	// route and its knowledge bases, which the hints reuse.
 	delivery knowledge.Delivery
+	// sess and route bind the same-run hints of an on_demand answer.
+	sess  coreclient.Session
+	route string
 }
 
 type turnCtxKey struct{}
@@ -79,7 +78,7 @@ func (s *Server) turns(c echo.Context) error {
 	}
 	if !coreclient.ValidRouteKey(route) {
 		s.m.turn(labelUnknown, outRejected)
-		return errRouteUnavailable
+		return knowledge.RouteUnavailable()
 	}
 	body, err := readSized(r.Body, r.ContentLength, coreTurnBodyMax, turnRequestPrealloc)
 	if err != nil {
@@ -134,14 +133,14 @@ func (s *Server) turns(c echo.Context) error {
 		return authErr
 	}
 	d, serr := s.feat.k.Delivery(ctx, route)
-	status, rev, ok := turn.Delivery(route, d.Status, d.ScopeRevision, serr)
+	var ok bool
+	d.Status, d.ScopeRevision, ok = turn.Delivery(route, d.Status, d.ScopeRevision, serr)
 	if !ok {
 		s.m.turn(mode, outKnowledgeUnavailable)
-		return &knowledge.Error{Status: http.StatusServiceUnavailable, Code: knowledge.CodeUnavailable,
-			Message: "Knowledge is temporarily unavailable.", Err: serr}
+		return knowledge.Unavailable(serr)
 	}
 	st := &turnState{mode: tr.Mode, key: turn.Key(sess.SessionID, route, tr), keyed: tr.Keyed(),
-		status: status, revision: rev, sess: sess, route: route, delivery: d}
+		delivery: d, sess: sess, route: route}
 	if st.keyed {
 		if err := s.reserve(c, st); err != nil {
 			if !errors.Is(err, ledger.ErrConflict) {
@@ -263,7 +262,7 @@ func (s *Server) modifyTurn(resp *http.Response) error {
 	if st.mode == knowledge.DeliveryOnDemand {
 		hints = s.turnHints(ctx, st)
 	}
-	out, err := turn.Answer(body, st.mode, st.status, st.revision, hints)
+	out, err := turn.Answer(body, st.mode, st.delivery.Status, st.delivery.ScopeRevision, hints)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errDeliveryFailed, err)
 	}
@@ -285,9 +284,9 @@ func (s *Server) turnHints(ctx context.Context, st *turnState) turn.Hinter {
 	switch {
 	case !s.feat.hints.Load():
 		skip = hintsOff
-	case st.status == knowledge.StatusDisabled: // no knowledge configured
+	case st.delivery.Status == knowledge.StatusDisabled: // no knowledge configured
 		skip = knowledge.HintsNone
-	case st.status == knowledge.StatusUnavailable: // catalog or retrieval down
+	case st.delivery.Status == knowledge.StatusUnavailable: // catalog or retrieval down
 		skip = knowledge.HintsFailed
 	}
 	if skip != "" {
@@ -295,9 +294,7 @@ func (s *Server) turnHints(ctx context.Context, st *turnState) turn.Hinter {
 		return nil
 	}
 	return func(runID string, items []knowledge.TurnItem) []byte {
-		d := st.delivery
-		d.ScopeRevision = st.revision // the block's, which the refs are bound to
-		hints, outcome := s.feat.k.TurnHintsFor(ctx, st.sess, st.route, d, runID, items)
+		hints, outcome := s.feat.k.TurnHintsFor(ctx, st.sess, st.route, st.delivery, runID, items)
 		s.m.turnHints.WithLabelValues(outcome).Inc()
 		return hints
 	}
