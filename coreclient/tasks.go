@@ -15,7 +15,7 @@ import (
 
 // Managed tasks of Core ≥ 0.8 (shared/core/TASK_CONTROL.md): the presence
 // probe (K0) and the read-only snapshot the knowledge rules are decided on
-// (K1–K6, batched into two statements inside one READ ONLY transaction).
+// (K1–K6, joined into one statement: TaskSnapshot).
 
 // TaskControlState says whether Core's task-control tables are there.
 type TaskControlState string
@@ -67,7 +67,7 @@ const (
 	qTaskSnapshot = "SELECT e.first_task_id, b.task_id," +
 		" r.session_id, r.client_app_id, r.route_key, r.client_conversation_id, r.status, r.completed_at," +
 		" t.task_id, t.state, t.policy_json," +
-		" m.session_id, m.client_app_id, m.route_key, m.client_conversation_id," +
+		" m.member_key, m.session_id, m.client_app_id, m.route_key, m.client_conversation_id," +
 		" s.session_id, s.client_app_id, s.principal_json, s.on_behalf_of, s.allowed_routes, s.refresh_expires_at, s.revoked_at," +
 		" c.app_id, c.enabled, c.allowed_routes, c.agent_authorize_url," +
 		" rt.route_key, rt.enabled, rt.audience, rt.tools, rt.agent_client" +
@@ -79,8 +79,7 @@ const (
 		" LEFT JOIN bz_agent_task_members m ON m.task_id = b.task_id" +
 		" LEFT JOIN bz_agent_sessions s ON s.session_id = m.session_id" +
 		" LEFT JOIN bz_clients c ON c.app_id = m.client_app_id" +
-		" LEFT JOIN bz_routes rt ON rt.route_key = m.route_key" +
-		" ORDER BY m.member_key"
+		" LEFT JOIN bz_routes rt ON rt.route_key = m.route_key"
 )
 
 // TaskSnapshot is what the catalog knows about a caller's task at one
@@ -111,6 +110,7 @@ type TaskRow struct {
 
 // TaskMember is one member with the rows Core revalidates it against.
 type TaskMember struct {
+	Key                                            string // member_key: Core's member order
 	SessionID, ClientAppID, RouteKey, Conversation string
 
 	session *memberSession // nil when the bz_agent_sessions row is missing
@@ -381,6 +381,10 @@ func (c *SQLCatalog) TaskSnapshot(ctx context.Context, sessionID, runID string) 
 	if err != nil {
 		return TaskSnapshot{}, err
 	}
+	// Core's member order, sorted here: an ORDER BY on this join makes
+	// MariaDB build an on-disk temporary table (the JSON columns are TEXT),
+	// which doubled the statement's server time and gave it a long tail.
+	slices.SortFunc(snap.Members, func(a, b TaskMember) int { return strings.Compare(a.Key, b.Key) })
 	return snap, nil
 }
 
@@ -409,7 +413,7 @@ func scanTaskRow(rows *sql.Rows, snap *TaskSnapshot) error {
 	var rCompleted sql.NullTime
 	var tID, tState sql.NullString
 	var tPolicy []byte
-	var mSess, mClient, mRoute, mConv sql.NullString
+	var mKey, mSess, mClient, mRoute, mConv sql.NullString
 	var sID, sClient, sOBO sql.NullString
 	var sPrincipal, sRoutes []byte
 	var sRefresh, sRevoked sql.NullTime
@@ -422,7 +426,7 @@ func scanTaskRow(rows *sql.Rows, snap *TaskSnapshot) error {
 	if err := rows.Scan(&marker, &bound,
 		&rSess, &rClient, &rRoute, &rConv, &rStatus, &rCompleted,
 		&tID, &tState, &tPolicy,
-		&mSess, &mClient, &mRoute, &mConv,
+		&mKey, &mSess, &mClient, &mRoute, &mConv,
 		&sID, &sClient, &sPrincipal, &sOBO, &sRoutes, &sRefresh, &sRevoked,
 		&cID, &cEnabled, &cRoutes, &cURL,
 		&rtKey, &rtEnabled, &rtAudience, &rtTools, &rtAgent); err != nil {
@@ -445,7 +449,7 @@ func scanTaskRow(rows *sql.Rows, snap *TaskSnapshot) error {
 	if !mSess.Valid { // unbound, or a task without members
 		return nil
 	}
-	m := TaskMember{SessionID: mSess.String, ClientAppID: mClient.String, RouteKey: mRoute.String, Conversation: mConv.String}
+	m := TaskMember{Key: mKey.String, SessionID: mSess.String, ClientAppID: mClient.String, RouteKey: mRoute.String, Conversation: mConv.String}
 	if sID.Valid {
 		m.session = &memberSession{id: sID.String, clientAppID: sClient.String, principal: sPrincipal,
 			onBehalfOf: sOBO.String, allowedRoutes: sRoutes, refreshExpires: sRefresh, revoked: sRevoked}

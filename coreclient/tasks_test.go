@@ -2,7 +2,9 @@ package coreclient_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -273,4 +275,73 @@ func seedTask(tb testing.TB, db *testdb.DB, state, expiresAt, session2, client2,
 		created_at, updated_at) VALUES (?, ?, ?, ?, 'conv-a', 'context_ready', '2026-01-01', '2026-01-01')`,
 		seedRun, testdb.SessionA, testdb.AppA, testdb.RouteMulti)
 	db.Exec(tb, `INSERT INTO bz_agent_task_runs VALUES (?, ?, ?, '2026-01-01')`, seedRun, seedTaskID, testdb.SessionA)
+}
+
+// The task statement runs on every managed search and read page, so its plan
+// is part of its contract: every table is reached through a key (no scan),
+// and it needs no on-disk temporary table. An ORDER BY on the join did: its
+// JSON columns are TEXT, so MariaDB sorted through an Aria table per request,
+// doubling the statement's server time and giving it a long tail.
+func TestTaskStatementPlan(t *testing.T) {
+	ctx := context.Background()
+	db := testdb.New(t)
+	db.InstallTaskControl(t)
+	seedTask(t, db, "active", "null", testdb.SessionB, testdb.AppB, "conv-b")
+	args := []any{testdb.SessionA, seedRun, testdb.SessionA}
+	conn, err := db.Admin.Conn(ctx) // session status counters are per connection
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+
+	diskTables := func() int64 {
+		var name string
+		var n int64
+		if err := conn.QueryRowContext(ctx, "SHOW SESSION STATUS LIKE 'Created_tmp_disk_tables'").Scan(&name, &n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := diskTables()
+	rows, err := conn.QueryContext(ctx, coreclient.QTaskSnapshot, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for rows.Next() {
+		n++
+	}
+	if err := rows.Close(); err != nil || n != 2 {
+		t.Fatalf("rows %d, %v; want the 2 members", n, err)
+	}
+	if d := diskTables() - before; d != 0 {
+		t.Errorf("the task statement created %d on-disk temporary tables; want 0", d)
+	}
+
+	rows, err = conn.QueryContext(ctx, "EXPLAIN "+coreclient.QTaskSnapshot, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	cols, _ := rows.Columns()
+	for rows.Next() {
+		vals := make([]sql.NullString, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		row := map[string]string{}
+		for i, c := range cols {
+			row[c] = vals[i].String
+		}
+		if ty := row["type"]; ty == "ALL" || ty == "index" {
+			t.Errorf("table %s is scanned (type %s); every task table must be reached through a key", row["table"], ty)
+		}
+		if strings.Contains(row["Extra"], "temporary") || strings.Contains(row["Extra"], "filesort") {
+			t.Errorf("table %s: %s; the statement must not sort or materialize", row["table"], row["Extra"])
+		}
+	}
 }

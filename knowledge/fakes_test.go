@@ -112,11 +112,15 @@ type fakeCatalog struct {
 	docCalls  int               // Documents calls
 	metaCalls int               // Route and KBEnabled calls
 	storedAs  map[string]string // KBs: a KB id as stored, when it differs from the route's spelling
+	onRoute   func()            // called by Route, outside the lock
 }
 
 var errCatalogDown = fmt.Errorf("%w: test catalog down", coreclient.ErrUnavailable)
 
 func (f *fakeCatalog) Route(_ context.Context, key string) (coreclient.Route, error) {
+	if f.onRoute != nil {
+		f.onRoute()
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.metaCalls++

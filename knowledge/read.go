@@ -33,12 +33,14 @@ func (s *Service) Read(ctx context.Context, authorization, route string, body io
 	}
 	// A marked session's read without run_id is TASK_REQUIRED even though its
 	// ref names a run; with run_id the ref must be bound to it (below).
-	if err := s.checkTask(ctx, sess, route, req.runID); err != nil {
-		return nil, err
-	}
-	a, err := s.admitRoute(ctx, authorization, route, sess, false)
+	task := s.startTask(ctx, sess, route, req.runID)
+	a, routeErr := s.admitRoute(ctx, authorization, route, sess, false)
+	runChecked, err := task.wait()
 	if err != nil {
 		return nil, err
+	}
+	if routeErr != nil {
+		return nil, routeErr
 	}
 	// Authenticity (the AEAD tag) of the ref, then of the cursor.
 	rc, err := s.keys.OpenRef(req.ref)
@@ -64,7 +66,7 @@ func (s *Service) Read(ctx context.Context, authorization, route string, body io
 		return nil, errRefInvalid(errors.New("cursor continues another reference"))
 	}
 	// Run.
-	if req.runID != "" {
+	if req.runID != "" && !runChecked {
 		if err := s.checkRun(ctx, req.runID, a); err != nil {
 			return nil, err
 		}

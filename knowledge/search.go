@@ -41,14 +41,16 @@ func (s *Service) Search(ctx context.Context, authorization, route string, body 
 	if err != nil {
 		return nil, err
 	}
-	if err := s.checkTask(ctx, sess, route, req.runID); err != nil {
-		return nil, err
-	}
-	a, err := s.admitRoute(ctx, authorization, route, sess, false)
+	task := s.startTask(ctx, sess, route, req.runID)
+	a, routeErr := s.admitRoute(ctx, authorization, route, sess, false)
+	runChecked, err := task.wait()
 	if err != nil {
 		return nil, err
 	}
-	if req.runID != "" {
+	if routeErr != nil {
+		return nil, routeErr
+	}
+	if req.runID != "" && !runChecked {
 		if err := s.checkRun(ctx, req.runID, a); err != nil {
 			return nil, err
 		}

@@ -56,13 +56,56 @@ func errTask(code string) *Error {
 	return newError(status, code, TaskMessage, nil)
 }
 
+// taskCheck is a checkTask under way (startTask).
+type taskCheck struct {
+	done       chan struct{} // nil when the check ran inline
+	runChecked bool
+	err        error
+}
+
+// startTask begins checkTask. When the check needs the catalog it runs
+// beside the route admission that follows it (both only read), so a managed
+// request waits for the slower of the two instead of their sum. Callers take
+// its answer (wait) before the route's, which keeps SPEC §2's order: a task
+// denial wins over a route error. Without task control (absent tables) it
+// costs no goroutine.
+func (s *Service) startTask(ctx context.Context, sess coreclient.Session, route, runID string) *taskCheck {
+	tc := &taskCheck{}
+	if st, ok := s.tasks.(interface {
+		TaskControlState() coreclient.TaskControlState
+	}); s.tasks == nil || ok && st.TaskControlState() == coreclient.TaskControlAbsent {
+		tc.runChecked, tc.err = s.checkTask(ctx, sess, route, runID)
+		return tc
+	}
+	tc.done = make(chan struct{})
+	go func() {
+		defer close(tc.done)
+		tc.runChecked, tc.err = s.checkTask(ctx, sess, route, runID)
+	}()
+	return tc
+}
+
+// wait returns checkTask's answer.
+func (tc *taskCheck) wait() (runChecked bool, err error) {
+	if tc.done != nil {
+		<-tc.done
+	}
+	return tc.runChecked, tc.err
+}
+
 // checkTask applies SPEC §4a's rule table for the caller on the URL route
 // with the request's run_id (lower-cased, "" when absent). It runs after the
 // body is validated and before the route gate, as Core does on its own
 // search endpoint.
-func (s *Service) checkTask(ctx context.Context, sess coreclient.Session, route, runID string) error {
+//
+// runChecked is true when the run passed as a managed task's run: the rules
+// read its row in the same snapshot and required what §2's run check does
+// (this session, client and route; context_ready and not completed), so the
+// caller skips that check and its query. That keeps a managed request at one
+// catalog statement more than an unmanaged one.
+func (s *Service) checkTask(ctx context.Context, sess coreclient.Session, route, runID string) (runChecked bool, err error) {
 	if s.tasks == nil {
-		return nil
+		return false, nil
 	}
 	snap, err := s.tasks.TaskSnapshot(ctx, sess.SessionID, runID)
 	if err != nil {
@@ -70,15 +113,15 @@ func (s *Service) checkTask(ctx context.Context, sess coreclient.Session, route,
 			e := errTask(CodeTaskUnavailable)
 			e.Err = err
 			s.m.taskDenied(CodeTaskUnavailable)
-			return e
+			return false, e
 		}
-		return classifyCore(err, nil)
+		return false, classifyCore(err, nil)
 	}
 	if code := decideTask(snap, sess, route, runID, s.now()); code != "" {
 		s.m.taskDenied(code)
-		return errTask(code)
+		return false, errTask(code)
 	}
-	return nil
+	return snap.Enforced && runID != "" && snap.Bound, nil
 }
 
 // decideTask is the rule table, in Core's order (TASK_CONTROL.md §2b, §3):

@@ -2,8 +2,11 @@ package knowledge
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
 )
@@ -68,5 +71,42 @@ func TestTaskStepAnswers(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.Tasks = ft })
 	if _, _, ke := e.call("capabilities", tokA, routeKey, ""); ke != nil || ft.calls != 0 {
 		t.Errorf("capabilities of a marked session: got %v after %d snapshots; want 200 without a task check", ke, ft.calls)
+	}
+}
+
+// routeFirstTasks answers a snapshot only once the route has been read: the
+// task check must run beside the route admission, not before it. The
+// deadline only turns a serialized (deadlocked) check into a failure.
+type routeFirstTasks struct{ routeRead <-chan struct{} }
+
+func (f routeFirstTasks) TaskSnapshot(ctx context.Context, _, _ string) (coreclient.TaskSnapshot, error) {
+	select {
+	case <-f.routeRead:
+		return coreclient.TaskSnapshot{Enforced: true, Marked: true}, nil
+	case <-time.After(10 * time.Second):
+		return coreclient.TaskSnapshot{}, errors.New("the route was never read while the task check ran")
+	}
+}
+
+// A managed request waits for the slower of the task check and the route
+// admission, not their sum; the task's answer still comes first (a marked
+// session without run_id is TASK_REQUIRED on a route that is fine).
+func TestTaskCheckBesideRoute(t *testing.T) {
+	for _, ep := range []string{"search", "read"} {
+		t.Run(ep, func(t *testing.T) {
+			e := newEnv(t)
+			ref := e.refFor(tokA, routeKey, "", docRefund)
+			routeRead := make(chan struct{})
+			var once sync.Once
+			e.cat.onRoute = func() { once.Do(func() { close(routeRead) }) }
+			e.svc.tasks = routeFirstTasks{routeRead}
+			body := `{"query":"退款"}`
+			if ep == "read" {
+				body = `{"ref":"` + ref + `"}`
+			}
+			if _, _, ke := e.call(ep, tokA, routeKey, body); ke == nil || ke.Code != CodeTaskRequired {
+				t.Errorf("got %v; want %s", ke, CodeTaskRequired)
+			}
+		})
 	}
 }

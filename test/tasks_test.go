@@ -469,3 +469,42 @@ func (f *forwarder) cut() {
 		}
 	})
 }
+
+// TestTaskCatalogStatements: a managed request that passes costs one catalog
+// statement more than an unmanaged one, the task statement. Its run row,
+// read in the same snapshot and held to the same session, client, route and
+// activity, stands in for the run query of SPEC §2; an unmanaged request with
+// a run_id still runs that query.
+func TestTaskCatalogStatements(t *testing.T) {
+	tw := newTaskWorld(t, fakecore.Options{SystemInfo: true})
+	reg := prometheus.NewRegistry()
+	sc := tw.start(t, kopts{FeatureOptions: FeatureOptions{Registerer: reg}})
+	tk := tw.newTask(t)
+	is := tw.issue(t, sc, tk.Run)
+	count := func(query string) float64 {
+		return metricValue(t, reg, "knowledge_sidecar_catalog_queries_total", map[string]string{"query": query, "outcome": "ok"})
+	}
+
+	runs, tasks := count("run"), count("task")
+	for _, c := range taskCalls {
+		if r := c.do(t, tw, sc, testdb.RouteMulti, tk.Run, is); r.Status != 200 {
+			t.Fatalf("%s inside the task: got %d %s; want 200", c.name, r.Status, clip(string(r.Body)))
+		}
+	}
+	if got := count("task") - tasks; got != 3 {
+		t.Errorf("task statements for 3 managed requests: %v; want 3", got)
+	}
+	if got := count("run") - runs; got != 0 {
+		t.Errorf("run queries for 3 managed requests: %v; want 0 (the task statement read the run)", got)
+	}
+
+	tw.exec(t, "DELETE FROM bz_agent_task_enforcements WHERE session_id = ?", testdb.SessionA)
+	tw.exec(t, "DELETE FROM bz_agent_task_runs WHERE run_id = ?", tk.Run)
+	runs = count("run")
+	if r := taskCalls[0].do(t, tw, sc, testdb.RouteMulti, tk.Run, is); r.Status != 200 {
+		t.Fatalf("unmanaged search with the run: got %d %s; want 200", r.Status, clip(string(r.Body)))
+	}
+	if got := count("run") - runs; got != 1 {
+		t.Errorf("run queries for an unmanaged search with run_id: %v; want 1", got)
+	}
+}

@@ -78,7 +78,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&c.soak, "soak", 0, "RSS soak through the sidecar at 50% of its 1 KiB knee (e.g. 5m; 0: skip)")
 	fs.IntVar(&c.soakRate, "soak-rate", 0, "soak rate in req/s instead of half the knee (the closed-loop knee overstates what an open-loop generator sharing the cores can sustain)")
 	fs.BoolVar(&c.nginx, "nginx", true, "compare with nginx when the nginx binary is installed")
-	fs.StringVar(&c.profileDir, "profile", "", "directory for CPU profiles of the sidecar under load (pass-through 1 KiB saturation, 10 KiB turns)")
+	fs.StringVar(&c.profileDir, "profile", "", "directory for CPU profiles of the sidecar under load of the sections run: pass-through 1 KiB at saturation; 10 KiB turns, search and read at their open-loop rates")
 	only := fs.String("only", "", "run only these sections: "+strings.Join(sections, ",")+" (default: all)")
 	fs.StringVar(&c.catalog, "catalog", "sql", "the sidecar's catalog: sql (a MariaDB database made for the run on the server of KS_TEST_MYSQL_DSN, as in production) or mem (the in-memory twin)")
 	fs.BoolVar(&c.managed, "managed", false, "with --catalog sql: Core 0.8 task tables present and the bench session inside a managed task; searches and reads carry its run_id, so every task rule runs")
@@ -242,6 +242,7 @@ func orchestrate(c config, logw io.Writer) (*report, error) {
 		}
 		defer drop()
 		// The sidecar child inherits the environment.
+		catalogDSN = db.ReadOnlyDSN
 		os.Setenv(catalogEnv, db.ReadOnlyDSN)
 		defer os.Unsetenv(catalogEnv)
 	}
@@ -364,10 +365,13 @@ func orchestrate(c config, logw io.Writer) (*report, error) {
 		r.Groups = append(r.Groups, g)
 		r.Intercepted = append(r.Intercepted, interRowOf("turn 256 KiB (on_demand)", g, "direct", "sidecar", ""))
 	}
+	var kbProfiles []namedSpec
 	if c.want("kb") {
 		kbPath := "/agent-api/v1/workspaces/" + routeKB + "/knowledge/"
 		progress(logw, "search and read at %d req/s", c.kbRate)
-		g := runGroup("search", []target{{"sidecar", side, reqSpec{method: http.MethodPost, path: kbPath + "search", body: searchBody, header: auth}}},
+		rtt := startRTT(catalogDSN, 50)
+		search := reqSpec{method: http.MethodPost, path: kbPath + "search", body: searchBody, header: auth}
+		g := runGroup("search", []target{{"sidecar", side, search}},
 			c.kbRate, 0, c.warm, c.dur, c.pairs)
 		r.Groups = append(r.Groups, g)
 		r.Intercepted = append(r.Intercepted, interRowOf("search (3 Core calls)", g, "", "sidecar", ""))
@@ -381,10 +385,13 @@ func orchestrate(c config, logw io.Writer) (*report, error) {
 			rb["run_id"] = runID
 		}
 		readBody, _ := json.Marshal(rb)
-		g = runGroup("read", []target{{"sidecar", side, reqSpec{method: http.MethodPost, path: kbPath + "read", body: readBody, header: auth}}},
+		read := reqSpec{method: http.MethodPost, path: kbPath + "read", body: readBody, header: auth}
+		g = runGroup("read", []target{{"sidecar", side, read}},
 			c.kbRate, 0, c.warm, c.dur, c.pairs)
 		r.Groups = append(r.Groups, g)
 		r.Intercepted = append(r.Intercepted, interRowOf("read 32 KiB page", g, "", "sidecar", ""))
+		kbProfiles = []namedSpec{{"search", search}, {"read", read}}
+		r.CatalogRTT = rtt.finish()
 	}
 
 	// 4. SSE event delay, direct vs sidecar, quiet machine.
@@ -419,8 +426,19 @@ func orchestrate(c config, logw io.Writer) (*report, error) {
 		if err := os.MkdirAll(c.profileDir, 0o755); err != nil {
 			return nil, err
 		}
-		profile(side, filepath.Join(c.profileDir, "sidecar-passthrough-1k.pprof"), target{"sidecar", side, passLoads["1k"]}, 0, c.conc)
-		profile(side, filepath.Join(c.profileDir, "sidecar-turn-10k.pprof"), target{"sidecar", side, turn(routeTurn10)}, 0, c.conc)
+		if c.want("latency") || c.want("saturation") {
+			profile(side, filepath.Join(c.profileDir, "sidecar-passthrough-1k.pprof"), target{"sidecar", side, passLoads["1k"]}, 0, c.conc)
+		}
+		if c.want("turns") {
+			// Open loop at the measured rate: CPU per request at a rate is
+			// what the turn rows report.
+			profile(side, filepath.Join(c.profileDir, "sidecar-turn-10k.pprof"), target{"sidecar", side, turn(routeTurn10)}, c.turnRate, 0)
+		}
+		// The knowledge paths at their open-loop rate: a closed loop would
+		// measure the catalog's queueing instead of the sidecar's work.
+		for _, k := range kbProfiles {
+			profile(side, filepath.Join(c.profileDir, "sidecar-"+k.name+".pprof"), target{"sidecar", side, k.spec}, c.kbRate, 0)
+		}
 	}
 
 	r.Resources.AfterRSSMiB = mib(rss([]int{sc.info.PID}))
@@ -444,6 +462,10 @@ func check(ep *endpoint, rq reqSpec) error {
 	}
 	return nil
 }
+
+// catalogDSN is the read-only DSN of the bench's catalog database ("" with
+// the in-memory catalog).
+var catalogDSN string
 
 // searchBody is the search load's request; with --managed it carries the
 // managed task's run (runID), which reads carry too.
@@ -536,6 +558,12 @@ func soak(ep *endpoint, pid, rate int, d time.Duration) *soakResult {
 			s.RSSMiB = append(s.RSSMiB, mib(rss([]int{pid})))
 		}
 	}
+}
+
+// namedSpec is a request to profile, named for its profile file.
+type namedSpec struct {
+	name string
+	spec reqSpec
 }
 
 // profile takes a 5 s CPU profile of the sidecar while loading it.

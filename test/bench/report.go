@@ -17,8 +17,11 @@ type report struct {
 	SSE         sseResult    `json:"sse"`
 	Resources   resources    `json:"resources"`
 	Soak        *soakResult  `json:"soak,omitempty"`
-	Targets     []verdict    `json:"targets"`
-	Groups      []*group     `json:"groups"` // every run, for re-analysis
+	// CatalogRTT is one simple catalog round trip timed during the search
+	// and read loads (rtt.go); nil with the in-memory catalog.
+	CatalogRTT *pcts     `json:"catalog_round_trip,omitempty"`
+	Targets    []verdict `json:"targets"`
+	Groups     []*group  `json:"groups"` // every run, for re-analysis
 }
 
 type meta struct {
@@ -349,6 +352,9 @@ func printReport(w io.Writer, r *report) {
 		if x.FirstError != "" {
 			fmt.Fprintf(w, "  first error, %s: %s\n", x.Name, x.FirstError)
 		}
+	}
+	if x := r.CatalogRTT; x != nil {
+		fmt.Fprintf(w, "One catalog round trip during the search and read loads (a primary-key SELECT, 50/s): p50 %.3f ms, p99 %.3f ms, p99.9 %.3f ms\n", x.P50, x.P99, x.P999)
 	}
 
 	if len(r.SSE.Reps) > 0 {
