@@ -731,3 +731,43 @@ func TestSQLCatalogQueryTimeout(t *testing.T) {
 		t.Errorf("got %v; want it to match context.DeadlineExceeded", err)
 	}
 }
+
+// A query the database does not answer in time (the table is write-locked
+// by another session): the per-query deadline ends it, as a timeout, and the
+// next query finds a working connection.
+func TestSQLCatalogQueryTimeoutMidQuery(t *testing.T) {
+	ctx := context.Background()
+	db := testdb.New(t)
+	c, err := coreclient.OpenCatalog(coreclient.CatalogOptions{DSN: db.ReadOnlyDSN, QueryTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Route(ctx, testdb.RouteMulti); err != nil { // a pooled, working connection
+		t.Fatalf("Route before the lock: %v", err)
+	}
+	lock, err := db.Admin.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if _, err := lock.ExecContext(ctx, "LOCK TABLES bz_routes WRITE"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = c.Route(ctx, testdb.RouteMulti)
+	took := time.Since(start)
+	var ce *coreclient.CatalogError
+	if !errors.Is(err, coreclient.ErrUnavailable) || !errors.As(err, &ce) || ce.Reason != "timeout" || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("got %v; want a CatalogError with reason timeout", err)
+	}
+	if took > 3*time.Second {
+		t.Errorf("the query ended after %v; want it near the 300ms timeout", took)
+	}
+	if _, err := lock.ExecContext(ctx, "UNLOCK TABLES"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Route(ctx, testdb.RouteMulti); err != nil {
+		t.Errorf("Route after the lock: %v", err)
+	}
+}

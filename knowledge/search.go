@@ -249,12 +249,15 @@ func (s *Service) rank(ctx context.Context, answers []kbAnswer, flags map[string
 			s.m.drop("kb_unavailable", 1)
 			continue
 		}
-		text, ok := texts[h.DocID]
-		if !ok {
-			text = newDocMatch(doc.Content)
-			texts[h.DocID] = text
+		match := func() *docMatch {
+			text, ok := texts[h.DocID]
+			if !ok {
+				text = newDocMatch(doc.Content)
+				texts[h.DocID] = text
+			}
+			return text
 		}
-		if !text.containsHit(h.Content) {
+		if !s.rechecks.containsHit(doc.Revision, h.Content, match) {
 			s.m.drop("stale_fragment", 1)
 			continue
 		}

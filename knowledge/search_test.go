@@ -280,6 +280,11 @@ func TestSearchRecheck(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
+			// A search before the change fills the re-check memo with the
+			// old revisions' answers, which must not decide the next one.
+			if got := titles(hintsOf(t, e.mustOK("search", tokA, routeKey, `{"query":"x"}`))); got != "退款规则,Policy,Shipping" {
+				t.Fatalf("before the change: titles %q", got)
+			}
 			tc.mutate(e)
 			m := e.mustOK("search", tokA, routeKey, `{"query":"x"}`)
 			if got := titles(hintsOf(t, m)); got != tc.wantTitles {

@@ -77,6 +77,8 @@ type Service struct {
 	// routes remembers the last configuration seen per route, used only
 	// to answer capabilities while the catalog is unreachable.
 	routes *lru.Cache[string, coreclient.Route]
+	// rechecks remembers hit re-checks per document revision (recheck.go).
+	rechecks *recheckMemo
 }
 
 // New builds a Service.
@@ -133,6 +135,9 @@ func New(o Options) (*Service, error) {
 		return nil, err
 	}
 	if s.routes, err = lru.New[string, coreclient.Route](routeCacheSize); err != nil {
+		return nil, err
+	}
+	if s.rechecks, err = newRecheckMemo(); err != nil {
 		return nil, err
 	}
 	if s.m, err = newMetrics(o.Registerer); err != nil {

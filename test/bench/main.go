@@ -42,6 +42,7 @@ type config struct {
 	soakRate   int
 	nginx      bool
 	profileDir string
+	profileDur time.Duration
 	catalog    string
 	noHints    bool
 	managed    bool
@@ -78,6 +79,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&c.soak, "soak", 0, "RSS soak through the sidecar at 50% of its 1 KiB knee (e.g. 5m; 0: skip)")
 	fs.IntVar(&c.soakRate, "soak-rate", 0, "soak rate in req/s instead of half the knee (the closed-loop knee overstates what an open-loop generator sharing the cores can sustain)")
 	fs.BoolVar(&c.nginx, "nginx", true, "compare with nginx when the nginx binary is installed")
+	fs.DurationVar(&c.profileDur, "profile-dur", 5*time.Second, "length of each CPU profile (--profile)")
 	fs.StringVar(&c.profileDir, "profile", "", "directory for CPU profiles of the sidecar under load of the sections run: pass-through 1 KiB at saturation; 10 KiB turns, search and read at their open-loop rates")
 	only := fs.String("only", "", "run only these sections: "+strings.Join(sections, ",")+" (default: all)")
 	fs.StringVar(&c.catalog, "catalog", "sql", "the sidecar's catalog: sql (a MariaDB database made for the run on the server of KS_TEST_MYSQL_DSN, as in production) or mem (the in-memory twin)")
@@ -427,17 +429,17 @@ func orchestrate(c config, logw io.Writer) (*report, error) {
 			return nil, err
 		}
 		if c.want("latency") || c.want("saturation") {
-			profile(side, filepath.Join(c.profileDir, "sidecar-passthrough-1k.pprof"), target{"sidecar", side, passLoads["1k"]}, 0, c.conc)
+			profile(side, filepath.Join(c.profileDir, "sidecar-passthrough-1k.pprof"), target{"sidecar", side, passLoads["1k"]}, 0, c.conc, c.profileDur)
 		}
 		if c.want("turns") {
 			// Open loop at the measured rate: CPU per request at a rate is
 			// what the turn rows report.
-			profile(side, filepath.Join(c.profileDir, "sidecar-turn-10k.pprof"), target{"sidecar", side, turn(routeTurn10)}, c.turnRate, 0)
+			profile(side, filepath.Join(c.profileDir, "sidecar-turn-10k.pprof"), target{"sidecar", side, turn(routeTurn10)}, c.turnRate, 0, c.profileDur)
 		}
 		// The knowledge paths at their open-loop rate: a closed loop would
 		// measure the catalog's queueing instead of the sidecar's work.
 		for _, k := range kbProfiles {
-			profile(side, filepath.Join(c.profileDir, "sidecar-"+k.name+".pprof"), target{"sidecar", side, k.spec}, c.kbRate, 0)
+			profile(side, filepath.Join(c.profileDir, "sidecar-"+k.name+".pprof"), target{"sidecar", side, k.spec}, c.kbRate, 0, c.profileDur)
 		}
 	}
 
@@ -566,15 +568,15 @@ type namedSpec struct {
 	spec reqSpec
 }
 
-// profile takes a 5 s CPU profile of the sidecar while loading it.
-func profile(ep *endpoint, path string, t target, rate, conc int) {
+// profile takes a CPU profile of the sidecar while loading it for d.
+func profile(ep *endpoint, path string, t target, rate, conc int, d time.Duration) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		load(t, rate, conc, 6*time.Second)
+		load(t, rate, conc, d+time.Second)
 	}()
-	c := &http.Client{Timeout: 20 * time.Second}
-	resp, err := c.Get("http://" + ep.stats + "/debug/pprof/profile?seconds=5")
+	c := &http.Client{Timeout: d + 15*time.Second}
+	resp, err := c.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", ep.stats, max(1, int(d.Seconds()))))
 	if err == nil {
 		if f, ferr := os.Create(path); ferr == nil {
 			_, _ = io.Copy(f, resp.Body)
