@@ -61,6 +61,7 @@ type taskCheck struct {
 	done       chan struct{} // nil when the check ran inline
 	runChecked bool
 	err        error
+	panicked   any // a panic of the check, raised again by wait
 }
 
 // startTask begins checkTask. When the check needs the catalog it runs
@@ -71,24 +72,39 @@ type taskCheck struct {
 // costs no goroutine.
 func (s *Service) startTask(ctx context.Context, sess coreclient.Session, route, runID string) *taskCheck {
 	tc := &taskCheck{}
-	if st, ok := s.tasks.(interface {
-		TaskControlState() coreclient.TaskControlState
-	}); s.tasks == nil || ok && st.TaskControlState() == coreclient.TaskControlAbsent {
+	if s.tasksAbsent() {
 		tc.runChecked, tc.err = s.checkTask(ctx, sess, route, runID)
 		return tc
 	}
 	tc.done = make(chan struct{})
 	go func() {
 		defer close(tc.done)
+		defer func() { tc.panicked = recover() }()
 		tc.runChecked, tc.err = s.checkTask(ctx, sess, route, runID)
 	}()
 	return tc
 }
 
-// wait returns checkTask's answer.
+// tasksAbsent: no task rules, or Core has no task tables (the schema
+// gate's last probe), so checkTask does no I/O.
+func (s *Service) tasksAbsent() bool {
+	if s.tasks == nil {
+		return true
+	}
+	st, ok := s.tasks.(interface {
+		TaskControlState() coreclient.TaskControlState
+	})
+	return ok && st.TaskControlState() == coreclient.TaskControlAbsent
+}
+
+// wait returns checkTask's answer. A panic of the check is raised again
+// here, on the request's goroutine, where the edge's safety net answers it.
 func (tc *taskCheck) wait() (runChecked bool, err error) {
 	if tc.done != nil {
 		<-tc.done
+	}
+	if tc.panicked != nil {
+		panic(tc.panicked)
 	}
 	return tc.runChecked, tc.err
 }

@@ -110,3 +110,25 @@ func TestTaskCheckBesideRoute(t *testing.T) {
 		})
 	}
 }
+
+// panickyTasks panics inside the task check.
+type panickyTasks struct{}
+
+func (panickyTasks) TaskSnapshot(context.Context, string, string) (coreclient.TaskSnapshot, error) {
+	panic("task snapshot broke")
+}
+
+// A panic in the task check, which runs on its own goroutine, reaches the
+// request's goroutine (where the edge answers it) instead of ending the
+// process.
+func TestTaskCheckPanicReachesTheRequest(t *testing.T) {
+	e := newEnv(t)
+	e.svc.tasks = panickyTasks{}
+	defer func() {
+		if r := recover(); r != "task snapshot broke" {
+			t.Errorf("recovered %v; want the task check's panic", r)
+		}
+	}()
+	e.call("search", tokA, routeKey, `{"query":"退款"}`)
+	t.Error("the search returned; want the task check's panic")
+}
