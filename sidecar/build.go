@@ -125,6 +125,10 @@ type Deps struct {
 	// Now is the clock of the knowledge service and the edge (nil:
 	// time.Now); tests move it to expire references without waiting.
 	Now func() time.Time
+	// SingleProcess says this process is the whole deployment (the demo):
+	// the in-memory ledger then sees every retry, and its one-replica
+	// warning is not logged.
+	SingleProcess bool
 }
 
 // App is a built sidecar: the edge plus what must be closed after it.
@@ -135,9 +139,10 @@ type App struct {
 	closers []func() error
 	metrics *recorder
 
-	mu    sync.Mutex // serializes reloads (signal, endpoint, watch)
-	cfg   config.Config
-	level *slog.LevelVar
+	mu     sync.Mutex // serializes reloads (signal, endpoint, watch)
+	cfg    config.Config
+	level  *slog.LevelVar
+	single bool // Deps.SingleProcess
 }
 
 // Collectors are every metrics collector registered, including vectors
@@ -174,7 +179,7 @@ func Build(ctx context.Context, cfg config.Config, deps Deps) (*App, error) {
 	if level == nil {
 		level = new(slog.LevelVar)
 	}
-	a := &App{log: log, cfg: cfg, metrics: rec, level: level}
+	a := &App{log: log, cfg: cfg, metrics: rec, level: level, single: deps.SingleProcess}
 	coreURL, _ := url.Parse(cfg.Core.URL) // validated
 	var trusted []netip.Prefix
 	for _, s := range cfg.Proxy.TrustedProxies {
@@ -275,7 +280,7 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 		led = r
 	} else {
 		led = ledger.NewMemory(cfg.Ledger.MaxEntries, cfg.Ledger.TTL, time.Now)
-		if pol, _ := rollout.Parse(cfg.Rollout); !pol.EnablesNone() {
+		if pol, _ := rollout.Parse(cfg.Rollout); !pol.EnablesNone() && !a.single {
 			warnMemoryLedger(log, pol)
 		}
 	}
@@ -363,7 +368,7 @@ func (a *App) Reload(load func() (config.Config, error)) error {
 	case pol.EnablesNone() && !old.EnablesNone():
 		a.log.Warn("configuration reload turns the knowledge protocol off for every workspace; "+
 			"hosts fall back to inline knowledge", slog.String("rollout", pol.String()), slog.String("previous", old.String()))
-	case !pol.EnablesNone() && old.EnablesNone() && a.cfg.LedgerBackend() == "memory":
+	case !pol.EnablesNone() && old.EnablesNone() && a.cfg.LedgerBackend() == "memory" && !a.single:
 		warnMemoryLedger(a.log, pol)
 	}
 	a.Server.SetRollout(pol)

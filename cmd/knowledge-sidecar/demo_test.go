@@ -422,7 +422,8 @@ func TestDemoCommandErrors(t *testing.T) {
 }
 
 // TestDemoLogLevel runs the demo binary with --log-level debug: the
-// sidecar's own request lines reach stderr (the default, warn, shows none).
+// sidecar's own request lines reach stderr (the default, warn, shows none),
+// and never the one-replica warning of the in-memory ledger.
 func TestDemoLogLevel(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
@@ -469,6 +470,10 @@ func TestDemoLogLevel(t *testing.T) {
 			}
 			if got := strings.Contains(stderr.String(), `"msg":"request"`); got != tc.wantRequest {
 				t.Errorf("--log-level %s: request line in stderr: got %v; want %v\n%s", tc.level, got, tc.wantRequest, stderr.String())
+			}
+			// The demo is one process: the in-memory ledger sees every retry.
+			if strings.Contains(stderr.String(), "turn ledger is in memory") {
+				t.Errorf("--log-level %s: the demo warned about its in-memory ledger\n%s", tc.level, stderr.String())
 			}
 		})
 	}
