@@ -193,7 +193,13 @@ func (p *prober) taskControl(ctx context.Context, cat *coreclient.SQLCatalog) {
 	case err != nil:
 		p.add("task-control", verdictFail, "%v", err)
 	case len(t.Readable) == n:
-		p.add("task-control", verdictOK, "present: all %d task tables are readable (Core ≥ 0.8: task rules apply)", n)
+		// Readable tables do not prove every column GRANT: run the task
+		// statement itself, for a session that is in no task.
+		if _, err := cat.TaskSnapshot(ctx, "00000000-0000-4000-8000-000000000000", ""); err != nil {
+			p.add("task-control", verdictFail, "present, but the task query fails: %v (knowledge answers 503; grant the task columns listed in docs/core-contract.md)", err)
+			return
+		}
+		p.add("task-control", verdictOK, "present: all %d task tables and the task query's columns are readable (Core ≥ 0.8: task rules apply)", n)
 	case len(t.Readable) == 0 && !t.Migrated:
 		p.add("task-control", verdictOK, "absent: migration %s is not applied (Core < 0.8: no task rules)", coreclient.TaskMigration)
 	default:

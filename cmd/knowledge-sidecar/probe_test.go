@@ -56,6 +56,17 @@ func TestCheckConfigProbe(t *testing.T) {
 	broken.Exec(t, "REVOKE SELECT (content) ON `"+broken.Name+"`.bz_kb_docs FROM '"+ro.User+"'@'%'")
 	broken.Exec(t, "DELETE FROM bz_schema_migrations WHERE filename = '056_agent_client_runtime.sql'")
 	broken.Exec(t, "INSERT INTO bz_schema_migrations (filename) VALUES ('"+coreclient.TaskMigration+"')")
+	// Core 0.8 with task control, granted as documented; and the same with
+	// one task column not granted.
+	tasks := testdb.New(t)
+	tasks.InstallTaskControl(t)
+	tasksUngranted := testdb.New(t)
+	tasksUngranted.InstallTaskControl(t)
+	tro, err := mysql.ParseDSN(tasksUngranted.ReadOnlyDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasksUngranted.Exec(t, "REVOKE SELECT (policy_json) ON `"+tasksUngranted.Name+"`.bz_agent_tasks FROM '"+tro.User+"'@'%'")
 	redisURL := testdb.RedisURL(t)
 
 	agentToken := fakecore.Token("probe-agent")
@@ -130,6 +141,10 @@ func TestCheckConfigProbe(t *testing.T) {
 			except("catalog-schema", "FAIL", "catalog-grants", "FAIL", "task-control", "FAIL"),
 			[]string{"missing Core migrations: 056_agent_client_runtime.sql", "catalog doc_body query failed: access denied",
 				"partial: 0 of 6 task tables readable"}},
+		{"task control present", with("catalog.dsn", tasks.ReadOnlyDSN), 0, allOK,
+			[]string{"task-control   ok    present: all 6 task tables and the task query's columns are readable"}},
+		{"task control present, a task column not granted", with("catalog.dsn", tasksUngranted.ReadOnlyDSN), 1,
+			except("task-control", "FAIL"), []string{"present, but the task query fails"}},
 		{"Redis down", with("KNOWLEDGE_SIDECAR_LEDGER_REDIS_URL", "redis://"+closedAddr(t)+"/0"), 1, except("redis", "FAIL"), nil},
 		{"pass-through only", map[string]string{"core.url": coreURL}, 0, map[string]string{
 			"core": "ok", "core-token": "skip", "system-info": "skip", "catalog": "skip", "catalog-schema": "skip",
