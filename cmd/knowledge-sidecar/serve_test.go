@@ -107,17 +107,24 @@ func (w lockedWriter) Write(b []byte) (int, error) {
 	return w.p.stderr.Write(b)
 }
 
-// freePort returns a port nothing listened on a moment ago. The CLI takes
-// addresses, not listeners, so a race with another process is possible:
-// startServe retries when the bind fails.
-func freePort(t *testing.T) string {
+// freePortPair returns two distinct ports nothing listened on a moment ago.
+// Both listeners are held open while the second is chosen, so the kernel
+// cannot hand out one port twice (which the configuration rightly refuses).
+// The CLI takes addresses, not listeners, so a race with another process is
+// still possible: startServe retries when the bind fails.
+func freePortPair(t *testing.T) (string, string) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	a, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	defer a.Close()
+	b, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	return a.Addr().String(), b.Addr().String()
 }
 
 // buildBinary compiles this command into a temporary directory.
@@ -137,7 +144,7 @@ func buildBinary(t *testing.T) string {
 func startServe(t *testing.T, bin string, env []string, writeConfig func(listen, admin string)) *serveProc {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
-		listen, admin := freePort(t), freePort(t)
+		listen, admin := freePortPair(t)
 		writeConfig(listen, admin)
 		p := &serveProc{url: "http://" + listen, adminURL: "http://" + admin, done: make(chan struct{})}
 		p.cmd = exec.Command(bin, "serve")
