@@ -33,14 +33,9 @@ func (s *Service) Read(ctx context.Context, authorization, route string, body io
 	}
 	// A marked session's read without run_id is TASK_REQUIRED even though its
 	// ref names a run; with run_id the ref must be bound to it (below).
-	task := s.startTask(ctx, sess, route, req.runID)
-	a, routeErr := s.admitRoute(ctx, authorization, route, sess, false)
-	runChecked, err := task.wait()
+	a, runChecked, err := s.admitTask(ctx, authorization, route, sess, req.runID)
 	if err != nil {
 		return nil, err
-	}
-	if routeErr != nil {
-		return nil, routeErr
 	}
 	// Authenticity (the AEAD tag) of the ref, then of the cursor.
 	rc, err := s.keys.OpenRef(req.ref)

@@ -32,18 +32,18 @@ func newRecheckMemo() (*recheckMemo, error) {
 	return &recheckMemo{lru: c}, nil
 }
 
-// containsHit reports whether hit occurs in doc (its re-check, SPEC §4),
-// from the memo when doc's revision and hit were checked before; match is
-// the request's matcher for doc's content, built on the first miss.
-func (m *recheckMemo) containsHit(revision, hit string, match func() *docMatch) bool {
+// lookup returns the remembered re-check of hit against revision; known is
+// false when there is none (or no revision to key it by).
+func (m *recheckMemo) lookup(revision, hit string) (found, known bool) {
 	if revision == "" {
-		return match().containsHit(hit)
+		return false, false
 	}
-	k := recheckKey{revision, hit}
-	if found, ok := m.lru.Get(k); ok {
-		return found
+	return m.lru.Get(recheckKey{revision, hit})
+}
+
+// store remembers a re-check done against revision.
+func (m *recheckMemo) store(revision, hit string, found bool) {
+	if revision != "" {
+		m.lru.Add(recheckKey{revision, hit}, found)
 	}
-	found := match().containsHit(hit)
-	m.lru.Add(k, found)
-	return found
 }

@@ -41,14 +41,9 @@ func (s *Service) Search(ctx context.Context, authorization, route string, body 
 	if err != nil {
 		return nil, err
 	}
-	task := s.startTask(ctx, sess, route, req.runID)
-	a, routeErr := s.admitRoute(ctx, authorization, route, sess, false)
-	runChecked, err := task.wait()
+	a, runChecked, err := s.admitTask(ctx, authorization, route, sess, req.runID)
 	if err != nil {
 		return nil, err
-	}
-	if routeErr != nil {
-		return nil, routeErr
 	}
 	if req.runID != "" && !runChecked {
 		if err := s.checkRun(ctx, req.runID, a); err != nil {
@@ -249,15 +244,17 @@ func (s *Service) rank(ctx context.Context, answers []kbAnswer, flags map[string
 			s.m.drop("kb_unavailable", 1)
 			continue
 		}
-		match := func() *docMatch {
+		found, known := s.rechecks.lookup(doc.Revision, h.Content)
+		if !known { // scan the document, once per request
 			text, ok := texts[h.DocID]
 			if !ok {
 				text = newDocMatch(doc.Content)
 				texts[h.DocID] = text
 			}
-			return text
+			found = text.containsHit(h.Content)
+			s.rechecks.store(doc.Revision, h.Content, found)
 		}
-		if !s.rechecks.containsHit(doc.Revision, h.Content, match) {
+		if !found {
 			s.m.drop("stale_fragment", 1)
 			continue
 		}

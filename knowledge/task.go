@@ -56,6 +56,21 @@ func errTask(code string) *Error {
 	return newError(status, code, TaskMessage, nil)
 }
 
+// admitTask is the managed-task step and the route step of SPEC §2 for a
+// search or a read: the task check runs beside the route admission (see
+// startTask) and is answered first. runChecked is checkTask's.
+func (s *Service) admitTask(ctx context.Context, authorization, route string, sess coreclient.Session, runID string) (a admitted, runChecked bool, err error) {
+	task := s.startTask(ctx, sess, route, runID)
+	a, routeErr := s.admitRoute(ctx, authorization, route, sess, false)
+	if runChecked, err = task.wait(); err != nil {
+		return admitted{}, false, err
+	}
+	if routeErr != nil {
+		return admitted{}, false, routeErr
+	}
+	return a, runChecked, nil
+}
+
 // taskCheck is a checkTask under way (startTask).
 type taskCheck struct {
 	done       chan struct{} // nil when the check ran inline

@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
@@ -627,4 +628,67 @@ func wsDial(t testing.TB, addr, path string) (net.Conn, *bufio.Reader, *http.Res
 		t.Fatalf("read handshake response: %v", err)
 	}
 	return conn, br, res
+}
+
+// tcpForwarder relays TCP connections to the catalog's MariaDB until shut,
+// so a test can take the catalog away from a running sidecar (hints, tasks).
+type tcpForwarder struct {
+	dsn string
+	ln  net.Listener
+
+	mu     sync.Mutex
+	conns  []net.Conn
+	closed bool
+}
+
+func newTCPForwarder(t *testing.T, dsn string) *tcpForwarder {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := cfg.Addr
+	f := &tcpForwarder{ln: listenLocal(t)}
+	cfg.Addr = f.ln.Addr().String()
+	f.dsn = cfg.FormatDSN()
+	go func() {
+		for {
+			in, err := f.ln.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", target)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			f.mu.Lock()
+			if f.closed {
+				f.mu.Unlock()
+				in.Close()
+				out.Close()
+				return
+			}
+			f.conns = append(f.conns, in, out)
+			f.mu.Unlock()
+			go func() { _, _ = io.Copy(out, in); out.Close() }()
+			go func() { _, _ = io.Copy(in, out); in.Close() }()
+		}
+	}()
+	t.Cleanup(f.shut)
+	return f
+}
+
+// shut stops accepting and cuts every relayed connection.
+func (f *tcpForwarder) shut() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return
+	}
+	f.closed = true
+	f.ln.Close()
+	for _, c := range f.conns {
+		c.Close()
+	}
 }

@@ -4,10 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -356,18 +353,12 @@ func TestTaskPresence(t *testing.T) {
 func TestTaskCatalogFailures(t *testing.T) {
 	t.Run("catalog down", func(t *testing.T) {
 		tw := newTaskWorld(t, fakecore.Options{SystemInfo: true})
-		cfg, err := mysql.ParseDSN(tw.DB.ReadOnlyDSN)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fwd := forward(t, cfg.Addr)
-		cfg.Addr = fwd.addr
-		dsn := cfg.FormatDSN()
-		tw.addSecret(dsn)
-		sc := tw.start(t, kopts{FeatureOptions: FeatureOptions{CatalogDSN: dsn}})
+		fwd := newTCPForwarder(t, tw.DB.ReadOnlyDSN)
+		tw.addSecret(fwd.dsn)
+		sc := tw.start(t, kopts{FeatureOptions: FeatureOptions{CatalogDSN: fwd.dsn}})
 		tk := tw.newTask(t)
 		is := tw.issue(t, sc, tk.Run)
-		fwd.cut()
+		fwd.shut()
 		for _, c := range taskCalls {
 			for _, run := range []string{tk.Run, ""} {
 				r := c.do(t, tw, sc, testdb.RouteMulti, run, is)
@@ -420,54 +411,6 @@ func TestTaskTurnsForwardBinding(t *testing.T) {
 				mode, resp["task_binding"], clip(string(resp["knowledge_delivery"])))
 		}
 	}
-}
-
-// forwarder is a TCP relay to the database that a test can cut, so the
-// catalog goes down under a running sidecar.
-type forwarder struct {
-	addr  string
-	ln    net.Listener
-	mu    sync.Mutex
-	conns []net.Conn
-	once  sync.Once
-}
-
-func forward(t *testing.T, target string) *forwarder {
-	t.Helper()
-	f := &forwarder{ln: listenLocal(t)}
-	f.addr = f.ln.Addr().String()
-	go func() {
-		for {
-			c, err := f.ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			f.mu.Lock()
-			f.conns = append(f.conns, c, up)
-			f.mu.Unlock()
-			go func() { _, _ = io.Copy(up, c); up.Close() }()
-			go func() { _, _ = io.Copy(c, up); c.Close() }()
-		}
-	}()
-	t.Cleanup(f.cut)
-	return f
-}
-
-// cut closes the listener and every relayed connection.
-func (f *forwarder) cut() {
-	f.once.Do(func() {
-		f.ln.Close()
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		for _, c := range f.conns {
-			c.Close()
-		}
-	})
 }
 
 // TestTaskCatalogStatements: a managed request that passes costs one catalog
