@@ -29,6 +29,9 @@ const (
 	q4Body   = "SELECT doc_id, kb_id, title, content, content_hash, status, updated_at FROM bz_kb_docs WHERE doc_id = ? AND kb_id IN (%s) LIMIT 1"
 	q5Run    = "SELECT run_id, session_id, client_app_id, route_key, status, completed_at FROM bz_agent_client_runs WHERE run_id = ? LIMIT 1"
 	q7Client = "SELECT app_id, enabled, allowed_routes, agent_authorize_url FROM bz_clients WHERE app_id = ? LIMIT 1"
+	// q9ReadyKBs: which of these KBs hold a ready document. EXISTS stops at
+	// the first such row of idx_kb(kb_id); only granted columns are read.
+	q9ReadyKBs = "SELECT b.kb_id FROM bz_kb_bases b WHERE b.kb_id IN (%s) AND EXISTS (SELECT 1 FROM bz_kb_docs d WHERE d.kb_id = b.kb_id AND d.status = ?)"
 )
 
 // Catalog query names (the "query" label of the catalog metrics).
@@ -40,6 +43,8 @@ const (
 	QueryDocBody = "doc_body"
 	QueryRun     = "run"
 	QueryClient  = "client"
+	// QueryReadyKBs is ReadyKBs (search: a KB that answered no hit at all).
+	QueryReadyKBs = "kb_ready"
 )
 
 // OutcomeNotFound is the catalog's addition to the outcome labels of
@@ -438,6 +443,41 @@ func (c *SQLCatalog) KBs(ctx context.Context, kbIDs []string) (map[string]KB, er
 				for _, want := range kbIDs {
 					if SameID(want, id) {
 						out[want] = KB{ID: id, Enabled: enabled != 0}
+					}
+				}
+			}
+			return rows.Err()
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// ReadyKBs (Q9) reports which of kbIDs hold at least one document with
+// status ready: keys are the ids as requested (matched like KBs), only
+// true values. A KB without a row is never ready. Search asks it only for
+// the KBs whose unfiltered /kb/search answer had no hit at all: such a KB
+// that holds a ready document has failed silently (SPEC §4).
+func (c *SQLCatalog) ReadyKBs(ctx context.Context, kbIDs []string) (map[string]bool, error) {
+	out := make(map[string]bool, len(kbIDs))
+	ids := uniqueIDs(kbIDs)
+	for _, chunk := range chunks(ids) {
+		err := c.do(ctx, QueryReadyKBs, func(ctx context.Context) error {
+			rows, err := c.db.QueryContext(ctx, fmt.Sprintf(q9ReadyKBs, placeholders(len(chunk))), append(anys(chunk), StatusReady)...)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var id string
+				if err := rows.Scan(&id); err != nil {
+					return err
+				}
+				for _, want := range kbIDs {
+					if SameID(want, id) {
+						out[want] = true
 					}
 				}
 			}

@@ -771,3 +771,45 @@ func TestSQLCatalogQueryTimeoutMidQuery(t *testing.T) {
 		t.Errorf("Route after the lock: %v", err)
 	}
 }
+
+// ReadyKBs on both catalogs, from the same rows: a KB counts when it has a
+// row and at least one document with status ready, whatever its enabled
+// flag; ids are matched case-insensitively and keyed as asked. The SQL
+// catalog asks it in one query (the read-only user's GRANTs suffice).
+func TestCatalogReadyKBs(t *testing.T) {
+	db := testdb.New(t)
+	db.Exec(t, `INSERT INTO bz_kb_bases (kb_id, enabled, updated_at) VALUES ('kb-pending', 1, '2026-01-01 00:00:00'), ('kb-blank', 1, '2026-01-01 00:00:00')`)
+	db.Exec(t, `INSERT INTO bz_kb_docs (doc_id, kb_id, title, content, status, chunk_count, created_at, updated_at) VALUES
+		(801, 'kb-pending', 'Pending', 'Being embedded.', 'embedding', 0, '2026-01-01 00:00:00', '2026-01-01 00:00:00'),
+		(802, 'kb-pending', 'Broken', 'Failed to embed.', 'error', 0, '2026-01-01 00:00:00', '2026-01-01 00:00:00'),
+		(803, 'kb-gone', 'Orphan', 'A document whose KB row was deleted.', 'ready', 1, '2026-01-01 00:00:00', '2026-01-01 00:00:00')`)
+	reg := prometheus.NewRegistry()
+	sqlCat := openSQL(t, db, reg)
+	ask := []string{testdb.KBFAQ, testdb.KBFAQUpper, testdb.KBManuals, testdb.KBDisabled, testdb.KBMissing, testdb.KBOther, "kb-pending", "kb-blank", "kb-gone"}
+	want := map[string]bool{"faq": true, "FAQ": true, "manuals": true, "kb-disabled": true, "other-kb": true}
+	check := func(name string, c knowledge.Catalog, want map[string]bool) {
+		t.Helper()
+		got, err := c.ReadyKBs(context.Background(), ask)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: ReadyKBs got %v; want %v", name, got, want)
+		}
+	}
+	check("sql", sqlCat, want)
+	check("mem", memFromDB(t, db), want)
+	if got := catalogQueries(t, reg, coreclient.QueryReadyKBs); got != 1 {
+		t.Errorf("kb_ready queries got %v; want 1", got)
+	}
+
+	// The pending document becomes ready.
+	db.Exec(t, `UPDATE bz_kb_docs SET status = 'ready', chunk_count = 1 WHERE doc_id = 801`)
+	want["kb-pending"] = true
+	check("sql after ready", sqlCat, want)
+	check("mem after ready", memFromDB(t, db), want)
+
+	if got, err := sqlCat.ReadyKBs(context.Background(), nil); err != nil || len(got) != 0 {
+		t.Errorf("ReadyKBs(nil) got %v, %v; want empty", got, err)
+	}
+}

@@ -14,7 +14,7 @@ type QueryProbe struct {
 	Err   error  // nil, or a *CatalogError (its Reason says "access denied", "schema mismatch", …)
 }
 
-// ProbeQueries runs every query the catalog uses (Q1–Q5, Q7) once, with
+// ProbeQueries runs every query the catalog uses (Q1–Q5, Q7, Q9) once, with
 // arguments that match no row, so that each column GRANT is exercised the way
 // serving will exercise it. The schema check (Q0) is CheckSchema.
 func (c *SQLCatalog) ProbeQueries(ctx context.Context) []QueryProbe {
@@ -30,6 +30,7 @@ func (c *SQLCatalog) ProbeQueries(ctx context.Context) []QueryProbe {
 		{QueryDocBody, fmt.Sprintf(q4Body, one), []any{int64(0), ""}},
 		{QueryRun, q5Run, []any{""}},
 		{QueryClient, q7Client, []any{""}},
+		{QueryReadyKBs, fmt.Sprintf(q9ReadyKBs, one), []any{"", StatusReady}},
 	}
 	out := make([]QueryProbe, 0, len(probes))
 	for _, p := range probes {

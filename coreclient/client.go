@@ -36,9 +36,35 @@ const (
 	probeBodyLimit    = 64 << 10 // capabilities answers relayed to the caller
 )
 
-// minScoreEpsilon replaces a min_score of 0, which Core would turn into 0.35
-// (`Number(x ?? 0.35) || 0.35`).
-const minScoreEpsilon = 1e-9
+// UnfilteredMinScore is the min_score SearchKB sends: Core accepts negative
+// values and then keeps every hit of its top k (CORE_FACTS §5.2, §5.6), so
+// an answer without any hit from a KB that holds a ready document is a
+// failure Core swallowed, not "nothing relevant" (SPEC §4).
+const UnfilteredMinScore = -1
+
+// ScoreThreshold is the threshold Core's /kb/search applies for a route's
+// min_score, the one copy of its quirks: Core parses min_score as
+// `Number(x ?? 0.35) || 0.35`, so 0 (and NaN) become 0.35; the route's value
+// is clamped to 0..1 first, as its configuration normalizer does (an
+// out-of-range value can neither lower the threshold below 0 nor raise it
+// past every score). Callers keep a hit iff KeepsScore(score, threshold).
+func ScoreThreshold(minScore float64) float64 {
+	if math.IsNaN(minScore) {
+		return DefaultMinScore
+	}
+	t := math.Min(math.Max(minScore, 0), 1)
+	if t == 0 {
+		return DefaultMinScore
+	}
+	return t
+}
+
+// KeepsScore is Core's per-KB filter (CORE_FACTS §5.6): after taking its
+// top k, a hit stays when its score is at least the threshold. Scores that
+// are not finite never pass.
+func KeepsScore(score, threshold float64) bool {
+	return !math.IsNaN(score) && !math.IsInf(score, 0) && score >= threshold
+}
 
 // Options configures a Client.
 type Options struct {
@@ -304,8 +330,10 @@ type searchResponse struct {
 const kbUnavailablePrefix = "知识库不可用"
 
 // SearchKB searches one knowledge base with POST /kb/search, authenticated with
-// the service token (never the caller's). minScore 0 is sent as 1e-9 because
-// Core turns 0 into 0.35. Hits of other KBs are dropped.
+// the service token (never the caller's), and returns Core's unfiltered top
+// topK: it always sends min_score UnfilteredMinScore, and the caller applies
+// the route's threshold (ScoreThreshold, KeepsScore). Hits of other KBs are
+// dropped.
 //
 // kbID is sent as given: callers pass the spelling stored in bz_kb_bases
 // (Core matches ids case-insensitively but keys its index cache by the
@@ -318,17 +346,11 @@ const kbUnavailablePrefix = "知识库不可用"
 // was refused: an operator problem), which counts as a breaker failure on
 // purpose: retrieval really is unusable until the operator fixes it, and the
 // open breaker stops us from hammering Core meanwhile.
-func (c *Client) SearchKB(ctx context.Context, kbID, query string, topK int, minScore float64) ([]Hit, error) {
+func (c *Client) SearchKB(ctx context.Context, kbID, query string, topK int) ([]Hit, error) {
 	if kbID == "" || JSTrim(query) == "" {
 		return nil, errors.New("coreclient: kb search: empty kb id or query")
 	}
-	if math.IsNaN(minScore) || math.IsInf(minScore, 0) {
-		return nil, errors.New("coreclient: kb search: min_score must be finite")
-	}
-	if minScore == 0 {
-		minScore = minScoreEpsilon
-	}
-	payload, err := json.Marshal(searchRequest{KBIDs: []string{kbID}, Query: query, TopK: topK, MinScore: minScore})
+	payload, err := json.Marshal(searchRequest{KBIDs: []string{kbID}, Query: query, TopK: topK, MinScore: UnfilteredMinScore})
 	if err != nil {
 		return nil, fmt.Errorf("coreclient: kb search: encode: %w", err)
 	}

@@ -218,7 +218,7 @@ func TestDeadCore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.SearchKB(context.Background(), "faq", "q", 5, 0.3)
+	_, err = c.SearchKB(context.Background(), "faq", "q", 5)
 	if !errors.Is(err, coreclient.ErrUnavailable) {
 		t.Errorf("got %v; want ErrUnavailable", err)
 	}
@@ -317,12 +317,12 @@ func searchEnv(t *testing.T, mutate func(*coreclient.Options)) *env {
 
 func TestSearchKB(t *testing.T) {
 	e := searchEnv(t, nil)
-	hits, err := e.client.SearchKB(context.Background(), "faq", "退款窗口", 5, 0.5)
+	hits, err := e.client.SearchKB(context.Background(), "faq", "退款窗口", 5)
 	if err != nil {
 		t.Fatalf("got %v; want nil", err)
 	}
-	if len(hits) != 1 || hits[0] != (coreclient.Hit{KBID: "faq", DocID: 1, Seq: 0, Title: "退款规则", Content: "退款窗口为七天。超过窗口不能退款。", Score: 1}) {
-		t.Errorf("hits got %+v; want doc 1's chunk with score 1", hits)
+	if len(hits) != 2 || hits[0] != (coreclient.Hit{KBID: "faq", DocID: 1, Seq: 0, Title: "退款规则", Content: "退款窗口为七天。超过窗口不能退款。", Score: 1}) || hits[1].DocID != 2 {
+		t.Errorf("hits got %+v; want doc 1's chunk with score 1, then doc 2's (unfiltered)", hits)
 	}
 	r, _ := e.core.LastRequest("/kb/search")
 	if got := r.Header.Get("Authorization"); got != "Bearer "+testServiceToken {
@@ -335,8 +335,8 @@ func TestSearchKB(t *testing.T) {
 	if err := json.Unmarshal(r.Body, &body); err != nil {
 		t.Fatal(err)
 	}
-	if ids, _ := json.Marshal(body["kb_ids"]); string(ids) != `["faq"]` || body["query"] != "退款窗口" || body["top_k"] != float64(5) || body["min_score"] != 0.5 {
-		t.Errorf("request body got %s; want kb_ids [faq], query, top_k 5, min_score 0.5", r.Body)
+	if ids, _ := json.Marshal(body["kb_ids"]); string(ids) != `["faq"]` || body["query"] != "退款窗口" || body["top_k"] != float64(5) || body["min_score"] != float64(-1) {
+		t.Errorf("request body got %s; want kb_ids [faq], query, top_k 5, min_score -1", r.Body)
 	}
 	for _, path := range []string{"/agent-auth/", "/agent-api/"} {
 		if got := e.core.Calls(path); got != 0 {
@@ -365,23 +365,26 @@ func TestServiceTokenOnlyOnKBSearch(t *testing.T) {
 	}
 }
 
-func TestSearchKBMinScoreZero(t *testing.T) {
+// Core is always asked for the unfiltered top k (min_score -1): hits of any
+// score come back, the caller applies the route's threshold.
+func TestSearchKBUnfiltered(t *testing.T) {
 	e := searchEnv(t, nil)
-	// "ship" is 1 of 4 query terms: score 0.25, below Core's 0.35 default.
-	hits, err := e.client.SearchKB(context.Background(), "faq", "ship refund policy now", 5, 0)
+	// "ship" is 1 of 4 query terms: score 0.25, below Core's 0.35 default;
+	// doc 1 shares no term: score 0, still in the top k.
+	hits, err := e.client.SearchKB(context.Background(), "faq", "ship refund policy now", 5)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(hits) == 0 || hits[0].DocID != 2 || hits[0].Score != 0.25 {
-		t.Errorf("hits got %+v; want doc 2 at 0.25 (min_score 0 must not become 0.35)", hits)
+	if len(hits) != 2 || hits[0].DocID != 2 || hits[0].Score != 0.25 || hits[1].DocID != 1 || hits[1].Score != 0 {
+		t.Errorf("hits got %+v; want doc 2 at 0.25 and doc 1 at 0 (nothing filtered)", hits)
 	}
 	r, _ := e.core.LastRequest("/kb/search")
 	var body struct {
 		MinScore float64 `json:"min_score"`
 	}
 	_ = json.Unmarshal(r.Body, &body)
-	if body.MinScore <= 0 || body.MinScore > 1e-6 {
-		t.Errorf("sent min_score got %v; want a tiny positive value", body.MinScore)
+	if body.MinScore != -1 {
+		t.Errorf("sent min_score got %v; want -1 (Core's filter off)", body.MinScore)
 	}
 }
 
@@ -415,7 +418,7 @@ func TestSearchKBErrors(t *testing.T) {
 			if tt.fault != nil {
 				e.core.SetFault("/kb/search", *tt.fault)
 			}
-			hits, err := e.client.SearchKB(context.Background(), tt.kb, "退款", 5, 0.3)
+			hits, err := e.client.SearchKB(context.Background(), tt.kb, "退款", 5)
 			if tt.want == nil {
 				if err != nil || len(hits) != 0 {
 					t.Errorf("got %v, %d hits; want nil, none", err, len(hits))
@@ -438,7 +441,7 @@ func TestSearchKBDropsOtherKBsHits(t *testing.T) {
 	e := searchEnv(t, nil)
 	e.core.SetFault("/kb/search", fakecore.Fault{Status: 200, Body: []byte(
 		`{"kb_ids":["faq"],"hits":[{"score":0.9,"content":"a","doc_id":1,"title":"t","seq":2,"kb_id":"faq"},{"score":0.8,"content":"b","doc_id":7,"title":"u","seq":0,"kb_id":"other"}],"extra":1}`)})
-	hits, err := e.client.SearchKB(context.Background(), "faq", "q", 5, 0.3)
+	hits, err := e.client.SearchKB(context.Background(), "faq", "q", 5)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -453,7 +456,7 @@ func TestRetrievalBreakerOpenMeansNoCoreCalls(t *testing.T) {
 	})
 	e.core.SetFault("/kb/search", fakecore.Fault{Status: 503})
 	for range 2 {
-		if _, err := e.client.SearchKB(context.Background(), "faq", "q", 5, 0.3); !errors.Is(err, coreclient.ErrUnavailable) {
+		if _, err := e.client.SearchKB(context.Background(), "faq", "q", 5); !errors.Is(err, coreclient.ErrUnavailable) {
 			t.Fatalf("got %v; want ErrUnavailable", err)
 		}
 	}
@@ -462,7 +465,7 @@ func TestRetrievalBreakerOpenMeansNoCoreCalls(t *testing.T) {
 	}
 	before := e.core.Calls("/kb/search")
 	for range 5 {
-		_, err := e.client.SearchKB(context.Background(), "faq", "q", 5, 0.3)
+		_, err := e.client.SearchKB(context.Background(), "faq", "q", 5)
 		if !errors.Is(err, coreclient.ErrBreakerOpen) || !errors.Is(err, coreclient.ErrUnavailable) {
 			t.Errorf("got %v; want ErrBreakerOpen (wrapping ErrUnavailable)", err)
 		}
@@ -483,7 +486,7 @@ func TestRetrievalBreakerOpenMeansNoCoreCalls(t *testing.T) {
 func TestKBMissingDoesNotTripBreaker(t *testing.T) {
 	e := searchEnv(t, func(o *coreclient.Options) { o.Retrieval = coreclient.BreakerSettings{Failures: 1} })
 	for range 3 {
-		if _, err := e.client.SearchKB(context.Background(), "ghost", "q", 5, 0.3); !errors.Is(err, coreclient.ErrKBMissing) {
+		if _, err := e.client.SearchKB(context.Background(), "ghost", "q", 5); !errors.Is(err, coreclient.ErrKBMissing) {
 			t.Fatalf("got %v; want ErrKBMissing", err)
 		}
 	}
@@ -552,7 +555,7 @@ func TestProbeCapabilities(t *testing.T) {
 var _ interface {
 	Session(context.Context, string) (coreclient.Session, error)
 	SystemInfo(context.Context, string, string) error
-	SearchKB(context.Context, string, string, int, float64) ([]coreclient.Hit, error)
+	SearchKB(context.Context, string, string, int) ([]coreclient.Hit, error)
 	Usable() bool
 } = (*coreclient.Client)(nil)
 
@@ -570,11 +573,11 @@ func TestDefaultTransportIgnoresEnvironmentProxy(t *testing.T) {
 func TestRateLimitDoesNotTripBreaker(t *testing.T) {
 	e := searchEnv(t, func(o *coreclient.Options) { o.Retrieval = coreclient.BreakerSettings{Failures: 1} })
 	e.core.SetRateLimit(1)
-	if _, err := e.client.SearchKB(context.Background(), "faq", "退款", 5, 0.3); err != nil {
+	if _, err := e.client.SearchKB(context.Background(), "faq", "退款", 5); err != nil {
 		t.Fatalf("first call: got %v; want nil", err)
 	}
 	for i := range 3 {
-		_, err := e.client.SearchKB(context.Background(), "faq", "退款", 5, 0.3)
+		_, err := e.client.SearchKB(context.Background(), "faq", "退款", 5)
 		if !errors.Is(err, coreclient.ErrRateLimited) || errors.Is(err, coreclient.ErrUnavailable) {
 			t.Fatalf("call %d: got %v; want ErrRateLimited, not ErrUnavailable", i+2, err)
 		}
@@ -595,8 +598,8 @@ func TestRateLimitDoesNotTripBreaker(t *testing.T) {
 // case-insensitively; the client accepts its echo either way.
 func TestSearchKBOtherSpelling(t *testing.T) {
 	e := searchEnv(t, nil)
-	hits, err := e.client.SearchKB(context.Background(), "FAQ", "退款窗口", 5, 0.5)
-	if err != nil || len(hits) != 1 || hits[0].KBID != "FAQ" || hits[0].DocID != 1 {
+	hits, err := e.client.SearchKB(context.Background(), "FAQ", "退款窗口", 5)
+	if err != nil || len(hits) != 2 || hits[0].KBID != "FAQ" || hits[0].DocID != 1 {
 		t.Fatalf("got %+v, %v; want doc 1 under FAQ", hits, err)
 	}
 	r, _ := e.core.LastRequest("/kb/search")

@@ -15,9 +15,10 @@
 //     not_found; that is [ErrEndpointAbsent] and is remembered for
 //     Options.ProbeInterval.
 //   - [Client.SearchKB] calls POST /kb/search for one knowledge base with the
-//     sidecar's own service token (retrieval breaker). Core's quirks are
-//     handled here: min_score 0 is sent as 1e-9 (Core turns 0 into 0.35), the
-//     answer's key is kb_ids, a KB Core does not list is [ErrKBMissing], and
+//     sidecar's own service token (retrieval breaker), always with min_score
+//     -1 (Core's filter off: the unfiltered top k). Core's filter is modelled
+//     by [ScoreThreshold] (its `0 → 0.35` quirk, the route's 0..1 clamp) and
+//     [KeepsScore], which the caller applies. The answer's key is kb_ids, a KB Core does not list is [ErrKBMissing], and
 //     Core's 429 (its rate limit on our client) is [ErrRateLimited]. Callers
 //     pass the KB id as stored ([SQLCatalog.KBs]): Core's index cache is keyed
 //     by the spelling sent.

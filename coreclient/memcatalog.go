@@ -217,6 +217,28 @@ func (m *MemCatalog) KBs(_ context.Context, kbIDs []string) (map[string]KB, erro
 	return out, nil
 }
 
+// ReadyKBs implements knowledge.Catalog with SQLCatalog's rules: the
+// requested KBs that have a row and at least one document with status ready.
+func (m *MemCatalog) ReadyKBs(_ context.Context, kbIDs []string) (map[string]bool, error) {
+	if err := m.rlock(); err != nil {
+		return nil, err
+	}
+	defer m.mu.RUnlock()
+	ready := map[string]bool{} // by foldID(kb id)
+	for _, d := range m.docs {
+		if d.Status == StatusReady {
+			ready[foldID(d.KBID)] = true
+		}
+	}
+	out := make(map[string]bool, len(kbIDs))
+	for _, id := range kbIDs {
+		if _, ok := m.kbs[foldID(id)]; ok && id != "" && ready[foldID(id)] {
+			out[id] = true
+		}
+	}
+	return out, nil
+}
+
 // Documents implements knowledge.Catalog with SQLCatalog's rules: fenced to
 // kbIDs, KBID in the fence's spelling, body and revision only when ready.
 func (m *MemCatalog) Documents(_ context.Context, docIDs []int64, kbIDs []string) (map[int64]Document, error) {

@@ -19,6 +19,7 @@ type schemaCatalog interface {
 	RouteGate(ctx context.Context, route string, s Session) error
 	KBEnabled(ctx context.Context, kbIDs []string) (map[string]bool, error)
 	KBs(ctx context.Context, kbIDs []string) (map[string]KB, error)
+	ReadyKBs(ctx context.Context, kbIDs []string) (map[string]bool, error)
 	Documents(ctx context.Context, docIDs []int64, kbIDs []string) (map[int64]Document, error)
 	Document(ctx context.Context, docID int64, kbIDs []string) (Document, error)
 	Run(ctx context.Context, runID string) (Run, error)
@@ -230,6 +231,13 @@ func (g *SchemaGate) KBs(ctx context.Context, kbIDs []string) (map[string]KB, er
 		return nil, err
 	}
 	return g.inner.KBs(ctx, kbIDs)
+}
+
+func (g *SchemaGate) ReadyKBs(ctx context.Context, kbIDs []string) (map[string]bool, error) {
+	if err := g.ready(ctx); err != nil {
+		return nil, err
+	}
+	return g.inner.ReadyKBs(ctx, kbIDs)
 }
 
 func (g *SchemaGate) Documents(ctx context.Context, docIDs []int64, kbIDs []string) (map[int64]Document, error) {

@@ -12,6 +12,13 @@
 // legacy Core is expressed by the three small interfaces in ports.go
 // (Identity, Retriever and Catalog), which package coreclient implements.
 //
+// Search asks Core for each knowledge base's unfiltered top k and applies
+// the route's threshold itself, as Core's filter would
+// (coreclient.ScoreThreshold): a knowledge base that holds a ready document
+// (Catalog.ReadyKBs, asked only for the ones that answered nothing) and
+// answers no hit at all has failed silently — an embeddings outage — and
+// makes the status partial or unavailable, never "ok" without hints.
+//
 // Every request is checked in the same order as Core checks its own Agent API:
 //
 //	identity (401/503) → per-session rate limit (429) → body size and shape

@@ -45,10 +45,9 @@ func (f *fakeIdentity) SystemInfo(_ context.Context, _, route string) error {
 }
 
 type searchCall struct {
-	KB       string
-	Query    string
-	TopK     int
-	MinScore float64
+	KB    string
+	Query string
+	TopK  int
 }
 
 type fakeRetriever struct {
@@ -61,9 +60,11 @@ type fakeRetriever struct {
 	calls    []searchCall
 }
 
-func (f *fakeRetriever) SearchKB(ctx context.Context, kb, query string, topK int, minScore float64) ([]coreclient.Hit, error) {
+// SearchKB answers hits[kb] as Core's unfiltered top k (the fake keeps the
+// order given; a KB absent from hits answers no hit at all).
+func (f *fakeRetriever) SearchKB(ctx context.Context, kb, query string, topK int) ([]coreclient.Hit, error) {
 	f.mu.Lock()
-	f.calls = append(f.calls, searchCall{kb, query, topK, minScore})
+	f.calls = append(f.calls, searchCall{kb, query, topK})
 	hits, err, hang, barrier := f.hits[kb], f.errs[kb], f.hang[kb], f.barrier
 	f.mu.Unlock()
 	if barrier != nil {
@@ -111,6 +112,8 @@ type fakeCatalog struct {
 	docsRead  []int64           // every id asked of Documents, in order
 	docCalls  int               // Documents calls
 	metaCalls int               // Route and KBEnabled calls
+	readyAsks [][]string        // every ReadyKBs argument, in order
+	readyDown bool              // ReadyKBs fails
 	storedAs  map[string]string // KBs: a KB id as stored, when it differs from the route's spelling
 	onRoute   func()            // called by Route, outside the lock
 }
@@ -182,6 +185,34 @@ func (f *fakeCatalog) KBs(ctx context.Context, ids []string) (map[string]corecli
 		out[id] = coreclient.KB{ID: stored, Enabled: on}
 	}
 	return out, nil
+}
+
+// ReadyKBs: the asked KBs that exist and hold a document with status ready.
+func (f *fakeCatalog) ReadyKBs(_ context.Context, ids []string) (map[string]bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.readyAsks = append(f.readyAsks, append([]string(nil), ids...))
+	if f.down || f.readyDown {
+		return nil, errCatalogDown
+	}
+	out := map[string]bool{}
+	for _, id := range ids {
+		if _, ok := f.kbs[id]; !ok {
+			continue
+		}
+		for _, d := range f.docs {
+			if d.KBID == id && d.Status == coreclient.StatusReady {
+				out[id] = true
+			}
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeCatalog) readyCalls() [][]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([][]string(nil), f.readyAsks...)
 }
 
 func (f *fakeCatalog) Documents(_ context.Context, ids []int64, kbIDs []string) (map[int64]coreclient.Document, error) {

@@ -3,7 +3,6 @@ package knowledge
 import (
 	"context"
 	"log/slog"
-	"math"
 	"strings"
 
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
@@ -98,7 +97,7 @@ func (s *Service) TurnHintsFor(ctx context.Context, sess coreclient.Session, rou
 	for _, it := range items {
 		hits = append(hits, coreclient.Hit{DocID: it.DocID, Title: it.Title, Content: it.Content, Score: it.Score})
 	}
-	groups, err := s.rank(ctx, []kbAnswer{{hits: hits}}, flags, kbs, math.Inf(-1), SearchMaxResults, 0)
+	groups, err := s.rank(ctx, []kbAnswer{{hits: hits}}, flags, kbs, SearchMaxResults, 0)
 	if err != nil {
 		return s.hintsFailed(ctx, "documents", err)
 	}

@@ -25,7 +25,7 @@ var (
 		CodeKnowledgeChanged, CodeReferenceExpired, CodePayloadTooLarge, CodeRateLimited, CodeUnavailable, codeCoreGate,
 		CodeTaskRequired, CodeTaskRecordInvalid, CodeTaskBindingConflict, CodeTaskRunInactive, CodeTaskMemberMismatch,
 		CodeTaskScopeBlocked, CodeTaskPaused, CodeTaskCancelled, CodeTaskExpired, CodeTaskInvalidInput, CodeTaskUnavailable}
-	kbResultLabels   = []string{"ok", "error", "timeout", "rate_limited", "skipped"}
+	kbResultLabels   = []string{"ok", "error", "timeout", "rate_limited", "skipped", kbEmptyFailure}
 	dropReasonLabels = []string{"stale_fragment", "not_ready", "kb_unavailable", "missing", "budget"}
 )
 

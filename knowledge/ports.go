@@ -28,7 +28,11 @@ type Identity interface {
 
 // Retriever searches one knowledge base through Core's POST /kb/search.
 type Retriever interface {
-	SearchKB(ctx context.Context, kbID, query string, topK int, minScore float64) ([]coreclient.Hit, error)
+	// SearchKB returns Core's unfiltered top topK hits of one KB (it sends
+	// min_score -1): the route's threshold is the caller's to apply
+	// (coreclient.ScoreThreshold), and an answer with no hit at all from a KB
+	// that holds a ready document is a silent failure (SPEC §4).
+	SearchKB(ctx context.Context, kbID, query string, topK int) ([]coreclient.Hit, error)
 	// Usable is false while the retrieval breaker is open.
 	Usable() bool
 }
@@ -46,6 +50,10 @@ type Catalog interface {
 	// KBs is KBEnabled with each KB's id as stored in bz_kb_bases, the
 	// spelling /kb/search must be called with (keys: the ids as requested).
 	KBs(ctx context.Context, kbIDs []string) (map[string]coreclient.KB, error)
+	// ReadyKBs reports which of kbIDs hold at least one document with status
+	// ready (keys as requested, only true values). Search asks it only for
+	// KBs that answered no hit at all.
+	ReadyKBs(ctx context.Context, kbIDs []string) (map[string]bool, error)
 	// Documents returns the current documents among docIDs, fenced to kbIDs.
 	// Missing (or out-of-fence) documents are absent from the map.
 	Documents(ctx context.Context, docIDs []int64, kbIDs []string) (map[int64]coreclient.Document, error)

@@ -73,7 +73,16 @@ func (s *Service) Search(ctx context.Context, authorization, route string, body 
 			s.m.kbCall("skipped")
 		}
 	}
-	answers := s.retrieve(ctx, searchable, rows, req.query, retrievalTopK(kc.TopK, req.limit), kc.MinScore)
+	answers := s.retrieve(ctx, searchable, rows, req.query, retrievalTopK(kc.TopK, req.limit))
+	if err := s.failSilent(ctx, answers); err != nil {
+		return nil, err
+	}
+	// The route's threshold, applied here exactly as Core would have (the
+	// answers are unfiltered), before any catalog work on hits.
+	threshold := coreclient.ScoreThreshold(kc.MinScore)
+	for i := range answers {
+		answers[i].hits = aboveThreshold(answers[i].hits, threshold)
+	}
 	answered := 0
 	for _, ans := range answers {
 		if ans.err == nil {
@@ -88,7 +97,7 @@ func (s *Service) Search(ctx context.Context, authorization, route string, body 
 	default:
 		res.Status = StatusPartial
 	}
-	groups, err := s.rank(ctx, answers, flags, searchable, kc.MinScore, req.limit, 2*req.limit)
+	groups, err := s.rank(ctx, answers, flags, searchable, req.limit, 2*req.limit)
 	if err != nil {
 		return nil, err
 	}
@@ -115,13 +124,76 @@ type kbAnswer struct {
 	err  error
 }
 
+// kbEmptyFailure is the search_kb_calls_total result of a KB that answered
+// no hit at all although it holds a ready document.
+const kbEmptyFailure = "empty_failure"
+
+// errSilentFailure: Core answered 200 without any hit for a KB that holds a
+// ready document. Unfiltered, a healthy KB always returns some hit, so Core
+// swallowed a failure (an embeddings outage, an unusable embedding
+// credential; CORE_FACTS §5.2): the KB counts as failed, never as "nothing
+// above the threshold" (SPEC §4).
+var errSilentFailure = errors.New("knowledge base answered no hit although it holds a ready document")
+
+// failSilent marks as failed the answers with no hit at all whose KB holds
+// a ready document, and counts every answered call (ok or empty_failure).
+// The catalog is asked once, and only when some KB answered no hit; its
+// failure is the search's (503), since the answer cannot be told apart.
+func (s *Service) failSilent(ctx context.Context, answers []kbAnswer) error {
+	var empty []string
+	for _, ans := range answers {
+		switch {
+		case ans.err != nil:
+		case len(ans.hits) == 0:
+			empty = append(empty, ans.kb)
+		default:
+			s.m.kbCall("ok")
+		}
+	}
+	if len(empty) == 0 {
+		return nil
+	}
+	ready, err := s.catalog.ReadyKBs(ctx, empty)
+	if err != nil {
+		return classifyCore(err, nil)
+	}
+	for i := range answers {
+		ans := &answers[i]
+		if ans.err != nil || len(ans.hits) > 0 {
+			continue
+		}
+		if !ready[ans.kb] {
+			s.m.kbCall("ok") // nothing to find: an empty or not yet embedded KB
+			continue
+		}
+		ans.err = errSilentFailure
+		s.m.kbCall(kbEmptyFailure)
+		s.log.LogAttrs(ctx, slog.LevelWarn, "knowledge base search failed",
+			slog.String("kb_id", ans.kb), slog.String("error_class", kbEmptyFailure))
+	}
+	return nil
+}
+
+// aboveThreshold keeps the hits Core's own filter would have kept for the
+// threshold (coreclient.KeepsScore), in order.
+func aboveThreshold(hits []coreclient.Hit, threshold float64) []coreclient.Hit {
+	out := hits[:0:0]
+	for _, h := range hits {
+		if coreclient.KeepsScore(h.Score, threshold) {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
 // retrieve runs one Core search per KB concurrently, each with its own
 // timeout. Core is called with the KB id as stored (rows[kb].ID): it matches
 // ids case-insensitively, but its index cache is keyed by the spelling sent
 // and a write refreshes only the stored spelling's entry, so another
 // spelling can return chunks up to 10 minutes old. Hits come back under the
-// route's spelling kb.
-func (s *Service) retrieve(ctx context.Context, kbs []string, rows map[string]coreclient.KB, query string, topK int, minScore float64) []kbAnswer {
+// route's spelling kb. Answers are Core's unfiltered top topK; the calls
+// that failed are counted here, the answered ones by failSilent.
+func (s *Service) retrieve(ctx context.Context, kbs []string, rows map[string]coreclient.KB, query string, topK int) []kbAnswer {
 	answers := make([]kbAnswer, len(kbs))
 	var wg sync.WaitGroup
 	for i, kb := range kbs {
@@ -134,7 +206,7 @@ func (s *Service) retrieve(ctx context.Context, kbs []string, rows map[string]co
 			if stored == "" {
 				stored = kb
 			}
-			hits, err := s.retriever.SearchKB(cctx, stored, query, topK, minScore)
+			hits, err := s.retriever.SearchKB(cctx, stored, query, topK)
 			for j := range hits {
 				if coreclient.SameID(hits[j].KBID, stored) {
 					hits[j].KBID = kb
@@ -143,7 +215,6 @@ func (s *Service) retrieve(ctx context.Context, kbs []string, rows map[string]co
 			answers[i] = kbAnswer{kb: kb, hits: hits, err: err}
 			switch {
 			case err == nil:
-				s.m.kbCall("ok")
 			case errors.Is(err, context.DeadlineExceeded):
 				s.m.kbCall("timeout")
 			case errors.Is(err, coreclient.ErrRateLimited):
@@ -172,8 +243,10 @@ type docGroup struct {
 // limit documents. Bodies are fetched from the catalog batch documents at
 // a time (batch ≤ 0: all candidates in one query). A hit without a KB id
 // (a turn's knowledge_refs, which carry none) takes its document's KB, as
-// fenced by the catalog; it must still be enabled (flags).
-func (s *Service) rank(ctx context.Context, answers []kbAnswer, flags map[string]bool, fence []string, minScore float64, limit, batch int) ([]docGroup, error) {
+// fenced by the catalog; it must still be enabled (flags). Thresholds are
+// the caller's (Search filters before calling; a turn's items are what Core
+// already kept).
+func (s *Service) rank(ctx context.Context, answers []kbAnswer, flags map[string]bool, fence []string, limit, batch int) ([]docGroup, error) {
 	var hits []coreclient.Hit
 	for _, ans := range answers {
 		if ans.err != nil {
@@ -183,7 +256,7 @@ func (s *Service) rank(ctx context.Context, answers []kbAnswer, flags map[string
 			if h.KBID == "" {
 				h.KBID = ans.kb
 			}
-			if h.KBID != ans.kb || h.DocID <= 0 || math.IsNaN(h.Score) || math.IsInf(h.Score, 0) || h.Score < minScore {
+			if h.KBID != ans.kb || h.DocID <= 0 || math.IsNaN(h.Score) || math.IsInf(h.Score, 0) {
 				continue
 			}
 			hits = append(hits, h)

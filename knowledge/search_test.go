@@ -4,12 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
 )
@@ -89,22 +95,21 @@ func TestSearchResponseShape(t *testing.T) {
 }
 
 func TestSearchRetrievalCalls(t *testing.T) {
+	// The retriever is never given the route's min_score: it asks Core for
+	// the unfiltered top k, and the sidecar applies the threshold itself.
 	tests := []struct {
 		name     string
 		topK     int
 		minScore float64
 		limit    string
 		wantK    int
-		wantMin  float64
 	}{
-		{"default limit", 5, 0.35, "", 12, 0.35},
-		{"limit 1 uses top_k", 5, 0.5, `,"limit":1`, 5, 0.5},
-		{"large top_k", 15, 0.35, `,"limit":3`, 15, 0.35},
-		{"top_k 20 cap", 20, 0.9, "", 20, 0.9},
-		{"unnormalized top_k capped at 20", 30, 0.9, "", 20, 0.9},
-		// The route's 0 reaches the retriever as 0: coreclient, which knows
-		// Core turns 0 into 0.35, sends Core a tiny positive value instead.
-		{"min_score 0 is passed on as 0", 5, 0, `,"limit":2`, 8, 0},
+		{"default limit", 5, 0.35, "", 12},
+		{"limit 1 uses top_k", 5, 0.5, `,"limit":1`, 5},
+		{"large top_k", 15, 0.35, `,"limit":3`, 15},
+		{"top_k 20 cap", 20, 0.9, "", 20},
+		{"unnormalized top_k capped at 20", 30, 0.9, "", 20},
+		{"min_score 0", 5, 0, `,"limit":2`, 8},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -122,8 +127,8 @@ func TestSearchRetrievalCalls(t *testing.T) {
 			seen := map[string]bool{}
 			for _, c := range calls {
 				seen[c.KB] = true
-				if c.TopK != tc.wantK || c.MinScore != tc.wantMin || c.Query != " 退款 " {
-					t.Fatalf("call %+v; want top_k %d min_score %v and the query as given", c, tc.wantK, tc.wantMin)
+				if c.TopK != tc.wantK || c.Query != " 退款 " {
+					t.Fatalf("call %+v; want top_k %d and the query as given", c, tc.wantK)
 				}
 			}
 			if !seen["faq"] || !seen["policy"] {
@@ -185,7 +190,17 @@ func TestSearchStatus(t *testing.T) {
 		wantCalls  int
 	}{
 		{"all answered", nil, routeKey, StatusOK, "退款规则,Policy,Shipping", 2},
-		{"no hits above threshold is ok and empty", func(e *env) { e.ret.hits = nil }, routeKey, StatusOK, "", 2},
+		{"no hits above threshold is ok and empty", func(e *env) {
+			e.cat.routes[routeKey].Knowledge.MinScore = 0.9
+		}, routeKey, StatusOK, "", 2},
+		{"a KB with a ready document answers no hit: failed", func(e *env) { delete(e.ret.hits, "policy") }, routeKey, StatusPartial, "退款规则,Shipping", 2},
+		{"every KB with a ready document answers no hit: unavailable", func(e *env) { e.ret.hits = nil }, routeKey, StatusUnavailable, "", 2},
+		{"a KB without a ready document answers no hit: ok", func(e *env) {
+			delete(e.ret.hits, "policy")
+			d := e.cat.docs[docPolicy]
+			d.Status = "embedding"
+			e.cat.docs[docPolicy] = d
+		}, routeKey, StatusOK, "退款规则,Shipping", 2},
 		{"one KB errors", func(e *env) { e.ret.errs["policy"] = coreclient.ErrUnavailable }, routeKey, StatusPartial, "退款规则,Shipping", 2},
 		{"one KB disabled is skipped", func(e *env) { e.cat.kbs["policy"] = false }, routeKey, StatusPartial, "退款规则,Shipping", 1},
 		{"one KB missing is skipped", func(e *env) { delete(e.cat.kbs, "policy") }, routeKey, StatusPartial, "退款规则,Shipping", 1},
@@ -437,5 +452,175 @@ func TestSearchReadsOnlyTheBodiesItNeeds(t *testing.T) {
 	}
 	if got := len(e.cat.docsRead); got != 8 {
 		t.Errorf("bodies asked of the catalog: got %d; want 8 (two batches)", got)
+	}
+}
+
+// coreFilter models Core's per-KB search exactly as CORE_FACTS §5.2 and
+// §5.6 describe it, independently of coreclient: min_score parsed as
+// `Number(x ?? 0.35) || 0.35` (0 becomes 0.35; a negative value keeps
+// everything), the top k by score, then the filter score ≥ min_score, then
+// scores rounded to 3 decimals. raw are the unrounded scores; ties keep the
+// given order (a stable sort).
+func coreFilter(raw []float64, k int, minScore float64) []float64 {
+	if minScore == 0 {
+		minScore = 0.35
+	}
+	top := append([]float64(nil), raw...)
+	sort.SliceStable(top, func(i, j int) bool { return top[i] > top[j] })
+	top = top[:min(k, len(top))]
+	var out []float64
+	for _, s := range top {
+		if s >= minScore {
+			out = append(out, math.Round(s*1000)/1000)
+		}
+	}
+	return out
+}
+
+// The sidecar asks Core with min_score -1 and applies the route's threshold
+// itself: for random scored hit lists and route thresholds (normalized
+// route values, 0..1), it keeps exactly the hits Core's own filter would
+// have returned for the route's min_score. Scores travel rounded to 3
+// decimals, so with Core's unrounded scores the two can differ only for a
+// hit within half a thousandth of the threshold.
+func TestSearchThresholdEqualsCoreFilter(t *testing.T) {
+	rng := rand.New(rand.NewPCG(19, 1))
+	thresholds := func(scores []float64) []float64 {
+		ts := []float64{0, 1, 0.35, 0.5, 1e-9, 0.0005, rng.Float64()}
+		for _, sc := range scores { // a tie at the threshold (route values are 0..1)
+			if sc > 0 && sc <= 1 {
+				ts = append(ts, sc)
+				break
+			}
+		}
+		return ts
+	}
+	asScores := func(hits []coreclient.Hit) []float64 {
+		out := []float64{}
+		for _, h := range hits {
+			out = append(out, h.Score)
+		}
+		return out
+	}
+	for trial := 0; trial < 2000; trial++ {
+		n, k := rng.IntN(30), 1+rng.IntN(20)
+		raw := make([]float64, n)
+		rounded := make([]float64, n)
+		for i := range raw {
+			raw[i] = rng.Float64()*1.2 - 0.2 // cosine: may be negative
+			if rng.IntN(4) == 0 {
+				raw[i] = float64(rng.IntN(1001)) / 1000 // on the grid Core rounds to
+			}
+			rounded[i] = math.Round(raw[i]*1000) / 1000
+		}
+		for _, s := range thresholds(rounded) {
+			// What the sidecar receives: Core's answer for min_score -1.
+			var hits []coreclient.Hit
+			for i, sc := range coreFilter(rounded, k, coreclient.UnfilteredMinScore) {
+				hits = append(hits, coreclient.Hit{KBID: "faq", DocID: int64(i + 1), Score: sc})
+			}
+			got := asScores(aboveThreshold(hits, coreclient.ScoreThreshold(s)))
+			if want := coreFilter(rounded, k, s); fmt.Sprint(got) != fmt.Sprint(want) && !(len(got) == 0 && len(want) == 0) {
+				t.Fatalf("scores %v, k %d, min_score %v: sidecar kept %v; Core keeps %v", rounded, k, s, got, want)
+			}
+			// Against Core's unrounded scores: equal but for hits within
+			// 0.0005 of the threshold.
+			var rawHits []coreclient.Hit
+			for i, sc := range coreFilter(raw, k, coreclient.UnfilteredMinScore) {
+				rawHits = append(rawHits, coreclient.Hit{DocID: int64(i + 1), Score: sc})
+			}
+			kept := asScores(aboveThreshold(rawHits, coreclient.ScoreThreshold(s)))
+			core := coreFilter(raw, k, s)
+			th := coreclient.ScoreThreshold(s)
+			for _, list := range [][]float64{kept, core} {
+				for _, sc := range list {
+					inKept, inCore := slices.Contains(kept, sc), slices.Contains(core, sc)
+					if inKept != inCore && math.Abs(sc-th) > 0.0005+1e-12 {
+						t.Fatalf("raw %v, k %d, min_score %v: score %v kept by sidecar %v, by Core %v, %v from the threshold",
+							raw, k, s, sc, inKept, inCore, math.Abs(sc-th))
+					}
+				}
+			}
+		}
+	}
+}
+
+// ScoreThreshold is Core's reading of a route's min_score.
+func TestScoreThresholdQuirks(t *testing.T) {
+	for _, tc := range []struct{ in, want float64 }{
+		{0, 0.35}, {math.NaN(), 0.35}, {-0.5, 0.35}, {1e-9, 1e-9}, {0.2, 0.2}, {1, 1}, {7, 1},
+	} {
+		if got := coreclient.ScoreThreshold(tc.in); got != tc.want {
+			t.Errorf("ScoreThreshold(%v) = %v; want %v", tc.in, got, tc.want)
+		}
+	}
+	if coreclient.KeepsScore(math.NaN(), 0) || coreclient.KeepsScore(math.Inf(1), 0) || !coreclient.KeepsScore(0.35, 0.35) || coreclient.KeepsScore(0.349, 0.35) {
+		t.Error("KeepsScore: want score ≥ threshold for finite scores only")
+	}
+}
+
+// A KB that holds a ready document and answers no hit at all has failed
+// (an embeddings outage looks like that): the catalog is asked about those
+// KBs only, once, and never when every KB answered something; hits below
+// the threshold cost no catalog query.
+func TestSearchSilentFailure(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	e := newEnv(t, func(o *Options) { o.Registerer = reg })
+	emptyFailures := func() float64 { return testutil.ToFloat64(e.svc.m.kbCalls.WithLabelValues(kbEmptyFailure)) }
+
+	// Healthy: no ReadyKBs question.
+	if m := e.mustOK("search", tokA, routeKey, `{"query":"x"}`); m["status"] != StatusOK {
+		t.Fatalf("status %v; want ok", m["status"])
+	}
+	if asks := e.cat.readyCalls(); len(asks) != 0 {
+		t.Fatalf("ReadyKBs asked %v with every KB answering hits; want never", asks)
+	}
+
+	// Hits below the threshold only: ok, empty, and no catalog query at all
+	// after the KB flags (threshold before any catalog work on hits).
+	e.cat.edit(func(c *fakeCatalog) { c.routes[routeKey].Knowledge.MinScore, c.docCalls = 0.95, 0 })
+	if m := e.mustOK("search", tokA, routeKey, `{"query":"x"}`); m["status"] != StatusOK || len(hintsOf(t, m)) != 0 {
+		t.Fatalf("got %v %v; want ok and no hints", m["status"], m["hints"])
+	}
+	if asks, docs := e.cat.readyCalls(), e.cat.docCalls; len(asks) != 0 || docs != 0 {
+		t.Fatalf("below-threshold answers cost %d ReadyKBs and %d Documents queries; want none", len(asks), docs)
+	}
+	e.cat.edit(func(c *fakeCatalog) { c.routes[routeKey].Knowledge.MinScore = 0.35 })
+
+	// policy answers nothing although it holds a ready document.
+	e.ret.mu.Lock()
+	delete(e.ret.hits, "policy")
+	e.ret.mu.Unlock()
+	m := e.mustOK("search", tokA, routeKey, `{"query":"x"}`)
+	if m["status"] != StatusPartial || titles(hintsOf(t, m)) != "退款规则,Shipping" {
+		t.Fatalf("got %v %q; want partial with faq's hints", m["status"], titles(hintsOf(t, m)))
+	}
+	if asks := e.cat.readyCalls(); fmt.Sprint(asks) != "[[policy]]" {
+		t.Fatalf("ReadyKBs asked %v; want once, for policy only", asks)
+	}
+	if got := emptyFailures(); got != 1 {
+		t.Fatalf("search_kb_calls_total{result=empty_failure} = %v; want 1", got)
+	}
+
+	// Both answer nothing: one question for both, unavailable.
+	e.ret.mu.Lock()
+	e.ret.hits = nil
+	e.ret.mu.Unlock()
+	m = e.mustOK("search", tokA, routeKey, `{"query":"x"}`)
+	if m["status"] != StatusUnavailable || len(hintsOf(t, m)) != 0 {
+		t.Fatalf("got %v %v; want unavailable", m["status"], m["hints"])
+	}
+	if asks := e.cat.readyCalls(); len(asks) != 2 || fmt.Sprint(asks[1]) != "[faq policy]" {
+		t.Fatalf("ReadyKBs asked %v; want a second, single question for faq and policy", asks)
+	}
+	if got := emptyFailures(); got != 3 {
+		t.Fatalf("empty_failure = %v; want 3", got)
+	}
+
+	// The catalog cannot answer the question: the search cannot tell an
+	// outage from an empty KB, so it fails like any catalog failure.
+	e.cat.edit(func(c *fakeCatalog) { c.readyDown = true })
+	if _, _, ke := e.call("search", tokA, routeKey, `{"query":"x"}`); ke == nil || ke.Status != 503 || ke.Code != CodeUnavailable {
+		t.Fatalf("got %+v; want 503 knowledge_unavailable", ke)
 	}
 }

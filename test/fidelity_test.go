@@ -156,3 +156,88 @@ func TestFidelityCoreRateLimit(t *testing.T) {
 		t.Errorf("capabilities after 429s: got %s; want enabled true", r.Body)
 	}
 }
+
+// TestFidelityEmbeddingsOutage: Core answers an embeddings outage with 200
+// and no hits (CORE_FACTS §5.2, Addendum 2). The sidecar asks Core for the
+// unfiltered top k (min_score -1), so a KB holding a ready document that
+// answers nothing at all has failed: partial when one of two KBs is down,
+// unavailable when both are — never "ok" without hints. A healthy Core with
+// nothing above the route's threshold stays ok with no hints and costs no
+// extra catalog query; KBs without a ready document that answer nothing are
+// not failures.
+func TestFidelityEmbeddingsOutage(t *testing.T) {
+	kw := newKWorld(t, fakecore.Options{SystemInfo: true})
+	reg := prometheus.NewRegistry()
+	sc := kw.start(t, kopts{FeatureOptions: FeatureOptions{Registerer: reg}})
+	kw.DB.Exec(t, `INSERT INTO bz_routes (route_key, enabled, knowledge, updated_at) VALUES ('fid-outage', 1, ?, UTC_TIMESTAMP())`,
+		`{"kb_ids":["`+testdb.KBFAQ+`","`+testdb.KBManuals+`"],"min_score":0.3}`)
+	kw.Core.SetRoute("fid-outage", fakecore.GateAllowed)
+	// fid-pending-kb: one document still embedding (Core has no chunk of
+	// it yet); fid-blank-kb: no document at all.
+	kw.DB.Exec(t, `INSERT INTO bz_kb_bases (kb_id, enabled, updated_at) VALUES ('fid-pending-kb', 1, UTC_TIMESTAMP()), ('fid-blank-kb', 1, UTC_TIMESTAMP())`)
+	kw.DB.Exec(t, `INSERT INTO bz_kb_docs (doc_id, kb_id, title, content, status, created_at, updated_at)
+		VALUES (931, 'fid-pending-kb', 'Pending', 'Refund delivery notes being embedded.', 'embedding', UTC_TIMESTAMP(), UTC_TIMESTAMP())`)
+	kw.addPrivate("Refund delivery notes being embedded.")
+	kw.Core.AddKB("fid-pending-kb")
+	kw.Core.AddKB("fid-blank-kb")
+	kw.DB.Exec(t, `INSERT INTO bz_routes (route_key, enabled, knowledge, updated_at) VALUES ('fid-quiet', 1, ?, UTC_TIMESTAMP())`,
+		`{"kb_ids":["`+testdb.KBFAQ+`","fid-pending-kb","fid-blank-kb"],"min_score":0.3}`)
+	kw.Core.SetRoute("fid-quiet", fakecore.GateAllowed)
+
+	readyQueries := func() float64 {
+		return metricValue(t, reg, "knowledge_sidecar_catalog_queries_total", map[string]string{"query": "kb_ready", "outcome": "ok"})
+	}
+	emptyFailures := func() float64 {
+		return metricValue(t, reg, "knowledge_sidecar_knowledge_search_kb_calls_total", map[string]string{"result": "empty_failure"})
+	}
+	type want struct {
+		status, titles       string
+		readyAsked, failures float64
+	}
+	check := func(what, route, query string, w want) {
+		t.Helper()
+		asked, failed := readyQueries(), emptyFailures()
+		m := kw.rec.mark()
+		r, a := kw.search(t, sc, route, kw.TokenStar, map[string]any{"query": query})
+		var titles []string
+		for _, h := range a.Hints {
+			titles = append(titles, h.Title)
+		}
+		if r.Status != 200 || a.Status != w.status || strings.Join(titles, "|") != w.titles {
+			t.Errorf("%s: got %d %q %q; want 200 %q %q (%s)", what, r.Status, a.Status, strings.Join(titles, "|"), w.status, w.titles, r.Body)
+		}
+		if got := readyQueries() - asked; got != w.readyAsked {
+			t.Errorf("%s: %v kb_ready catalog queries; want %v", what, got, w.readyAsked)
+		}
+		if got := emptyFailures() - failed; got != w.failures {
+			t.Errorf("%s: search_kb_calls_total{result=empty_failure} +%v; want +%v", what, got, w.failures)
+		}
+		for _, c := range kw.rec.since(m, "/kb/search") {
+			var b struct {
+				MinScore *float64 `json:"min_score"`
+			}
+			if json.Unmarshal(c.Body, &b) != nil || b.MinScore == nil || *b.MinScore != -1 {
+				t.Errorf("%s: /kb/search body %s; want min_score -1", what, c.Body)
+			}
+		}
+	}
+
+	check("healthy", "fid-outage", "refunds delivery", want{"ok", testdb.DocRefundTitle, 0, 0})
+	// Core answers hits (below 0.3): no hint, ok, and no question asked.
+	check("healthy, nothing above the threshold", "fid-outage", "zeppelin quasar", want{"ok", "", 0, 0})
+
+	kw.Core.SetEmbeddingsOutage(true, testdb.KBFAQ)
+	check("one of two KBs down", "fid-outage", "refunds delivery", want{"partial", "", 1, 1})
+	kw.Core.SetEmbeddingsOutage(true)
+	check("both KBs down", "fid-outage", "refunds delivery", want{"unavailable", "", 1, 2})
+	check("both KBs down, a query that would match nothing", "fid-outage", "zeppelin quasar", want{"unavailable", "", 1, 2})
+	kw.Core.SetEmbeddingsOutage(false)
+	check("outage over", "fid-outage", "refunds delivery", want{"ok", testdb.DocRefundTitle, 0, 0})
+
+	// KBs without a ready document answer nothing: not failures.
+	check("KBs without a ready document", "fid-quiet", "refunds delivery", want{"ok", testdb.DocRefundTitle, 1, 0})
+	// The pending document becomes ready but Core's index has no chunk of
+	// it: that KB now fails (a ready document always gives a hit unfiltered).
+	kw.DB.Exec(t, `UPDATE bz_kb_docs SET status = 'ready' WHERE doc_id = 931`)
+	check("a ready document Core cannot find", "fid-quiet", "refunds delivery", want{"partial", testdb.DocRefundTitle, 1, 1})
+}

@@ -326,3 +326,50 @@ func TestTurnHintsCatalogDown(t *testing.T) {
 		}
 	})
 }
+
+// TestTurnHintsMakeNoRetrievalCall: same-run hints are built from what Core
+// already retrieved for the turn (SPEC §7: "No extra retrieval call to
+// Core"): on_demand turns with hints, their replay and an inline turn make
+// no /kb/search call. During an embeddings outage Core's turn retrieval
+// finds nothing (its searchMulti swallows the failure): the turn still
+// succeeds with "hints": [], its status follows the catalog and breaker state
+// as before the outage, and the sidecar still does not search.
+func TestTurnHintsMakeNoRetrievalCall(t *testing.T) {
+	w := NewWorld(t, WorldOptions{})
+	side := w.StartSidecar(t, FeatureOptions{})
+	c := newClient(t)
+	route := testdb.RouteMulti
+	searches := w.Core.Calls("/kb/search")
+
+	ti := newTurn("no-search")
+	first := send(t, c, "POST", turnsURL(side, route), w.TokenA, ti.body(`"on_demand"`), nil)
+	if first.Status != 200 {
+		t.Fatalf("turn: got %d %s; want 200", first.Status, first.Body)
+	}
+	d := deliveryOf(t, first.Body)
+	if got := hintTitlesOf(decodeTurnHints(t, d.Hints)); got != testdb.DocRefundTitle {
+		t.Fatalf("hints: got %q; want %q (the hints path ran)", got, testdb.DocRefundTitle)
+	}
+	if replay := send(t, c, "POST", turnsURL(side, route), w.TokenA, ti.body(`"on_demand"`), nil); replay.Status != 200 {
+		t.Fatalf("replay: got %d %s; want 200", replay.Status, replay.Body)
+	}
+	if r := send(t, c, "POST", turnsURL(side, route), w.TokenA, newTurn("no-search-inline").body(`"inline"`), nil); r.Status != 200 {
+		t.Fatalf("inline: got %d %s; want 200", r.Status, r.Body)
+	}
+	if got := w.Core.Calls("/kb/search") - searches; got != 0 {
+		t.Fatalf("/kb/search calls during turns: got %d; want 0", got)
+	}
+
+	w.Core.SetEmbeddingsOutage(true)
+	r := send(t, c, "POST", turnsURL(side, route), w.TokenA, newTurn("no-search-outage").body(`"on_demand"`), nil)
+	if r.Status != 200 {
+		t.Fatalf("turn during the outage: got %d %s; want 200", r.Status, r.Body)
+	}
+	during := deliveryOf(t, r.Body)
+	if string(during.Hints) != "[]" || during.Status != d.Status || during.ScopeRevision != d.ScopeRevision {
+		t.Errorf("delivery during the outage: status %q hints %s; want %q (catalog and breaker state, as before) and []", during.Status, during.Hints, d.Status)
+	}
+	if got := w.Core.Calls("/kb/search") - searches; got != 0 {
+		t.Errorf("/kb/search calls: got %d; want 0", got)
+	}
+}

@@ -645,9 +645,11 @@ func TestKnowledgeSearchEndToEnd(t *testing.T) {
 			topK     int
 			minScore float64
 		}{
-			{testdb.RouteMulti, 3, []string{testdb.KBFAQ, testdb.KBManuals}, 12, 0.5}, // max(8, 12)
-			{testdb.RouteMulti, 1, []string{testdb.KBFAQ, testdb.KBManuals}, 8, 0.5},  // max(8, 4)
-			{testdb.RouteLegacy, 2, []string{testdb.KBFAQ}, 8, 0.35},                  // max(5, 8), default threshold
+			// min_score is always -1 (Core's filter off): the sidecar
+			// applies the route's threshold itself.
+			{testdb.RouteMulti, 3, []string{testdb.KBFAQ, testdb.KBManuals}, 12, -1}, // max(8, 12)
+			{testdb.RouteMulti, 1, []string{testdb.KBFAQ, testdb.KBManuals}, 8, -1},  // max(8, 4)
+			{testdb.RouteLegacy, 2, []string{testdb.KBFAQ}, 8, -1},                   // max(5, 8)
 		}
 		for _, tc := range cases {
 			m := kw.rec.mark()

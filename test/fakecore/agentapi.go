@@ -382,8 +382,13 @@ func (c *Core) serveTurn(w http.ResponseWriter, r *http.Request, name string, s 
 		if rt != nil {
 			items = rt.knowledge
 		}
-		for i, k := range items {
-			ref := "knowledge:" + strconv.Itoa(i+1)
+		n := 0
+		for _, k := range items {
+			if c.embeddingsDownForLocked(k.DocID) {
+				continue // Core's searchMulti skipped the failing KB
+			}
+			n++
+			ref := "knowledge:" + strconv.Itoa(n)
 			ctx.Knowledge = append(ctx.Knowledge, knowledgeItem{Ref: ref, Title: cutUTF16(k.Title, knowledgeTitleMax), Content: cutUTF16(k.Content, knowledgeContentMx)})
 			ctx.KnowledgeRefs = append(ctx.KnowledgeRefs, knowledgeRef{Ref: ref, DocID: k.DocID, Title: cutUTF16(k.Title, knowledgeTitleMax), Score: k.Score})
 		}

@@ -69,6 +69,8 @@ type Core struct {
 	runs     []coreclient.Run
 	threads  map[string]*thread // by (session, route, conversation)
 
+	embedOutage bool // every KB's embedding call fails (SetEmbeddingsOutage)
+
 	rateWindow time.Time // start of the current rate-limit minute
 	rateCount  int       // /kb/search calls in it
 

@@ -23,8 +23,10 @@
 //     2000, top_k and min_score through `Number(x ?? d) || d`, 0 → 0.35),
 //     unknown ids dropped from kb_ids, ids matched case-insensitively and
 //     echoed as sent, 400 知识库不可用：<ids> when none exists, 500
-//     internal_error with x-request-id on invalid JSON, a disabled KB silently
-//     without hits, 429 超出限速（N/分钟） past Options.RateLimitPerMin
+//     internal_error with x-request-id on invalid JSON, a negative min_score
+//     keeping the whole top k, a disabled KB and an embeddings outage
+//     ([Core.SetEmbeddingsOutage], per KB or all) silently without hits (200,
+//     the id still listed), 429 超出限速（N/分钟） past Options.RateLimitPerMin
 //     ([Core.SetRateLimit]). Documents ([Core.AddDoc], [Core.UpdateDoc],
 //     [Core.RemoveDoc]) take the stored content (after Core's ingest
 //     sanitization) and are cut with [Chunks] exactly as Core 0.3.4 cuts them

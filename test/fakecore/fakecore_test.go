@@ -210,6 +210,13 @@ func TestKBSearchQuirks(t *testing.T) {
 				t.Errorf("hits got %v; want the 0.25 hit first", hits)
 			}
 		}},
+		{name: "negative min_score keeps the whole top k", auth: bearer, path: "/kb/search", body: `{"kb_id":"faq","query":"ship refund policy now","min_score":-1}`, want: 200, check: func(t *testing.T, a answer) {
+			// doc 2 at 0.25 and doc 1 at 0: nothing is filtered out.
+			hits := a.body["hits"].([]any)
+			if len(hits) != 2 || hits[0].(map[string]any)["score"] != 0.25 || hits[1].(map[string]any)["score"] != float64(0) {
+				t.Errorf("hits got %v; want both chunks, 0.25 then 0", hits)
+			}
+		}},
 		{name: "top_k clamped", auth: bearer, path: "/kb/search", body: `{"kb_id":"faq","query":"x","min_score":-1,"top_k":0.5}`, want: 200, check: func(t *testing.T, a answer) {
 			if hits := a.body["hits"].([]any); len(hits) != 1 {
 				t.Errorf("hits got %d; want 1 (top_k 0.5 clamps to 1)", len(hits))
@@ -234,6 +241,38 @@ func TestKBSearchQuirks(t *testing.T) {
 				tt.check(t, a)
 			}
 		})
+	}
+}
+
+// An embeddings outage answers like Core's swallowed per-KB failure: 200,
+// the KB listed, no hit from it, even unfiltered; other KBs still answer.
+func TestKBSearchEmbeddingsOutage(t *testing.T) {
+	c, srv := newCore(t, fakecore.Options{})
+	c.AddDoc("faq", 1, "退款规则", "退款窗口为七天。")
+	c.AddDoc("manuals", 2, "Manual", "退款 manual")
+	search := func(ids string) string {
+		t.Helper()
+		a := do(t, srv, http.MethodPost, "/kb/search", "Bearer "+serviceToken, `{"kb_ids":`+ids+`,"query":"退款","min_score":-1}`)
+		if a.status != 200 {
+			t.Fatalf("status %d (%s); want 200", a.status, a.raw)
+		}
+		return string(a.raw)
+	}
+	c.SetEmbeddingsOutage(true, "faq")
+	if got := search(`["faq"]`); got != `{"kb_ids":["faq"],"hits":[]}` {
+		t.Errorf("faq down: got %s; want the id listed and no hits", got)
+	}
+	if got := search(`["faq","manuals"]`); !strings.Contains(got, `"kb_ids":["faq","manuals"]`) || !strings.Contains(got, `"doc_id":2`) || strings.Contains(got, `"doc_id":1`) {
+		t.Errorf("faq down: got %s; want manuals' hit only, both ids listed", got)
+	}
+	c.SetEmbeddingsOutage(true)
+	c.AddDoc("later", 3, "Later", "退款 later") // a KB created during the outage
+	if got := search(`["manuals","later"]`); got != `{"kb_ids":["manuals","later"],"hits":[]}` {
+		t.Errorf("all down: got %s; want no hits", got)
+	}
+	c.SetEmbeddingsOutage(false)
+	if got := search(`["faq","manuals","later"]`); !strings.Contains(got, `"doc_id":1`) || !strings.Contains(got, `"doc_id":2`) || !strings.Contains(got, `"doc_id":3`) {
+		t.Errorf("outage over: got %s; want every KB's hit", got)
 	}
 }
 

@@ -22,9 +22,11 @@ import (
 // snapshot of the index taken at its first search, kept until Reindex.
 type kb struct {
 	enabled bool
-	docs    map[int64]doc
-	index   []chunk
-	aliases map[string][]chunk // by spelling sent, other than the stored one
+	// embedDown: this KB's embedding call fails (SetEmbeddingsOutage).
+	embedDown bool
+	docs      map[int64]doc
+	index     []chunk
+	aliases   map[string][]chunk // by spelling sent, other than the stored one
 }
 
 type doc struct {
@@ -150,6 +152,46 @@ func (c *Core) setKBEnabled(kbID string, on bool) {
 	c.kbLocked(kbID).enabled = on
 }
 
+// SetEmbeddingsOutage simulates an embeddings outage: the provider down, or
+// a KB's embedding credential unusable. Core's per-KB search() then throws
+// inside searchMulti, which swallows it, so /kb/search answers 200 with the
+// KB still listed in kb_ids and no hit from it (CORE_FACTS §5.2, Addendum 2).
+// With kbIDs it applies to those KBs (each has its own credential); without,
+// to every KB, present and future. SetEmbeddingsOutage(false) with no ids
+// ends every outage. Turns lose the inline knowledge items of the documents
+// of failing KBs too (Core's turn retrieval is the same searchMulti).
+func (c *Core) SetEmbeddingsOutage(down bool, kbIDs ...string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(kbIDs) == 0 {
+		c.embedOutage = down
+		if !down {
+			for _, k := range c.kbs {
+				k.embedDown = false
+			}
+		}
+		return
+	}
+	for _, id := range kbIDs {
+		c.kbLocked(id).embedDown = down
+	}
+}
+
+// embeddingsDownForLocked: a turn's knowledge item of docID would not be
+// retrieved, its KB's embedding call failing (every KB's, when the outage is
+// global). Caller holds mu.
+func (c *Core) embeddingsDownForLocked(docID int64) bool {
+	if c.embedOutage {
+		return true
+	}
+	for _, k := range c.kbs {
+		if _, ok := k.docs[docID]; ok && k.embedDown {
+			return true
+		}
+	}
+	return false
+}
+
 // DeleteKB removes a KB: /kb/search then drops its id (400 知识库不可用 when
 // no requested KB is left).
 func (c *Core) DeleteKB(kbID string) {
@@ -237,6 +279,9 @@ func (c *Core) serveKBSearch(w http.ResponseWriter, r *http.Request, body []byte
 	hits := []kbHit{}
 	for _, id := range existing {
 		stored, kb := c.findKBLocked(id)
+		if c.embedOutage || kb.embedDown {
+			continue // the embedding call failed; searchMulti skips the KB
+		}
 		hits = append(hits, kb.search(id, kb.indexFor(id, stored), query, k, minScore)...)
 	}
 	sort.SliceStable(hits, func(i, j int) bool { return hits[i].Score > hits[j].Score })
@@ -265,7 +310,9 @@ func (k *kb) indexFor(spelling, stored string) []chunk {
 }
 
 // search is one KB's part of searchMulti over index: top k by score, then
-// the min_score filter. A disabled KB fails, which Core swallows: no hits.
+// the min_score filter (score ≥ min_score: a negative min_score keeps every
+// hit of the top k, whatever its score). A disabled KB fails, which Core
+// swallows: no hits.
 // Hits carry kbID as sent.
 func (k *kb) search(kbID string, index []chunk, query string, topK int, minScore float64) []kbHit {
 	if !k.enabled {
