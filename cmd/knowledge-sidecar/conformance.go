@@ -42,7 +42,7 @@ func cmdConformance(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "conformance: --rate must be more than 0 and at most 10")
 		return 2
 	}
-	client, err := hf.client(os.Getenv(tokenEnv))
+	client, err := hf.client(os.Getenv(tokenEnv), nil)
 	if err != nil {
 		fmt.Fprintln(stderr, "conformance:", err)
 		return 2
