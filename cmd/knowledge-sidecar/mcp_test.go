@@ -144,8 +144,14 @@ func structured(t *testing.T, res *mcp.CallToolResult, v any) {
 		t.Fatalf("structured content %s: %v", raw, err)
 	}
 	var a, b any
-	if json.Unmarshal([]byte(text(res)), &a) != nil || json.Unmarshal(raw, &b) != nil || !jsonEqual(a, b) {
-		t.Errorf("text content is not the structured JSON:\n text %.200s\n structured %.200s", text(res), raw)
+	first := ""
+	if len(res.Content) > 0 {
+		if tc, ok := res.Content[0].(*mcp.TextContent); ok {
+			first = tc.Text
+		}
+	}
+	if json.Unmarshal([]byte(first), &a) != nil || json.Unmarshal(raw, &b) != nil || !jsonEqual(a, b) {
+		t.Errorf("the first text content is not the structured JSON:\n text %.200s\n structured %.200s", first, raw)
 	}
 }
 
