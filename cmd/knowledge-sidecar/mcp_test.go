@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -474,7 +475,8 @@ func recordBearers(t *testing.T, base string) (string, *bearerLog) {
 	}
 	l := &bearerLog{}
 	rp := &httputil.ReverseProxy{
-		Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target) },
+		Rewrite:  func(r *httputil.ProxyRequest) { r.SetURL(target) },
+		ErrorLog: log.New(io.Discard, "", 0),
 		ModifyResponse: func(res *http.Response) error {
 			if strings.Contains(res.Request.URL.Path, "/knowledge/") {
 				l.mu.Lock()
