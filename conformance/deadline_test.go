@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/hostclient"
+	"github.com/bailinghub/knowledge-sidecar/hostclient/hostclienttest"
 )
 
 // stallFirst serves h, except that the first request whose path ends with
@@ -150,14 +151,8 @@ func TestNothingAnswered(t *testing.T) {
 		}
 	})
 	t.Run("refused", func(t *testing.T) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		_ = ln.Close()
-		c, _ := hostclient.New("http://"+addr, "demo", "bha_x", nil)
-		_, err = Run(context.Background(), Options{Client: c, Timeout: time.Second})
+		c, _ := hostclient.New(hostclienttest.RefusedURL(t), "demo", "bha_x", nil)
+		_, err := Run(context.Background(), Options{Client: c, Timeout: time.Second})
 		if !errors.Is(err, ErrConnection) || !strings.Contains(err.Error(), "connection refused") {
 			t.Errorf("got %v; want ErrConnection naming \"connection refused\"", err)
 		}

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/bailinghub/knowledge-sidecar/hostclient/hostclienttest"
 )
 
 // replaceFile writes content to a new file beside path and renames it over
@@ -332,12 +334,7 @@ func TestTransportReasons(t *testing.T) {
 		t.Cleanup(srv.Close)
 		return srv.URL
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := "http://" + ln.Addr().String()
-	_ = ln.Close()
+	closed := hostclienttest.RefusedURL(t)
 	cases := []struct{ name, url, reason string }{
 		{"refused", closed, "connection refused"},
 		{"reset", hijack(true), "connection reset"},

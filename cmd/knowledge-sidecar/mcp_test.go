@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"io"
 	"log"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -22,6 +21,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/hostclient/hostclienttest"
 	"github.com/bailinghub/knowledge-sidecar/mcpserver"
 )
 
@@ -357,15 +357,10 @@ func startSamples(t *testing.T, now func() time.Time) *runningDemo {
 	return startDemoClock(t, docs, false, now)
 }
 
-// closedURL is the address of a port nothing listens on any more.
+// closedURL is the address of a port that refuses connections.
 func closedURL(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = ln.Close()
-	return "http://" + ln.Addr().String()
+	return hostclienttest.RefusedURL(t)
 }
 
 // TestMCPStartup: unsupported answers stop the server with exit 1; other
