@@ -127,7 +127,10 @@ func (r *runner) auth(ctx context.Context) error {
 	for _, c := range cases {
 		res, err := r.send(ctx, hostclient.Request{Method: c.method, URL: r.c.URL(r.c.Route(), c.endpoint), Token: c.token, Body: c.body}, c.endpoint, true)
 		if err != nil {
-			return err
+			if err := r.lost(err, name, rule); err != nil {
+				return err
+			}
+			continue
 		}
 		if d := wantError(res, http.StatusUnauthorized, "unauthorized"); d != "" {
 			r.note(name, rule, c.endpoint+": "+d)
@@ -146,7 +149,10 @@ func (r *runner) routes(ctx context.Context) error {
 	for _, bad := range []string{"Not_A-Valid-Route", "x"} {
 		res, err := r.send(ctx, hostclient.Request{Method: http.MethodGet, URL: r.c.URL(bad, hostclient.Capabilities), Token: r.c.Token()}, "capabilities", false)
 		if err != nil {
-			return err
+			if err := r.lost(err, name, rule); err != nil {
+				return err
+			}
+			continue
 		}
 		d := wantError(res, http.StatusNotFound, "route_unavailable")
 		if d != "" && wantError(res, http.StatusNotFound, "not_found") != "" {
@@ -175,7 +181,10 @@ func (r *runner) methods(ctx context.Context) error {
 		}
 		res, err := r.send(ctx, hostclient.Request{Method: c.method, URL: r.c.URL(r.c.Route(), c.endpoint), Token: r.c.Token(), Body: body}, c.endpoint, false)
 		if err != nil {
-			return err
+			if err := r.lost(err, name, rule); err != nil {
+				return err
+			}
+			continue
 		}
 		if res.Status/100 == 2 {
 			r.note(name, rule, fmt.Sprintf("%s %s succeeded with %d", c.method, c.endpoint, res.Status))

@@ -68,7 +68,7 @@ func (r *runner) readBody(ref, cursor string, maxBytes int) map[string]any {
 func (r *runner) page(ctx context.Context, ref, cursor string, maxBytes int) (*readResp, error) {
 	res, err := r.postJSON(ctx, hostclient.Read, r.readBody(ref, cursor, maxBytes))
 	if err != nil {
-		return nil, err
+		return nil, r.lost(err, "read.ok", ruleReadOK)
 	}
 	if res.Status != http.StatusOK {
 		r.note("read.ok", ruleReadOK, "got "+codeOf(res))
@@ -233,7 +233,7 @@ func (r *runner) reads(ctx context.Context) error {
 func (r *runner) expectRead(ctx context.Context, name, rule string, body map[string]any, status int, code string) error {
 	res, err := r.postJSON(ctx, hostclient.Read, body)
 	if err != nil {
-		return err
+		return r.lost(err, name, rule)
 	}
 	r.note(name, rule, wantError(res, status, code))
 	return nil

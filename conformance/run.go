@@ -18,7 +18,9 @@ const Protocol = "bailing.agent-knowledge.v1"
 
 // Errors that stop a run before any check is meaningful.
 var (
-	// ErrConnection means nothing (or nothing HTTP) answered.
+	// ErrConnection means no request of the run was answered (nothing, or
+	// nothing HTTP, listens at the URL, or it holds every request past the
+	// check deadline).
 	ErrConnection = errors.New("connection error")
 	// ErrRejected means the implementation refused the token (401 on
 	// capabilities): every check would only see 401.
@@ -44,11 +46,19 @@ type Options struct {
 	Advance func(time.Duration)
 	// MaxWait caps one wait after a 429 (default 30 s).
 	MaxWait time.Duration
+	// Timeout is the deadline of each request (default 10 s). A request
+	// without an answer by then — or one that fails in transport — fails
+	// its check with the reason, and the run goes on.
+	Timeout time.Duration
 }
 
+// DefaultTimeout is the deadline of each request when Options.Timeout is 0.
+const DefaultTimeout = 10 * time.Second
+
 // Run performs every check in order and returns the report. The error is
-// non-nil only when the implementation cannot be reached (ErrConnection),
-// refuses the token (ErrRejected) or ctx ends; checks that fail are in the
+// non-nil only when no request at all was answered (ErrConnection), the
+// implementation refuses the token (ErrRejected) or ctx ends; checks that
+// fail — including those whose request got no answer in time — are in the
 // report.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.Client == nil {
@@ -63,12 +73,20 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.MaxWait <= 0 {
 		o.MaxWait = 30 * time.Second
 	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
 	r := &runner{
 		o: o, c: o.Client, interval: time.Duration(float64(time.Second) / o.Rate),
 		rep:  &Report{Protocol: Protocol, Route: o.Client.Route()},
 		accs: map[string]*acc{},
 	}
-	if err := r.all(ctx); err != nil {
+	err := r.all(ctx)
+	var na *noAnswer
+	switch {
+	case r.answered == 0 && errors.As(err, &na):
+		return nil, fmt.Errorf("%w: %s", ErrConnection, na)
+	case err != nil:
 		return nil, err
 	}
 	return r.rep, nil
@@ -80,6 +98,7 @@ type runner struct {
 	rep      *Report
 	interval time.Duration
 	last     time.Time
+	answered int // requests that got an HTTP answer
 
 	accs     map[string]*acc
 	order    []string
@@ -112,7 +131,7 @@ func (r *runner) all(ctx context.Context) error {
 	ok, err := r.capabilities(ctx)
 	if err != nil || !ok {
 		r.flush()
-		return err
+		return err // no answer to capabilities: nothing was answered
 	}
 	steps := []func(context.Context) error{
 		r.auth, r.routes, r.discover, r.searchLimits, r.searchValidation, r.runChecks,
@@ -215,20 +234,64 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// noAnswer is a request that got no HTTP answer: too slow, or a transport
+// failure. It fails the request's check (see lost), not the run.
+type noAnswer struct {
+	request, reason string // "POST read", "no answer within 10 s"
+}
+
+func (e *noAnswer) Error() string { return e.request + ": " + e.reason }
+
+// lost handles a send error of a check: a request without an answer is a
+// violation of that check (nil: go on); anything else (ctx ended) stops the run.
+func (r *runner) lost(err error, name, rule string) error {
+	var na *noAnswer
+	if errors.As(err, &na) {
+		r.note(name, rule, na.Error())
+		return nil
+	}
+	return err
+}
+
+// seconds words a deadline: "10 s", "200 ms", "1.5 s".
+func seconds(d time.Duration) string {
+	switch {
+	case d%time.Second == 0:
+		return strconv.FormatInt(int64(d/time.Second), 10) + " s"
+	case d < time.Second && d%time.Millisecond == 0:
+		return strconv.FormatInt(int64(d/time.Millisecond), 10) + " ms"
+	default:
+		return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + " s"
+	}
+}
+
 // send paces, sends, waits out a 429's Retry-After (up to three times) and
-// records answers of the knowledge endpoints for the common checks.
+// records answers of the knowledge endpoints for the common checks. Each
+// attempt has its own deadline (Options.Timeout); one without an answer is
+// a *noAnswer error.
 func (r *runner) send(ctx context.Context, req hostclient.Request, what string, record bool) (*hostclient.Response, error) {
 	for attempt := 0; ; attempt++ {
 		if err := r.pace(ctx); err != nil {
 			return nil, err
 		}
-		res, err := r.c.Do(ctx, req)
+		rctx, cancel := context.WithTimeout(ctx, r.o.Timeout)
+		res, err := r.c.Do(rctx, req)
+		timedOut := errors.Is(rctx.Err(), context.DeadlineExceeded)
+		cancel()
 		if err != nil {
-			if ctx.Err() != nil {
+			var te *hostclient.TransportError
+			switch {
+			case ctx.Err() != nil:
 				return nil, ctx.Err()
+			case timedOut:
+				return nil, &noAnswer{req.Method + " " + what, "no answer within " + seconds(r.o.Timeout)}
+			case errors.As(err, &te):
+				return nil, &noAnswer{req.Method + " " + what, te.Reason}
+			default:
+				return nil, &noAnswer{req.Method + " " + what, err.Error()}
 			}
-			return nil, fmt.Errorf("%w: %v", ErrConnection, err)
 		}
+		r.answered++
 		if res.Status == http.StatusTooManyRequests && attempt < 3 {
 			r.saw429 = append(r.saw429, res.Header)
 			if record {

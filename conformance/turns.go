@@ -37,7 +37,10 @@ func (r *runner) turns(ctx context.Context) error {
 	for _, bad := range []any{"full", "off", 1} {
 		res, err := send(turn(bad, randomUUID()))
 		if err != nil {
-			return err
+			if err := r.lost(err, nTurnMode, rTurnMode); err != nil {
+				return err
+			}
+			continue
 		}
 		r.note(nTurnMode, rTurnMode, wantError(res, 400, "invalid_request"))
 	}
@@ -45,7 +48,8 @@ func (r *runner) turns(ctx context.Context) error {
 	id := randomUUID()
 	res, err := send(turn("on_demand", id))
 	if err != nil {
-		return err
+		r.skip(nTurnConflict, rTurnConflict, "the on_demand turn got no answer")
+		return r.lost(err, nTurnDemand, rTurnDemand)
 	}
 	r.note(nTurnDemand, rTurnDemand, checkDelivery(res))
 	if res.Status/100 != 2 {
@@ -54,7 +58,7 @@ func (r *runner) turns(ctx context.Context) error {
 	}
 	res, err = send(turn("inline", id))
 	if err != nil {
-		return err
+		return r.lost(err, nTurnConflict, rTurnConflict)
 	}
 	r.note(nTurnConflict, rTurnConflict, wantError(res, 409, "turn_conflict"))
 	return nil

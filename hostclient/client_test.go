@@ -3,11 +3,12 @@ package hostclient
 import (
 	"context"
 	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/bailinghub/knowledge-sidecar/hostclient/hostclienttest"
 )
 
 func TestReadTokenFile(t *testing.T) {
@@ -54,13 +55,7 @@ func TestNewAndURL(t *testing.T) {
 
 // TestUnreachable: transport failures wrap ErrUnreachable and never show the token.
 func TestUnreachable(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	c, err := New("http://"+addr, "demo", "bha_secret-token", nil)
+	c, err := New(hostclienttest.RefusedURL(t), "demo", "bha_secret-token", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -116,7 +116,7 @@ func TestResult(t *testing.T) {
 			if h == nil {
 				h = http.Header{}
 			}
-			res := result(&hostclient.Response{Status: tc.status, Header: h, Body: []byte(tc.body)})
+			res := result(&hostclient.Response{Status: tc.status, Header: h, Body: []byte(tc.body)}, hostclient.Read)
 			var txt string
 			for _, c := range res.Content {
 				txt += c.(*mcp.TextContent).Text

@@ -87,7 +87,7 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 		h.log.Warn("knowledge call failed", "endpoint", h.endpoint, "err", err)
 		return toolError(CodeUnavailable, "the knowledge service could not be reached", ""), nil
 	}
-	return result(res), nil
+	return result(res, h.endpoint), nil
 }
 
 // Error codes the server itself reports.
@@ -96,17 +96,24 @@ const (
 	CodeUnavailable    = "knowledge_unavailable"
 )
 
-// result turns an HTTP answer into a tool result.
-func result(res *hostclient.Response) *mcp.CallToolResult {
+// result turns an HTTP answer of endpoint into a tool result. A search
+// answer carries, after its JSON, the sentence of Guidance for its status.
+func result(res *hostclient.Response, endpoint string) *mcp.CallToolResult {
 	if res.Status == http.StatusOK {
 		var obj map[string]json.RawMessage
 		if len(res.Body) > hostclient.MaxBody || json.Unmarshal(res.Body, &obj) != nil || obj["schema_version"] == nil {
 			return toolError(CodeUnavailable, "the knowledge service answered with something that is not the protocol's JSON", "")
 		}
-		return &mcp.CallToolResult{
+		out := &mcp.CallToolResult{
 			Content:           []mcp.Content{&mcp.TextContent{Text: string(res.Body)}},
 			StructuredContent: json.RawMessage(res.Body),
 		}
+		if endpoint == hostclient.Search {
+			if g := SearchGuidance(res.Body); g != "" {
+				out.Content = append(out.Content, &mcp.TextContent{Text: g})
+			}
+		}
+		return out
 	}
 	e, ok := res.ErrorCode()
 	if !ok {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"regexp"
@@ -17,7 +18,8 @@ import (
 var uuidPattern = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 
 // cmdConformance checks an implementation of the protocol from outside.
-// Exit 0 all checks pass (or skip), 1 any fails, 2 usage or connection error.
+// Exit 0 all checks pass (or skip), 1 any fails (a request without an answer
+// fails its check), 2 usage error, a rejected token, or no request answered.
 func cmdConformance(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("conformance", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -27,6 +29,7 @@ func cmdConformance(args []string, stdout, stderr io.Writer) int {
 	query := fs.String("query", "", "a search known to return a hint (default: try common English and Chinese words)")
 	turns := fs.Bool("turns", false, "also check turn interception (creates real turns on the workspace)")
 	rate := fs.Float64("rate", 8, "requests per second, at most 10 (the protocol's default per-session limit)")
+	timeout := fs.Duration("timeout", conformance.DefaultTimeout, "deadline of each request: one without an answer by then fails its check and the run goes on")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -42,14 +45,19 @@ func cmdConformance(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "conformance: --rate must be more than 0 and at most 10")
 		return 2
 	}
-	client, err := hf.client(os.Getenv(tokenEnv))
+	if *timeout <= 0 {
+		fmt.Fprintln(stderr, "conformance: --timeout must be more than 0, like 10s")
+		return 2
+	}
+	// No client-wide timeout: each request has the --timeout deadline.
+	client, err := hf.client(os.Getenv(tokenEnv), &http.Client{})
 	if err != nil {
 		fmt.Fprintln(stderr, "conformance:", err)
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	rep, err := conformance.Run(ctx, conformance.Options{Client: client, RunID: *runID, Query: *query, Turns: *turns, Rate: *rate})
+	rep, err := conformance.Run(ctx, conformance.Options{Client: client, RunID: *runID, Query: *query, Turns: *turns, Rate: *rate, Timeout: *timeout})
 	if err != nil {
 		switch {
 		case errors.Is(err, conformance.ErrConnection):

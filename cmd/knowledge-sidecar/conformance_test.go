@@ -4,7 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -64,6 +71,8 @@ func TestConformanceCLI(t *testing.T) {
 		{"missing token", []string{"--url", closed, "--route", "demo"}, "", 2, "set BAILING_AGENT_TOKEN"},
 		{"bad run id", []string{"--url", closed, "--route", "demo", "--run-id", "run-1"}, "bha_x", 2, "--run-id must be a UUID"},
 		{"rate over the limit", []string{"--url", closed, "--route", "demo", "--rate", "50"}, "bha_x", 2, "--rate must be"},
+		{"zero timeout", []string{"--url", closed, "--route", "demo", "--timeout", "0s"}, "bha_x", 2, "--timeout must be more than 0"},
+		{"closed port names the reason", []string{"--url", closed, "--route", "demo"}, "bha_x", 2, "GET capabilities: connection refused"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -108,4 +117,59 @@ func TestConformanceCLI(t *testing.T) {
 			t.Errorf("a rejected token: exit %d, stderr %q; want 2 saying the token was rejected", code, stderr.String())
 		}
 	})
+}
+
+// TestConformanceHeldRequest: the demo behind a relay that holds the first
+// read of a document until the test ends. With --timeout 3s (short enough
+// for a test, long enough for the demo on a loaded machine) that one check
+// fails with the reason, every other check runs and passes, and the exit
+// code is 1, not 2.
+func TestConformanceHeldRequest(t *testing.T) {
+	d := startSamples(t, nil)
+	target, err := url.Parse(d.base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target) }, ErrorLog: log.New(io.Discard, "", 0)}
+	var once sync.Once
+	release := make(chan struct{})
+	relay := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		held := false
+		if strings.HasSuffix(r.URL.Path, "/knowledge/read") && r.Header.Get("Authorization") == "Bearer "+d.token {
+			once.Do(func() { held = true })
+		}
+		if held {
+			<-release // far past any deadline: until the test ends
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(relay.Close)
+	t.Cleanup(func() { close(release) }) // before relay.Close, which waits for the held handler
+
+	t.Setenv(tokenEnv, d.token)
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"conformance", "--url", relay.URL, "--route", demoRoute, "--format", "json", "--timeout", "3s", "--query", "refund window"}, &stdout, &stderr)
+	var rep conformance.Report
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("exit %d, stdout is not a JSON report: %v (stderr %s)", code, err, stderr.String())
+	}
+	if code != 1 {
+		t.Errorf("exit %d; want 1 (a failed check, not \"nothing answered\")", code)
+	}
+	mayskip := map[string]bool{"method.not_allowed": true, "rate.retry_after": true, "read.expired_ref": true, "read.expired_cursor": true,
+		"turns.invalid_mode": true, "turns.on_demand": true, "turns.conflict": true}
+	for _, c := range rep.Checks {
+		switch {
+		case c.Name == "read.ok":
+			if c.Status != conformance.Fail || c.Detail != "POST read: no answer within 3 s" {
+				t.Errorf("read.ok %s %q; want fail with \"POST read: no answer within 3 s\" alone", c.Status, c.Detail)
+			}
+		case c.Status == conformance.Fail, c.Status == conformance.Skip && !mayskip[c.Name]:
+			t.Errorf("%s %s (%s); want pass: only the held request's check fails", c.Name, c.Status, c.Detail)
+		}
+	}
+	if rep.Summary.Pass < 20 {
+		t.Errorf("%d checks passed; want the run to go on after the held request (at least 20)", rep.Summary.Pass)
+	}
 }

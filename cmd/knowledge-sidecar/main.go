@@ -32,7 +32,8 @@ const usage = `usage:
   knowledge-sidecar keygen [--id ID]              print a new KNOWLEDGE_SIDECAR_SIGNING_KEYS entry
   knowledge-sidecar version                       print version, revision, build time and Go version
 The config file may also be named by KNOWLEDGE_SIDECAR_CONFIG.
-Host side (token from BAILING_AGENT_TOKEN): knowledge-sidecar mcp --help, knowledge-sidecar conformance --help
+Host side (token from BAILING_AGENT_TOKEN; mcp also --token-file or --token-command, renewed while it runs):
+  knowledge-sidecar mcp --help, knowledge-sidecar conformance --help
 `
 
 func run(args []string, stdout, stderr io.Writer) int {

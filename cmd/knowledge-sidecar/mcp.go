@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -33,18 +34,46 @@ func addHostFlags(fs *flag.FlagSet) hostFlags {
 	}
 }
 
-// client checks the shared flags and builds the protocol client; problems are usage errors.
-func (f hostFlags) client(token string) (*hostclient.Client, error) {
+// check reports a missing --url or --route; problems are usage errors.
+func (f hostFlags) check() error {
 	if *f.url == "" {
-		return nil, errors.New("--url is required")
+		return errors.New("--url is required")
 	}
 	if *f.route == "" {
-		return nil, errors.New("--route is required")
+		return errors.New("--route is required")
+	}
+	return nil
+}
+
+// client checks the shared flags and builds the protocol client with a
+// token that never changes; problems are usage errors.
+func (f hostFlags) client(token string, hc *http.Client) (*hostclient.Client, error) {
+	if err := f.check(); err != nil {
+		return nil, err
 	}
 	if token == "" {
 		return nil, fmt.Errorf("no Agent access token: set %s", tokenEnv)
 	}
-	return hostclient.New(*f.url, *f.route, token, nil)
+	return hostclient.New(*f.url, *f.route, token, hc)
+}
+
+// tokenSource is where the MCP server takes its token from: --token-file
+// (re-read when it changes and after a 401), --token-command (run at start
+// and after a 401) or the environment (fixed).
+func tokenSource(ctx context.Context, file, command string, stderr io.Writer, log *slog.Logger) (hostclient.TokenSource, error) {
+	switch {
+	case file != "" && command != "":
+		return nil, errors.New("give --token-file or --token-command, not both")
+	case file != "":
+		return hostclient.NewFileToken(file, log)
+	case command != "":
+		return hostclient.NewCommandToken(ctx, command, stderr, log)
+	}
+	t := os.Getenv(tokenEnv)
+	if t == "" {
+		return nil, fmt.Errorf("no Agent access token: set %s, --token-file or --token-command", tokenEnv)
+	}
+	return hostclient.StaticToken(t), nil
 }
 
 // cmdMCP serves the two knowledge tools over stdio until stdin closes.
@@ -53,21 +82,12 @@ func cmdMCP(args []string, stdin io.ReadCloser, stdout io.Writer, stderr io.Writ
 	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	hf := addHostFlags(fs)
-	tokenFile := fs.String("token-file", "", "file holding the Agent access token (default: $"+tokenEnv+")")
+	tokenFile := fs.String("token-file", "", "file holding the Agent access token, read again when it changes and after a 401 (default: $"+tokenEnv+")")
+	tokenCommand := fs.String("token-command", "", "shell command (sh -c) that prints the Agent access token; run at start and again after a 401")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	token := os.Getenv(tokenEnv)
-	if *tokenFile != "" {
-		t, err := hostclient.ReadTokenFile(*tokenFile)
-		if err != nil {
-			fmt.Fprintln(stderr, "mcp:", err)
-			return 2
-		}
-		token = t
-	}
-	client, err := hf.client(token)
-	if err != nil {
+	if err := hf.check(); err != nil {
 		fmt.Fprintln(stderr, "mcp:", err)
 		return 2
 	}
@@ -75,6 +95,16 @@ func cmdMCP(args []string, stdin io.ReadCloser, stdout io.Writer, stderr io.Writ
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	src, err := tokenSource(ctx, *tokenFile, *tokenCommand, stderr, log)
+	if err != nil {
+		fmt.Fprintln(stderr, "mcp:", err)
+		return 2
+	}
+	client, err := hostclient.NewWithTokenSource(*hf.url, *hf.route, src, nil)
+	if err != nil {
+		fmt.Fprintln(stderr, "mcp:", err)
+		return 2
+	}
 	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	support, detail := mcpserver.Probe(pctx, client)
 	cancel()

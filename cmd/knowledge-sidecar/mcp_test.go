@@ -6,9 +6,11 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
+	"log"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +20,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/hostclient/hostclienttest"
 	"github.com/bailinghub/knowledge-sidecar/mcpserver"
 )
 
@@ -141,8 +145,14 @@ func structured(t *testing.T, res *mcp.CallToolResult, v any) {
 		t.Fatalf("structured content %s: %v", raw, err)
 	}
 	var a, b any
-	if json.Unmarshal([]byte(text(res)), &a) != nil || json.Unmarshal(raw, &b) != nil || !jsonEqual(a, b) {
-		t.Errorf("text content is not the structured JSON:\n text %.200s\n structured %.200s", text(res), raw)
+	first := ""
+	if len(res.Content) > 0 {
+		if tc, ok := res.Content[0].(*mcp.TextContent); ok {
+			first = tc.Text
+		}
+	}
+	if json.Unmarshal([]byte(first), &a) != nil || json.Unmarshal(raw, &b) != nil || !jsonEqual(a, b) {
+		t.Errorf("the first text content is not the structured JSON:\n text %.200s\n structured %.200s", first, raw)
 	}
 }
 
@@ -312,7 +322,8 @@ func TestMCPAgainstDemo(t *testing.T) {
 func TestMCPWrongToken(t *testing.T) {
 	d := startSamples(t, nil)
 	t.Setenv(tokenEnv, randomToken("bha_"))
-	p := startMCP(t, "--url", d.base, "--route", demoRoute)
+	base, seen := recordBearers(t, d.base)
+	p := startMCP(t, "--url", base, "--route", demoRoute)
 	if s := p.stderr.String(); !strings.Contains(s, "warning") || !strings.Contains(s, "401") {
 		t.Errorf("stderr %q; want a warning naming 401", s)
 	}
@@ -321,9 +332,13 @@ func TestMCPWrongToken(t *testing.T) {
 		if tool == "knowledge_read" {
 			args = map[string]any{"ref": "anything"}
 		}
+		i := seen.len()
 		res := p.call(t, tool, args)
 		if got := text(res); !res.IsError || !strings.HasPrefix(got, "unauthorized: ") || !strings.Contains(got, "give up") {
 			t.Errorf("%s: got isError %v %q; want isError starting \"unauthorized: \" telling the model to give up", tool, res.IsError, got)
+		}
+		if n := len(seen.since(i)); n != 1 {
+			t.Errorf("%s: %d requests; want 1 (the environment's token cannot change: no retry)", tool, n)
 		}
 	}
 	if code := p.stop(t); code != 0 {
@@ -342,15 +357,10 @@ func startSamples(t *testing.T, now func() time.Time) *runningDemo {
 	return startDemoClock(t, docs, false, now)
 }
 
-// closedURL is the address of a port nothing listens on any more.
+// closedURL is the address of a port that refuses connections.
 func closedURL(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = ln.Close()
-	return "http://" + ln.Addr().String()
+	return hostclienttest.RefusedURL(t)
 }
 
 // TestMCPStartup: unsupported answers stop the server with exit 1; other
@@ -385,6 +395,11 @@ func TestMCPStartup(t *testing.T) {
 		{"bad url", []string{"--url", "127.0.0.1:8080", "--route", "demo"}, "bha_x", 2, "--url must be"},
 		{"no token", []string{"--url", closed, "--route", "demo"}, "", 2, "BAILING_AGENT_TOKEN"},
 		{"empty token file", []string{"--url", closed, "--route", "demo", "--token-file", writeTokenFile(t, "\n")}, "bha_x", 2, "token file is empty"},
+		{"missing token file", []string{"--url", closed, "--route", "demo", "--token-file", filepath.Join(t.TempDir(), "none")}, "bha_x", 2, "token file"},
+		{"both token flags", []string{"--url", closed, "--route", "demo", "--token-file", writeTokenFile(t, "bha_x"), "--token-command", "echo bha_x"}, "", 2, "not both"},
+		{"failing token command", []string{"--url", closed, "--route", "demo", "--token-command", "echo bha_printed; exit 4"}, "bha_x", 2, "token command failed: exit status 4"},
+		{"token command prints nothing", []string{"--url", closed, "--route", "demo", "--token-command", "true"}, "bha_x", 2, "printed no token"},
+		{"token command serves", []string{"--url", closed, "--route", "demo", "--token-command", "echo bha_from-command"}, "", 0, "warning: the knowledge service could not be reached"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -432,5 +447,234 @@ func TestMCPAnswersBeforeExit(t *testing.T) {
 	}
 	if code != 0 || !answered {
 		t.Errorf("exit %d, stdout %s; want 0 and call 2 answered with isError knowledge_unavailable", code, stdout.String())
+	}
+}
+
+// bearerLog is a reverse proxy in front of the demo that records the bearer
+// and the status of every knowledge request.
+type bearerLog struct {
+	mu   sync.Mutex
+	seen []bearerSeen
+}
+
+type bearerSeen struct {
+	token  string
+	status int
+}
+
+func recordBearers(t *testing.T, base string) (string, *bearerLog) {
+	t.Helper()
+	target, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &bearerLog{}
+	rp := &httputil.ReverseProxy{
+		Rewrite:  func(r *httputil.ProxyRequest) { r.SetURL(target) },
+		ErrorLog: log.New(io.Discard, "", 0),
+		ModifyResponse: func(res *http.Response) error {
+			if strings.Contains(res.Request.URL.Path, "/knowledge/") {
+				l.mu.Lock()
+				l.seen = append(l.seen, bearerSeen{strings.TrimPrefix(res.Request.Header.Get("Authorization"), "Bearer "), res.StatusCode})
+				l.mu.Unlock()
+			}
+			return nil
+		},
+	}
+	srv := httptest.NewServer(rp)
+	t.Cleanup(srv.Close)
+	return srv.URL, l
+}
+
+// since returns what was seen from index i on.
+func (l *bearerLog) since(i int) []bearerSeen {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]bearerSeen(nil), l.seen[i:]...)
+}
+
+func (l *bearerLog) len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.seen)
+}
+
+// rotate makes the demo's Core accept next for the demo session and reject
+// old, as Core does when an access token is refreshed.
+func rotate(d *runningDemo, old, next string) {
+	d.world.core.AddSession(next, coreclient.Session{
+		SessionID:     "6f1c2f7e-5a53-4d52-9a0e-3f3b5f0c9d11",
+		ClientAppID:   demoClient,
+		Principal:     coreclient.Principal{ID: "demo-user", Tenant: "demo-tenant", Roles: []string{"agent"}},
+		OnBehalfOf:    "demo-tenant:demo-user",
+		AllowedRoutes: []string{demoRoute},
+	})
+	d.world.core.RevokeSession(old)
+}
+
+// replaceTokenFile writes a new file beside path and renames it over path, as
+// a Kubernetes secret update does.
+func replaceTokenFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path+".tmp", []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func searchOK(t *testing.T, p *mcpProc) {
+	t.Helper()
+	var out struct {
+		Status string `json:"status"`
+	}
+	structured(t, p.call(t, "knowledge_search", map[string]any{"query": "refund"}), &out)
+	if out.Status != "ok" {
+		t.Errorf("status %q; want ok", out.Status)
+	}
+}
+
+// TestMCPTokenFileRotation: the token file is replaced mid-session (write
+// and rename, as a Kubernetes secret update) and Core stops accepting the old
+// token: the next call already sends the new one. A rewrite os.Stat cannot
+// see is picked up after the 401, with one retry.
+func TestMCPTokenFileRotation(t *testing.T) {
+	d := startSamples(t, nil)
+	base, seen := recordBearers(t, d.base)
+	path := writeTokenFile(t, d.token+"\n")
+	p := startMCP(t, "--url", base, "--route", demoRoute, "--token-file", path)
+	searchOK(t, p)
+
+	second := randomToken("bha_")
+	rotate(d, d.token, second)
+	replaceTokenFile(t, path, second+"\n")
+	i := seen.len()
+	searchOK(t, p)
+	if got := seen.since(i); len(got) != 1 || got[0].token != second || got[0].status != 200 {
+		t.Errorf("after the file was replaced: %+v; want one request with the new token, answered 200", got)
+	}
+
+	// The same length, the same inode, the modification time put back.
+	third := randomToken("bha_")
+	before, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rotate(d, second, third)
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = f.WriteAt([]byte(third+"\n"), 0)
+	_ = f.Close()
+	if err := os.Chtimes(path, before.ModTime(), before.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	i = seen.len()
+	searchOK(t, p)
+	if got := seen.since(i); len(got) != 2 || got[0] != (bearerSeen{second, 401}) || got[1] != (bearerSeen{third, 200}) {
+		t.Errorf("after an in-place rewrite: %d requests %v; want the old token's 401, then the new one's 200", len(got), got)
+	}
+
+	if code := p.stop(t); code != 0 {
+		t.Errorf("exit code %d; want 0", code)
+	}
+	for _, tok := range []string{d.token, second, third} {
+		if strings.Contains(p.stderr.String(), tok) || strings.Contains(p.stdout.String(), tok) {
+			t.Error("stderr or stdout shows a token")
+		}
+	}
+}
+
+// tokenCommand is a --token-command that prints the content of a file and
+// counts its runs.
+type tokenCommand struct{ dir string }
+
+func newTokenCommand(t *testing.T, token string) *tokenCommand {
+	t.Helper()
+	c := &tokenCommand{dir: t.TempDir()}
+	c.set(t, token)
+	return c
+}
+
+func (c *tokenCommand) command() string {
+	return "echo run >> '" + filepath.Join(c.dir, "runs") + "'; cat '" + filepath.Join(c.dir, "current") + "'"
+}
+
+func (c *tokenCommand) set(t *testing.T, token string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(c.dir, "current"), []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (c *tokenCommand) runs() int {
+	raw, _ := os.ReadFile(filepath.Join(c.dir, "runs"))
+	return strings.Count(string(raw), "run\n")
+}
+
+// TestMCPTokenCommand: the command runs at start; after Core rejects its
+// token it runs once more and the call is retried once with the new token.
+func TestMCPTokenCommand(t *testing.T) {
+	d := startSamples(t, nil)
+	base, seen := recordBearers(t, d.base)
+	cmd := newTokenCommand(t, d.token)
+	p := startMCP(t, "--url", base, "--route", demoRoute, "--token-command", cmd.command())
+	searchOK(t, p)
+	if n := cmd.runs(); n != 1 {
+		t.Errorf("the command ran %d times for start-up and a call; want 1 (only at start)", n)
+	}
+
+	second := randomToken("bha_")
+	rotate(d, d.token, second)
+	cmd.set(t, second)
+	i := seen.len()
+	searchOK(t, p)
+	if got := seen.since(i); len(got) != 2 || got[0] != (bearerSeen{d.token, 401}) || got[1] != (bearerSeen{second, 200}) {
+		t.Errorf("after the token was rotated: %v; want the old token's 401, then one retry with the new one answered 200", got)
+	}
+	if n := cmd.runs(); n != 2 {
+		t.Errorf("the command ran %d times; want 2 (start and one refresh)", n)
+	}
+	i = seen.len()
+	searchOK(t, p)
+	if got := seen.since(i); len(got) != 1 || cmd.runs() != 2 {
+		t.Errorf("the next call: %v after %d runs; want one request, no new run", got, cmd.runs())
+	}
+	if code := p.stop(t); code != 0 {
+		t.Errorf("exit code %d; want 0", code)
+	}
+	if strings.Contains(p.stderr.String(), d.token) || strings.Contains(p.stderr.String(), second) {
+		t.Error("stderr shows a token")
+	}
+}
+
+// TestMCPTokenStillBad: a refresh that gives another rejected token ends
+// the call with the unauthorized tool error after exactly one retry.
+func TestMCPTokenStillBad(t *testing.T) {
+	d := startSamples(t, nil)
+	base, seen := recordBearers(t, d.base)
+	cmd := newTokenCommand(t, randomToken("bha_"))
+	// Every run prints a new token Core does not know.
+	random := "echo run >> '" + filepath.Join(cmd.dir, "runs") + "'; printf 'bha_%s\\n' $(od -An -N24 -tx1 /dev/urandom | tr -d ' \\n')"
+	p := startMCP(t, "--url", base, "--route", demoRoute, "--token-command", random)
+	for _, tool := range []string{"knowledge_search", "knowledge_read"} {
+		args := map[string]any{"query": "refund"}
+		if tool == "knowledge_read" {
+			args = map[string]any{"ref": "anything"}
+		}
+		i, runs := seen.len(), cmd.runs()
+		res := p.call(t, tool, args)
+		if got := text(res); !res.IsError || !strings.HasPrefix(got, "unauthorized: ") {
+			t.Errorf("%s: got isError %v %q; want the unauthorized tool error", tool, res.IsError, got)
+		}
+		got := seen.since(i)
+		if len(got) != 2 || got[0].status != 401 || got[1].status != 401 || got[0].token == got[1].token || cmd.runs() != runs+1 {
+			t.Errorf("%s: %d requests (%v), %d command runs; want exactly one retry with a new token and one run", tool, len(got), got, cmd.runs()-runs)
+		}
+	}
+	if code := p.stop(t); code != 0 {
+		t.Errorf("exit code %d; want 0", code)
 	}
 }

@@ -17,7 +17,7 @@ import (
 // Message is one turn of the conversation the host keeps.
 type Message struct {
 	Role       string     // "system", "user", "assistant" or "tool"
-	Text       string     // text, or a tool's JSON result / error text
+	Text       string     // text; or a tool's JSON result (a search's followed by the sentence of mcpserver.Guidance for its status, after a blank line) or error text
 	ToolCalls  []ToolCall // an assistant message asking for tools
 	ToolCallID string     // a tool message: the call it answers
 	IsError    bool       // a tool message: the call failed
@@ -146,11 +146,22 @@ func (h *Host) run(ctx context.Context, call ToolCall) Message {
 	}
 	if status != http.StatusOK {
 		var e struct{ Error, Message string }
-		_ = json.Unmarshal(raw, &e)
-		out.Text = fmt.Sprintf("%s: %s", e.Error, e.Message)
+		if json.Unmarshal(raw, &e) != nil || e.Error == "" {
+			e.Error, e.Message = fmt.Sprintf("http_%d", status), "the knowledge service answered without an error body"
+		}
+		// The code, the message and what to do next, as the MCP server words it.
+		out.Text = fmt.Sprintf("%s: %s %s", e.Error, strings.TrimSuffix(e.Message, ".")+".", mcpserver.Advice(e.Error, ""))
 		return out
 	}
 	out.Text, out.IsError = string(raw), false
+	if endpoint == "search" {
+		// What the status means, for the model: the JSON alone does not say
+		// that "unavailable" is not "nothing found". The same sentences as
+		// the MCP server's (mcpserver.Guidance).
+		if g := mcpserver.SearchGuidance(raw); g != "" {
+			out.Text = strings.TrimRight(out.Text, "\r\n") + "\n\n" + g
+		}
+	}
 	return out
 }
 
@@ -168,15 +179,13 @@ func (ScriptedModel) Next(_ context.Context, conv []Message, _ []mcpserver.ToolD
 	case last.IsError:
 		return Message{Role: "assistant", Text: "I could not consult the workspace knowledge (" + strings.SplitN(last.Text, ":", 2)[0] + ")."}, nil
 	case last.ToolCallID == "call-1":
-		var res struct {
-			Status string `json:"status"`
-			Hints  []struct {
-				Ref string `json:"ref"`
-			} `json:"hints"`
-		}
-		_ = json.Unmarshal([]byte(last.Text), &res)
-		if len(res.Hints) == 0 {
-			return Message{Role: "assistant", Text: "The workspace knowledge has nothing relevant (search status " + res.Status + ")."}, nil
+		res := searchResult(last.Text)
+		switch {
+		case len(res.Hints) == 0 && res.Status == "ok":
+			return Message{Role: "assistant", Text: "No document in the workspace knowledge passed its relevance threshold for this question, so I answer without it."}, nil
+		case len(res.Hints) == 0:
+			// Not "there is nothing": the search itself did not work.
+			return Message{Role: "assistant", Text: "I could not consult the workspace knowledge (search status " + res.Status + "), so I cannot tell whether it holds anything relevant."}, nil
 		}
 		args, _ := json.Marshal(map[string]any{"ref": res.Hints[0].Ref, "max_bytes": 4096})
 		return Message{Role: "assistant", ToolCalls: []ToolCall{{ID: "call-2", Name: mcpserver.ReadTool, Arguments: args}}}, nil
@@ -190,6 +199,27 @@ func (ScriptedModel) Next(_ context.Context, conv []Message, _ []mcpserver.ToolD
 		if len(excerpt) > 200 {
 			excerpt = excerpt[:200]
 		}
-		return Message{Role: "assistant", Text: "According to \"" + page.Title + "\" (reference material): " + string(excerpt)}, nil
+		answer := "According to \"" + page.Title + "\" (reference material): " + string(excerpt)
+		for _, m := range conv {
+			if m.ToolCallID == "call-1" && searchResult(m.Text).Status != "ok" {
+				answer += " (The knowledge search was incomplete, so other relevant material may exist.)"
+			}
+		}
+		return Message{Role: "assistant", Text: answer}, nil
 	}
+}
+
+type searchAnswer struct {
+	Status string `json:"status"`
+	Hints  []struct {
+		Ref string `json:"ref"`
+	} `json:"hints"`
+}
+
+// searchResult decodes the JSON at the start of a search tool result (the
+// guidance sentence follows it).
+func searchResult(text string) searchAnswer {
+	var res searchAnswer
+	_ = json.NewDecoder(strings.NewReader(text)).Decode(&res)
+	return res
 }
