@@ -26,6 +26,18 @@ const (
 	OutcomeRateLimited  = "rate_limited" // Core's 429 on /kb/search (its per-client limit)
 )
 
+// The closed label sets, each series created with 0 when the collectors are
+// built (the breaker families when their breaker is), so alert expressions
+// and panels read 0 rather than "no data" before the first event.
+var (
+	requestOps      = []string{OpSession, OpSystemInfo, OpKBSearch, OpProbe}
+	requestOutcomes = []string{OutcomeOK, OutcomeClientError, OutcomeUnauthorized, OutcomeRateLimited, OutcomeUnavailable, OutcomeOpen, OutcomeCanceled}
+	catalogQueries  = []string{QuerySchema, QueryRoute, QueryKBs, QueryDocMeta, QueryDocBody, QueryRun, QueryClient,
+		QueryClientLimit, QueryRouteKBs, QueryTaskPresence, QueryTask}
+	catalogOutcomes = []string{OutcomeOK, OutcomeNotFound, OutcomeUnavailable, OutcomeOpen, OutcomeCanceled, OutcomeQueryError} // outcomeOf
+	breakerTargets  = []breakerState{stateClosed, stateHalfOpen, stateOpen}
+)
+
 // Metrics holds the Prometheus collectors of package coreclient. All methods
 // are safe on a nil *Metrics (they do nothing), so callers may pass nil to
 // run without metrics.
@@ -92,6 +104,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.catalogQueries = register(reg, m.catalogQueries)
 		m.catalogDuration = register(reg, m.catalogDuration)
 	}
+	for _, op := range requestOps {
+		m.requestDuration.WithLabelValues(op)
+		for _, o := range requestOutcomes {
+			m.requests.WithLabelValues(op, o)
+		}
+	}
+	for _, q := range catalogQueries {
+		m.catalogDuration.WithLabelValues(q)
+		for _, o := range catalogOutcomes {
+			m.catalogQueries.WithLabelValues(q, o)
+		}
+	}
 	return m
 }
 
@@ -136,6 +160,9 @@ func (m *Metrics) breakerInit(family string) {
 		return
 	}
 	m.breakerState.WithLabelValues(family).Set(0)
+	for _, to := range breakerTargets {
+		m.breakerTransitions.WithLabelValues(family, to.label())
+	}
 }
 
 // breakerChanged records a state change. It runs under the breaker's lock,

@@ -30,8 +30,11 @@ type schemaCatalog interface {
 // SchemaGate keeps the knowledge features unavailable until the catalog's
 // schema check has passed: pointed at the wrong database, or at a Core older
 // than 0.5, the sidecar answers 503 knowledge_unavailable instead of running
-// queries against tables that do not exist. The check is retried at most once
-// per interval while it fails; once it passes it is not repeated. Readiness
+// queries against tables that do not exist. While it fails the check is
+// retried with backoff — by the first knowledge request at least 1s after the
+// first failure, then 2s, 4s, … up to once per interval — so a replica that
+// starts before its catalog serves within seconds of the catalog becoming
+// reachable; once it passes it is not repeated. Readiness
 // is not tied to it (pass-through keeps working); the state is the gauge
 // knowledge_sidecar_catalog_schema_ok and the error log of the caller.
 //
@@ -50,7 +53,9 @@ type SchemaGate struct {
 	mu        sync.Mutex
 	ok        bool
 	lastErr   error
-	next      time.Time
+	next      time.Time               // the next schema check is due
+	backoff   time.Duration           // wait after the next failed check (0: none failed yet)
+	first     time.Duration           // the first wait (SchemaFirstBackoff)
 	after     []func(context.Context) // AfterCheck hooks
 	tasks     TaskControlState
 	tasksNext time.Time
@@ -58,12 +63,16 @@ type SchemaGate struct {
 
 // AfterCheck registers f to run after every schema check that passes (the
 // start-up check and each re-check), under the gate's lock: f must not call
-// the gate. Register before the first Check.
+// the gate. A hook registered after a check runs from the next one on.
 func (g *SchemaGate) AfterCheck(f func(context.Context)) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.after = append(g.after, f)
 }
+
+// SchemaFirstBackoff is the wait after the first failed schema check; each
+// further failure doubles it, up to the gate's interval.
+const SchemaFirstBackoff = time.Second
 
 // NewSchemaGate wraps c; interval ≤ 0 means 30s, now nil means time.Now, reg
 // nil means no gauge.
@@ -74,7 +83,7 @@ func NewSchemaGate(c schemaCatalog, interval time.Duration, now func() time.Time
 	if now == nil {
 		now = time.Now
 	}
-	g := &SchemaGate{inner: c, interval: interval, now: now,
+	g := &SchemaGate{inner: c, interval: interval, now: now, first: min(SchemaFirstBackoff, interval),
 		gauge: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: namespace, Subsystem: "catalog", Name: "schema_ok",
 			Help: "1 once the catalog schema check passed (Core's knowledge and agent tables are present).",
@@ -105,9 +114,16 @@ func (g *SchemaGate) checkLocked(ctx context.Context) error {
 	if g.ok {
 		return nil
 	}
-	g.next = g.now().Add(g.interval)
 	g.lastErr = g.inner.CheckSchema(ctx)
 	g.ok = g.lastErr == nil
+	if !g.ok {
+		// Retry with backoff: 1s, 2s, 4s, … capped at the interval.
+		if g.backoff == 0 {
+			g.backoff = g.first
+		}
+		g.next = g.now().Add(g.backoff)
+		g.backoff = min(2*g.backoff, g.interval)
+	}
 	if g.ok {
 		g.gauge.Set(1)
 		for _, f := range g.after {

@@ -3,6 +3,7 @@ package coreclient_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -36,7 +37,7 @@ func TestSchemaGate(t *testing.T) {
 		t.Fatalf("startup check: got %v; want the *SchemaError", err)
 	}
 	// While the schema is missing: every call is unavailable, without
-	// re-checking before the interval.
+	// re-checking before the first backoff (1s).
 	if _, err := g.Route(ctx, "orders"); !errors.Is(err, coreclient.ErrUnavailable) || !errors.Is(err, coreclient.ErrSchemaUnverified) {
 		t.Fatalf("Route before the schema passed: got %v; want ErrSchemaUnverified (ErrUnavailable)", err)
 	}
@@ -44,12 +45,12 @@ func TestSchemaGate(t *testing.T) {
 		t.Error("Usable: got true before the schema passed")
 	}
 	if mem.checks != 1 {
-		t.Errorf("checks: got %d; want 1 (no re-check before the interval)", mem.checks)
+		t.Errorf("checks: got %d; want 1 (no re-check before the backoff)", mem.checks)
 	}
 	if got := metricValue(t, reg, "knowledge_sidecar_catalog_schema_ok", nil); got != 0 {
 		t.Errorf("schema_ok: got %v; want 0", got)
 	}
-	// The migration is applied; after the interval the gate re-checks and opens.
+	// The migration is applied; after the backoff the gate re-checks and opens.
 	mem.err = nil
 	now = now.Add(time.Minute)
 	r, err := g.Route(ctx, "orders")
@@ -67,5 +68,57 @@ func TestSchemaGate(t *testing.T) {
 	g.Run(ctx, "x")
 	if mem.checks != 2 {
 		t.Errorf("checks: got %d; want 2 (no re-check once passed)", mem.checks)
+	}
+}
+
+// TestSchemaGateBackoff: a failing start-up check is retried by the
+// requests after 1s, 2s, 4s, … (doubling, capped at the interval), never
+// earlier, and the gate opens at the first check after the catalog is back
+// (a replica started before its catalog serves within seconds).
+func TestSchemaGateBackoff(t *testing.T) {
+	ctx := context.Background()
+	mem := &schemaMem{MemCatalog: coreclient.NewMemCatalog(), err: fmt.Errorf("%w: dial tcp: connection refused", coreclient.ErrUnavailable)}
+	mem.PutRoute("orders", true, `{"kb_ids":["faq"]}`)
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := start
+	const interval = 30 * time.Second
+	g := coreclient.NewSchemaGate(mem, interval, func() time.Time { return now }, nil)
+	if err := g.Check(ctx); err == nil {
+		t.Fatal("start-up check passed against a catalog that is down")
+	}
+	// Each wait just short of the backoff makes no check; at the backoff one.
+	checks := 1
+	for _, wait := range []time.Duration{1, 2, 4, 8, 16, 30, 30, 30} {
+		wait *= time.Second
+		now = now.Add(wait - time.Millisecond)
+		if _, err := g.Route(ctx, "orders"); !errors.Is(err, coreclient.ErrSchemaUnverified) {
+			t.Fatalf("Route while down: got %v; want ErrSchemaUnverified", err)
+		}
+		if mem.checks != checks {
+			t.Fatalf("%v after the last check: %d checks; want %d (no re-check before the backoff)", wait-time.Millisecond, mem.checks, checks)
+		}
+		now = now.Add(time.Millisecond)
+		g.Route(ctx, "orders")
+		checks++
+		if mem.checks != checks {
+			t.Fatalf("%v after the last check: %d checks; want %d", wait, mem.checks, checks)
+		}
+	}
+
+	// A second gate: the catalog comes back 1.5s after start; the request at
+	// 3s (the second backoff ends) is served.
+	mem2 := &schemaMem{MemCatalog: mem.MemCatalog, err: mem.err}
+	now = start
+	g2 := coreclient.NewSchemaGate(mem2, interval, func() time.Time { return now }, nil)
+	_ = g2.Check(ctx)
+	now = start.Add(time.Second)
+	g2.Route(ctx, "orders") // still down: next check 2s later
+	mem2.err = nil
+	now = start.Add(3 * time.Second)
+	if r, err := g2.Route(ctx, "orders"); err != nil || r.Knowledge == nil {
+		t.Fatalf("Route 3s after start, catalog back at 1.5s: got %+v, %v; want served", r, err)
+	}
+	if mem2.checks != 3 || !g2.Usable() {
+		t.Errorf("checks %d, usable %v; want 3 checks and usable", mem2.checks, g2.Usable())
 	}
 }

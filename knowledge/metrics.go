@@ -93,12 +93,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	// Pre-create the closed label sets so dashboards see zeros.
 	for _, e := range endpointLabels {
 		m.duration.WithLabelValues(e)
-		m.truncated.WithLabelValues(e)
 		for _, c := range codeLabels {
 			m.requests.WithLabelValues(e, c)
 		}
 	}
-	m.truncated.WithLabelValues("turn") // same-run hints (TurnHints)
+	// Capabilities is never shortened; "turn" is same-run hints (TurnHints).
+	for _, e := range []string{"search", "read", "turn"} {
+		m.truncated.WithLabelValues(e)
+	}
 	for _, r := range kbResultLabels {
 		m.kbCalls.WithLabelValues(r)
 	}

@@ -90,6 +90,8 @@ func (s *Server) SetTurnHints(on bool) {
 
 // decide says whether the sidecar handles a knowledge or turn request for
 // route itself: the workspace is rolled out and the Core is not native.
+// While no native-detection verdict is held, the first such request probes
+// Core's capabilities with its own bearer before it is decided.
 func (s *Server) decide(c echo.Context, route string) bool {
 	pol := s.feat.rollout.Load()
 	decision := decisionEnabled
@@ -101,7 +103,8 @@ func (s *Server) decide(c echo.Context, route string) bool {
 		decision = decisionInvalidRoute
 	case !pol.Enabled(route):
 		decision = decisionDisabled
-	case s.feat.native.isNative():
+	case s.feat.native.native(c.Request().Context(), c.Request().Header.Get("Authorization"), route):
+		// With no verdict held this probes Core first (SPEC §8.2).
 		decision = decisionNative
 	}
 	s.m.rollout.WithLabelValues(string(decision)).Inc()

@@ -65,6 +65,17 @@ const (
 // hintOutcomes is the closed label set of turn_hints_total.
 var hintOutcomes = []string{knowledge.HintsMinted, knowledge.HintsNone, knowledge.HintsFailed, hintsOff}
 
+// The other closed label sets, each series created at start with 0 (so an
+// alert or a panel reads 0, not "no data", before the first event).
+var (
+	upstreamKinds  = []string{"dial", "timeout", "canceled", "protocol", "other"} // classifyUpstreamError
+	turnModes      = []string{labelAbsent, labelInvalid, labelUnknown, string(knowledge.DeliveryInline), string(knowledge.DeliveryOnDemand)}
+	turnOutcomes   = []turnOutcome{outPassed, outRewritten, outRejected, outConflict, outKnowledgeUnavailable, outLedgerUnavailable, outDeliveryFailed, outUpstreamError, coreOutcome(100), coreOutcome(200), coreOutcome(300), coreOutcome(400), coreOutcome(500)}
+	failOpenReason = []string{failOpenIdentity, failOpenLedger}
+	decisions      = []rolloutDecision{decisionEnabled, decisionDisabled, decisionNative, decisionInvalidRoute}
+	reloadResults  = []string{"ok", "rejected"} // ObserveReload
+)
+
 // coreOutcome is the turns_total outcome of a Core answer relayed as is.
 func coreOutcome(status int) turnOutcome {
 	switch status / 100 {
@@ -140,6 +151,27 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 	}, []string{"outcome"})
 	for _, o := range hintOutcomes {
 		m.turnHints.WithLabelValues(o)
+	}
+	for _, rt := range routes {
+		m.duration.WithLabelValues(rt.name)
+	}
+	m.duration.WithLabelValues(handlerPassthrough)
+	for _, k := range upstreamKinds {
+		m.upstreamErrors.WithLabelValues(k)
+	}
+	for _, mode := range turnModes {
+		for _, o := range turnOutcomes {
+			m.turns.WithLabelValues(mode, string(o))
+		}
+	}
+	for _, r := range failOpenReason {
+		m.ledgerFailOpen.WithLabelValues(r)
+	}
+	for _, d := range decisions {
+		m.rollout.WithLabelValues(string(d))
+	}
+	for _, r := range reloadResults {
+		m.reloads.WithLabelValues(r)
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: namespace, Name: "build_info", Help: "Build information; always 1.",

@@ -18,12 +18,17 @@ const (
 )
 
 // nativeDetector remembers whether the Core serves the knowledge protocol
-// itself. In "auto" mode the first capabilities request of each probe
-// interval is forwarded to Core: 404/405/501 mean legacy (the sidecar serves
-// the protocol), a capabilities document means native (everything passes
-// through until the next probe), and anything else (401/403/5xx) is relayed
-// to the caller and decides nothing. Until a probe decides, the sidecar
-// behaves as for a legacy Core.
+// itself. In "auto" mode a verdict is held for one probe interval. While
+// none is held (start-up, or the interval ran out), the next knowledge or
+// turn request of a rolled-out workspace probes Core's capabilities first:
+// a capabilities request is itself forwarded as the probe (and Core's
+// answer relayed when it is not "legacy"); a search, read or turn sends a
+// probe with its own bearer and is then handled by the verdict. 404/405/501
+// mean legacy (the sidecar serves the protocol), a capabilities document
+// means native (everything passes through), and anything else (401/403/5xx,
+// a transport error) decides nothing: that request is handled as for a
+// legacy Core and the next one probes again. Concurrent requests share one
+// probe.
 type nativeDetector struct {
 	mode     string // auto | never | always
 	interval time.Duration
@@ -31,10 +36,18 @@ type nativeDetector struct {
 	now      func() time.Time
 	m        *metrics
 
-	mu      sync.Mutex
-	state   string
-	due     time.Time // next probe not before
-	probing bool
+	mu       sync.Mutex
+	state    string
+	due      time.Time  // the verdict held expires; the next request probes
+	inflight *probeCall // the probe being sent, shared by concurrent requests
+}
+
+// probeCall is one probe in flight; done is closed once probe and err are
+// set.
+type probeCall struct {
+	done  chan struct{}
+	probe *coreclient.Probe
+	err   error
 }
 
 func newNativeDetector(mode string, interval time.Duration, p Prober, now func() time.Time, m *metrics) (*nativeDetector, error) {
@@ -65,50 +78,108 @@ func (d *nativeDetector) isNative() bool {
 	return d.state == stateNative
 }
 
+// native says whether a knowledge or turn request on route (a rolled-out
+// workspace) goes to a native Core. With a verdict held it answers at once;
+// otherwise it probes with the request's own Authorization header, or waits
+// for the probe another request is sending, and answers by the verdict. A
+// probe that decides nothing (401/403/5xx, Core unreachable, a header or
+// route the prober refuses to send, the caller gone) answers false: the
+// request is handled as for a legacy Core and the next one probes again.
+func (d *nativeDetector) native(ctx context.Context, authorization, route string) bool {
+	if d.mode != "auto" || !coreclient.ValidRouteKey(route) {
+		// A route outside Core's pattern is never probed (Core answers it
+		// 404 whatever its version): the state as it stands.
+		return d.isNative()
+	}
+	now := d.now()
+	d.mu.Lock()
+	if now.Before(d.due) {
+		native := d.state == stateNative
+		d.mu.Unlock()
+		return native
+	}
+	call := d.inflight
+	if call == nil {
+		call = d.startLocked(ctx, now, authorization, route)
+	}
+	d.mu.Unlock()
+	select {
+	case <-call.done:
+		return call.err == nil && call.probe.Kind == coreclient.ProbeNative
+	case <-ctx.Done():
+		return false // the caller left; whatever it is answered is not read
+	}
+}
+
 // maybeProbe forwards this capabilities request to Core when a probe is due.
 // handled reports that the caller must relay probe instead of deciding
 // itself; probe is nil when Core could not be reached (err says why), and
-// the caller answers 502/504. A legacy verdict is not handled, so the
-// sidecar serves the request. A request the prober refuses to send (a route
-// outside Core's workspace pattern, an unusable Authorization header) is not
-// handled either and decides nothing: the sidecar answers it as it answers
-// any knowledge request (404 route_unavailable, 401).
+// the caller answers 503. A legacy verdict is not handled, so the sidecar
+// serves the request. A request the prober refuses to send (a route outside
+// Core's workspace pattern, an unusable Authorization header) is not handled
+// either and decides nothing: the sidecar answers it as it answers any
+// knowledge request (404 route_unavailable, 401). While another request's
+// probe is in flight nothing is sent and the request is not handled: the
+// caller's decide then waits for that probe's verdict.
 func (d *nativeDetector) maybeProbe(ctx context.Context, authorization, route string) (probe *coreclient.Probe, handled bool, err error) {
 	if d.mode != "auto" {
 		return nil, false, nil
 	}
 	now := d.now()
 	d.mu.Lock()
-	if d.probing || now.Before(d.due) {
+	if d.inflight != nil || now.Before(d.due) {
 		d.mu.Unlock()
 		return nil, false, nil
 	}
-	d.probing = true
+	call := d.startLocked(ctx, now, authorization, route)
 	d.mu.Unlock()
 
-	p, err := d.prober.ProbeCapabilities(ctx, authorization, route)
-
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.probing = false
+	select {
+	case <-call.done:
+	case <-ctx.Done():
+		return nil, true, fmt.Errorf("%w: %w", coreclient.ErrUnavailable, ctx.Err()) // the caller left
+	}
+	p, err := call.probe, call.err
 	if err != nil {
 		if errors.Is(err, coreclient.ErrUnavailable) {
-			return nil, true, err // Core unreachable (or the caller left): nothing learned
+			return nil, true, err // Core unreachable: nothing learned
 		}
 		return nil, false, nil // not sent: nothing learned
 	}
-	switch p.Kind {
-	case coreclient.ProbeLegacy:
-		d.state, d.due = stateLegacy, now.Add(d.interval)
-		d.publish()
+	if p.Kind == coreclient.ProbeLegacy {
 		return nil, false, nil
-	case coreclient.ProbeNative:
-		d.state, d.due = stateNative, now.Add(d.interval)
-		d.publish()
-		return p, true, nil
-	default:
-		return p, true, nil
 	}
+	return p, true, nil
+}
+
+// startLocked sends a probe in the background and registers it as the one
+// in flight; called with mu held. The probe is not cancelled by its caller
+// leaving, since others may be waiting for it: Core's per-call deadline
+// bounds it. Its verdict (legacy or native) is held for the interval from
+// start; then the requests waiting for it are released.
+func (d *nativeDetector) startLocked(ctx context.Context, start time.Time, authorization, route string) *probeCall {
+	call := &probeCall{done: make(chan struct{})}
+	d.inflight = call
+	ctx = context.WithoutCancel(ctx)
+	go func() {
+		p, err := d.prober.ProbeCapabilities(ctx, authorization, route)
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if err == nil {
+			switch p.Kind {
+			case coreclient.ProbeLegacy:
+				d.state, d.due = stateLegacy, start.Add(d.interval)
+				d.publish()
+			case coreclient.ProbeNative:
+				d.state, d.due = stateNative, start.Add(d.interval)
+				d.publish()
+			}
+		}
+		call.probe, call.err = p, err
+		d.inflight = nil
+		close(call.done)
+	}()
+	return call
 }
 
 // publish sets the state gauge; called with mu held or before sharing.

@@ -322,7 +322,10 @@ func (a *App) buildCatalog(ctx context.Context, cfg config.Config, deps Deps, cm
 	a.closers = append(a.closers, catalog.Close)
 	// The knowledge endpoints answer 503 until Core's tables are verified;
 	// pass-through and readiness do not depend on it.
-	gated := coreclient.NewSchemaGate(catalog, 30*time.Second, nil, reg)
+	// A failed check is retried with backoff (1s, 2s, … up to 30s) by the
+	// knowledge requests, so a replica started before its catalog serves
+	// within seconds of the catalog becoming reachable.
+	gated := coreclient.NewSchemaGate(catalog, 30*time.Second, deps.Now, reg)
 	if cfg.Core.ClientAppID != "" {
 		// Core's rate limit on our own client: read, logged and exported at
 		// start-up and on each schema re-check.
@@ -330,11 +333,17 @@ func (a *App) buildCatalog(ctx context.Context, cfg config.Config, deps Deps, cm
 		gated.AfterCheck(func(ctx context.Context) { _ = limits.Check(ctx) })
 	}
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	if err := gated.Check(sctx); err != nil {
-		log.Error("catalog schema check failed; the knowledge endpoints answer 503 until it passes (re-checked every 30s)",
-			slog.Any("error", err))
-	}
+	startErr := gated.Check(sctx)
 	cancel()
+	if startErr != nil {
+		log.Error("catalog schema check failed; the knowledge endpoints answer 503 until it passes (retried by the next knowledge request after 1s, 2s, 4s, … up to every 30s)",
+			slog.Any("error", startErr))
+		// Say when it finally passes: the hook runs under the gate's lock,
+		// once, since a passed check is not repeated.
+		gated.AfterCheck(func(context.Context) {
+			log.Info("catalog schema check passed; the knowledge endpoints are served")
+		})
+	}
 	switch st := gated.TaskControlState(); st {
 	case coreclient.TaskControlPartial:
 		log.Warn("Core's task-control tables are only partly visible (migration 062 without all six tables or grants); knowledge search and read answer 503 TASK_UNAVAILABLE until fixed",

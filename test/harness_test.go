@@ -639,7 +639,13 @@ type tcpForwarder struct {
 	mu     sync.Mutex
 	conns  []net.Conn
 	closed bool
+	// refusing: connections are accepted and closed at once, as a catalog
+	// that is not up yet (setRefusing; a replica started before it).
+	refusing atomic.Bool
 }
+
+// setRefusing makes new connections fail (true) or be relayed (false).
+func (f *tcpForwarder) setRefusing(v bool) { f.refusing.Store(v) }
 
 func newTCPForwarder(t *testing.T, dsn string) *tcpForwarder {
 	t.Helper()
@@ -656,6 +662,10 @@ func newTCPForwarder(t *testing.T, dsn string) *tcpForwarder {
 			in, err := f.ln.Accept()
 			if err != nil {
 				return
+			}
+			if f.refusing.Load() {
+				in.Close()
+				continue
 			}
 			out, err := net.Dial("tcp", target)
 			if err != nil {

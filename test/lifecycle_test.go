@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httptrace"
 	"runtime"
 	"strings"
@@ -14,7 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
+	"github.com/bailinghub/knowledge-sidecar/sidecar"
+	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
 
 // TestSlowloris: connections that dribble their headers slower than
@@ -395,4 +399,58 @@ func TestNoGoroutineLeak(t *testing.T) {
 	stacks := make([]byte, 1<<20)
 	stacks = stacks[:runtime.Stack(stacks, true)]
 	t.Errorf("goroutines: got %d after stopping; want at most the baseline %d\n%s", last, baseline, stacks)
+}
+
+// TestCatalogLateAtStart: a replica built (as `serve` builds it) while its
+// catalog refuses connections answers the knowledge endpoints 503, and
+// serves them at the first request after the 1s backoff once the catalog
+// is reachable — not only after the 30s re-check interval. The clock is
+// injected: the test does not wait.
+func TestCatalogLateAtStart(t *testing.T) {
+	w := NewWorld(t, WorldOptions{})
+	fwd := newTCPForwarder(t, w.DB.ReadOnlyDSN)
+	fwd.setRefusing(true) // the catalog is not up yet
+	clock := newProbeClock()
+
+	cfg := config.Defaults()
+	cfg.Core.URL, cfg.Core.Token, cfg.Catalog.DSN, cfg.Rollout = w.CoreURL, w.ServiceToken, fwd.dsn, "all"
+	cfg.RateLimit.RPS, cfg.RateLimit.Burst = 1000, 1000
+	if err := cfg.Validate(sidecar.ExtraChecks...); err != nil {
+		t.Fatal(err)
+	}
+	app, err := sidecar.Build(context.Background(), cfg, sidecar.Deps{Logger: testLogger(t), Version: "test", Now: clock.Now})
+	if err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	t.Cleanup(app.Close)
+	srv := httptest.NewServer(app.Server.Handler())
+	t.Cleanup(srv.Close)
+	c := newClient(t)
+	search := srv.URL + "/agent-api/v1/workspaces/" + testdb.RouteMulti + "/knowledge/search"
+	body := []byte(`{"query": "refund window"}`)
+	schemaOK := func() float64 {
+		return metricValue(t, app.Server.Registry(), "knowledge_sidecar_catalog_schema_ok", nil)
+	}
+
+	r := send(t, c, "POST", search, w.TokenA, body, nil)
+	checkErrorJSON(t, r, http.StatusServiceUnavailable, "knowledge_unavailable")
+	if schemaOK() != 0 {
+		t.Fatalf("catalog_schema_ok is 1 with the catalog down")
+	}
+
+	// The catalog comes up. Before the backoff ends nothing is re-checked.
+	fwd.setRefusing(false)
+	clock.Advance(999 * time.Millisecond)
+	r = send(t, c, "POST", search, w.TokenA, body, nil)
+	checkErrorJSON(t, r, http.StatusServiceUnavailable, "knowledge_unavailable")
+
+	// 1s after the failed start-up check: the next request re-checks and is served.
+	clock.Advance(time.Millisecond)
+	r = send(t, c, "POST", search, w.TokenA, body, nil)
+	if r.Status != 200 || !bytes.Contains(r.Body, []byte(`"schema_version":"bailing.agent-knowledge-search.v1"`)) {
+		t.Fatalf("search 1s after start, catalog up: got %d %s; want it served", r.Status, r.Body)
+	}
+	if schemaOK() != 1 {
+		t.Errorf("catalog_schema_ok: got %v; want 1", schemaOK())
+	}
 }

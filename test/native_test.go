@@ -390,3 +390,153 @@ func TestNativeOverrides(t *testing.T) {
 		}
 	})
 }
+
+// firstRequest is a knowledge or on_demand turn request that may be the
+// first one a sidecar sees (native detection on the first request).
+type firstRequest struct {
+	name, path string
+	body       []byte
+}
+
+func firstRequests(tag string) []firstRequest {
+	return []firstRequest{
+		{"search", "/knowledge/search", []byte(`{"query": "refund window", "limit": 3}`)},
+		{"read", "/knowledge/read", []byte(`{"ref": "knowledge:1"}`)},
+		{"turn_on_demand", "/turns", newTurn("first-" + tag).body(`"on_demand"`)},
+	}
+}
+
+// TestNativeFirstRequestProbes: with no verdict held, a search, read or
+// on_demand turn does not wait for a capabilities request (SPEC §8.2): it
+// probes Core's capabilities with its own bearer first and is handled by the
+// verdict — passed through to a native Core byte for byte (Core's answer
+// relayed), served by the sidecar in front of a legacy one. One probe, and
+// the verdict is then held.
+func TestNativeFirstRequestProbes(t *testing.T) {
+	route := testdb.RouteMulti
+	c := newClient(t)
+	t.Run("native", func(t *testing.T) {
+		w := NewWorld(t, WorldOptions{Core: fakecore.Options{Native: true}})
+		for _, fr := range firstRequests("native") {
+			t.Run(fr.name, func(t *testing.T) {
+				tap := newCoreTap(t, w.Core)
+				side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{})})
+				probes := w.Core.Calls(capsPath(route))
+				r := send(t, c, "POST", side.WS(route)+fr.path, w.TokenA, fr.body, nil)
+				if got := w.Core.Calls(capsPath(route)) - probes; got != 1 {
+					t.Errorf("probes: got %d; want 1", got)
+				}
+				e := tap.oneSince(t, 0)
+				if e.Path != "/agent-api/v1/workspaces/"+route+fr.path || !bytes.Equal(e.ReqBody, fr.body) {
+					t.Errorf("Core received %s %q; want the client's request as sent", e.Path, e.ReqBody)
+				}
+				checkRelayed(t, r, e)
+				wantState(t, side, "native")
+
+				// The verdict is held: the next request passes without a probe.
+				send(t, c, "POST", side.WS(route)+fr.path, w.TokenA, fr.body, nil)
+				if got := w.Core.Calls(capsPath(route)) - probes; got != 1 {
+					t.Errorf("probes after the verdict: got %d; want 1", got)
+				}
+				if tap.count() != 2 {
+					t.Errorf("passed through: got %d requests; want 2", tap.count())
+				}
+			})
+		}
+	})
+	t.Run("legacy", func(t *testing.T) {
+		w := NewWorld(t, WorldOptions{})
+		for _, fr := range firstRequests("legacy") {
+			t.Run(fr.name, func(t *testing.T) {
+				tap := newCoreTap(t, w.Core)
+				side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{})})
+				probes := w.Core.Calls(capsPath(route))
+				r := send(t, c, "POST", side.WS(route)+fr.path, w.TokenA, fr.body, nil)
+				if got := w.Core.Calls(capsPath(route)) - probes; got != 1 {
+					t.Errorf("probes: got %d; want 1", got)
+				}
+				wantState(t, side, "legacy")
+				switch fr.name {
+				case "search":
+					if r.Status != 200 || !bytes.Contains(r.Body, []byte(`"schema_version":"bailing.agent-knowledge-search.v1"`)) {
+						t.Errorf("got %d %s; want the sidecar's search answer", r.Status, r.Body)
+					}
+				case "read":
+					checkErrorJSON(t, r, 400, "knowledge_reference_invalid")
+				case "turn_on_demand":
+					e := tap.oneSince(t, 0)
+					if r.Status != 200 || bytes.Contains(e.ReqBody, []byte("knowledge_delivery")) || !bytes.Contains(r.Body, []byte(`"mode":"on_demand"`)) {
+						t.Errorf("got %d %s (Core got %s); want an intercepted turn", r.Status, r.Body, e.ReqBody)
+					}
+				}
+				if fr.name != "turn_on_demand" && tap.count() != 0 {
+					t.Errorf("the request reached Core's proxied path %d times; want 0", tap.count())
+				}
+				send(t, c, "POST", side.WS(route)+"/knowledge/search", w.TokenA, []byte(`{"query":"refund"}`), nil)
+				if got := w.Core.Calls(capsPath(route)) - probes; got != 1 {
+					t.Errorf("probes after the verdict: got %d; want 1", got)
+				}
+			})
+		}
+	})
+}
+
+// TestNativeFirstRequestUndecided: a first-request probe answered 401
+// (the request's own bearer is refused), 403, 5xx or not at all decides
+// nothing: the request is handled as for a legacy Core (the sidecar
+// answers it, even in front of a native Core), the state stays unknown, and
+// the next request probes again and learns the verdict.
+func TestNativeFirstRequestUndecided(t *testing.T) {
+	w := NewWorld(t, WorldOptions{Core: fakecore.Options{Native: true}})
+	c := newClient(t)
+	route := testdb.RouteMulti
+	search := []byte(`{"query": "refund window"}`)
+	for _, tc := range []struct {
+		name  string
+		token string
+		fault fakecore.Fault
+		check func(t *testing.T, r turnResult)
+	}{
+		{name: "401", token: fakecore.Token("nobody"), check: func(t *testing.T, r turnResult) {
+			checkErrorJSON(t, r, 401, "unauthorized") // the sidecar's answer: Core's has no message
+		}},
+		{name: "403", fault: fakecore.Fault{Status: 403, Body: []byte(`{"error":"route_not_allowed","message":"The Agent Session is not allowed to use this route."}`)}},
+		{name: "503", fault: fakecore.Fault{Status: 503, Body: []byte(`{"error":"hub_paused","status":"paused"}`)}},
+		{name: "unreachable", fault: fakecore.Fault{Reset: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tap := newCoreTap(t, w.Core)
+			side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{})})
+			token := w.TokenA
+			if tc.token != "" {
+				token = tc.token
+			}
+			if tc.fault.Status != 0 || tc.fault.Reset {
+				w.Core.SetFault(capsPath(route), tc.fault)
+			}
+			probes := w.Core.Calls(capsPath(route))
+			r := send(t, c, "POST", side.WS(route)+"/knowledge/search", token, search, nil)
+			w.Core.ClearFaults()
+			if got := w.Core.Calls(capsPath(route)) - probes; got != 1 {
+				t.Errorf("probes: got %d; want 1", got)
+			}
+			if tap.count() != 0 {
+				t.Fatalf("the search reached Core (%d requests); want it handled as legacy", tap.count())
+			}
+			if tc.check != nil {
+				tc.check(t, r)
+			} else if r.Status != 200 || !bytes.Contains(r.Body, []byte(`"schema_version":"bailing.agent-knowledge-search.v1"`)) {
+				t.Errorf("got %d %s; want the sidecar's own search answer", r.Status, r.Body)
+			}
+			wantState(t, side, "unknown")
+
+			// Nothing was held: the next request probes again, now native.
+			r = send(t, c, "POST", side.WS(route)+"/knowledge/search", w.TokenA, search, nil)
+			if got := w.Core.Calls(capsPath(route)) - probes; got != 2 {
+				t.Errorf("probes: got %d; want 2", got)
+			}
+			checkRelayed(t, r, tap.oneSince(t, 0))
+			wantState(t, side, "native")
+		})
+	}
+}

@@ -146,8 +146,8 @@ func TestCheckConfig(t *testing.T) {
 				"listen": ":8080", "admin_listen": ":8080", "KNOWLEDGE_SIDECAR_LEDGER_REDIS_URL": badRedis, "native_detection": "sometimes",
 			},
 			code: 1,
-			stderr: []string{"core.url: must be an absolute http(s) URL", "rate_limit.rps:", "log.level:",
-				"admin_listen: must differ from listen", "signing.keys:", "ledger.redis_url:", "native_detection:"},
+			stderr: []string{`core.url: "ftp://core.internal" is not an absolute http(s) URL`, "rate_limit.rps: 0 is out of range", `log.level: "loud" is not one of`,
+				`admin_listen: ":8080" must differ from listen`, "signing.keys:", "ledger.redis_url:", `native_detection: "sometimes" is not one of`},
 		},
 		{
 			name:   "unparseable environment value",
@@ -168,13 +168,13 @@ func TestCheckConfig(t *testing.T) {
 		{
 			name: "file named by the environment",
 			env:  map[string]string{"KNOWLEDGE_SIDECAR_CONFIG": rolloutNoCatalog},
-			code: 1, stderr: []string{"rollout: rolls the protocol out"},
+			code: 1, stderr: []string{"rolls the protocol out"},
 		},
 		{
 			name:   "port out of range",
 			env:    map[string]string{"core.url": "http://core:8000", "listen": ":99999"},
 			code:   1,
-			stderr: []string{"listen: port must be a number from 1 to 65535"},
+			stderr: []string{"listen: port 99999 is out of range"},
 		},
 		{
 			name: "unparsable DSN and Redis URL, never echoed",
@@ -268,7 +268,7 @@ func TestCheckConfigAliases(t *testing.T) {
 			t.Setenv(envOf(t, "core.url"), "ftp://core")
 			t.Setenv(envOf(t, "rate_limit.burst"), "many")
 			code, _, stderr = runCLI(args...)
-			if code != 1 || !strings.Contains(stderr, "core.url: must be an absolute http(s) URL") ||
+			if code != 1 || !strings.Contains(stderr, `core.url: "ftp://core" is not an absolute http(s) URL`) ||
 				!strings.Contains(stderr, envOf(t, "rate_limit.burst")) {
 				t.Fatalf("invalid: got exit %d, stderr %q; want 1 listing the URL and the burst problems", code, stderr)
 			}
