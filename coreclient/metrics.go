@@ -33,7 +33,7 @@ var (
 	requestOps      = []string{OpSession, OpSystemInfo, OpKBSearch, OpProbe}
 	requestOutcomes = []string{OutcomeOK, OutcomeClientError, OutcomeUnauthorized, OutcomeRateLimited, OutcomeUnavailable, OutcomeOpen, OutcomeCanceled}
 	catalogQueries  = []string{QuerySchema, QueryRoute, QueryKBs, QueryDocMeta, QueryDocBody, QueryRun, QueryClient,
-		QueryClientLimit, QueryRouteKBs, QueryTaskPresence, QueryTask}
+		QueryClientLimit, QueryRouteKBs, QueryReadyKBs, QueryTaskPresence, QueryTask}
 	catalogOutcomes = []string{OutcomeOK, OutcomeNotFound, OutcomeUnavailable, OutcomeOpen, OutcomeCanceled, OutcomeQueryError} // outcomeOf
 	breakerTargets  = []breakerState{stateClosed, stateHalfOpen, stateOpen}
 )
