@@ -192,7 +192,7 @@ var behaviourCases = []struct {
 		fresh(key("t1", "m1"), inline),
 		retry(key("t1", "m9"), inline), // joins t1, creates m9
 		release(1, key("t1", "m9"), inline),
-		fresh(key("t9", "m9"), onDemand), // m9 is free again
+		fresh(key("t9", "m9"), onDemand),    // m9 is free again
 		conflict(key("t1", "m8"), onDemand), // t1 still held by step 0
 	}},
 	{"a refused attempt does not release a joined one (SPEC §7 race)", []step{
