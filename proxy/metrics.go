@@ -24,6 +24,7 @@ type metrics struct {
 	native         *prometheus.GaugeVec
 	reloads        *prometheus.CounterVec
 	turnHints      *prometheus.CounterVec
+	ledgerReleases *prometheus.CounterVec
 }
 
 const namespace = "knowledge_sidecar"
@@ -43,6 +44,8 @@ const (
 	outRewritten            turnOutcome = "rewritten"
 	outDeliveryFailed       turnOutcome = "delivery_failed"
 	outUpstreamError        turnOutcome = "upstream_error"
+	outRateLimited          turnOutcome = "rate_limited"
+	outUnsupportedEncoding  turnOutcome = "unsupported_encoding"
 
 	decisionEnabled      rolloutDecision = "enabled"
 	decisionDisabled     rolloutDecision = "disabled"
@@ -56,6 +59,12 @@ const (
 
 	failOpenIdentity = "identity" // ledger_fail_open_total{reason}
 	failOpenLedger   = "ledger"
+
+	// ledger_releases_total{reason}: Core refused the attempt (4xx), or
+	// never received it (the client left, or Core could not be reached,
+	// before the request was written).
+	releaseRefused = "refused"
+	releaseNotSent = "not_sent"
 
 	// turn_hints_total{outcome}: knowledge.HintsMinted, HintsNone,
 	// HintsFailed, and hintsOff (turn_hints: false).
@@ -141,6 +150,13 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 	for _, o := range hintOutcomes {
 		m.turnHints.WithLabelValues(o)
 	}
+	m.ledgerReleases = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "ledger_releases_total",
+		Help: "Turn attempts whose share of the turn's ledger records was released, by reason (refused: Core answered 4xx; not_sent: Core never received the request).",
+	}, []string{"reason"})
+	for _, r := range []string{releaseRefused, releaseNotSent} {
+		m.ledgerReleases.WithLabelValues(r)
+	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: namespace, Name: "build_info", Help: "Build information; always 1.",
 	}, []string{"version", "goversion"})
@@ -148,6 +164,7 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 	if reg != nil {
 		reg.MustRegister(m.requests, m.duration, m.inFlight, m.upstreamErrors, m.ready, m.turns,
 			m.ledgerConflict, m.ledgerErrors, m.ledgerFailOpen, m.rollout, m.native, m.reloads, m.turnHints, build)
+		reg.MustRegister(m.ledgerReleases)
 	}
 	return m
 }
