@@ -93,7 +93,18 @@ func (s *Server) turns(c echo.Context) error {
 	unauth := ke != nil && ke.Status == http.StatusUnauthorized
 	badRoute := !coreclient.ValidRouteKey(route)
 
-	raw, err := readSized(r.Body, r.ContentLength, coreTurnBodyMax, turnRequestPrealloc)
+	var watch func([]byte) bool
+	if unauth && len(r.Header.Values("Content-Encoding")) == 0 {
+		// Identity refused the bearer: a turn with the field gets its 401
+		// as soon as the field's key has arrived, not after a body the
+		// caller may trickle.
+		watch = new(turn.FieldWatch).Write
+	}
+	raw, seen, err := readSizedWatch(r.Body, r.ContentLength, coreTurnBodyMax, turnRequestPrealloc, watch)
+	if seen {
+		s.m.turn(labelUnknown, outRejected)
+		return authErr
+	}
 	if err != nil {
 		s.m.turn(labelUnknown, outRejected)
 		return errBodyUnreadable // or what the body's own failure was
@@ -488,6 +499,13 @@ const turnRequestPrealloc = 64 << 10
 // by limit and by prealloc), so a body whose length is announced is read
 // into one allocation instead of a doubling series of them.
 func readSized(r io.Reader, size, limit, prealloc int64) ([]byte, error) {
+	b, _, err := readSizedWatch(r, size, limit, prealloc, nil)
+	return b, err
+}
+
+// readSizedWatch is readSized that shows every chunk read to watch (when
+// not nil) and stops early, stopped = true, once watch returns true.
+func readSizedWatch(r io.Reader, size, limit, prealloc int64, watch func([]byte) bool) (b []byte, stopped bool, err error) {
 	n := int64(512)
 	if size >= 0 {
 		// One byte more than the body, so the read that sees EOF needs no
@@ -495,15 +513,18 @@ func readSized(r io.Reader, size, limit, prealloc int64) ([]byte, error) {
 		n = min(size, limit, prealloc) + 1
 	}
 	lr := io.LimitedReader{R: r, N: limit + 1}
-	b := make([]byte, 0, n)
+	b = make([]byte, 0, n)
 	for {
 		m, err := lr.Read(b[len(b):cap(b)])
 		b = b[:len(b)+m]
+		if watch != nil && m > 0 && watch(b[len(b)-m:]) {
+			return b, true, nil
+		}
 		if err != nil {
 			if errors.Is(err, io.EOF) {
-				return b, nil
+				return b, false, nil
 			}
-			return b, err
+			return b, false, err
 		}
 		if len(b) == cap(b) {
 			b = append(b, 0)[:len(b)] // let append pick the next size

@@ -36,7 +36,7 @@ func TestReleaseAfter(t *testing.T) {
 		want   bool
 	}{
 		{400, true}, {401, true}, {404, true}, {413, true}, {422, true}, {429, true}, {499, true},
-		{409, true}, // Core's turn_conflict for a fresh turn id, or a TASK_* refusal: no run from this attempt
+		{409, true},                              // Core's turn_conflict for a fresh turn id, or a TASK_* refusal: no run from this attempt
 		{500, false}, {502, false}, {503, false}, // Core may have created the run
 		{200, false}, {201, false}, {302, false}, {399, false}, {100, false},
 	} {
