@@ -55,7 +55,7 @@ const (
 	// turns_total{mode} besides the delivery modes.
 	labelAbsent  = "absent"  // no knowledge_delivery field
 	labelInvalid = "invalid" // a field with a value that is no mode
-	labelUnknown = "unknown" // refused before the body was read
+	labelUnknown = "unknown" // decided before the field could be told
 
 	failOpenIdentity = "identity" // ledger_fail_open_total{reason}
 	failOpenLedger   = "ledger"
