@@ -92,6 +92,17 @@ func (s *Server) turns(c echo.Context) error {
 	ke, _ := errors.AsType[*knowledge.Error](authErr)
 	unauth := ke != nil && ke.Status == http.StatusUnauthorized
 	badRoute := !coreclient.ValidRouteKey(route)
+	if badRoute && strings.Contains(route, "%") {
+		// A route segment spelled with percent-encoding is not a literal
+		// path: Core may decode it into a route key, so a field-less turn
+		// through it could bypass the ledger. Refused as before, whatever
+		// the body (SPEC §7: only a literal segment goes to Core).
+		s.m.turn(labelUnknown, outRejected)
+		if unauth {
+			return authErr
+		}
+		return knowledge.RouteUnavailable()
+	}
 
 	var watch func([]byte) bool
 	if unauth && len(r.Header.Values("Content-Encoding")) == 0 {

@@ -126,6 +126,18 @@ func TestTurnOldClientsSeeCore(t *testing.T) {
 			}
 		})
 	}
+	// A percent-encoded route segment is no literal path: Core could decode
+	// it into the route key, so even a field-less turn stays refused.
+	t.Run("encoded_route_refused", func(t *testing.T) {
+		for _, seg := range []string{"kb%2Dmulti", "%6Bb-multi"} {
+			n := tap.count()
+			r := send(t, c, "POST", side.URL+"/agent-api/v1/workspaces/"+seg+"/turns", w.TokenA, newTurn("old-enc").body(""), nil)
+			checkErrorJSON(t, r, http.StatusNotFound, "route_unavailable")
+			if tap.count() != n {
+				t.Errorf("%s: the turn reached Core", seg)
+			}
+		}
+	})
 	// The one answer the sidecar gives a field-less turn: the mode switch.
 	t.Run("mode_switch_is_409", func(t *testing.T) {
 		ti := newTurn("old-switch")
