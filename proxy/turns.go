@@ -325,11 +325,9 @@ func decodeTurnRequest(raw []byte, encodings []string) ([]byte, error) {
 	case "", "identity":
 		return raw, nil
 	case "gzip", "x-gzip":
-		var gz *gzip.Reader
-		if gz, err = gzip.NewReader(bytes.NewReader(raw)); err == nil {
-			gz.Multistream(false)
-			zr = gz
-		}
+		// Every member, as a decoder at Core would read them: a field in a
+		// second member is still the field.
+		zr, err = gzip.NewReader(bytes.NewReader(raw))
 	case "deflate":
 		zr, err = zlib.NewReader(bytes.NewReader(raw))
 	default:

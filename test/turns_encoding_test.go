@@ -88,6 +88,24 @@ func TestTurnEncodedBodies(t *testing.T) {
 		})
 	}
 
+	t.Run("gzip_members", func(t *testing.T) {
+		// The field in the second of two gzip members is found and
+		// stripped: the body is decoded as a whole, as Core would.
+		ti := newTurn("enc-members")
+		full := ti.body(`"on_demand"`)
+		cut := bytes.Index(full, []byte(`"knowledge_delivery"`))
+		sent := append(gzipBytes(t, full[:cut]), gzipBytes(t, full[cut:])...)
+		n := tap.count()
+		r := send(t, c, "POST", turnsURL(side, route), w.TokenA, sent, map[string]string{"Content-Encoding": "gzip"})
+		e := tap.oneSince(t, n)
+		if !bytes.Equal(e.ReqBody, ti.body("")) {
+			t.Fatalf("Core received %q; want the decoded body without the field", e.ReqBody)
+		}
+		if answerMode(r) != "on_demand" {
+			t.Fatalf("got %d %s; want 200 on_demand", r.Status, r.Body)
+		}
+	})
+
 	refused := []struct {
 		name, enc string
 		body      func() []byte
@@ -98,6 +116,7 @@ func TestTurnEncodedBodies(t *testing.T) {
 		{"br_absent", "br", func() []byte { return newTurn("enc-br-absent").body("") }, http.StatusUnsupportedMediaType, "unsupported_media_type"},
 		{"stacked", "gzip, gzip", func() []byte { return gzipBytes(t, gzipBytes(t, newTurn("enc-stacked").body(`"on_demand"`))) }, http.StatusUnsupportedMediaType, "unsupported_media_type"},
 		{"corrupt_gzip", "gzip", func() []byte { return []byte("\x1f\x8b\x08\x00garbage") }, http.StatusBadRequest, "invalid_request"},
+		{"gzip_trailing_garbage", "gzip", func() []byte { return append(gzipBytes(t, newTurn("enc-tail").body("")), "garbage"...) }, http.StatusBadRequest, "invalid_request"},
 		{"truncated_gzip", "gzip", func() []byte { b := gzipBytes(t, newTurn("enc-trunc").body(`"on_demand"`)); return b[:len(b)-6] }, http.StatusBadRequest, "invalid_request"},
 		{"zip_bomb", "gzip", func() []byte {
 			// 8 MiB of blanks inside a JSON object, a few KiB on the wire.
