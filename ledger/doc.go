@@ -14,7 +14,7 @@
 //   - Reserve with a different mode under either key fails with ErrConflict and
 //     writes nothing.
 //   - A new turn (neither key held a live record) writes both records with
-//     the ledger's TTL and reports created=true. A successful Reserve always
+//     the ledger's TTL and reports Created. A successful Reserve always
 //     (re)writes both records, so a retry also refreshes them.
 //   - Every record counts the attempts that reserved it. Release is called
 //     for an attempt Core created no run for (it answered a 4xx, or never
