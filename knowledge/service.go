@@ -181,6 +181,17 @@ func (s *Service) allow(sessionID string) (ok bool, retryAfter time.Duration) {
 	return false, time.Duration(missing / float64(s.rate) * float64(time.Second))
 }
 
+// AllowTurn takes one token from the session's bucket (the knowledge
+// endpoints' per-session limit) for a turn with knowledge_delivery whose
+// mode the sidecar is about to record (SPEC §7): nil, or 429 rate_limited
+// with its Retry-After.
+func (s *Service) AllowTurn(sessionID string) error {
+	if ok, retry := s.allow(sessionID); !ok {
+		return errRateLimited(retry)
+	}
+	return nil
+}
+
 // admitted is the state shared by every endpoint once identity, rate limit
 // and route gate have passed.
 type admitted struct {

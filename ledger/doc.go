@@ -14,22 +14,28 @@
 //   - Reserve with a different mode under either key fails with ErrConflict and
 //     writes nothing.
 //   - A new turn (neither key held a live record) writes both records with
-//     the ledger's TTL and reports created=true. A successful Reserve always
+//     the ledger's TTL and reports Created. A successful Reserve always
 //     (re)writes both records, so a retry also refreshes them.
-//   - Release removes the records again when Core refused the turn with a 4xx
-//     other than 409 (no run exists), but only records that still hold the
-//     released mode. Only the request whose Reserve reported created=true
-//     should release: a retry's records may belong to a run Core already has.
+//   - Every record counts the attempts that reserved it. Release is called
+//     for an attempt Core created no run for (it answered a 4xx, or never
+//     received the request) with the Reservation its Reserve returned; it
+//     drops that attempt's share, and a record is removed only when the last
+//     attempt that joined it is released. So a refused attempt never frees
+//     a turn that a concurrent attempt, forwarded meanwhile, may have created
+//     the run for (SPEC §7), and a record created anew after an expiry is
+//     not released by an attempt of the old one (each record has its own
+//     generation).
 //
 // Ids are opaque to the ledger. Core trims ids before it uses them, so the
 // caller must pass ids trimmed exactly as Core trims them (see
 // proxy.ParseTurnRequest); otherwise two spellings of one Core turn would get
 // two ledger records. Raw ids are never stored: every record key is a SHA-256
 // of a length-prefixed, domain-separated encoding of its tuple, and the only
-// value stored is the mode. No tokens are ever stored.
+// values stored are the mode, a random record generation and the attempt
+// count. No tokens are ever stored.
 //
-// Two backends satisfy Ledger: Memory (a bounded LRU with an injected clock,
-// the single-replica default) and Redis (shared by replicas, atomic through
+// Two backends satisfy Ledger: Memory (bounded per session and in total,
+// with an injected clock, the single-replica default) and Redis (shared by replicas, atomic through
 // one Lua script per operation). A backend that cannot be reached yields an
 // error matching ErrUnavailable whose message names no address or secret.
 package ledger

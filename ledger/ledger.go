@@ -31,21 +31,38 @@ var (
 // documented default of ledger.ttl (config.Defaults is its one source).
 var DefaultTTL = config.Defaults().Ledger.TTL
 
+// Reservation is one attempt's hold on a turn's two records, from Reserve.
+// Pass it to Release when Core refused that attempt.
+type Reservation struct {
+	// Created: neither key held a live record before this attempt.
+	Created bool
+	// tokens name the generation of the turn record and of the user
+	// message record this attempt joined (or created); "" for a record
+	// that carries no attempt count (written by an older version), which
+	// is never released.
+	tokens [2]string
+}
+
 // Ledger is the turn-mode ledger.
+//
+// Every record counts the attempts that reserved it and were not released
+// since. Release removes a record only when the last of them is released,
+// and only the generation the attempt reserved: so the records of a turn
+// stay while any attempt that joined them may have created Core's run
+// (SPEC §7), whatever the interleaving.
 type Ledger interface {
 	// Reserve records mode under both keys (session,route,conversation,turn) and
-	// (session,route,user_message_id) atomically. Same mode already there (under
-	// either or both keys) → created=false, nil (a retry; both records are
-	// rewritten with a fresh TTL). A different mode under either key →
-	// ErrConflict and nothing written. New (neither key held a live record) →
-	// both written with the TTL, created=true.
-	//
-	// Only a caller that got created=true should Release on a Core refusal:
-	// a retry's records may belong to a run Core already has.
-	Reserve(ctx context.Context, k Key, mode string) (created bool, err error)
-	// Release removes both records if they still hold mode (Core refused the turn
-	// with a 4xx other than 409, so no run exists). Never removes another mode's record.
-	Release(ctx context.Context, k Key, mode string) error
+	// (session,route,user_message_id) atomically. A different mode under either
+	// key → ErrConflict and nothing written. Otherwise each record is created
+	// (with one attempt) or joined (one more attempt), and both get a fresh
+	// TTL; Created reports that neither key held a live record.
+	Reserve(ctx context.Context, k Key, mode string) (Reservation, error)
+	// Release is called for an attempt Core did not create a run for (it
+	// answered a 4xx, or never received the request). It drops the
+	// attempt's share of each record it reserved; a record whose last
+	// share goes is removed. Records of another mode, or created anew after
+	// the reservation, are left alone.
+	Release(ctx context.Context, k Key, mode string, r Reservation) error
 	// Close releases the backend's resources. Later calls fail with ErrUnavailable.
 	Close() error
 }
@@ -67,6 +84,7 @@ const (
 	kindTurn    = "turn"
 	kindMessage = "user_message"
 	kindSlot    = "slot"
+	kindSession = "session"
 )
 
 // tupleHash is SHA-256 over the length-prefixed encoding of the domain, the
@@ -103,4 +121,9 @@ func (k Key) messageHash() [sha256.Size]byte {
 // route), used as a Redis hash tag so both keys live in one cluster slot.
 func (k Key) slotHash() [sha256.Size]byte {
 	return tupleHash(kindSlot, k.SessionID, k.Route)
+}
+
+// sessionHash names the session whose records the memory ledger caps.
+func (k Key) sessionHash() [sha256.Size]byte {
+	return tupleHash(kindSession, k.SessionID)
 }

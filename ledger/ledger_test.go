@@ -121,6 +121,7 @@ func key(turn, msg string) Key {
 
 type step struct {
 	release     bool
+	of          int // release: the index of the step whose reservation is released (-1: none)
 	k           Key
 	mode        string
 	wantCreated bool
@@ -128,12 +129,15 @@ type step struct {
 }
 
 // fresh: Reserve of a new turn; retry: Reserve that finds the same mode;
-// conflict: Reserve refused; invalid: bad input; release: Release.
+// conflict: Reserve refused; invalid: bad input; release: Release of the
+// reservation step `of` got.
 func fresh(k Key, mode string) step    { return step{k: k, mode: mode, wantCreated: true} }
 func retry(k Key, mode string) step    { return step{k: k, mode: mode} }
 func conflict(k Key, mode string) step { return step{k: k, mode: mode, want: ErrConflict} }
 func invalid(k Key, mode string) step  { return step{k: k, mode: mode, want: ErrInvalidKey} }
-func release(k Key, mode string) step  { return step{release: true, k: k, mode: mode} }
+func release(of int, k Key, mode string) step {
+	return step{release: true, of: of, k: k, mode: mode}
+}
 
 var behaviourCases = []struct {
 	name  string
@@ -174,26 +178,49 @@ var behaviourCases = []struct {
 	}},
 	{"release of a new turn frees both keys", []step{
 		fresh(key("t1", "m1"), onDemand),
-		release(key("t1", "m1"), onDemand),
+		release(0, key("t1", "m1"), onDemand),
 		fresh(key("t1", "m1"), inline),
 	}},
 	{"release only deletes its own mode", []step{
 		fresh(key("t1", "m1"), inline),
-		release(key("t1", "m1"), onDemand),
+		release(0, key("t1", "m1"), onDemand),
 		conflict(key("t1", "m1"), onDemand),
-		release(key("t1", "m1"), inline),
+		release(0, key("t1", "m1"), inline),
 		fresh(key("t1", "m1"), onDemand),
 	}},
-	{"release across two turns keeps the other mode's record", []step{
+	{"release drops only the records the attempt reserved", []step{
 		fresh(key("t1", "m1"), inline),
-		fresh(key("t2", "m2"), onDemand),
-		release(key("t1", "m2"), inline), // removes t1's record only
-		fresh(key("t1", "m3"), onDemand),
-		conflict(key("t3", "m2"), inline),
+		retry(key("t1", "m9"), inline), // joins t1, creates m9
+		release(1, key("t1", "m9"), inline),
+		fresh(key("t9", "m9"), onDemand),    // m9 is free again
+		conflict(key("t1", "m8"), onDemand), // t1 still held by step 0
+	}},
+	{"a refused attempt does not release a joined one (SPEC §7 race)", []step{
+		fresh(key("t1", "m1"), onDemand), // A: Core will refuse it
+		retry(key("t1", "m1"), onDemand), // B: joined while A was in flight; creates the run
+		release(0, key("t1", "m1"), onDemand),
+		conflict(key("t1", "m1"), inline), // never served in two modes
+		conflict(key("t1", "m2"), inline),
+		conflict(key("t2", "m1"), inline),
+	}},
+	{"records go when every attempt that joined was refused", []step{
+		fresh(key("t1", "m1"), onDemand),
+		retry(key("t1", "m1"), onDemand),
+		release(1, key("t1", "m1"), onDemand),
+		conflict(key("t1", "m1"), inline),
+		release(0, key("t1", "m1"), onDemand),
+		fresh(key("t1", "m1"), inline),
 	}},
 	{"release of an unknown turn is a no-op", []step{
-		release(key("t1", "m1"), inline),
+		release(-1, key("t1", "m1"), inline),
 		fresh(key("t1", "m1"), onDemand),
+	}},
+	{"a stale reservation does not release a newer record", []step{
+		fresh(key("t1", "m1"), onDemand),
+		release(0, key("t1", "m1"), onDemand),
+		fresh(key("t1", "m1"), onDemand), // a new record under the same keys
+		release(0, key("t1", "m1"), onDemand),
+		conflict(key("t1", "m1"), inline),
 	}},
 	{"sessions, routes and conversations are separate", []step{
 		fresh(key("t1", "m1"), inline),
@@ -228,20 +255,26 @@ func TestLedgerBehaviour(t *testing.T) {
 				t.Run(tc.name, func(t *testing.T) {
 					l := b.new(t)
 					ctx := context.Background()
+					res := make([]Reservation, len(tc.steps))
 					for i, s := range tc.steps {
 						if s.release {
-							if err := l.Release(ctx, s.k, s.mode); err != nil {
+							var r Reservation
+							if s.of >= 0 {
+								r = res[s.of]
+							}
+							if err := l.Release(ctx, s.k, s.mode, r); err != nil {
 								t.Fatalf("step %d: Release(%+v, %q) = %v; want nil", i, s.k, s.mode, err)
 							}
 							continue
 						}
-						created, err := l.Reserve(ctx, s.k, s.mode)
+						r, err := l.Reserve(ctx, s.k, s.mode)
 						if !errors.Is(err, s.want) || (s.want == nil && err != nil) {
 							t.Fatalf("step %d: Reserve(%+v, %q) error = %v; want %v", i, s.k, s.mode, err, s.want)
 						}
-						if created != s.wantCreated {
-							t.Fatalf("step %d: Reserve(%+v, %q) created = %v; want %v", i, s.k, s.mode, created, s.wantCreated)
+						if r.Created != s.wantCreated {
+							t.Fatalf("step %d: Reserve(%+v, %q) created = %v; want %v", i, s.k, s.mode, r.Created, s.wantCreated)
 						}
+						res[i] = r
 					}
 				})
 			}
@@ -320,7 +353,9 @@ func raceReserve(l Ledger, n int, modeOf func(int) string) ([]bool, []error) {
 		go func() {
 			defer wg.Done()
 			<-gate
-			created[i], errs[i] = l.Reserve(context.Background(), key("t-race", "m-race"), modeOf(i))
+			var r Reservation
+			r, errs[i] = l.Reserve(context.Background(), key("t-race", "m-race"), modeOf(i))
+			created[i] = r.Created
 		}()
 	}
 	close(gate)
@@ -338,7 +373,7 @@ func TestLedgerClosed(t *testing.T) {
 			if _, err := l.Reserve(context.Background(), key("t1", "m1"), inline); !errors.Is(err, ErrUnavailable) {
 				t.Fatalf("Reserve after Close: got %v; want ErrUnavailable", err)
 			}
-			if err := l.Release(context.Background(), key("t1", "m1"), inline); !errors.Is(err, ErrUnavailable) {
+			if err := l.Release(context.Background(), key("t1", "m1"), inline, Reservation{tokens: [2]string{"1", "1"}}); !errors.Is(err, ErrUnavailable) {
 				t.Fatalf("Release after Close: got %v; want ErrUnavailable", err)
 			}
 		})
@@ -463,8 +498,10 @@ func TestRedisTTLIsSetAndRefreshed(t *testing.T) {
 		if got <= 0 || got > ttl {
 			t.Fatalf("PTTL(%s) = %v; want in (0, %v]", rk, got, ttl)
 		}
-		if v := raw.Get(ctx, rk).Val(); v != inline {
-			t.Fatalf("GET(%s) = %q; want %q", rk, v, inline)
+		if v := raw.Get(ctx, rk).Val(); rk == keys[0] || rk == keys[1] {
+			if v != inline {
+				t.Fatalf("GET(%s) = %q; want %q", rk, v, inline)
+			}
 		}
 	}
 	// Shorten both records by hand; a same-mode retry must refresh them.
@@ -532,8 +569,8 @@ func TestRedisKeysHideRawIDs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(keys) != 2 {
-		t.Fatalf("got %d keys %v; want 2", len(keys), keys)
+	if len(keys) != 4 {
+		t.Fatalf("got %d keys %v; want 4 (two records and their attempt counts)", len(keys), keys)
 	}
 	for _, rk := range keys {
 		for _, id := range []string{k.SessionID, k.Route, k.ConversationID, k.TurnID, k.UserMessageID} {
@@ -541,14 +578,23 @@ func TestRedisKeysHideRawIDs(t *testing.T) {
 				t.Fatalf("key %q contains raw id %q", rk, id)
 			}
 		}
+		if strings.HasSuffix(rk, ":n") {
+			v := raw.HGetAll(context.Background(), rk).Val()
+			if len(v) != 2 || v["n"] != "1" || len(v["g"]) != 16 {
+				t.Fatalf("count %q = %v; want only a generation and the attempts", rk, v)
+			}
+			continue
+		}
 		if v := raw.Get(context.Background(), rk).Val(); v != onDemand {
 			t.Fatalf("value of %q = %q; want only the mode %q", rk, v, onDemand)
 		}
 	}
 	// Both keys share one hash tag (one cluster slot).
 	tag := func(s string) string { return s[strings.Index(s, "{"):strings.Index(s, "}")] }
-	if tag(keys[0]) != tag(keys[1]) {
-		t.Fatalf("hash tags differ: %q vs %q", keys[0], keys[1])
+	for _, rk := range keys[1:] {
+		if tag(rk) != tag(keys[0]) {
+			t.Fatalf("hash tags differ: %q vs %q", rk, keys[0])
+		}
 	}
 }
 
@@ -562,28 +608,96 @@ func TestRedisReplicasShareRecords(t *testing.T) {
 	steps := []struct {
 		name    string
 		l       Ledger
-		release bool
+		release int // ≥ 0: release the reservation of that step
 		k       Key
 		mode    string
 		want    error
 	}{
-		{"a binds the turn", a, false, key("t1", "m1"), inline, nil},
-		{"b sees the turn key", b, false, key("t1", "m2"), onDemand, ErrConflict},
-		{"b sees the message key", b, false, key("t2", "m1"), onDemand, ErrConflict},
-		{"b retries with the same mode", b, false, key("t1", "m1"), inline, nil},
-		{"b releases", b, true, key("t1", "m1"), inline, nil},
-		{"a sees the release", a, false, key("t1", "m1"), onDemand, nil},
+		{"a binds the turn", a, -1, key("t1", "m1"), inline, nil},
+		{"b sees the turn key", b, -1, key("t1", "m2"), onDemand, ErrConflict},
+		{"b sees the message key", b, -1, key("t2", "m1"), onDemand, ErrConflict},
+		{"b retries with the same mode", b, -1, key("t1", "m1"), inline, nil},
+		{"b releases its attempt", b, 3, key("t1", "m1"), inline, nil},
+		{"a's attempt still holds the turn", a, -1, key("t1", "m2"), onDemand, ErrConflict},
+		{"a releases its attempt", a, 0, key("t1", "m1"), inline, nil},
+		{"b sees the release", b, -1, key("t1", "m1"), onDemand, nil},
 	}
-	for _, s := range steps {
+	res := make([]Reservation, len(steps))
+	for i, s := range steps {
 		var err error
-		if s.release {
-			err = s.l.Release(ctx, s.k, s.mode)
+		if s.release >= 0 {
+			err = s.l.Release(ctx, s.k, s.mode, res[s.release])
 		} else {
-			_, err = s.l.Reserve(ctx, s.k, s.mode)
+			res[i], err = s.l.Reserve(ctx, s.k, s.mode)
 		}
 		if !errors.Is(err, s.want) || (s.want == nil && err != nil) {
 			t.Fatalf("%s: got %v; want %v", s.name, err, s.want)
 		}
+	}
+}
+
+// TestRedisRecordWithoutCount: a record written by an older version (the
+// mode alone, no attempt count) is joined by a same-mode retry, refuses
+// another mode, and is never released.
+func TestRedisRecordWithoutCount(t *testing.T) {
+	url := requireRedis(t)
+	prefix := uniquePrefix(t)
+	raw := rawRedis(t, url, prefix)
+	l := newTestRedis(t, url, prefix, time.Hour)
+	ctx := context.Background()
+	k := key("t1", "m1")
+	keys := l.keys(k)
+	for _, rk := range keys[:2] {
+		raw.Set(ctx, rk, onDemand, time.Hour)
+	}
+	r, err := l.Reserve(ctx, k, onDemand)
+	if err != nil || r.Created {
+		t.Fatalf("retry over an old record: got %+v, %v; want a retry", r, err)
+	}
+	if n := raw.Exists(ctx, keys[2:]...).Val(); n != 0 {
+		t.Fatalf("the retry gave the old records %d attempt counts; want none", n)
+	}
+	if err := l.Release(ctx, k, onDemand, r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Reserve(ctx, k, inline); !errors.Is(err, ErrConflict) {
+		t.Fatalf("switch after the release: got %v; want ErrConflict (old records are kept)", err)
+	}
+}
+
+// TestRedisCountsFollowRecords: the attempt counts live and expire with
+// their records, and a release removes record and count together.
+func TestRedisCountsFollowRecords(t *testing.T) {
+	url := requireRedis(t)
+	prefix := uniquePrefix(t)
+	raw := rawRedis(t, url, prefix)
+	l := newTestRedis(t, url, prefix, time.Hour)
+	ctx := context.Background()
+	k := key("t1", "m1")
+	keys := l.keys(k)
+	a, err := l.Reserve(ctx, k, onDemand)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := l.Reserve(ctx, k, onDemand)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ck := range keys[2:] {
+		if n := raw.HGet(ctx, ck, "n").Val(); n != "2" {
+			t.Fatalf("attempts in %s: got %q; want 2", ck, n)
+		}
+		if ttl := raw.PTTL(ctx, ck).Val(); ttl <= 0 || ttl > time.Hour {
+			t.Fatalf("PTTL(%s) = %v; want in (0, 1h]", ck, ttl)
+		}
+	}
+	for _, r := range []Reservation{a, b} {
+		if err := l.Release(ctx, k, onDemand, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := raw.Exists(ctx, keys...).Val(); n != 0 {
+		t.Fatalf("%d keys left after both releases; want 0", n)
 	}
 }
 
@@ -608,7 +722,9 @@ func TestRedisDown(t *testing.T) {
 	}{
 		{"Ping", func() error { return r.Ping(context.Background()) }},
 		{"Reserve", func() error { _, err := r.Reserve(context.Background(), key("t1", "m1"), inline); return err }},
-		{"Release", func() error { return r.Release(context.Background(), key("t1", "m1"), inline) }},
+		{"Release", func() error {
+			return r.Release(context.Background(), key("t1", "m1"), inline, Reservation{tokens: [2]string{"a", "b"}})
+		}},
 	}
 	for _, op := range ops {
 		t.Run(op.name, func(t *testing.T) {
@@ -654,5 +770,86 @@ func TestNewRedisRejectsBadURLWithoutEchoingIt(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestMemorySessionCap: one session flooding the ledger evicts its own
+// oldest records, never another session's (the campaign: 1,200 turns of
+// one session evicted another's record from a global LRU).
+func TestMemorySessionCap(t *testing.T) {
+	m := NewMemory(1000, time.Hour, newFakeClock().Now)
+	ctx := context.Background()
+	victim := Key{"sess-victim", "r", "c", "t", "m"}
+	if _, err := m.Reserve(ctx, victim, onDemand); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 1200 {
+		k := Key{"sess-flood", "r", "c", fmt.Sprint("t", i), fmt.Sprint("m", i)}
+		if _, err := m.Reserve(ctx, k, inline); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := m.Reserve(ctx, victim, inline); !errors.Is(err, ErrConflict) {
+		t.Fatalf("victim's turn after the flood: got %v; want ErrConflict (its record kept)", err)
+	}
+	if got, want := m.Len(), 2+m.SessionCap(); got != want {
+		t.Fatalf("records: got %d; want the victim's 2 + the flooder's cap %d", got, m.SessionCap())
+	}
+	// The flooder's newest turns are held, its oldest went.
+	if _, err := m.Reserve(ctx, Key{"sess-flood", "r", "c", "t1199", "m1199"}, onDemand); !errors.Is(err, ErrConflict) {
+		t.Fatalf("flooder's newest turn: got %v; want ErrConflict", err)
+	}
+	if r, err := m.Reserve(ctx, Key{"sess-flood", "r", "c", "t0", "m0"}, onDemand); err != nil || !r.Created {
+		t.Fatalf("flooder's oldest turn: got %+v, %v; want evicted (free)", r, err)
+	}
+}
+
+// TestMemorySessionCapDefaults: a quarter of the capacity, at most
+// MaxSessionEntries, at least one turn.
+func TestMemorySessionCapDefaults(t *testing.T) {
+	for _, tc := range []struct{ max, want int }{
+		{1000, 250}, {0, MaxSessionEntries}, {100_000_000, MaxSessionEntries}, {1, 2}, {6, 2},
+	} {
+		if got := NewMemory(tc.max, time.Hour, nil).SessionCap(); got != tc.want {
+			t.Errorf("NewMemory(%d).SessionCap() = %d; want %d", tc.max, got, tc.want)
+		}
+	}
+}
+
+// TestMemoryGlobalCapAcrossSessions: many sessions together are still
+// bounded by maxEntries.
+func TestMemoryGlobalCapAcrossSessions(t *testing.T) {
+	m := NewMemory(40, time.Hour, newFakeClock().Now) // 10 per session
+	for i := range 100 {
+		k := Key{fmt.Sprint("s", i%20), "r", "c", fmt.Sprint("t", i), fmt.Sprint("m", i)}
+		if _, err := m.Reserve(context.Background(), k, inline); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := m.Len(); got != 40 {
+		t.Fatalf("records: got %d; want 40", got)
+	}
+}
+
+// TestMemoryStaleReleaseAfterExpiry: an attempt whose record expired and
+// was created anew by a later attempt does not release the new one.
+func TestMemoryStaleReleaseAfterExpiry(t *testing.T) {
+	clock := newFakeClock()
+	m := NewMemory(100, time.Minute, clock.Now)
+	ctx := context.Background()
+	k := key("t1", "m1")
+	old, err := m.Reserve(ctx, k, onDemand)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Minute)
+	if r, err := m.Reserve(ctx, k, onDemand); err != nil || !r.Created {
+		t.Fatalf("after expiry: got %+v, %v; want a new record", r, err)
+	}
+	if err := m.Release(ctx, k, onDemand, old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Reserve(ctx, k, inline); !errors.Is(err, ErrConflict) {
+		t.Fatalf("switch: got %v; want ErrConflict (the new record stays)", err)
 	}
 }

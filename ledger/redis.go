@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -50,30 +51,59 @@ type Redis struct {
 
 var _ Ledger = (*Redis)(nil)
 
-// reserveScript: KEYS = {turn record, user message record}; ARGV = {mode, ttl ms}.
-// Returns 0 on a conflict (nothing written); otherwise both records now hold
-// mode and it returns 2 when neither existed before (created), 1 for a retry.
+// Each record is two keys: the record itself, whose value is the mode (as
+// earlier versions wrote it), and beside it an attempt count, a hash
+// {g: generation, n: attempts not released}. A record without the count
+// (written by an older version) is kept for its TTL: it is never released.
+
+// reserveScript: KEYS = {turn record, user message record, turn count, user
+// message count}; ARGV = {mode, ttl ms, new generation of the turn record,
+// of the user message record}. Returns {0} on a conflict (nothing written);
+// otherwise both records now hold mode and it returns {2 when neither
+// existed before (created) else 1, turn generation, message generation}.
 var reserveScript = redis.NewScript(`
 local a = redis.call('GET', KEYS[1])
 local b = redis.call('GET', KEYS[2])
 if (a and a ~= ARGV[1]) or (b and b ~= ARGV[1]) then
-  return 0
+  return {0}
 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+local out = {2, '', ''}
 if a or b then
-  return 1
+  out[1] = 1
 end
-return 2
+local held = {a, b}
+for i = 1, 2 do
+  local c = KEYS[i + 2]
+  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
+  if not held[i] then
+    redis.call('DEL', c)
+    redis.call('HSET', c, 'g', ARGV[i + 2], 'n', 1)
+    out[i + 1] = ARGV[i + 2]
+  elseif redis.call('EXISTS', c) == 1 then
+    redis.call('HINCRBY', c, 'n', 1)
+    out[i + 1] = redis.call('HGET', c, 'g')
+  end
+  if redis.call('EXISTS', c) == 1 then
+    redis.call('PEXPIRE', c, ARGV[2])
+  end
+end
+return out
 `)
 
-// releaseScript: KEYS as above; ARGV = {mode}. Deletes each record that still
-// holds mode and returns how many were deleted.
+// releaseScript: KEYS as above; ARGV = {mode, turn generation, message
+// generation}. Drops one attempt from each record that still holds mode
+// and the generation; removes a record (and its count) when none is left.
+// Returns how many records were removed.
 var releaseScript = redis.NewScript(`
 local n = 0
 for i = 1, 2 do
-  if redis.call('GET', KEYS[i]) == ARGV[1] then
-    n = n + redis.call('DEL', KEYS[i])
+  local g = ARGV[i + 1]
+  local c = KEYS[i + 2]
+  if g ~= '' and redis.call('GET', KEYS[i]) == ARGV[1] and redis.call('HGET', c, 'g') == g then
+    if redis.call('HINCRBY', c, 'n', -1) <= 0 then
+      redis.call('DEL', KEYS[i], c)
+      n = n + 1
+    end
   end
 end
 return n
@@ -129,45 +159,64 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 	}, nil
 }
 
-// keys returns the Redis keys of the turn record and the user message record.
+// keys returns the Redis keys of the turn record and the user message
+// record, then their attempt counts.
 func (r *Redis) keys(k Key) []string {
 	slot := k.slotHash()
 	t, m := k.turnHash(), k.messageHash()
 	base := r.prefix + "{" + hex.EncodeToString(slot[:8]) + "}:"
-	return []string{base + "t:" + hex.EncodeToString(t[:]), base + "m:" + hex.EncodeToString(m[:])}
+	tk, mk := base+"t:"+hex.EncodeToString(t[:]), base+"m:"+hex.EncodeToString(m[:])
+	return []string{tk, mk, tk + ":n", mk + ":n"}
+}
+
+// newGeneration names a record created now: random, so replicas never
+// hand out the same one.
+func newGeneration() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
 }
 
 // Reserve implements Ledger.
-func (r *Redis) Reserve(ctx context.Context, k Key, mode string) (bool, error) {
+func (r *Redis) Reserve(ctx context.Context, k Key, mode string) (Reservation, error) {
 	if err := k.validate(mode); err != nil {
-		return false, err
+		return Reservation{}, err
 	}
 	opCtx, cancel := context.WithTimeout(ctx, r.opTimeout)
 	defer cancel()
-	n, err := reserveScript.Run(opCtx, r.client, r.keys(k), mode, r.ttl.Milliseconds()).Int64()
+	v, err := reserveScript.Run(opCtx, r.client, r.keys(k), mode, r.ttl.Milliseconds(), newGeneration(), newGeneration()).Slice()
 	if err != nil {
-		return false, r.fail(ctx, "reserve", err)
+		return Reservation{}, r.fail(ctx, "reserve", err)
 	}
-	switch n {
-	case 2:
-		return true, nil
-	case 1:
-		return false, nil
-	case 0:
-		return false, ErrConflict
-	default:
-		return false, fmt.Errorf("ledger: reserve: unexpected script reply: %w", ErrUnavailable)
+	bad := fmt.Errorf("ledger: reserve: unexpected script reply: %w", ErrUnavailable)
+	if len(v) == 0 {
+		return Reservation{}, bad
 	}
+	n, _ := v[0].(int64)
+	if n == 0 {
+		return Reservation{}, ErrConflict
+	}
+	if (n != 1 && n != 2) || len(v) != 3 {
+		return Reservation{}, bad
+	}
+	res := Reservation{Created: n == 2}
+	for i := range res.tokens {
+		res.tokens[i], _ = v[i+1].(string)
+	}
+	return res, nil
 }
 
 // Release implements Ledger.
-func (r *Redis) Release(ctx context.Context, k Key, mode string) error {
+func (r *Redis) Release(ctx context.Context, k Key, mode string, res Reservation) error {
 	if err := k.validate(mode); err != nil {
 		return err
 	}
+	if res.tokens == [2]string{} {
+		return nil // nothing this attempt could release
+	}
 	opCtx, cancel := context.WithTimeout(ctx, r.opTimeout)
 	defer cancel()
-	if err := releaseScript.Run(opCtx, r.client, r.keys(k), mode).Err(); err != nil {
+	if err := releaseScript.Run(opCtx, r.client, r.keys(k), mode, res.tokens[0], res.tokens[1]).Err(); err != nil {
 		return r.fail(ctx, "release", err)
 	}
 	return nil

@@ -48,6 +48,8 @@ type features struct {
 	hints   atomic.Bool // same-run hints in on_demand turns
 	native  *nativeDetector
 	turns   *httputil.ReverseProxy
+	// inflight: on_demand turn attempts awaiting Core's answer (turns.go).
+	inflight turnsInFlight
 }
 
 func newFeatures(f *Features, s *Server) (*features, error) {

@@ -24,6 +24,7 @@ type metrics struct {
 	native         *prometheus.GaugeVec
 	reloads        *prometheus.CounterVec
 	turnHints      *prometheus.CounterVec
+	ledgerReleases *prometheus.CounterVec
 }
 
 const namespace = "knowledge_sidecar"
@@ -43,6 +44,8 @@ const (
 	outRewritten            turnOutcome = "rewritten"
 	outDeliveryFailed       turnOutcome = "delivery_failed"
 	outUpstreamError        turnOutcome = "upstream_error"
+	outRateLimited          turnOutcome = "rate_limited"
+	outUnsupportedEncoding  turnOutcome = "unsupported_encoding"
 
 	decisionEnabled      rolloutDecision = "enabled"
 	decisionDisabled     rolloutDecision = "disabled"
@@ -52,10 +55,16 @@ const (
 	// turns_total{mode} besides the delivery modes.
 	labelAbsent  = "absent"  // no knowledge_delivery field
 	labelInvalid = "invalid" // a field with a value that is no mode
-	labelUnknown = "unknown" // refused before the body was read
+	labelUnknown = "unknown" // decided before the field could be told
 
 	failOpenIdentity = "identity" // ledger_fail_open_total{reason}
 	failOpenLedger   = "ledger"
+
+	// ledger_releases_total{reason}: Core refused the attempt (4xx), or
+	// never received it (the client left, or Core could not be reached,
+	// before the request was written).
+	releaseRefused = "refused"
+	releaseNotSent = "not_sent"
 
 	// turn_hints_total{outcome}: knowledge.HintsMinted, HintsNone,
 	// HintsFailed, and hintsOff (turn_hints: false).
@@ -70,7 +79,7 @@ var hintOutcomes = []string{knowledge.HintsMinted, knowledge.HintsNone, knowledg
 var (
 	upstreamKinds  = []string{"dial", "timeout", "canceled", "protocol", "other"} // classifyUpstreamError
 	turnModes      = []string{labelAbsent, labelInvalid, labelUnknown, string(knowledge.DeliveryInline), string(knowledge.DeliveryOnDemand)}
-	turnOutcomes   = []turnOutcome{outPassed, outRewritten, outRejected, outConflict, outKnowledgeUnavailable, outLedgerUnavailable, outDeliveryFailed, outUpstreamError, coreOutcome(100), coreOutcome(200), coreOutcome(300), coreOutcome(400), coreOutcome(500)}
+	turnOutcomes   = []turnOutcome{outPassed, outRewritten, outRejected, outConflict, outKnowledgeUnavailable, outLedgerUnavailable, outRateLimited, outUnsupportedEncoding, outDeliveryFailed, outUpstreamError, coreOutcome(100), coreOutcome(200), coreOutcome(300), coreOutcome(400), coreOutcome(500)}
 	failOpenReason = []string{failOpenIdentity, failOpenLedger}
 	decisions      = []rolloutDecision{decisionEnabled, decisionDisabled, decisionNative, decisionInvalidRoute}
 	reloadResults  = []string{"ok", "rejected"} // ObserveReload
@@ -173,6 +182,13 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 	for _, r := range reloadResults {
 		m.reloads.WithLabelValues(r)
 	}
+	m.ledgerReleases = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "ledger_releases_total",
+		Help: "Turn attempts whose share of the turn's ledger records was released, by reason (refused: Core answered 4xx; not_sent: Core never received the request).",
+	}, []string{"reason"})
+	for _, r := range []string{releaseRefused, releaseNotSent} {
+		m.ledgerReleases.WithLabelValues(r)
+	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: namespace, Name: "build_info", Help: "Build information; always 1.",
 	}, []string{"version", "goversion"})
@@ -180,6 +196,7 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 	if reg != nil {
 		reg.MustRegister(m.requests, m.duration, m.inFlight, m.upstreamErrors, m.ready, m.turns,
 			m.ledgerConflict, m.ledgerErrors, m.ledgerFailOpen, m.rollout, m.native, m.reloads, m.turnHints, build)
+		reg.MustRegister(m.ledgerReleases)
 	}
 	return m
 }

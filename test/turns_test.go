@@ -412,7 +412,9 @@ func turnScenarios() []turnScenario {
 		{name: "core_2xx", outcome: "rewrite", kept: true},
 		{name: "core_4xx", outcome: "relay", kept: false,
 			prepare: func(t *testing.T, w *World, ti *turnInput) { ti.Turn = "!" + ti.Turn }}, // Core: 400 invalid_request
-		{name: "core_409", outcome: "relay", kept: true,
+		// Core's own 409 for a fresh turn id: no run from this attempt, so
+		// its record is released (SPEC §7) and Core answers the switch.
+		{name: "core_409", outcome: "relay", kept: false,
 			prepare: func(t *testing.T, w *World, ti *turnInput) {
 				// The same ids already hold another input at Core.
 				first := *ti
@@ -691,7 +693,7 @@ func TestTurnCompressedDespiteIdentity(t *testing.T) {
 // TestTurnLostResponseRetry: a retry with the same mode reaches Core, which
 // replays the frozen run (same run_id, one run); a different mode under
 // either idempotency key is Core's exact 409 without contacting Core; a
-// record is released only when Core refuses the turn with a 4xx other than 409.
+// record is released when Core refuses the turn with any 4xx (its own 409s included).
 func TestTurnLostResponseRetry(t *testing.T) {
 	w := NewWorld(t, WorldOptions{})
 	side := w.StartSidecar(t, FeatureOptions{})
@@ -818,8 +820,11 @@ func TestTurnLostResponseRetry(t *testing.T) {
 		}
 	})
 
-	t.Run("kept_after_409", func(t *testing.T) {
-		ti := newTurn("kept-409")
+	t.Run("released_after_core_409", func(t *testing.T) {
+		// Core's 409 turn_conflict for a fresh turn id: the ids hold a run
+		// of another input, none from this attempt. Its record is released,
+		// so the other mode reaches Core, which answers its own 409 again.
+		ti := newTurn("released-409")
 		first := ti
 		first.Input = "an earlier question"
 		if r := send(t, c, "POST", w.CoreURL+turnsPath(route), w.TokenA, first.body(""), nil); r.Status != 200 {
@@ -831,8 +836,8 @@ func TestTurnLostResponseRetry(t *testing.T) {
 		}
 		calls := w.Core.Calls(turnsPath(route))
 		r = send(t, c, "POST", url, w.TokenA, ti.body(`"inline"`), nil)
-		if r.Status != 409 || w.Core.Calls(turnsPath(route)) != calls {
-			t.Errorf("mode switch after Core's 409: got %d, Core called %d times; want 409 from the ledger", r.Status, w.Core.Calls(turnsPath(route))-calls)
+		if r.Status != 409 || string(r.Body) != turnConflictJSON || w.Core.Calls(turnsPath(route)) != calls+1 {
+			t.Errorf("other mode after Core's 409: got %d %s, Core called %d times; want Core's own 409 (one call)", r.Status, r.Body, w.Core.Calls(turnsPath(route))-calls)
 		}
 	})
 

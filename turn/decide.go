@@ -75,11 +75,15 @@ func Delivery(route, status, revision string, err error) (st, rev string, ok boo
 	return status, revision, true
 }
 
-// ReleaseAfter reports whether a ledger record this request created is
-// removed after Core answered with status: Core refused the turn (4xx
-// other than 409), so no run exists and the mode is not bound.
-func ReleaseAfter(status int, created bool) bool {
-	return created && status >= 400 && status < 500 && status != http.StatusConflict
+// ReleaseAfter reports whether an attempt's share of the turn's ledger
+// records is released after Core answered it with status: any 4xx, Core's
+// own 409 turn_conflict and TASK_* refusals included, says that this
+// attempt created no run (SPEC §7). The ledger keeps the records while
+// another attempt that joined them is unreleased, so a concurrent attempt
+// that did create the run keeps the turn bound. 2xx, 5xx and no answer at
+// all keep the share: Core may have created the run.
+func ReleaseAfter(status int) bool {
+	return status >= 400 && status < 500
 }
 
 // Hinter builds the serialized "hints" array of an on_demand answer from

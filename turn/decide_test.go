@@ -32,18 +32,16 @@ func TestPlanFor(t *testing.T) {
 
 func TestReleaseAfter(t *testing.T) {
 	for _, tc := range []struct {
-		status  int
-		created bool
-		want    bool
+		status int
+		want   bool
 	}{
-		{400, true, true}, {401, true, true}, {404, true, true}, {422, true, true},
-		{409, true, false},  // Core's own conflict: a run exists under the other input
-		{400, false, false}, // a retry that did not create the record cannot unbind it
-		{500, true, false},  // Core may have created the run
-		{502, true, false}, {200, true, false},
+		{400, true}, {401, true}, {404, true}, {413, true}, {422, true}, {429, true}, {499, true},
+		{409, true},                              // Core's turn_conflict for a fresh turn id, or a TASK_* refusal: no run from this attempt
+		{500, false}, {502, false}, {503, false}, // Core may have created the run
+		{200, false}, {201, false}, {302, false}, {399, false}, {100, false},
 	} {
-		if got := ReleaseAfter(tc.status, tc.created); got != tc.want {
-			t.Errorf("ReleaseAfter(%d, %v) = %v; want %v", tc.status, tc.created, got, tc.want)
+		if got := ReleaseAfter(tc.status); got != tc.want {
+			t.Errorf("ReleaseAfter(%d) = %v; want %v", tc.status, got, tc.want)
 		}
 	}
 }
