@@ -111,6 +111,29 @@ func (c *Config) Validate(extra ...func(*Config) (path string, err error)) error
 	p.positive("proxy.body_idle_timeout", c.Proxy.BodyIdleTimeout, 10*time.Minute)
 	if c.Proxy.MaxHeaderBytes < 4096 {
 		p.add("proxy.max_header_bytes", "must be at least 4096")
+	} else if c.Proxy.MaxHeaderBytes > 1<<20 {
+		p.add("proxy.max_header_bytes", fmt.Sprintf("%d is more than 1048576 (1 MiB); Core refuses headers over 16 KiB anyway", c.Proxy.MaxHeaderBytes))
+	}
+	if c.Proxy.BodyMinRate < 0 {
+		p.add("proxy.body_min_rate", fmt.Sprintf("%d must not be negative (0 turns it off)", c.Proxy.BodyMinRate))
+	}
+	if w := c.Proxy.BodyMinRateWindow; c.Proxy.BodyMinRate > 0 && (w < time.Second || w > 10*time.Minute) {
+		p.add("proxy.body_min_rate_window", fmt.Sprintf("%q must be from 1s to 10m0s", w.String()))
+	}
+	if c.Proxy.BodyTimeout < 0 {
+		p.add("proxy.body_timeout", fmt.Sprintf("%q must not be negative (0 = no deadline)", c.Proxy.BodyTimeout.String()))
+	}
+	if c.Proxy.MaxConnections < 1 {
+		p.add("proxy.max_connections", fmt.Sprintf("%d must be at least 1", c.Proxy.MaxConnections))
+	}
+	if c.Proxy.MaxInFlight < 1 {
+		p.add("proxy.max_in_flight", fmt.Sprintf("%d must be at least 1", c.Proxy.MaxInFlight))
+	}
+	if c.Proxy.TurnBodyBudget < 1<<20 {
+		p.add("proxy.turn_body_budget", fmt.Sprintf("%d must be at least 1048576 (1 MiB: two turns of Core's 512 KiB limit)", c.Proxy.TurnBodyBudget))
+	}
+	if c.Proxy.MemoryLimit != 0 && c.Proxy.MemoryLimit < 32<<20 {
+		p.add("proxy.memory_limit", fmt.Sprintf("%d must be 0 (from the cgroup) or at least 33554432 (32 MiB)", c.Proxy.MemoryLimit))
 	}
 	p.positive("proxy.dial_timeout", c.Proxy.DialTimeout, 5*time.Minute)
 	if c.Proxy.ResponseHeaderTimeout < 0 {
