@@ -38,6 +38,7 @@ type Limits struct {
 type limitMetrics struct {
 	rejected *prometheus.CounterVec // reason: connections, in_flight, turn_body_budget
 	open     prometheus.Gauge
+	turnBody prometheus.Gauge
 	ambig    prometheus.Counter
 }
 
@@ -47,13 +48,15 @@ func newLimitMetrics(reg prometheus.Registerer) *limitMetrics {
 			Help: "Requests and connections answered 503 because a bound was reached, by bound."}, []string{"limit"}),
 		open: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "knowledge_sidecar", Name: "open_connections",
 			Help: "Client connections open on the proxy listener."}),
+		turnBody: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "knowledge_sidecar", Name: "turn_body_budget_used_bytes",
+			Help: "Bytes of the turn body budget held by turns being read or intercepted."}),
 		ambig: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "knowledge_sidecar", Name: "ambiguous_framing_total",
 			Help: "Requests with both Content-Length and Transfer-Encoding, or Transfer-Encoding on HTTP/1.0, whose connection was closed after the answer."}),
 	}
 	for _, l := range []string{limitConnections, limitInFlight, limitTurnBody} {
 		m.rejected.WithLabelValues(l)
 	}
-	reg.MustRegister(m.rejected, m.open, m.ambig)
+	reg.MustRegister(m.rejected, m.open, m.turnBody, m.ambig)
 	return m
 }
 

@@ -138,6 +138,7 @@ func (s *Server) edge(handler string) echo.MiddlewareFunc {
 				s.lim.inFlight.release(1)
 				if n := st.turnBytes.Swap(0); n > 0 {
 					s.lim.turnBody.release(n)
+					s.lim.m.turnBody.Sub(float64(n))
 				}
 				status := resp.Status
 				switch {
@@ -185,7 +186,7 @@ func (s *Server) edge(handler string) echo.MiddlewareFunc {
 					// (an unauthenticated caller, answered before the body
 					// is read, never holds any of it).
 					ib.budget, ib.size = &s.lim.turnBody, turnReservation(r.ContentLength)
-					ib.refused = s.lim.m.rejected.WithLabelValues(limitTurnBody)
+					ib.refused, ib.used = s.lim.m.rejected.WithLabelValues(limitTurnBody), s.lim.m.turnBody
 				}
 				r.Body = ib
 			}
@@ -265,6 +266,7 @@ type idleBody struct {
 	budget  *counter
 	size    int64
 	refused prometheus.Counter
+	used    prometheus.Gauge
 }
 
 func (b *idleBody) Read(p []byte) (int, error) {
@@ -277,6 +279,7 @@ func (b *idleBody) Read(p []byte) (int, error) {
 			return 0, errOverloaded
 		}
 		b.st.turnBytes.Store(b.size)
+		b.used.Add(float64(b.size))
 		b.budget = nil
 	}
 	var deadline time.Time
