@@ -95,3 +95,15 @@ func TestCounter(t *testing.T) {
 		t.Error("max 0 must not bound")
 	}
 }
+
+// BenchmarkFramingScan: the cost of watching a body go by (32 KiB reads of
+// text with a line break every 80 bytes, the scanner's worst ordinary case).
+func BenchmarkFramingScan(b *testing.B) {
+	line := strings.Repeat("x", 79) + "\n"
+	buf := []byte(strings.Repeat(line, (32<<10)/len(line)))
+	b.SetBytes(int64(len(buf)))
+	var s framingScan
+	for b.Loop() {
+		s.feed(buf)
+	}
+}
