@@ -129,7 +129,7 @@ func TestBodyMinimumRate(t *testing.T) {
 			rc := http.NewResponseController(w)
 			tick := time.NewTicker(100 * time.Millisecond)
 			defer tick.Stop()
-			for i := range 25 { // 2.5 s, more than the window
+			for i := range 40 { // 4 s, more than the window
 				fmt.Fprintf(w, "data: %d\n\n", i)
 				rc.Flush()
 				<-tick.C
@@ -139,7 +139,7 @@ func TestBodyMinimumRate(t *testing.T) {
 		b := u.readAndRecord(r)
 		fmt.Fprintf(w, "%d", len(b))
 	})
-	const window = time.Second
+	const window = 2 * time.Second
 	sc := StartSidecar(t, SidecarOptions{CoreURL: u.URL, BodyIdleTimeout: time.Minute,
 		Limits: proxy.Limits{BodyMinRate: 2000, BodyMinRateWindow: window}})
 	head := func(path string, n int) string {
@@ -176,7 +176,7 @@ func TestBodyMinimumRate(t *testing.T) {
 	})
 
 	t.Run("upload that keeps the rate runs past the window", func(t *testing.T) {
-		const chunk, chunks = 1000, 30 // 1000 bytes per 100 ms: 10 kB/s for 3 s
+		const chunk, chunks = 1000, 40 // 1000 bytes per 100 ms: 10 kB/s for 4 s
 		conn := dialRaw(t, sc.Addr)
 		conn.send(t, head("/up", chunk*chunks))
 		tick := time.NewTicker(100 * time.Millisecond)
@@ -195,8 +195,8 @@ func TestBodyMinimumRate(t *testing.T) {
 		conn := dialRaw(t, sc.Addr)
 		conn.send(t, head("/events", 2)+"{}")
 		res, body := conn.response(t)
-		if res.StatusCode != 200 || strings.Count(string(body), "data: ") != 25 {
-			t.Fatalf("got %d with %d events; want 200 and all 25", res.StatusCode, strings.Count(string(body), "data: "))
+		if res.StatusCode != 200 || strings.Count(string(body), "data: ") != 40 {
+			t.Fatalf("got %d with %d events; want 200 and all 40", res.StatusCode, strings.Count(string(body), "data: "))
 		}
 	})
 
@@ -217,11 +217,16 @@ func TestBodyMinimumRate(t *testing.T) {
 				}
 			}
 		}()
+		start := time.Now()
 		res, body := conn.response(t)
+		took := time.Since(start)
 		conn.Close()
 		<-done
 		if res.StatusCode != http.StatusRequestTimeout {
 			t.Fatalf("got %d %s; want 408", res.StatusCode, body)
+		}
+		if took > 15*time.Second { // the minimum rate (20 s window) would have taken longer
+			t.Errorf("cut after %s; want about the %s deadline", took, window)
 		}
 	})
 }
