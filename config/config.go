@@ -146,8 +146,46 @@ type Proxy struct {
 	// (408 if nothing was answered yet; the connection closes), so a slow
 	// sender cannot hold a request open. Default 30s.
 	BodyIdleTimeout time.Duration `yaml:"body_idle_timeout"`
-	// MaxHeaderBytes caps request header size (bytes). Default 1048576.
+	// BodyMinRate is the slowest a request body may arrive on average
+	// (bytes per second) once BodyMinRateWindow has passed: every byte
+	// read earns the body 1/BodyMinRate seconds more, and a body never
+	// holds more than BodyMinRateWindow of credit, so a client that trickles
+	// (one byte every 29 s) is cut with 408 while an upload that moves data
+	// runs as long as it needs. Applies to reading the request body only,
+	// never to the response (SSE, WebSockets). 0 turns it off. Default 1024.
+	BodyMinRate int64 `yaml:"body_min_rate"`
+	// BodyMinRateWindow is the grace a body gets before BodyMinRate applies,
+	// and the most credit it can bank by sending fast. Default 20s.
+	BodyMinRateWindow time.Duration `yaml:"body_min_rate_window"`
+	// BodyTimeout bounds reading a whole request body, however fast it
+	// moves (like Envoy's request_timeout, for the body only). 0 = none, the
+	// default, so long streaming uploads keep working.
+	BodyTimeout time.Duration `yaml:"body_timeout"`
+	// MaxHeaderBytes caps the request line plus headers (bytes); larger is
+	// answered 431 by net/http before any handler. Core's Node server
+	// accepts 16 KiB. Default 32768 (32 KiB).
 	MaxHeaderBytes int `yaml:"max_header_bytes"`
+	// MaxConnections caps the proxy listener's open client connections
+	// (idle keep-alive, in flight and upgraded ones together). A connection
+	// over the cap gets a minimal 503 with Retry-After and is closed.
+	// Default 1024.
+	MaxConnections int `yaml:"max_connections"`
+	// MaxInFlight caps the requests the proxy listener handles at once
+	// (long-lived SSE and WebSocket requests count while they last); one
+	// over it is answered 503 overloaded with Retry-After. Default 512.
+	MaxInFlight int `yaml:"max_in_flight"`
+	// TurnBodyBudget caps the bytes of turn request bodies buffered for
+	// interception at once, all connections together (bytes; a turn counts
+	// its Content-Length, at most 512 KiB, or 512 KiB when chunked). A turn
+	// over the budget is answered 503 overloaded with Retry-After.
+	// Default 33554432 (32 MiB).
+	TurnBodyBudget int64 `yaml:"turn_body_budget"`
+	// MemoryLimit is the Go runtime's soft memory limit (bytes), as
+	// GOMEMLIMIT: the garbage collector works harder near it instead of the
+	// process growing into an OOM kill. 0, the default, takes 90 % of the
+	// container's cgroup memory limit when there is one (else no limit); an
+	// explicit GOMEMLIMIT environment variable always wins. Restart-only.
+	MemoryLimit int64 `yaml:"memory_limit"`
 	// DialTimeout bounds connecting to Core. Default 5s.
 	DialTimeout time.Duration `yaml:"dial_timeout"`
 	// ResponseHeaderTimeout bounds waiting for Core's response headers on
@@ -206,7 +244,12 @@ func Defaults() Config {
 			ReadHeaderTimeout:     10 * time.Second,
 			IdleTimeout:           120 * time.Second,
 			BodyIdleTimeout:       30 * time.Second,
-			MaxHeaderBytes:        1 << 20,
+			BodyMinRate:           1024,
+			BodyMinRateWindow:     20 * time.Second,
+			MaxHeaderBytes:        32 << 10,
+			MaxConnections:        1024,
+			MaxInFlight:           512,
+			TurnBodyBudget:        32 << 20,
 			DialTimeout:           5 * time.Second,
 			ResponseHeaderTimeout: 60 * time.Second,
 			MaxIdleConnsPerHost:   256,

@@ -106,6 +106,24 @@ func (c *Config) Validate(extra ...func(*Config) (path string, err error)) error
 	p.positive("proxy.idle_timeout", c.Proxy.IdleTimeout, time.Hour)
 	p.positive("proxy.body_idle_timeout", c.Proxy.BodyIdleTimeout, 10*time.Minute)
 	p.atLeast("proxy.max_header_bytes", int64(c.Proxy.MaxHeaderBytes), 4096)
+	if c.Proxy.MaxHeaderBytes > 1<<20 {
+		p.outOfRange("proxy.max_header_bytes", c.Proxy.MaxHeaderBytes, "must be at most 1048576 (1 MiB); Core refuses headers over 16 KiB anyway")
+	}
+	p.atLeast("proxy.body_min_rate", c.Proxy.BodyMinRate, 0)
+	if w := c.Proxy.BodyMinRateWindow; c.Proxy.BodyMinRate > 0 && (w < time.Second || w > 10*time.Minute) {
+		p.outOfRange("proxy.body_min_rate_window", w, "must be from 1s to 10m0s")
+	}
+	if c.Proxy.BodyTimeout < 0 {
+		p.outOfRange("proxy.body_timeout", c.Proxy.BodyTimeout, "must not be negative; 0 disables it")
+	}
+	p.atLeast("proxy.max_connections", int64(c.Proxy.MaxConnections), 1)
+	p.atLeast("proxy.max_in_flight", int64(c.Proxy.MaxInFlight), 1)
+	if c.Proxy.TurnBodyBudget < 1<<20 {
+		p.outOfRange("proxy.turn_body_budget", c.Proxy.TurnBodyBudget, "must be at least 1048576 (1 MiB: two turns of Core's 512 KiB limit)")
+	}
+	if c.Proxy.MemoryLimit != 0 && c.Proxy.MemoryLimit < 32<<20 {
+		p.outOfRange("proxy.memory_limit", c.Proxy.MemoryLimit, "must be 0 (from GOMEMLIMIT or the cgroup) or at least 33554432 (32 MiB)")
+	}
 	p.positive("proxy.dial_timeout", c.Proxy.DialTimeout, 5*time.Minute)
 	if c.Proxy.ResponseHeaderTimeout < 0 {
 		p.outOfRange("proxy.response_header_timeout", c.Proxy.ResponseHeaderTimeout, "must not be negative; 0 disables it")

@@ -29,6 +29,8 @@ type edgeError struct {
 	// what follows it on the wire, is never read on).
 	close bool
 	allow string // Allow header of a 405
+	// retryAfter, when not 0, is the Retry-After of the answer (seconds).
+	retryAfter int
 }
 
 func (e *edgeError) Error() string { return "proxy: " + strconv.Itoa(e.status) + " " + e.code }
@@ -74,6 +76,10 @@ var (
 		message: "Core did not answer in time."}
 	errNotProxied = &edgeError{status: http.StatusBadGateway, code: "upstream_unavailable",
 		message: "The request could not be proxied.", close: true}
+	// errOverloaded: a bound of the edge is reached (requests in flight,
+	// the turn body budget); the client may retry shortly.
+	errOverloaded = &edgeError{status: http.StatusServiceUnavailable, code: "overloaded",
+		message: "The sidecar is at capacity; retry later.", close: true, retryAfter: retryAfterSeconds}
 	errDeliveryFailedAnswer = &edgeError{status: http.StatusBadGateway, code: "knowledge_delivery_failed",
 		message: "Core's turn answer could not be delivered with on-demand knowledge."}
 )
@@ -152,12 +158,17 @@ func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 	if ee.allow != "" {
 		w.Header().Set("Allow", ee.allow)
 	}
+	if ee.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(ee.retryAfter))
+	}
 	writeError(w, ee.status, ee.code, ee.message)
 }
 
 // bodyFailure is the answer for a request whose own body failed, or nil.
 func bodyFailure(st *reqState, ctx context.Context) error {
 	switch {
+	case st.overBudget.Load():
+		return errOverloaded
 	case st.bodyTimeout.Load():
 		return errBodyTimeout
 	case st.bodyBad.Load() && ctx.Err() == nil:

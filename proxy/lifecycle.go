@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/bailinghub/knowledge-sidecar/config"
 )
 
 // ServeOptions are the listener settings of Run.
@@ -21,8 +23,11 @@ type ServeOptions struct {
 	ReadHeaderTimeout       time.Duration
 	IdleTimeout             time.Duration
 	MaxHeaderBytes          int
-	DrainDelay              time.Duration
-	ShutdownTimeout         time.Duration
+	// MaxConnections caps the proxy listener's open connections (0: the
+	// default of config.Defaults; negative: no cap).
+	MaxConnections  int
+	DrainDelay      time.Duration
+	ShutdownTimeout time.Duration
 	// OnListening is called once both listeners are bound.
 	OnListening func(proxyAddr, adminAddr net.Addr)
 }
@@ -39,6 +44,8 @@ func NewHTTPServer(h http.Handler, o ServeOptions, base context.Context, log *sl
 		IdleTimeout:       o.IdleTimeout,
 		MaxHeaderBytes:    o.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		ConnContext:       connContext,
+		ConnState:         connState,
 	}
 	if base != nil {
 		srv.BaseContext = func(net.Listener) context.Context { return base }
@@ -60,6 +67,11 @@ func (s *Server) Run(ctx context.Context, o ServeOptions) error {
 		ln.Close()
 		return fmt.Errorf("admin listener: %w", err)
 	}
+	maxConns := o.MaxConnections
+	if maxConns == 0 {
+		maxConns = config.Defaults().Proxy.MaxConnections
+	}
+	ln = newLimitListener(ln, maxConns, s.lim.m)
 	base, cancelBase := context.WithCancel(context.Background())
 	defer cancelBase()
 	srv := NewHTTPServer(s.Handler(), o, base, s.log)

@@ -12,8 +12,10 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/net/http/httpguts"
 )
 
@@ -27,6 +29,10 @@ type reqState struct {
 	// bodyTimeout: no byte of the body arrived for the idle timeout.
 	// bodyEOF: the body was read to its end.
 	bodyTimeout, bodyEOF atomic.Bool
+	// overBudget: the turn body budget had no room for this body.
+	overBudget atomic.Bool
+	// turnBytes is what this request holds of the turn body budget.
+	turnBytes atomic.Int64
 }
 
 type ctxKey struct{}
@@ -107,10 +113,33 @@ func (s *Server) edge(handler string) echo.MiddlewareFunc {
 			if name == "" {
 				name = handlerName(c)
 			}
+			conn := connOf(r.Context())
+			if conn != nil {
+				conn.handling.Store(true) // net/http's own answers are done for this request
+				if conn.ambiguous.Load() {
+					// RFC 9112 §6.1: Content-Length with Transfer-Encoding,
+					// or Transfer-Encoding on HTTP/1.0: answered, then the
+					// connection ends, so nothing after it is parsed with a
+					// framing another hop may have read differently.
+					resp.Header().Set("Connection", "close")
+					s.lim.m.ambig.Inc()
+				}
+			}
+			if !s.lim.inFlight.acquire(1) {
+				s.lim.m.rejected.WithLabelValues(limitInFlight).Inc()
+				s.writeErr(resp, r, errOverloaded)
+				s.observe(r, st.id, name, resp.Status, resp.Size, time.Since(start))
+				return nil
+			}
 			s.m.inFlight.Inc()
 			defer func() {
 				p := recover()
 				s.m.inFlight.Dec()
+				s.lim.inFlight.release(1)
+				if n := st.turnBytes.Swap(0); n > 0 {
+					s.lim.turnBody.release(n)
+					s.lim.m.turnBody.Sub(float64(n))
+				}
 				status := resp.Status
 				switch {
 				case st.outcome != 0:
@@ -147,7 +176,19 @@ func (s *Server) edge(handler string) echo.MiddlewareFunc {
 				// connection and the response is cut short.
 				ctl := http.NewResponseController(resp.Writer)
 				_ = ctl.EnableFullDuplex()
-				r.Body = &idleBody{ReadCloser: r.Body, ctl: ctl, idle: s.bodyIdle, st: st}
+				ib := &idleBody{ReadCloser: r.Body, ctl: ctl, idle: s.bodyIdle, st: st, rate: s.lim.rate, window: s.lim.window}
+				if s.lim.bodyTimeout > 0 {
+					ib.end = start.Add(s.lim.bodyTimeout)
+				}
+				if name == "turns" {
+					// Turn bodies are buffered to be intercepted: they count
+					// against the turn body budget from their first read on
+					// (an unauthenticated caller, answered before the body
+					// is read, never holds any of it).
+					ib.budget, ib.size = &s.lim.turnBody, turnReservation(r.ContentLength)
+					ib.refused, ib.used = s.lim.m.rejected.WithLabelValues(limitTurnBody), s.lim.m.turnBody
+				}
+				r.Body = ib
 			}
 			body := r.Body // handlers may swap r.Body; the wire is this one
 			if err := next(c); err != nil && !resp.Committed {
@@ -194,29 +235,80 @@ func nonCanonical(r *http.Request) bool {
 	return ok && classifyPath(raw) == pathNonCanon
 }
 
-// idleBody is every request body as the edge hands it on: a read that sees
-// no byte for idle ends with a timeout (the connection's read deadline), so
-// a client trickling or stalling its body cannot hold a goroutine, a Core
-// connection or a ledger record forever. It also notes whether the body was
-// read to its end, which decides whether an early answer closes the
-// connection.
+// idleBody is every request body as the edge hands it on. Each read gets
+// the connection's read deadline, the earliest of:
+//
+//   - idle after now: no byte for that long ends the body;
+//   - the minimum-rate deadline: the body starts with window of credit,
+//     every byte read adds 1/rate seconds, and the credit is never more than
+//     window ahead of now, so a body that arrives slower than rate (on
+//     average over any stretch longer than window) ends, while one that
+//     keeps up runs as long as it needs;
+//   - end: the whole-body deadline, when one is set.
+//
+// A deadline that passes ends the body with a timeout (408 if nothing was
+// answered yet; the connection closes), so a client trickling or stalling
+// its body cannot hold a goroutine, a Core connection, a buffer or a ledger
+// record for long. Nothing applies once the body is read to its end: the
+// answer (an SSE stream, a WebSocket) is never cut by these. It also notes
+// whether the body was read to its end, which decides whether an early
+// answer closes the connection.
 type idleBody struct {
 	io.ReadCloser
-	ctl  *http.ResponseController
-	idle time.Duration
-	st   *reqState
+	ctl    *http.ResponseController
+	idle   time.Duration
+	st     *reqState
+	rate   int64         // bytes per second; ≤ 0: no minimum rate
+	window time.Duration // grace and most credit of the minimum rate
+	credit time.Time     // the minimum-rate deadline; zero until the first read
+	end    time.Time     // whole-body deadline; zero: none
+	// budget, when set, is charged size bytes at the first read (turns).
+	budget  *counter
+	size    int64
+	refused prometheus.Counter
+	used    prometheus.Gauge
 }
 
 func (b *idleBody) Read(p []byte) (int, error) {
+	now := time.Now()
+	if b.budget != nil {
+		if !b.budget.acquire(b.size) {
+			b.budget = nil
+			b.st.overBudget.Store(true)
+			b.refused.Inc()
+			return 0, errOverloaded
+		}
+		b.st.turnBytes.Store(b.size)
+		b.used.Add(float64(b.size))
+		b.budget = nil
+	}
+	var deadline time.Time
 	if b.idle > 0 {
-		_ = b.ctl.SetReadDeadline(time.Now().Add(b.idle))
+		deadline = now.Add(b.idle)
+	}
+	if b.rate > 0 {
+		if b.credit.IsZero() {
+			b.credit = now.Add(b.window)
+		}
+		deadline = earliest(deadline, b.credit)
+	}
+	deadline = earliest(deadline, b.end)
+	if !deadline.IsZero() {
+		_ = b.ctl.SetReadDeadline(deadline)
 	}
 	n, err := b.ReadCloser.Read(p)
+	if b.rate > 0 && n > 0 {
+		earned := time.Duration(int64(n) * int64(time.Second) / b.rate)
+		b.credit = b.credit.Add(earned)
+		if ceiling := time.Now().Add(b.window); b.credit.After(ceiling) {
+			b.credit = ceiling
+		}
+	}
 	switch {
 	case err == nil:
 	case errors.Is(err, io.EOF):
 		b.st.bodyEOF.Store(true)
-		if b.idle > 0 {
+		if !deadline.IsZero() {
 			// Past the body, net/http's own background read must not
 			// inherit the deadline (it would cancel a long answer).
 			_ = b.ctl.SetReadDeadline(time.Time{})
@@ -229,6 +321,28 @@ func (b *idleBody) Read(p []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// earliest is the earlier of two deadlines, zero meaning none.
+func earliest(a, b time.Time) time.Time {
+	switch {
+	case a.IsZero():
+		return b
+	case b.IsZero() || a.Before(b):
+		return a
+	}
+	return b
+}
+
+// turnReservation is what a turn body counts against the turn body budget:
+// its announced length, at most Core's limit (a larger one is passed
+// through for Core to refuse, never buffered whole), or Core's limit when
+// the length is not announced.
+func turnReservation(contentLength int64) int64 {
+	if contentLength < 0 || contentLength > coreTurnBodyMax {
+		return coreTurnBodyMax
+	}
+	return contentLength
 }
 
 // bodyEndsCleanly reads what is left of a request body (bounded) and
@@ -259,13 +373,33 @@ func (s *Server) observe(r *http.Request, id, handler string, status int, size i
 		level = slog.LevelWarn
 	}
 	if s.log.Enabled(r.Context(), level) {
-		// Path only: the query may hold a token (Core accepts ?token=).
+		// Path only, never the query (it may hold a token: Core accepts
+		// ?token=), and at most maxLoggedPath bytes of it.
 		s.log.LogAttrs(r.Context(), level, "request",
 			slog.String("request_id", id), slog.String("handler", handler),
-			slog.String("method", r.Method), slog.String("path", r.URL.Path),
+			slog.String("method", r.Method), slog.String("path", loggedPath(r.URL.Path)),
 			slog.Int("status", status), slog.Int64("bytes", size),
 			slog.Float64("duration_ms", durationMS(elapsed)))
 	}
+}
+
+// maxLoggedPath bounds the bytes of a request path written to a log line:
+// a path may be as long as the header limit allows, and a log line per 5xx
+// must not be.
+const maxLoggedPath = 256
+
+// loggedPath is path cut to maxLoggedPath bytes (at a UTF-8 boundary, with
+// "…" marking the cut, the whole still at most maxLoggedPath bytes).
+func loggedPath(path string) string {
+	if len(path) <= maxLoggedPath {
+		return path
+	}
+	const mark = "…"
+	cut := maxLoggedPath - len(mark)
+	for cut > 0 && !utf8.RuneStart(path[cut]) {
+		cut--
+	}
+	return path[:cut] + mark
 }
 
 // durationMS is a duration in milliseconds with microsecond precision, the

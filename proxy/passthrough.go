@@ -109,10 +109,18 @@ func (f forwarding) rewrite(target *url.URL, pr *httputil.ProxyRequest) {
 			pr.Out.Header["Forwarded"] = append([]string(nil), v...)
 		}
 	} else {
-		// Core may trust X-Real-IP; an untrusted peer must not choose it.
-		pr.Out.Header.Del("X-Real-Ip")
+		// Core, or something behind it, may take any of these as the
+		// client's address; an untrusted peer must not choose it.
+		for _, h := range clientIPHeaders {
+			pr.Out.Header.Del(h)
+		}
 	}
 }
+
+// clientIPHeaders name the client's address in the conventions of common
+// proxies and CDNs (nginx, Akamai and Cloudflare, Cloudflare, Rackspace and
+// others); only a trusted proxy's are forwarded.
+var clientIPHeaders = []string{"X-Real-Ip", "X-Client-Ip", "True-Client-Ip", "Cf-Connecting-Ip", "X-Cluster-Client-Ip"}
 
 // keepRawPath sends Core the client's path bytes where url.URL would
 // re-encode them: a backslash, for one, arrives as %5C otherwise. The exact

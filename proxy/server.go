@@ -32,6 +32,40 @@ type Options struct {
 	// BodyIdleTimeout ends a request whose body sends no byte for this long
 	// (408 if nothing was answered yet; the connection closes). 0 → none.
 	BodyIdleTimeout time.Duration
+	// Limits bound what clients can make the edge hold; zero fields take
+	// config.Defaults.
+	Limits Limits
+}
+
+// edgeLimits are a Server's bounds in effect.
+type edgeLimits struct {
+	rate        int64
+	window      time.Duration
+	bodyTimeout time.Duration
+	inFlight    counter
+	turnBody    counter
+	m           *limitMetrics
+}
+
+func newEdgeLimits(l Limits, m *limitMetrics) *edgeLimits {
+	d := config.Defaults().Proxy
+	pick := func(v, def int64) int64 {
+		switch {
+		case v == 0:
+			return def
+		case v < 0:
+			return 0
+		}
+		return v
+	}
+	return &edgeLimits{
+		rate:        pick(l.BodyMinRate, d.BodyMinRate),
+		window:      time.Duration(pick(int64(l.BodyMinRateWindow), int64(d.BodyMinRateWindow))),
+		bodyTimeout: max(l.BodyTimeout, 0),
+		inFlight:    counter{max: pick(int64(l.MaxInFlight), int64(d.MaxInFlight))},
+		turnBody:    counter{max: pick(l.TurnBodyBudget, d.TurnBodyBudget)},
+		m:           m,
+	}
 }
 
 // Server is the sidecar's edge.
@@ -47,6 +81,7 @@ type Server struct {
 	bodyIdle time.Duration
 	access   bool
 	reloader reloaderSlot
+	lim      *edgeLimits
 
 	target    *url.URL
 	fw        forwarding
@@ -85,6 +120,7 @@ func New(o Options) (*Server, error) {
 		ids:      newIDSource(),
 		bodyIdle: o.BodyIdleTimeout,
 	}
+	s.lim = newEdgeLimits(o.Limits, newLimitMetrics(registerer(o)))
 	s.target, s.transport = o.CoreURL, o.Transport
 	s.fw = forwarding{trusted: o.TrustedProxies, preserveHost: o.PreserveHost}
 	s.pass = s.newPassthrough()

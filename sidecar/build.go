@@ -166,6 +166,24 @@ func breaker(b config.Breaker) coreclient.BreakerSettings {
 	return coreclient.BreakerSettings{Failures: b.Failures, Window: b.Window, OpenTimeout: b.OpenTimeout, HalfOpenMax: b.HalfOpenMax}
 }
 
+// ProxyLimits are the edge's bounds of cfg (a limit of 0 in the
+// configuration means off, which proxy.Limits spells negative).
+func ProxyLimits(cfg config.Config) proxy.Limits {
+	off := func(v int64) int64 {
+		if v == 0 {
+			return -1
+		}
+		return v
+	}
+	return proxy.Limits{
+		BodyMinRate:       off(cfg.Proxy.BodyMinRate),
+		BodyMinRateWindow: cfg.Proxy.BodyMinRateWindow,
+		BodyTimeout:       cfg.Proxy.BodyTimeout,
+		MaxInFlight:       cfg.Proxy.MaxInFlight,
+		TurnBodyBudget:    cfg.Proxy.TurnBodyBudget,
+	}
+}
+
 // Build wires a validated configuration into a sidecar. Secrets go only
 // into the components that use them; nothing here logs them.
 func Build(ctx context.Context, cfg config.Config, deps Deps) (*App, error) {
@@ -201,6 +219,7 @@ func Build(ctx context.Context, cfg config.Config, deps Deps) (*App, error) {
 		AccessLog:       cfg.Log.Access,
 		Version:         deps.Version,
 		BodyIdleTimeout: cfg.Proxy.BodyIdleTimeout,
+		Limits:          ProxyLimits(cfg),
 	}
 	ok, reason := cfg.KnowledgeEnabled()
 	if !ok && deps.Catalog != nil && cfg.Core.Token != "" {

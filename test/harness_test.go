@@ -58,6 +58,8 @@ type SidecarOptions struct {
 	Logger *slog.Logger
 	// BodyIdleTimeout: zero takes the production default.
 	BodyIdleTimeout time.Duration
+	// Limits: zero fields take the production defaults.
+	Limits proxy.Limits
 }
 
 // Sidecar is a running sidecar: proxy.New + (*Server).Run on pre-bound
@@ -138,6 +140,7 @@ func StartSidecar(t testing.TB, o SidecarOptions) *Sidecar {
 		Version:         "test",
 		Features:        o.Features,
 		BodyIdleTimeout: cmp.Or(o.BodyIdleTimeout, def.Proxy.BodyIdleTimeout),
+		Limits:          o.Limits,
 	})
 	if err != nil {
 		t.Fatalf("proxy.New: %v", err)

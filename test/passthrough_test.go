@@ -970,7 +970,11 @@ func TestHopByHopHeadersStripped(t *testing.T) {
 func TestForwardedHeaders(t *testing.T) {
 	u := startUpstream(t, func(u *upstream, w http.ResponseWriter, r *http.Request) { u.readAndRecord(r) })
 	spoof := "X-Forwarded-For: 6.6.6.6\r\nX-Forwarded-Host: evil.example\r\nX-Forwarded-Proto: https\r\n" +
-		"Forwarded: for=6.6.6.6;proto=https\r\nX-Real-Ip: 6.6.6.6\r\n"
+		"Forwarded: for=6.6.6.6;proto=https\r\nX-Real-Ip: 6.6.6.6\r\n" +
+		"X-Client-IP: 6.6.6.6\r\nTrue-Client-IP: 6.6.6.6\r\nCF-Connecting-IP: 6.6.6.6\r\nx-cluster-client-ip: 6.6.6.6\r\n"
+	// Client-address headers of other proxies and CDNs: only a trusted
+	// peer chooses them (added to each case's want below).
+	clientIP := []string{"X-Real-Ip", "X-Client-Ip", "True-Client-Ip", "Cf-Connecting-Ip", "X-Cluster-Client-Ip"}
 	cases := []struct {
 		name    string
 		trusted []netip.Prefix
@@ -993,6 +997,13 @@ func TestForwardedHeaders(t *testing.T) {
 			want: map[string][]string{"X-Forwarded-Host": {"client.example"}}},
 	}
 	for _, c := range cases {
+		if c.extra != "" {
+			for _, h := range clientIP {
+				if c.want[h] == nil {
+					c.want[h] = c.want["X-Real-Ip"]
+				}
+			}
+		}
 		t.Run(c.name, func(t *testing.T) {
 			sc := StartSidecar(t, SidecarOptions{CoreURL: u.URL, TrustedProxies: c.trusted, RewriteHost: c.rewrite})
 			u.reset()

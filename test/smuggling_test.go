@@ -79,14 +79,27 @@ func TestRequestSmuggling(t *testing.T) {
 		name string
 		raw  string
 		want []wantReq // nil: refused
+		// closes: RFC 9112 §6.1, the connection ends after the answer to
+		// the last wanted request; nothing after it (the sentinel) is read.
+		closes bool
 	}{
-		{name: "CL+TE: chunked wins, Content-Length dropped",
+		{name: "CL+TE: chunked wins, Content-Length dropped, connection closed",
 			raw:  "POST /t HTTP/1.1\r\n" + h + "Content-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
-			want: []wantReq{{"POST", "/t", "hello"}}},
-		{name: "TE+CL with a hidden prefix: the prefix is its own, answered request",
+			want: []wantReq{{"POST", "/t", "hello"}}, closes: true},
+		{name: "TE+CL with a hidden prefix: only the chunked request, then closed",
 			raw: "POST /t HTTP/1.1\r\n" + h + "Transfer-Encoding: chunked\r\nContent-Length: 48\r\n\r\n0\r\n\r\n" +
 				"GET /second HTTP/1.1\r\n" + h + "\r\n",
-			want: []wantReq{{"POST", "/t", ""}, {"GET", "/second", ""}}},
+			want: []wantReq{{"POST", "/t", ""}}, closes: true},
+		{name: "CL+TE in lower case, closed",
+			raw:  "POST /t HTTP/1.1\r\n" + h + "content-length: 3\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+			want: []wantReq{{"POST", "/t", "hello"}}, closes: true},
+		// The edge sees framing as it arrives, not per request: an ambiguous
+		// request already on the wire behind a clean one ends the
+		// connection after the clean one's answer (the client re-sends).
+		{name: "CL+TE pipelined behind a clean request: the clean one is answered, then closed",
+			raw: "GET /first HTTP/1.1\r\n" + h + "\r\n" +
+				"POST /t HTTP/1.1\r\n" + h + "Content-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+			want: []wantReq{{"GET", "/first", ""}}, closes: true},
 		{name: "conflicting Content-Length",
 			raw: "POST /t HTTP/1.1\r\n" + h + "Content-Length: 5\r\nContent-Length: 6\r\n\r\nhello!"},
 		{name: "Content-Length list",
@@ -123,8 +136,14 @@ func TestRequestSmuggling(t *testing.T) {
 			raw: "GET /t HTTP/1.1\r\n" + h + "X-A: a\rTransfer-Encoding: chunked\r\n\r\n"},
 		{name: "two Host fields",
 			raw: "GET /t HTTP/1.1\r\n" + h + "Host: other.example\r\n\r\n"},
-		{name: "HTTP/1.0 ignores Transfer-Encoding",
+		{name: "HTTP/1.0 ignores Transfer-Encoding, and the connection closes",
 			raw:  "POST /t HTTP/1.0\r\n" + h + "Connection: keep-alive\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\nhello",
+			want: []wantReq{{"POST", "/t", "hello"}}, closes: true},
+		{name: "HTTP/1.0 with Transfer-Encoding only: the chunks are never parsed as a request",
+			raw:  "POST /t HTTP/1.0\r\n" + h + "Connection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+			want: []wantReq{{"POST", "/t", ""}}, closes: true},
+		{name: "HTTP/1.0 keep-alive without Transfer-Encoding stays open",
+			raw:  "POST /t HTTP/1.0\r\n" + h + "Connection: keep-alive\r\nContent-Length: 5\r\n\r\nhello",
 			want: []wantReq{{"POST", "/t", "hello"}}},
 		{name: "pipelined requests stay separate",
 			raw: "GET /p1 HTTP/1.1\r\n" + h + "\r\n" +
@@ -226,7 +245,10 @@ func TestRequestSmuggling(t *testing.T) {
 				}
 				return
 			}
-			want := append(append([]wantReq(nil), c.want...), wantReq{"GET", "/sentinel", ""})
+			want := append([]wantReq(nil), c.want...)
+			if !c.closes {
+				want = append(want, wantReq{"GET", "/sentinel", ""})
+			}
 			for j := range want {
 				if want[j].uri == "/t" {
 					want[j].uri = tag
@@ -250,6 +272,13 @@ func TestRequestSmuggling(t *testing.T) {
 			for i, r := range responses {
 				if r.StatusCode != http.StatusOK {
 					t.Errorf("response %d: got %d; want 200", i, r.StatusCode)
+				}
+			}
+			if c.closes {
+				if len(responses) != len(c.want) {
+					t.Errorf("responses: got %v; want %d and the connection closed", statuses(responses), len(c.want))
+				} else if last := responses[len(responses)-1]; !last.Close {
+					t.Errorf("last answer lacks Connection: close")
 				}
 			}
 		})

@@ -8,9 +8,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime/debug"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -108,6 +112,8 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	for _, w := range append(warnings, config.UnknownEnv(os.Environ(), probeAgentTokenEnv)...) {
 		log.Warn("configuration: " + w)
 	}
+
+	applyMemoryLimit(log, cfg.Proxy.MemoryLimit, os.LookupEnv, cgroupMemoryLimit)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -207,7 +213,58 @@ func serveOptions(cfg config.Config) proxy.ServeOptions {
 		ReadHeaderTimeout: cfg.Proxy.ReadHeaderTimeout,
 		IdleTimeout:       cfg.Proxy.IdleTimeout,
 		MaxHeaderBytes:    cfg.Proxy.MaxHeaderBytes,
+		MaxConnections:    cfg.Proxy.MaxConnections,
 		DrainDelay:        cfg.Shutdown.DrainDelay,
 		ShutdownTimeout:   cfg.Shutdown.Timeout,
 	}
+}
+
+// applyMemoryLimit sets the Go runtime's soft memory limit: an explicit
+// GOMEMLIMIT environment variable wins (the runtime has applied it already);
+// else proxy.memory_limit; else 90 % of the cgroup's memory limit, when the
+// process runs under one. The garbage collector then works harder near the
+// limit instead of the heap growing into an OOM kill. It returns the limit
+// in effect (math.MaxInt64: none) and where it came from.
+func applyMemoryLimit(log *slog.Logger, configured int64, env func(string) (string, bool), cgroup func() int64) (int64, string) {
+	limit, source := int64(math.MaxInt64), "none"
+	switch v, ok := env("GOMEMLIMIT"); {
+	case ok && v != "":
+		limit, source = debug.SetMemoryLimit(-1), "GOMEMLIMIT"
+	case configured > 0:
+		limit, source = configured, "proxy.memory_limit"
+		debug.SetMemoryLimit(limit)
+	default:
+		if c := cgroup(); c > 0 {
+			limit, source = c/10*9, "cgroup"
+			debug.SetMemoryLimit(limit)
+		}
+	}
+	if limit == math.MaxInt64 {
+		log.Info("no memory limit: set proxy.memory_limit or GOMEMLIMIT, or run under a cgroup memory limit")
+	} else {
+		log.Info("memory limit", slog.Int64("bytes", limit), slog.String("source", source))
+	}
+	return limit, source
+}
+
+// cgroupMemoryLimit is the memory limit of this process's cgroup (bytes),
+// or 0 when there is none: cgroup v2's memory.max, else v1's
+// memory.limit_in_bytes (v1 reports "no limit" as a huge number).
+func cgroupMemoryLimit() int64 {
+	for _, f := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		return parseCgroupLimit(string(raw))
+	}
+	return 0
+}
+
+func parseCgroupLimit(s string) int64 {
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil || n <= 0 || n >= 1<<62 { // "max", or v1's unlimited
+		return 0
+	}
+	return n
 }

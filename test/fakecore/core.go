@@ -64,6 +64,7 @@ type Core struct {
 	faults   map[string]Fault // by path prefix; "" matches every path
 	calls    map[string]int   // by exact path
 	last     map[string]recorded
+	lastSize int // sum of last[*].size
 	seq      uint64
 	turns    map[string]*turnRecord // by idempotency key
 	runs     []coreclient.Run
@@ -88,7 +89,22 @@ type recorded struct {
 	method string
 	header http.Header
 	body   []byte
+	size   int // bytes of header and body, for the retention bound
 }
+
+// What the fake keeps of the requests it saw is bounded, so a client that
+// sends many distinct, large paths (a load test, the demo behind a real
+// listener) cannot grow it without end: paths are kept to their first
+// maxKeptPath bytes, at most maxCountedPaths paths are counted, and the
+// last request per path is kept for at most maxRecorded paths and
+// maxRecordedBytes of headers and bodies in all (the oldest go first; the
+// newest is always kept).
+const (
+	maxKeptPath      = 1 << 10
+	maxCountedPaths  = 1 << 10
+	maxRecorded      = 256
+	maxRecordedBytes = 8 << 20
+)
 
 // New returns an empty fake Core.
 func New(o Options) *Core {
@@ -279,6 +295,38 @@ func (c *Core) Runs() []coreclient.Run {
 	return append([]coreclient.Run(nil), c.runs...)
 }
 
+// remember counts and records a request (c.mu held), within the bounds.
+func (c *Core) remember(path string, r *http.Request, body []byte) {
+	if len(path) > maxKeptPath {
+		path = path[:maxKeptPath]
+	}
+	if _, ok := c.calls[path]; ok || len(c.calls) < maxCountedPaths {
+		c.calls[path]++
+	}
+	size := len(body)
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			size += len(k) + len(v)
+		}
+	}
+	if old, ok := c.last[path]; ok {
+		c.lastSize -= old.size
+		delete(c.last, path)
+	}
+	for len(c.last) > 0 && (len(c.last) >= maxRecorded || c.lastSize+size > maxRecordedBytes) {
+		oldest, oldestSeq := "", uint64(0)
+		for p, rec := range c.last {
+			if oldestSeq == 0 || rec.seq < oldestSeq {
+				oldest, oldestSeq = p, rec.seq
+			}
+		}
+		c.lastSize -= c.last[oldest].size
+		delete(c.last, oldest)
+	}
+	c.last[path] = recorded{seq: c.seq, method: r.Method, header: r.Header.Clone(), body: body, size: size}
+	c.lastSize += size
+}
+
 // recordLimit bounds how much of a request body is kept and inspected; the
 // fake's largest real limit is /kb/search's 1 MiB.
 const recordLimit = 1 << 20
@@ -290,8 +338,7 @@ func (c *Core) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	c.mu.Lock()
 	c.seq++
-	c.calls[path]++
-	c.last[path] = recorded{seq: c.seq, method: r.Method, header: r.Header.Clone(), body: body}
+	c.remember(path, r, body)
 	fault, faulted := c.faultFor(path)
 	c.mu.Unlock()
 
