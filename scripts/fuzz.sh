@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every Go fuzz target of the module in turn, each for the given
-# duration (default 30s; any -fuzztime value: 10s, 2m, 5000x).
+# duration (default 30s; any -fuzztime value: 10s, 2m, or a count such as
+# 2000x, which scripts/test.sh uses: a count has no wall-clock deadline).
 #
 #   ./scripts/fuzz.sh          # 30s per target
 #   ./scripts/fuzz.sh 5m       # a longer session
@@ -22,6 +23,8 @@ parallel=${FUZZ_PARALLEL:-1} # the machine is shared: one fuzz worker by default
 only=${FUZZ_TARGETS:-}
 
 mapfile -t pkgs < <(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u)
+log="${TMPDIR:-/tmp}/fuzz-$$.log"
+trap 'rm -f "$log"' EXIT
 failed=()
 count=0
 for pkg in "${pkgs[@]}"; do
@@ -32,13 +35,21 @@ for pkg in "${pkgs[@]}"; do
     fi
     count=$((count + 1))
     echo "fuzz.sh: $pkg $target for $dur"
-    if ! go test -run '^$' -fuzz "^${target}\$" -fuzztime "$dur" -parallel "$parallel" "$pkg" >"${TMPDIR:-/tmp}/fuzz-$$.log" 2>&1; then
-      cat "${TMPDIR:-/tmp}/fuzz-$$.log" >&2
+    if ! go test -run '^$' -fuzz "^${target}\$" -fuzztime "$dur" -parallel "$parallel" "$pkg" >"$log" 2>&1; then
+      # Go's coordinator can fail a duration-bounded run with a bare
+      # "context deadline exceeded" when a starved worker misses the stop
+      # (go.dev/issue/75804): no input is written and nothing reproduces. It
+      # is only tolerated after the target's whole corpus replays clean.
+      if grep -q 'context deadline exceeded' "$log" && ! grep -q 'Failing input written' "$log" &&
+         go test -count=1 -run "^${target}\$" "$pkg" >/dev/null 2>&1; then
+        echo "fuzz.sh: $target stopped by Go's fuzz deadline race (go.dev/issue/75804), corpus replays clean" >&2
+        continue
+      fi
+      cat "$log" >&2
       failed+=("$pkg $target")
     fi
   done
 done
-rm -f "${TMPDIR:-/tmp}/fuzz-$$.log"
 if [ "$count" = 0 ]; then
   echo "fuzz.sh: no fuzz target found${only:+ among: $only}" >&2
   exit 1
