@@ -32,12 +32,20 @@ func decodeObject(body []byte, allowed ...string) (map[string]json.RawMessage, e
 	if !utf8.Valid(body) {
 		return nil, errInvalid("The request body must be valid UTF-8.")
 	}
-	trimmed := bytes.TrimSpace(body)
+	// Only JSON's own whitespace (RFC 8259 §2: space, tab, LF, CR) may
+	// surround the object; bytes.TrimSpace would also take \v, \f, U+0085,
+	// U+00A0 and the other Unicode spaces, silently fixing the body.
+	trimmed := bytes.Trim(body, jsonSpace)
 	if len(trimmed) == 0 || trimmed[0] != '{' {
 		if len(trimmed) > 0 && json.Valid(trimmed) {
 			return nil, errInvalid("The request body must be a JSON object.")
 		}
 		return nil, errInvalid("The request body must be valid JSON.")
+	}
+	// encoding/json replaces an unpaired UTF-16 surrogate escape with
+	// U+FFFD; that would be a silent fix of the client's text (SPEC §2).
+	if loneSurrogateEscape(trimmed) {
+		return nil, errInvalid("The request body contains an unpaired UTF-16 surrogate escape (\\ud800-\\udfff).")
 	}
 	dec := json.NewDecoder(bytes.NewReader(trimmed))
 	if _, err := dec.Token(); err != nil { // '{'
@@ -79,6 +87,76 @@ func decodeObject(body []byte, allowed ...string) (map[string]json.RawMessage, e
 		return nil, errInvalid("The request body must contain exactly one JSON object.")
 	}
 	return out, nil
+}
+
+// jsonSpace is the whitespace JSON allows between tokens (RFC 8259 §2).
+const jsonSpace = " \t\n\r"
+
+// loneSurrogateEscape reports whether a string (member name or value) of
+// the JSON text b has a \uXXXX escape of a UTF-16 surrogate that is not a
+// high surrogate immediately followed by an escaped low one. Raw bytes need
+// no check: the body is valid UTF-8, which cannot encode a surrogate. On
+// text that is not JSON the answer does not matter (the decoder refuses
+// it); the scan only stays in bounds.
+func loneSurrogateEscape(b []byte) bool {
+	inString := false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if !inString {
+			inString = c == '"'
+			continue
+		}
+		switch c {
+		case '"':
+			inString = false
+		case '\\':
+			i++
+			if i >= len(b) || b[i] != 'u' {
+				continue
+			}
+			r, ok := hex4(b, i+1)
+			if !ok {
+				continue
+			}
+			i += 4
+			switch {
+			case r >= 0xDC00 && r <= 0xDFFF:
+				return true // a low surrogate with no high one before it
+			case r >= 0xD800 && r <= 0xDBFF:
+				if i+2 >= len(b) || b[i+1] != '\\' || b[i+2] != 'u' {
+					return true
+				}
+				lo, ok := hex4(b, i+3)
+				if !ok || lo < 0xDC00 || lo > 0xDFFF {
+					return true
+				}
+				i += 6 // the pair is consumed whole
+			}
+		}
+	}
+	return false
+}
+
+// hex4 decodes the four hexadecimal digits at b[at:at+4].
+func hex4(b []byte, at int) (rune, bool) {
+	if at+4 > len(b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[at : at+4] {
+		r <<= 4
+		switch {
+		case c >= '0' && c <= '9':
+			r |= rune(c - '0')
+		case c >= 'a' && c <= 'f':
+			r |= rune(c - 'a' + 10)
+		case c >= 'A' && c <= 'F':
+			r |= rune(c - 'A' + 10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
 }
 
 // safeFieldName bounds an unknown field name echoed in a message.

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 )
@@ -37,7 +36,8 @@ var interceptedTails = [][]string{
 var interceptedHead = []string{"agent-api", "v1", "workspaces"}
 
 // maxDecodeRounds bounds repeated percent-decoding (%2574 → %74 → t): a
-// chain of servers may each decode once.
+// chain of servers may each decode once, so the path is judged after 0, 1,
+// … maxDecodeRounds decodings.
 const maxDecodeRounds = 4
 
 // classifyPath judges the raw request path (as sent, before any decoding).
@@ -52,11 +52,24 @@ func classifyPath(raw string) pathVerdict {
 		// pass-through path, decided without allocating.
 		return pathOther
 	}
-	segs := canonicalSegments(raw)
-	if matchesIntercepted(segs) {
-		return pathNonCanon
+	// Each server of a chain may decode once more than the one before it,
+	// so every depth is a routing a server could make: /%252F/%74urns is
+	// /%2F/turns (an intercepted path) after one decoding and /// /turns
+	// (none) after two.
+	p := raw
+	for round := 0; ; round++ {
+		if matchesIntercepted(canonicalSegments(p)) {
+			return pathNonCanon
+		}
+		if round == maxDecodeRounds || !strings.Contains(p, "%") {
+			return pathOther
+		}
+		d := lenientUnescape(p)
+		if d == p {
+			return pathOther
+		}
+		p = d
 	}
-	return pathOther
 }
 
 // isLiteral recognizes a path that is, byte for byte, one of the
@@ -96,21 +109,10 @@ func hasEncodedSeparator(s string) bool {
 	return false
 }
 
-// canonicalSegments is the path as a lenient server could route it:
-// percent-decoded (repeatedly), backslashes as separators, ";params"
-// dropped, empty and "." segments removed, ".." resolved.
-func canonicalSegments(raw string) []string {
-	p := raw
-	for range maxDecodeRounds {
-		if !strings.Contains(p, "%") {
-			break
-		}
-		d, err := url.PathUnescape(p)
-		if err != nil || d == p {
-			break
-		}
-		p = d
-	}
+// canonicalSegments is the already decoded path p as a lenient server
+// could route it: backslashes as separators, ";params" dropped, empty and
+// "." segments removed, ".." resolved.
+func canonicalSegments(p string) []string {
 	p = strings.ReplaceAll(p, "\\", "/")
 	var segs []string
 	for _, s := range strings.Split(p, "/") {
@@ -128,6 +130,41 @@ func canonicalSegments(raw string) []string {
 		}
 	}
 	return segs
+}
+
+// lenientUnescape decodes every well-formed %XX of s and keeps all other
+// bytes, the way lenient decoders (PHP's rawurldecode, Python's unquote)
+// do: url.PathUnescape refuses the whole path for one bad escape, so
+// /%zz/%74urns would stay undecoded here while such a server routes it to
+// /%zz/turns.
+func lenientUnescape(s string) string {
+	var b strings.Builder
+	b.Grow(len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) {
+			if hi, ok := unhex(s[i+1]); ok {
+				if lo, ok := unhex(s[i+2]); ok {
+					b.WriteByte(hi<<4 | lo)
+					i += 2
+					continue
+				}
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
 }
 
 // matchesIntercepted reports whether segs are /agent-api/v1/workspaces/

@@ -21,8 +21,16 @@ func TestClassifyPath(t *testing.T) {
 		{"/Agent-API/v1/workspaces/order-assistant/turns", pathNonCanon},
 		{"/agent-api/v1/workspaces/order-assistant/%2574urns", pathNonCanon},
 		{"/agent-api/v1/workspaces/order-assistant/knowledge%2Fread", pathNonCanon},
-		{"/agent-api/v1/workspaces/order%2fassistant/turns", pathOther}, // 3 segments after decoding: no intercepted path
-		{"/agent-api/v1/workspaces/x%5Cturns/turns", pathOther},
+		// Undecoded, these are turns paths of the route "order%2fassistant" (a
+		// router that matches before decoding, like Express); decoded, they are
+		// not. Either routing is possible, so they are refused.
+		{"/agent-api/v1/workspaces/order%2fassistant/turns", pathNonCanon},
+		{"/agent-api/v1/workspaces/x%5Cturns/turns", pathNonCanon},
+		// One decoding gives /%2F/turns (route "%2F"), two give ///turns.
+		{"/agent-api/v1/workspaces/%252F/%74urns", pathNonCanon},
+		// A bad escape does not stop a lenient decoder from decoding %74.
+		{"/agent-api/v1/workspaces/%zz/%74urns", pathNonCanon},
+		{"/agent-api/v1/workspaces/a%zz/tools/%74urns", pathOther},
 		{"/agent-api/v1/workspaces/x%2F..%2Fy/turns", pathNonCanon},
 		{"/agent-api/v1/workspaces/order-assistant/tools/x", pathOther},
 		{"/agent-api/v1/workspaces/order-assistant/turns/x", pathOther},

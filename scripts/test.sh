@@ -57,3 +57,7 @@ mariadb -uroot -h127.0.0.1 -e "CREATE DATABASE IF NOT EXISTS ks_test CHARACTER S
 go mod download
 go vet ./...
 go test -race -count=1 -timeout 20m ./... "$@"
+# A short run of every fuzz target (2 s each: 14 targets took 35-60 s on a
+# loaded 2-core machine); a finding fails the suite. Longer sessions:
+# ./scripts/fuzz.sh [duration] (docs/reliability.md, "Fuzzing").
+./scripts/fuzz.sh "${KS_FUZZ_TIME:-2s}"

@@ -600,13 +600,16 @@ func (m member) keyIs(b []byte, name string) bool {
 	return s == name
 }
 
-// stringValue decodes b[start:end] if it is a JSON string.
+// stringValue decodes b[start:end] if it is a JSON string, exactly as
+// encoding/json does: the raw bytes are the value only when there is no
+// escape and they are valid UTF-8 (otherwise every invalid byte becomes
+// U+FFFD, so "\xe6" and "\xe6\n" agree on what the byte is).
 func stringValue(b []byte, start, end int) (string, bool) {
 	if end-start < 2 || b[start] != '"' {
 		return "", false
 	}
 	raw := b[start+1 : end-1]
-	if bytes.IndexByte(raw, '\\') < 0 {
+	if bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) {
 		return string(raw), true
 	}
 	var s string
