@@ -39,23 +39,7 @@ var (
 // out (documented as a group).
 func exportedMetrics(t *testing.T) map[string]exported {
 	t.Helper()
-	db := testdb.New(t)
-	const serviceToken = "svc_metrics-test-service-token-0123456789abcdef"
-	core := fakecore.New(fakecore.Options{ServiceToken: serviceToken})
-	srv := httptest.NewServer(core)
-	t.Cleanup(func() { core.Close(); srv.Close() })
-	cfg := config.Defaults()
-	cfg.Core.URL, cfg.Core.Token, cfg.Catalog.DSN, cfg.Rollout = srv.URL, serviceToken, db.ReadOnlyDSN, "all"
-	cfg.Ledger.RedisURL = testdb.RedisURL(t)
-	cfg.Core.ClientAppID = testdb.AppA // the rate-limit gauges exist only with it
-	if err := cfg.Validate(sidecar.ExtraChecks...); err != nil {
-		t.Fatal(err)
-	}
-	a, err := sidecar.Build(context.Background(), cfg, sidecar.Deps{Version: version})
-	if err != nil {
-		t.Fatalf("build: %v", err)
-	}
-	t.Cleanup(a.Close)
+	a := buildForMetrics(t, testdb.AppA) // the rate-limit gauges exist only with a client app id
 	out := map[string]exported{}
 	collectors := a.Collectors()
 	for _, c := range collectors {
@@ -180,4 +164,29 @@ func TestMetricsReference(t *testing.T) {
 		t.Errorf("docs/metrics.md is out of date:\n  exported but not documented: %v\n  documented but not exported: %v\n  documented differently: %v",
 			strings.Join(missing, "; "), strings.Join(extra, "; "), strings.Join(wrong, "; "))
 	}
+}
+
+// buildForMetrics builds the whole sidecar as serve does (knowledge on, Redis
+// ledger) over the fake Core and a fresh catalog, with core.client_app_id set
+// to clientAppID ("" for none). No request is served.
+func buildForMetrics(t *testing.T, clientAppID string) *sidecar.App {
+	t.Helper()
+	db := testdb.New(t)
+	const serviceToken = "svc_metrics-test-service-token-0123456789abcdef"
+	core := fakecore.New(fakecore.Options{ServiceToken: serviceToken})
+	srv := httptest.NewServer(core)
+	t.Cleanup(func() { core.Close(); srv.Close() })
+	cfg := config.Defaults()
+	cfg.Core.URL, cfg.Core.Token, cfg.Catalog.DSN, cfg.Rollout = srv.URL, serviceToken, db.ReadOnlyDSN, "all"
+	cfg.Ledger.RedisURL = testdb.RedisURL(t)
+	cfg.Core.ClientAppID = clientAppID
+	if err := cfg.Validate(sidecar.ExtraChecks...); err != nil {
+		t.Fatal(err)
+	}
+	a, err := sidecar.Build(context.Background(), cfg, sidecar.Deps{Version: version})
+	if err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	t.Cleanup(a.Close)
+	return a
 }

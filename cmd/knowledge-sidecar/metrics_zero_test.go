@@ -1,19 +1,12 @@
 package main
 
 import (
-	"context"
-	"net/http/httptest"
 	"os"
 	"regexp"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
-
-	"github.com/bailinghub/knowledge-sidecar/config"
-	"github.com/bailinghub/knowledge-sidecar/sidecar"
-	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
 
 // closedSets reads docs/metrics.md's labels column: for every metric whose
@@ -85,22 +78,7 @@ func closedSets(t *testing.T) map[string]map[string][]string {
 // (client_golang's advice: alert expressions and panels then read 0, not "no
 // data", before the first event), and no series with an undocumented value.
 func TestMetricsZeroAtStart(t *testing.T) {
-	db := testdb.New(t)
-	const serviceToken = "svc_metrics-zero-test-service-token-0123456789abc"
-	core := fakecore.New(fakecore.Options{ServiceToken: serviceToken})
-	srv := httptest.NewServer(core)
-	t.Cleanup(func() { core.Close(); srv.Close() })
-	cfg := config.Defaults()
-	cfg.Core.URL, cfg.Core.Token, cfg.Catalog.DSN, cfg.Rollout = srv.URL, serviceToken, db.ReadOnlyDSN, "all"
-	cfg.Ledger.RedisURL = testdb.RedisURL(t)
-	if err := cfg.Validate(sidecar.ExtraChecks...); err != nil {
-		t.Fatal(err)
-	}
-	a, err := sidecar.Build(context.Background(), cfg, sidecar.Deps{Version: version})
-	if err != nil {
-		t.Fatalf("build: %v", err)
-	}
-	t.Cleanup(a.Close)
+	a := buildForMetrics(t, "")
 	fams, err := a.Server.Registry().Gather()
 	if err != nil {
 		t.Fatalf("gather: %v", err)
