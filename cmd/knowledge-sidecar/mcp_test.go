@@ -350,7 +350,7 @@ func TestMCPWrongToken(t *testing.T) {
 // knowledge clock (nil: time.Now).
 func startSamples(t *testing.T, now func() time.Time) *runningDemo {
 	t.Helper()
-	docs, err := loadDocs("")
+	docs, _, err := loadDocs("")
 	if err != nil {
 		t.Fatal(err)
 	}
