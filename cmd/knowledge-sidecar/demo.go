@@ -328,7 +328,8 @@ func printWalkthrough(w io.Writer, addr, admin, token string, docs []demoDoc, q 
 The Core double ranks search hits by shared keywords, not by embeddings as a real
 Core does: ask with words that occur in the documents. Sidecar logs: --log-level.
 
-Copy-paste walkthrough (needs curl; jq makes the output readable):
+Copy-paste walkthrough, in another terminal (needs curl and jq: steps 3 and 4 take the ref,
+the cursor and the run_id out of answers with jq -r):
 
   export TOKEN=%s
   export WS=%s
@@ -369,7 +370,8 @@ Copy-paste walkthrough (needs curl; jq makes the output readable):
   curl -s -H "Authorization: Bearer $TOKEN" -d '{"ref":"kr2.core.forged"}' $WS/knowledge/read | jq .
 
 Documents: %s
-Press Ctrl-C to stop.
+Press Ctrl-C to stop (started in the background with &: kill %%1, or kill the binary's PID;
+"kill $!" after "go run ... &" stops only go run, not the demo).
 `, addr, demoRoute, admin, plural(len(docs), "document", "documents"), demoKB, token, token, base,
 		shellJSON(map[string]any{"query": q.search, "limit": 3}), shellJSON(map[string]any{"query": q.read, "limit": 1}),
 		addr, titles(docs))

@@ -283,3 +283,21 @@ func TestExampleConfigMinimalEnvironment(t *testing.T) {
 }
 
 func errorsAs(err error, target **exec.ExitError) bool { return errors.As(err, target) }
+
+// TestWalkthroughSaysWhatItNeeds: the printed walkthrough says jq is
+// needed (steps 3–4 use jq -r) and how to stop a backgrounded demo.
+func TestWalkthroughSaysWhatItNeeds(t *testing.T) {
+	docs, _, err := loadDocs("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	printWalkthrough(&b, "127.0.0.1:1", "127.0.0.1:2", "bha_x", docs, walkthroughQueries(docs, false))
+	text := b.String()
+	if strings.Contains(text, "jq -r") && !strings.Contains(text, "needs curl and jq") {
+		t.Errorf("the walkthrough uses jq -r but does not say jq is needed:\n%s", text)
+	}
+	if !strings.Contains(text, "kill %1") || strings.Contains(text, "%!") {
+		t.Errorf("the walkthrough does not say how to stop a backgrounded demo (or a format verb broke):\n%s", text)
+	}
+}
