@@ -301,3 +301,38 @@ func TestWalkthroughSaysWhatItNeeds(t *testing.T) {
 		t.Errorf("the walkthrough does not say how to stop a backgrounded demo (or a format verb broke):\n%s", text)
 	}
 }
+
+// TestCheckConfigMessages: every missing prerequisite of a rollout in one
+// run, no doubled prefix, and no message suggesting a setting the file
+// refuses (core.token is a secret: environment or core.token_file only).
+func TestCheckConfigMessages(t *testing.T) {
+	cleanEnv(t)
+	t.Setenv("KNOWLEDGE_SIDECAR_CORE_URL", "http://user:pw@core:3000")
+	t.Setenv("KNOWLEDGE_SIDECAR_ROLLOUT", "sometimes")
+	code, stdout, stderr := runCLI("check-config")
+	out := stdout + stderr
+	if code != 1 {
+		t.Fatalf("exit %d; want 1\n%s", code, out)
+	}
+	for _, want := range []string{
+		"core.url: must not contain credentials; give the token in KNOWLEDGE_SIDECAR_CORE_TOKEN or core.token_file",
+		`rollout: unknown spec "sometimes"`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "rollout: rollout:") || strings.Contains(out, "use core.token") {
+		t.Errorf("doubled prefix or a refused setting suggested:\n%s", out)
+	}
+	if strings.Contains(out, "pw@") {
+		t.Errorf("the URL's password is echoed:\n%s", out)
+	}
+	t.Setenv("KNOWLEDGE_SIDECAR_CORE_URL", "http://core:3000")
+	t.Setenv("KNOWLEDGE_SIDECAR_ROLLOUT", "all")
+	_, stdout, stderr = runCLI("check-config")
+	out = stdout + stderr
+	if !strings.Contains(out, "no catalog DSN (KNOWLEDGE_SIDECAR_CATALOG_DSN)") || !strings.Contains(out, "no Core service token (KNOWLEDGE_SIDECAR_CORE_TOKEN") {
+		t.Errorf("a rollout without DSN and token: want both reported in the same run:\n%s", out)
+	}
+}
