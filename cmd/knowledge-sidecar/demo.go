@@ -67,6 +67,9 @@ func loadDocs(dir string) (docs []demoDoc, notes []string, err error) {
 		if err != nil {
 			return fmt.Errorf("--docs %s: cannot read %s", dir, filepath.Join(dir, filepath.FromSlash(path)))
 		}
+		if e.IsDir() && path != root && strings.HasPrefix(e.Name(), ".") {
+			return fs.SkipDir // .git and other hidden folders are not documents
+		}
 		ext := strings.ToLower(filepath.Ext(e.Name()))
 		if e.IsDir() || (ext != ".md" && ext != ".txt") {
 			return nil

@@ -612,6 +612,7 @@ func TestDemoDocsLoader(t *testing.T) {
 		"sub/empty.md":        " \n\n",
 		"sub/only-fm.md":      "---\ntitle: Nothing here\n---\n",
 		"sub/rule.md":         "---not front matter\nA line.\n",
+		".git/notes.md":       "# Hidden\n\nNot a document.\n",
 	}
 	for name, body := range files {
 		p := filepath.Join(dir, filepath.FromSlash(name))
