@@ -35,7 +35,7 @@ func (c *Config) Validate(extra ...func(*Config) (path string, err error)) error
 		p.add("core.url", showURL(u)+" is not an absolute http(s) URL")
 	} else {
 		if u.User != nil {
-			p.add("core.url", showURL(u)+" must not contain credentials; use core.token")
+			p.add("core.url", showURL(u)+" must not contain credentials; give the token in KNOWLEDGE_SIDECAR_CORE_TOKEN or core.token_file")
 		}
 		if u.RawQuery != "" || u.Fragment != "" {
 			p.add("core.url", showURL(u)+" must not have a query or fragment")
@@ -68,8 +68,13 @@ func (c *Config) Validate(extra ...func(*Config) (path string, err error)) error
 	if c.ProbeInterval < time.Second {
 		p.outOfRange("probe_interval", c.ProbeInterval, "must be at least 1s")
 	}
-	if ok, reason := c.KnowledgeEnabled(); !ok && strings.TrimSpace(c.Rollout) != "off" && strings.TrimSpace(c.Rollout) != "" {
-		p.add("rollout", quote(c.Rollout)+" rolls the protocol out, but "+reason)
+	if r := strings.TrimSpace(c.Rollout); r != "off" && r != "" { // every missing prerequisite at once
+		if c.Catalog.DSN == "" {
+			p.add("rollout", quote(c.Rollout)+" rolls the protocol out, but no catalog DSN (KNOWLEDGE_SIDECAR_CATALOG_DSN) is configured")
+		}
+		if c.Core.Token == "" {
+			p.add("rollout", quote(c.Rollout)+" rolls the protocol out, but no Core service token (KNOWLEDGE_SIDECAR_CORE_TOKEN or core.token_file) is configured for /kb/search")
+		}
 	}
 
 	switch c.Ledger.Backend {
@@ -147,7 +152,7 @@ func (c *Config) Validate(extra ...func(*Config) (path string, err error)) error
 
 	for _, check := range extra {
 		if path, err := check(c); err != nil {
-			p.add(path, err.Error())
+			p.add(path, strings.TrimPrefix(err.Error(), path+": ")) // no "rollout: rollout: …"
 		}
 	}
 	if len(p) == 0 {

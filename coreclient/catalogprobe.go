@@ -103,3 +103,6 @@ func (c *SQLCatalog) ProbeTaskTables(ctx context.Context) (TaskTablesProbe, erro
 func (c *SQLCatalog) Ping(ctx context.Context) error {
 	return c.do(ctx, QuerySchema, func(ctx context.Context) error { return c.db.PingContext(ctx) })
 }
+
+// RequiredMigrations are the Core migrations CheckSchema looks for.
+func RequiredMigrations() []string { return append([]string(nil), requiredMigrations...) }

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/config"
@@ -520,8 +521,18 @@ func transportError(ctx context.Context, err error) error {
 	if errors.As(err, &ne) && ne.Timeout() {
 		return fmt.Errorf("%w: %w", ErrUnavailable, context.DeadlineExceeded)
 	}
+	var dnsErr *net.DNSError
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED): // its text names no address
+		return fmt.Errorf("%w: transport error: %w", ErrUnavailable, syscall.ECONNREFUSED)
+	case errors.As(err, &dnsErr):
+		return fmt.Errorf("%w: transport error: %w", ErrUnavailable, ErrNoSuchHost)
+	}
 	return fmt.Errorf("%w: transport error", ErrUnavailable)
 }
+
+// ErrNoSuchHost: Core's host name does not resolve (the name is not kept).
+var ErrNoSuchHost = errors.New("the host name does not resolve")
 
 func statusUnavailable(status int) error {
 	return fmt.Errorf("%w: status %d", ErrUnavailable, status)

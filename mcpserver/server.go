@@ -25,6 +25,10 @@ type Options struct {
 	// Logger receives diagnostics (default: discard); never tokens, refs,
 	// queries or document text.
 	Logger *slog.Logger
+	// RunID, when set, binds every call to that run: it is sent as run_id
+	// when the model gives none, and a call with another run_id is refused
+	// (invalid_request). For hosts that start one server per turn.
+	RunID string
 }
 
 // New builds the MCP server with the two tools.
@@ -48,7 +52,7 @@ func New(o Options) (*mcp.Server, error) {
 		if def.Name == ReadTool {
 			endpoint = hostclient.Read
 		}
-		h := &handler{c: o.Client, schema: rs, endpoint: endpoint, log: log}
+		h := &handler{c: o.Client, schema: rs, props: def.properties(), endpoint: endpoint, log: log, runID: o.RunID}
 		srv.AddTool(&mcp.Tool{
 			Name: def.Name, Description: def.Description, InputSchema: def.InputSchema,
 			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: new(false)},
@@ -60,8 +64,10 @@ func New(o Options) (*mcp.Server, error) {
 type handler struct {
 	c        *hostclient.Client
 	schema   *jsonschema.Resolved
+	props    *jsonschema.Schema // the input schema, for plain-English messages
 	endpoint string
 	log      *slog.Logger
+	runID    string // Options.RunID
 }
 
 // call validates the arguments against the tool's schema and sends them, as
@@ -77,7 +83,25 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 		return toolError(CodeInvalidRequest, "the arguments are not valid JSON", ""), nil
 	}
 	if err := h.schema.Validate(inst); err != nil {
-		return toolError(CodeInvalidRequest, "the arguments do not match the tool's input schema ("+clip(err.Error(), 300)+")", ""), nil
+		msg := "the arguments do not match the tool's input schema"
+		if why := explain(h.props, inst); why != "" {
+			msg += ": " + why
+		}
+		return toolError(CodeInvalidRequest, msg, ""), nil
+	}
+	if h.runID != "" {
+		obj := inst.(map[string]any) // the schema admits objects only
+		switch got, ok := obj["run_id"].(string); {
+		case !ok:
+			obj["run_id"] = h.runID
+			b, err := json.Marshal(obj)
+			if err != nil {
+				return toolError(CodeInvalidRequest, "the arguments could not be re-encoded", ""), nil
+			}
+			args = b
+		case !strings.EqualFold(got, h.runID):
+			return toolError(CodeInvalidRequest, "this server is bound to run "+h.runID+" (--run-id); omit run_id or pass that one", ""), nil
+		}
 	}
 	res, err := h.c.Call(ctx, h.endpoint, args)
 	if err != nil {
@@ -136,11 +160,13 @@ func Advice(code, retryAfter string) string {
 		code == "knowledge_changed", code == "knowledge_scope_changed":
 		return "Search again with knowledge_search and use a fresh ref; do not retry this ref."
 	case code == "rate_limited":
-		wait := "a few"
-		if n, err := strconv.Atoi(retryAfter); err == nil && n >= 1 {
-			wait = strconv.Itoa(n)
+		wait := "a few seconds"
+		if n, err := strconv.Atoi(retryAfter); err == nil && n == 1 {
+			wait = "1 second"
+		} else if err == nil && n > 1 {
+			wait = strconv.Itoa(n) + " seconds"
 		}
-		return "Wait " + wait + " seconds, then retry the same call."
+		return "Wait " + wait + ", then retry the same call."
 	case code == CodeUnavailable, code == "TASK_UNAVAILABLE", strings.HasPrefix(code, "http_5"):
 		return "Knowledge is temporarily unavailable: wait and retry later, or answer without it and say so; never claim there is no information."
 	case code == CodeInvalidRequest:

@@ -3,6 +3,12 @@ package mcpserver
 import (
 	"encoding/json"
 	"fmt"
+	"math"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/google/jsonschema-go/jsonschema"
 )
@@ -76,4 +82,106 @@ func (t ToolDef) resolve() (*jsonschema.Resolved, error) {
 		return nil, fmt.Errorf("tool %s: input schema: %w", t.Name, err)
 	}
 	return s.Resolve(nil)
+}
+
+// properties is the tool's input schema, parsed (nil if it does not parse).
+func (t ToolDef) properties() *jsonschema.Schema {
+	var s jsonschema.Schema
+	if json.Unmarshal(t.InputSchema, &s) != nil {
+		return nil
+	}
+	return &s
+}
+
+// explain says in plain English why inst does not match the tool's input
+// schema (the keywords the two tools use: object, required, properties and
+// no others, type, length, integer bounds, pattern); "" if it finds nothing.
+// Integers read as integers, and no value of the model's is quoted.
+func explain(s *jsonschema.Schema, inst any) string {
+	if s == nil {
+		return ""
+	}
+	obj, ok := inst.(map[string]any)
+	if !ok {
+		return "they must be a JSON object"
+	}
+	var why []string
+	for _, name := range s.Required {
+		if _, ok := obj[name]; !ok {
+			why = append(why, name+" is required")
+		}
+	}
+	var names []string
+	for name := range obj {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		p := s.Properties[name]
+		if p == nil {
+			known := make([]string, 0, len(s.Properties))
+			for k := range s.Properties {
+				known = append(known, k)
+			}
+			slices.Sort(known)
+			why = append(why, fmt.Sprintf("%s is not an argument of this tool (it takes %s)", clip(name, 40), strings.Join(known, ", ")))
+			continue
+		}
+		if w := explainValue(name, p, obj[name]); w != "" {
+			why = append(why, w)
+		}
+	}
+	return strings.Join(why, "; ")
+}
+
+func explainValue(name string, p *jsonschema.Schema, v any) string {
+	switch p.Type {
+	case "string":
+		str, ok := v.(string)
+		if !ok {
+			return name + " must be a string"
+		}
+		n := utf8.RuneCountInString(str)
+		if p.MinLength != nil && n < *p.MinLength {
+			return fmt.Sprintf("%s must not be empty", name)
+		}
+		if p.MaxLength != nil && n > *p.MaxLength {
+			return fmt.Sprintf("%s must be at most %d characters long (it has %d)", name, *p.MaxLength, n)
+		}
+		if p.Pattern != "" {
+			if re, err := regexp.Compile(p.Pattern); err == nil && !re.MatchString(str) {
+				if strings.Contains(p.Pattern, "[0-9a-fA-F]{8}-") {
+					return name + " must be a UUID such as 123e4567-e89b-42d3-a456-426614174000 (the run_id of the current turn)"
+				}
+				return name + " does not have the expected form"
+			}
+		}
+	case "integer":
+		f, ok := v.(float64)
+		if !ok || f != math.Trunc(f) || math.IsInf(f, 0) {
+			return name + " must be a whole number"
+		}
+		lo, hi := "", ""
+		if p.Minimum != nil {
+			lo = strconv.FormatFloat(*p.Minimum, 'f', -1, 64)
+		}
+		if p.Maximum != nil {
+			hi = strconv.FormatFloat(*p.Maximum, 'f', -1, 64)
+		}
+		if (p.Minimum != nil && f < *p.Minimum) || (p.Maximum != nil && f > *p.Maximum) {
+			got := strconv.FormatFloat(f, 'f', -1, 64)
+			if len(got) > 20 {
+				got = "out of range"
+			}
+			switch {
+			case lo != "" && hi != "":
+				return fmt.Sprintf("%s must be between %s and %s (got %s)", name, lo, hi, got)
+			case hi != "":
+				return fmt.Sprintf("%s must be at most %s (got %s)", name, hi, got)
+			default:
+				return fmt.Sprintf("%s must be at least %s (got %s)", name, lo, got)
+			}
+		}
+	}
+	return ""
 }

@@ -50,6 +50,14 @@ if ! command -v promtool >/dev/null 2>&1; then
   fi
 fi
 
+# python3 runs the non-Go client example (examples/python); with CI=true its
+# test fails when python3 is missing.
+if ! command -v python3 >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  echo "test.sh: installing python3"
+  { timeout 300 ${SUDO:-} apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 600 ${SUDO:-} apt-get install -y -qq --no-install-recommends python3 >/dev/null; } ||
+    echo "test.sh: could not install python3; the Python example's test fails with CI=true" >&2
+fi
+
 # The base test database. Tests that mutate data create their own databases
 # (ks_test_<random>) next to it and drop them when they finish.
 mariadb -uroot -h127.0.0.1 -e "CREATE DATABASE IF NOT EXISTS ks_test CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"

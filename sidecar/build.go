@@ -417,7 +417,7 @@ func (a *App) Reload(load func() (config.Config, error)) error {
 // protocol is rolled out somewhere.
 func warnMemoryLedger(log *slog.Logger, pol rollout.Policy) {
 	log.Warn("turn ledger is in memory: a delivery-mode switch on a retried turn is detected only within this process "+
-		"(one replica; forgotten on restart). Set ledger.redis_url when running several replicas.",
+		"(one replica; forgotten on restart). Set KNOWLEDGE_SIDECAR_LEDGER_REDIS_URL (or ledger.redis_url_file) when running several replicas.",
 		slog.String("rollout", pol.String()))
 }
 

@@ -30,8 +30,8 @@ func cmdConformance(args []string, stdout, stderr io.Writer) int {
 	turns := fs.Bool("turns", false, "also check turn interception (creates real turns on the workspace)")
 	rate := fs.Float64("rate", 8, "requests per second, at most 10 (the protocol's default per-session limit)")
 	timeout := fs.Duration("timeout", conformance.DefaultTimeout, "deadline of each request: one without an answer by then fails its check and the run goes on")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, stop := parseFlags(fs, args); stop {
+		return code
 	}
 	if *format != "text" && *format != "json" {
 		fmt.Fprintf(stderr, "conformance: --format must be text or json, not %q\n", *format)

@@ -43,46 +43,107 @@ const (
 
 type demoDoc struct{ title, content string }
 
-// loadDocs reads *.md and *.txt from dir (or the embedded samples): the title
-// is the first Markdown heading, else the file name.
-func loadDocs(dir string) ([]demoDoc, error) {
+// loadDocs reads the .md and .txt files under dir, subfolders included (or
+// the embedded samples). The title is the front matter's title, else the
+// first Markdown heading, else the file name; YAML front matter (between
+// "---" lines at the top) is not content. Empty files are skipped, each with
+// a note in notes. Errors name dir as given.
+func loadDocs(dir string) (docs []demoDoc, notes []string, err error) {
 	var fsys fs.FS = demoDocs
 	root := "demodocs"
 	if dir != "" {
+		st, err := os.Stat(dir)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return nil, nil, fmt.Errorf("--docs %s: no such folder", dir)
+		case err != nil:
+			return nil, nil, fmt.Errorf("--docs %s: %v", dir, errors.Unwrap(err))
+		case !st.IsDir():
+			return nil, nil, fmt.Errorf("--docs %s: not a folder", dir)
+		}
 		fsys, root = os.DirFS(dir), "."
 	}
-	entries, err := fs.ReadDir(fsys, root)
-	if err != nil {
-		return nil, err
-	}
-	var docs []demoDoc
-	for _, e := range entries {
+	err = fs.WalkDir(fsys, root, func(path string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return fmt.Errorf("--docs %s: cannot read %s", dir, filepath.Join(dir, filepath.FromSlash(path)))
+		}
+		if e.IsDir() && path != root && strings.HasPrefix(e.Name(), ".") {
+			return fs.SkipDir // .git and other hidden folders are not documents
+		}
 		ext := strings.ToLower(filepath.Ext(e.Name()))
 		if e.IsDir() || (ext != ".md" && ext != ".txt") {
-			continue
+			return nil
 		}
-		raw, err := fs.ReadFile(fsys, filepath.ToSlash(filepath.Join(root, e.Name())))
+		raw, err := fs.ReadFile(fsys, path)
 		if err != nil {
-			return nil, err
+			return fmt.Errorf("--docs %s: cannot read %s", dir, filepath.Join(dir, filepath.FromSlash(path)))
 		}
 		content := strings.ToValidUTF8(string(raw), "\uFFFD")
+		fmTitle, body := splitFrontMatter(content)
+		if strings.TrimSpace(body) == "" {
+			notes = append(notes, fmt.Sprintf("skipped %s: it is empty", filepath.Join(dir, filepath.FromSlash(path))))
+			return nil
+		}
 		title := strings.TrimSuffix(e.Name(), filepath.Ext(e.Name()))
-		for _, line := range strings.Split(content, "\n") {
-			if t, ok := strings.CutPrefix(strings.TrimSpace(line), "# "); ok && strings.TrimSpace(t) != "" {
-				title = strings.TrimSpace(t)
-				break
+		if fmTitle != "" {
+			title = fmTitle
+		} else {
+			for _, line := range strings.Split(body, "\n") {
+				if t, ok := strings.CutPrefix(strings.TrimSpace(line), "# "); ok && strings.TrimSpace(t) != "" {
+					title = strings.TrimSpace(t)
+					break
+				}
 			}
 		}
 		if r := []rune(title); len(r) > 191 { // bz_kb_docs.title is VARCHAR(191)
 			title = string(r[:191])
 		}
-		docs = append(docs, demoDoc{title: title, content: content})
+		docs = append(docs, demoDoc{title: title, content: body})
+		return nil
+	})
+	if err != nil {
+		return nil, notes, err
 	}
 	sort.Slice(docs, func(i, j int) bool { return docs[i].title < docs[j].title })
 	if len(docs) == 0 {
-		return nil, fmt.Errorf("no .md or .txt files in %s", dir)
+		return nil, notes, fmt.Errorf("--docs %s: no non-empty .md or .txt files in it or its subfolders", dir)
 	}
-	return docs, nil
+	return docs, notes, nil
+}
+
+// splitFrontMatter separates YAML front matter ("---" on the first line up
+// to the next "---" or "..." line) from the body, and returns its title
+// field (quotes removed) if it has one. Without a closing line there is no
+// front matter.
+func splitFrontMatter(content string) (title, body string) {
+	rest, ok := strings.CutPrefix(strings.TrimPrefix(content, "\uFEFF"), "---")
+	if !ok {
+		return "", content
+	}
+	first, rest, ok := strings.Cut(rest, "\n")
+	if !ok || strings.TrimSpace(first) != "" {
+		return "", content
+	}
+	lines := strings.SplitAfter(rest, "\n")
+	for i, line := range lines {
+		if l := strings.TrimSpace(line); l == "---" || l == "..." {
+			for _, fm := range lines[:i] {
+				if v, ok := strings.CutPrefix(strings.TrimSpace(fm), "title:"); ok {
+					title = strings.Trim(strings.TrimSpace(v), `"'`)
+				}
+			}
+			return strings.TrimSpace(title), strings.TrimLeft(strings.Join(lines[i+1:], ""), "\r\n")
+		}
+	}
+	return "", content
+}
+
+// plural is "1 document", "2 documents".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 func randomToken(prefix string) string {
@@ -113,7 +174,10 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "--log-level must be debug, info, warn or error")
 		return 2
 	}
-	docs, err := loadDocs(*docsDir)
+	docs, notes, err := loadDocs(*docsDir)
+	for _, n := range notes {
+		fmt.Fprintln(stderr, "demo:", n)
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "demo:", err)
 		return 1
@@ -176,7 +240,6 @@ func startDemoWorld(docs []demoDoc, token string) (*demoWorld, error) {
 	w.catalog.PutClient(demoClient, true, []string{demoRoute}, "http://127.0.0.1:8765/callback")
 	w.core.SetRoute(demoRoute, fakecore.GateAllowed)
 	now := time.Now().UTC().Truncate(time.Second)
-	var inline []fakecore.TurnKnowledge
 	for i, d := range docs {
 		id := int64(i + 1)
 		w.core.AddDoc(demoKB, id, d.title, d.content)
@@ -184,13 +247,10 @@ func startDemoWorld(docs []demoDoc, token string) (*demoWorld, error) {
 			DocMeta: coreclient.DocMeta{DocID: id, KBID: demoKB, Title: d.title, Status: "ready", UpdatedAt: now},
 			Content: d.content,
 		})
-		if i < 2 { // what Core retrieves for a turn: the first chunk of two documents
-			if chunks := fakecore.Chunks(d.content); len(chunks) > 0 {
-				inline = append(inline, fakecore.TurnKnowledge{DocID: id, Title: d.title, Content: chunks[0], Score: []float64{0.82, 0.74}[i]})
-			}
-		}
 	}
-	w.core.SetTurnKnowledge(demoRoute, inline)
+	// A turn retrieves from its user_input with the route's knowledge config,
+	// ranked like /kb/search (demoKnowledge: top_k 8, min_score 0.05).
+	w.core.SetTurnRetrieval(demoRoute, fakecore.TurnRetrieval{KBIDs: []string{demoKB}, TopK: 8, MinScore: 0.05})
 	w.core.AddSession(token, coreclient.Session{
 		SessionID:     "6f1c2f7e-5a53-4d52-9a0e-3f3b5f0c9d11",
 		ClientAppID:   demoClient,
@@ -265,13 +325,14 @@ func printWalkthrough(w io.Writer, addr, admin, token string, docs []demoDoc, q 
 
   sidecar   http://%s   (in front of a built-in Core double; workspace %q rolled out)
   admin     http://%s/metrics  /healthz  /readyz
-  knowledge %d documents in KB %q
+  knowledge %s in KB %q
   token     %s
 
 The Core double ranks search hits by shared keywords, not by embeddings as a real
 Core does: ask with words that occur in the documents. Sidecar logs: --log-level.
 
-Copy-paste walkthrough (needs curl; jq makes the output readable):
+Copy-paste walkthrough, in another terminal (needs curl and jq: steps 3 and 4 take the ref,
+the cursor and the run_id out of answers with jq -r):
 
   export TOKEN=%s
   export WS=%s
@@ -312,8 +373,9 @@ Copy-paste walkthrough (needs curl; jq makes the output readable):
   curl -s -H "Authorization: Bearer $TOKEN" -d '{"ref":"kr2.core.forged"}' $WS/knowledge/read | jq .
 
 Documents: %s
-Press Ctrl-C to stop.
-`, addr, demoRoute, admin, len(docs), demoKB, token, token, base,
+Press Ctrl-C to stop (started in the background with &: kill %%1, or kill the binary's PID;
+"kill $!" after "go run ... &" stops only go run, not the demo).
+`, addr, demoRoute, admin, plural(len(docs), "document", "documents"), demoKB, token, token, base,
 		shellJSON(map[string]any{"query": q.search, "limit": 3}), shellJSON(map[string]any{"query": q.read, "limit": 1}),
 		addr, titles(docs))
 }

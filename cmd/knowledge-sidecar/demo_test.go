@@ -158,7 +158,7 @@ func (d *runningDemo) search(t *testing.T, query string, limit int) []demoHint {
 
 // TestDemoWalkthrough performs the printed walkthrough's steps over HTTP.
 func TestDemoWalkthrough(t *testing.T) {
-	docs, err := loadDocs("")
+	docs, _, err := loadDocs("")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +269,8 @@ func TestDemoWalkthrough(t *testing.T) {
 		if res.RunID == "" || res.Context.Instructions == "" {
 			t.Errorf("run_id %q instructions %q; want Core's turn context kept", res.RunID, res.Context.Instructions)
 		}
-		// Same-run hints: the two documents Core retrieved for the turn,
+		// Same-run hints: what Core retrieved for "Can I get a refund?",
+		// the refund policy first and nothing of the operations handbook,
 		// readable with the turn's run_id and not without it.
 		var hints []demoHint
 		for _, h := range dl.Hints {
@@ -279,8 +280,13 @@ func TestDemoWalkthrough(t *testing.T) {
 			}
 			hints = append(hints, one)
 		}
-		if len(hints) != 2 || hints[0].Title != docs[0].title || hints[1].Title != docs[1].title {
-			t.Fatalf("turn hints %+v; want the two documents Core retrieved (%q, %q)", hints, docs[0].title, docs[1].title)
+		if len(hints) == 0 || hints[0].Title != "Refund policy" {
+			t.Fatalf("turn hints %+v; want \"Refund policy\" first", hints)
+		}
+		for _, h := range hints {
+			if h.Title == "Operations handbook" {
+				t.Errorf("turn hints %+v; the operations handbook says nothing about refunds", hints)
+			}
 		}
 		body, _ := json.Marshal(map[string]string{"ref": hints[0].Ref, "run_id": res.RunID})
 		var page struct {
@@ -288,8 +294,8 @@ func TestDemoWalkthrough(t *testing.T) {
 			RunID string `json:"run_id"`
 		}
 		if code, raw := d.do(t, "POST", d.ws+"/knowledge/read", string(body)); code != 200 || json.Unmarshal(raw, &page) != nil ||
-			page.Title != docs[0].title || page.RunID != res.RunID {
-			t.Errorf("reading the turn hint with its run: got %d %.200s; want 200 %q", code, raw, docs[0].title)
+			page.Title != "Refund policy" || page.RunID != res.RunID {
+			t.Errorf("reading the turn hint with its run: got %d %.200s; want 200 \"Refund policy\"", code, raw)
 		}
 		body, _ = json.Marshal(map[string]string{"ref": hints[0].Ref})
 		if code, raw := d.do(t, "POST", d.ws+"/knowledge/read", string(body)); code != 400 || !strings.Contains(string(raw), "knowledge_reference_invalid") {
@@ -348,7 +354,7 @@ func TestDemoDocsDir(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(dir, "sub.md"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	docs, err := loadDocs(dir)
+	docs, _, err := loadDocs(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -401,9 +407,13 @@ func TestDemoCommandErrors(t *testing.T) {
 	}{
 		{"unknown flag", []string{"--nope"}, 2, "flag provided but not defined"},
 		{"token not shaped like Core's", []string{"--demo-token", "secret-demo-token"}, 2, "--demo-token must look like"},
-		{"docs dir without documents", []string{"--docs", empty}, 1, "no .md or .txt files"},
-		{"docs dir missing", []string{"--docs", filepath.Join(empty, "missing")}, 1, "demo:"},
+		{"docs dir without documents", []string{"--docs", empty}, 1, "--docs " + empty + ": no non-empty .md or .txt files"},
+		{"docs dir missing", []string{"--docs", filepath.Join(empty, "missing")}, 1, "demo: --docs " + filepath.Join(empty, "missing") + ": no such folder"},
+		{"docs is a file", []string{"--docs", filepath.Join(empty, "file.md")}, 1, "demo: --docs " + filepath.Join(empty, "file.md") + ": not a folder"},
 		{"bad log level", []string{"--log-level", "loud"}, 2, "--log-level must be"},
+	}
+	if err := os.WriteFile(filepath.Join(empty, "file.md"), nil, 0o600); err != nil {
+		t.Fatal(err)
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -494,4 +504,163 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// TestDemoAnswersFollowTheQuestion pins the demo's answers on the built-in
+// documents: search, a turn's inline knowledge and its same-run hints all
+// rank by the question (stop-words ignored), so "Can I get a refund?" finds
+// the refund policy first, and a shipping question finds the shipping page.
+func TestDemoAnswersFollowTheQuestion(t *testing.T) {
+	docs, _, err := loadDocs("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := startDemo(t, docs, false)
+	for _, tc := range []struct{ query, want string }{
+		{"Can I get a refund?", "Refund policy"},
+		{"我可以退款吗？", "Refund policy"},
+		{"How long does express shipping take?", "Shipping and delivery"},
+		{"What happens if the refund window is set to 0?", "Refund policy"},
+	} {
+		if hints := d.search(t, tc.query, 3); len(hints) == 0 || hints[0].Title != tc.want {
+			t.Errorf("search %q: hints %+v; want %q first", tc.query, hints, tc.want)
+		}
+	}
+	turn := func(id, input, mode string) (titles []string, hints []demoHint) {
+		t.Helper()
+		body, _ := json.Marshal(map[string]string{"client_conversation_id": "pin-" + id, "client_turn_id": "t-" + id,
+			"user_message_id": "m-" + id, "user_input": input, "knowledge_delivery": mode})
+		code, raw := d.do(t, "POST", d.ws+"/turns", string(body))
+		var res struct {
+			Context struct {
+				Knowledge []struct{ Title string } `json:"knowledge"`
+			} `json:"context"`
+			Delivery struct {
+				Hints []demoHint `json:"hints"`
+			} `json:"knowledge_delivery"`
+		}
+		if code != 200 || json.Unmarshal(raw, &res) != nil {
+			t.Fatalf("turn %q: got %d %.300s", input, code, raw)
+		}
+		for _, k := range res.Context.Knowledge {
+			titles = append(titles, k.Title)
+		}
+		return titles, res.Delivery.Hints
+	}
+	inline, _ := turn("1", "Can I get a refund?", "inline")
+	if len(inline) == 0 || inline[0] != "Refund policy" || slicesContains(inline, "Operations handbook") {
+		t.Errorf("inline knowledge for a refund question: %q; want the refund policy first, no operations handbook", inline)
+	}
+	_, hints := turn("2", "Can I get a refund?", "on_demand")
+	if len(hints) == 0 || hints[0].Title != "Refund policy" {
+		t.Errorf("same-run hints for a refund question: %+v; want the refund policy first", hints)
+	}
+	inline, _ = turn("3", "Is express shipping available?", "inline")
+	if len(inline) == 0 || inline[0] != "Shipping and delivery" {
+		t.Errorf("inline knowledge for a shipping question: %q; want the shipping page first", inline)
+	}
+}
+
+// TestDemoOwnDocsTurnRanking: with --docs, a turn retrieves from the
+// question too, not the first documents of the folder.
+func TestDemoOwnDocsTurnRanking(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"a-backup.md": "# Database backup procedure\n\nRun the nightly backup at 02:00 and verify the dump.\n",
+		"b-refund.md": "# Refund rules\n\nA refund is granted within 30 days of purchase.\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	docs, _, err := loadDocs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := startDemo(t, docs, true)
+	code, raw := d.do(t, "POST", d.ws+"/turns", `{"client_conversation_id":"c1","client_turn_id":"t1","user_message_id":"m1","user_input":"Can I get a refund?"}`)
+	var res struct {
+		Context struct {
+			Knowledge []struct{ Title string } `json:"knowledge"`
+		} `json:"context"`
+	}
+	if code != 200 || json.Unmarshal(raw, &res) != nil {
+		t.Fatalf("turn: got %d %.300s", code, raw)
+	}
+	if len(res.Context.Knowledge) != 1 || res.Context.Knowledge[0].Title != "Refund rules" {
+		t.Errorf("inline knowledge %+v; want only \"Refund rules\"", res.Context.Knowledge)
+	}
+}
+
+func slicesContains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// TestDemoDocsLoader: --docs reads subfolders, skips empty files with a
+// note, keeps front matter out of the content (its title is the title), and
+// the walkthrough counts documents in good English.
+func TestDemoDocsLoader(t *testing.T) {
+	dir := t.TempDir()
+	files := map[string]string{
+		"top.md":              "---\ntitle: \"Returns FAQ\"\nauthor: ops\n---\n# Heading not used\n\nReturns are accepted for 30 days.\n",
+		"sub/deeper/note.txt": "Parcels are insured up to 500 euros.\n",
+		"sub/empty.md":        " \n\n",
+		"sub/only-fm.md":      "---\ntitle: Nothing here\n---\n",
+		"sub/rule.md":         "---not front matter\nA line.\n",
+		".git/notes.md":       "# Hidden\n\nNot a document.\n",
+	}
+	for name, body := range files {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	docs, notes, err := loadDocs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, d := range docs {
+		got[d.title] = d.content
+	}
+	if len(docs) != 3 || got["Returns FAQ"] == "" || got["note"] == "" || got["rule"] == "" {
+		t.Fatalf("documents %q; want Returns FAQ, note (from a subfolder of a subfolder) and rule", got)
+	}
+	if c := got["Returns FAQ"]; strings.Contains(c, "author:") || strings.Contains(c, "---") || !strings.HasPrefix(c, "# Heading not used") {
+		t.Errorf("front matter is content: %q", c)
+	}
+	if c := got["rule"]; !strings.HasPrefix(c, "---not front matter") {
+		t.Errorf("a leading --- line that opens no front matter was dropped: %q", c)
+	}
+	wantNotes := []string{"skipped " + filepath.Join(dir, "sub", "empty.md") + ": it is empty", "skipped " + filepath.Join(dir, "sub", "only-fm.md") + ": it is empty"}
+	if strings.Join(notes, "|") != strings.Join(wantNotes, "|") {
+		t.Errorf("notes %q; want %q", notes, wantNotes)
+	}
+	var b bytes.Buffer
+	printWalkthrough(&b, "127.0.0.1:1", "127.0.0.1:2", "bha_x", docs[:1], walkthroughQueries(docs[:1], true))
+	if !strings.Contains(b.String(), "knowledge 1 document in KB") {
+		t.Errorf("walkthrough for one document: %s", b.String())
+	}
+	b.Reset()
+	printWalkthrough(&b, "127.0.0.1:1", "127.0.0.1:2", "bha_x", docs, walkthroughQueries(docs, true))
+	if !strings.Contains(b.String(), "knowledge 3 documents in KB") {
+		t.Errorf("walkthrough for three documents: %s", b.String())
+	}
+	// The note reaches the user's terminal.
+	var stdout, stderr bytes.Buffer
+	empty := t.TempDir()
+	if err := os.WriteFile(filepath.Join(empty, "blank.txt"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := run([]string{"demo", "--docs", empty}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "skipped "+filepath.Join(empty, "blank.txt")+": it is empty") {
+		t.Errorf("exit %d, stderr %q; want 1 and the skipped file named", code, stderr.String())
+	}
 }

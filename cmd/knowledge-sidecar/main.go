@@ -7,6 +7,8 @@
 //	knowledge-sidecar check-config [--config FILE]
 //	knowledge-sidecar keygen [--id ID]
 //	knowledge-sidecar version
+//	knowledge-sidecar mcp --url URL --route ROUTE [--token-file FILE | --token-command CMD] [--run-id RUN]
+//	knowledge-sidecar conformance --url URL --route ROUTE
 package main
 
 import (
@@ -21,19 +23,20 @@ var version = "dev"
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
-const usage = `usage:
-  knowledge-sidecar serve [--config FILE]         run in front of a Core (production)
-  knowledge-sidecar demo [--listen ADDR] [--admin-listen ADDR] [--docs DIR] [--demo-token TOKEN]
-                                                  run in front of a built-in Core double
-  knowledge-sidecar check-config [--config FILE] [--probe]
-                                                  validate the configuration and exit; --probe
-                                                  also tests Core, the token, the catalog and Redis
-                                                  (also: --check-config, serve --check-config)
-  knowledge-sidecar keygen [--id ID]              print a new KNOWLEDGE_SIDECAR_SIGNING_KEYS entry
-  knowledge-sidecar version                       print version, revision, build time and Go version
+const usage = `usage: knowledge-sidecar COMMAND [flags]   (COMMAND --help lists its flags)
+
+Operator side:
+  serve          run in front of a Core (production): serve [--config FILE]
+  demo           run in front of a built-in Core double with sample documents, printing a walkthrough
+  check-config   validate the configuration and exit (--probe also tests Core, the token, the catalog and Redis)
+  keygen         print a new KNOWLEDGE_SIDECAR_SIGNING_KEYS entry
+  version        print version, revision, build time and Go version
+Host side (Agent token from BAILING_AGENT_TOKEN; mcp also --token-file or --token-command):
+  mcp            serve knowledge_search and knowledge_read to an MCP host over stdio
+  conformance    check an implementation of the protocol against its MUSTs
+  help           print this list
+
 The config file may also be named by KNOWLEDGE_SIDECAR_CONFIG.
-Host side (token from BAILING_AGENT_TOKEN; mcp also --token-file or --token-command, renewed while it runs):
-  knowledge-sidecar mcp --help, knowledge-sidecar conformance --help
 `
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -51,7 +54,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "mcp", "conformance": // host-side tools: mcp.go, conformance.go
 		return cmdHost(args[0], args[1:], stdout, stderr)
 	case "version", "--version", "-v":
-		return cmdVersion(stdout)
+		return cmdVersion(args[1:], stdout, stderr)
 	case "keygen":
 		return cmdKeygen(args[1:], stdout, stderr, time.Now)
 	case "help", "--help", "-h":

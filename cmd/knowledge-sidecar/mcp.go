@@ -71,10 +71,22 @@ func tokenSource(ctx context.Context, file, command string, stderr io.Writer, lo
 	}
 	t := os.Getenv(tokenEnv)
 	if t == "" {
-		return nil, fmt.Errorf("no Agent access token: set %s, --token-file or --token-command", tokenEnv)
+		return nil, errors.New(noTokenMessage)
 	}
 	return hostclient.StaticToken(t), nil
 }
+
+// noTokenMessage is mcp's answer when no token source is given. MCP hosts
+// (the official SDKs' stdio transports, the MCP Inspector) start the server
+// with only HOME, PATH, SHELL and TERM (and whatever their own config names),
+// so a token exported in the user's shell does not arrive.
+const noTokenMessage = "no Agent access token: " + tokenEnv + " is not set in this process's environment. " +
+	"MCP hosts start the server with only HOME, PATH, SHELL and TERM, not your shell's exported variables: " +
+	"give --token-file FILE or --token-command CMD in the host's args, or set " + tokenEnv +
+	" in the \"env\" block of the host's server configuration (docs/hosts.md)"
+
+// runIDEnv binds every call of the MCP server to one run, like --run-id.
+const runIDEnv = "BAILING_RUN_ID"
 
 // cmdMCP serves the two knowledge tools over stdio until stdin closes.
 // stdout carries only JSON-RPC; everything else goes to stderr.
@@ -84,11 +96,24 @@ func cmdMCP(args []string, stdin io.ReadCloser, stdout io.Writer, stderr io.Writ
 	hf := addHostFlags(fs)
 	tokenFile := fs.String("token-file", "", "file holding the Agent access token, read again when it changes and after a 401 (default: $"+tokenEnv+")")
 	tokenCommand := fs.String("token-command", "", "shell command (sh -c) that prints the Agent access token; run at start and again after a 401")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	runID := fs.String("run-id", os.Getenv(runIDEnv), "bind every call to this run (a UUID; default $"+runIDEnv+"), for hosts that start one server per turn: the tools then send it themselves and refuse another")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, "usage: knowledge-sidecar mcp --url URL --route ROUTE [--token-file FILE | --token-command CMD] [--run-id RUN]\n\n"+
+			"Serves knowledge_search and knowledge_read over stdio (JSON-RPC on stdin/stdout) to an MCP host, which\n"+
+			"starts it; run from a terminal it waits silently for JSON-RPC on stdin (Ctrl-D ends it).\n"+
+			"Token: --token-file, --token-command or $"+tokenEnv+" (MCP hosts pass only HOME, PATH, SHELL and TERM\n"+
+			"unless their server config has an \"env\" block). Warnings are JSON lines on stderr.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if code, stop := parseFlags(fs, args); stop {
+		return code
 	}
 	if err := hf.check(); err != nil {
 		fmt.Fprintln(stderr, "mcp:", err)
+		return 2
+	}
+	if *runID != "" && !uuidPattern.MatchString(*runID) {
+		fmt.Fprintf(stderr, "mcp: --run-id (or %s) must be a UUID\n", runIDEnv)
 		return 2
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -113,9 +138,9 @@ func cmdMCP(args []string, stdin io.ReadCloser, stdout io.Writer, stderr io.Writ
 		fmt.Fprintf(stderr, "mcp: %s; not serving the knowledge tools\n", detail)
 		return 1
 	case mcpserver.Unknown:
-		fmt.Fprintf(stderr, "mcp: warning: %s; serving anyway, each tool call will report the error\n", detail)
+		log.Warn("capabilities probe failed; serving anyway, each tool call will report the error", "detail", detail)
 	}
-	srv, err := mcpserver.New(mcpserver.Options{Client: client, Version: version, Logger: log})
+	srv, err := mcpserver.New(mcpserver.Options{Client: client, Version: readBuildInfo().Version, Logger: log, RunID: *runID})
 	if err != nil {
 		fmt.Fprintln(stderr, "mcp:", err)
 		return 1

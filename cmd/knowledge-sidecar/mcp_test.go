@@ -324,8 +324,8 @@ func TestMCPWrongToken(t *testing.T) {
 	t.Setenv(tokenEnv, randomToken("bha_"))
 	base, seen := recordBearers(t, d.base)
 	p := startMCP(t, "--url", base, "--route", demoRoute)
-	if s := p.stderr.String(); !strings.Contains(s, "warning") || !strings.Contains(s, "401") {
-		t.Errorf("stderr %q; want a warning naming 401", s)
+	if s := p.stderr.String(); !strings.Contains(s, `"level":"WARN"`) || !strings.Contains(s, `"detail":"capabilities answered 401`) {
+		t.Errorf("stderr %q; want a JSON warning naming 401", s)
 	}
 	for _, tool := range []string{"knowledge_search", "knowledge_read"} {
 		args := map[string]any{"query": "refund"}
@@ -350,7 +350,7 @@ func TestMCPWrongToken(t *testing.T) {
 // knowledge clock (nil: time.Now).
 func startSamples(t *testing.T, now func() time.Time) *runningDemo {
 	t.Helper()
-	docs, err := loadDocs("")
+	docs, _, err := loadDocs("")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,18 +388,19 @@ func TestMCPStartup(t *testing.T) {
 		{"405 unsupported", []string{"--url", status(405), "--route", "demo"}, "bha_x", 1, "does not support"},
 		{"501 unsupported", []string{"--url", status(501), "--route", "demo"}, "bha_x", 1, "does not support"},
 		{"200 of another protocol", []string{"--url", status(200), "--route", "demo"}, "bha_x", 1, "not with bailing.agent-knowledge-capabilities.v1"},
-		{"503 serves", []string{"--url", status(503), "--route", "demo"}, "bha_x", 0, "warning: capabilities answered 503"},
-		{"unreachable serves", []string{"--url", closed, "--route", "demo"}, "bha_x", 0, "warning: the knowledge service could not be reached"},
+		{"503 serves", []string{"--url", status(503), "--route", "demo"}, "bha_x", 0, `"level":"WARN","msg":"capabilities probe failed; serving anyway, each tool call will report the error","detail":"capabilities answered 503`},
+		{"unreachable serves", []string{"--url", closed, "--route", "demo"}, "bha_x", 0, `"detail":"the knowledge service could not be reached"`},
 		{"no route", []string{"--url", closed}, "bha_x", 2, "--route is required"},
 		{"no url", []string{"--route", "demo"}, "bha_x", 2, "--url is required"},
 		{"bad url", []string{"--url", "127.0.0.1:8080", "--route", "demo"}, "bha_x", 2, "--url must be"},
-		{"no token", []string{"--url", closed, "--route", "demo"}, "", 2, "BAILING_AGENT_TOKEN"},
+		{"no token", []string{"--url", closed, "--route", "demo"}, "", 2, "MCP hosts start the server with only HOME, PATH, SHELL and TERM"},
+		{"bad run id", []string{"--url", closed, "--route", "demo", "--run-id", "run-1"}, "bha_x", 2, "--run-id (or BAILING_RUN_ID) must be a UUID"},
 		{"empty token file", []string{"--url", closed, "--route", "demo", "--token-file", writeTokenFile(t, "\n")}, "bha_x", 2, "token file is empty"},
 		{"missing token file", []string{"--url", closed, "--route", "demo", "--token-file", filepath.Join(t.TempDir(), "none")}, "bha_x", 2, "token file"},
 		{"both token flags", []string{"--url", closed, "--route", "demo", "--token-file", writeTokenFile(t, "bha_x"), "--token-command", "echo bha_x"}, "", 2, "not both"},
 		{"failing token command", []string{"--url", closed, "--route", "demo", "--token-command", "echo bha_printed; exit 4"}, "bha_x", 2, "token command failed: exit status 4"},
 		{"token command prints nothing", []string{"--url", closed, "--route", "demo", "--token-command", "true"}, "bha_x", 2, "printed no token"},
-		{"token command serves", []string{"--url", closed, "--route", "demo", "--token-command", "echo bha_from-command"}, "", 0, "warning: the knowledge service could not be reached"},
+		{"token command serves", []string{"--url", closed, "--route", "demo", "--token-command", "echo bha_from-command"}, "", 0, `"detail":"the knowledge service could not be reached"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

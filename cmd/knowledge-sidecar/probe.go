@@ -5,9 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"net"
+	"net/url"
 	"os"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
@@ -28,9 +35,11 @@ const (
 	verdictSkip = "skip"
 )
 
-// probeLine is one dependency's verdict. The detail never holds a secret, an
-// address or SQL: it is built from our own words and errors whose messages
-// are documented to exclude them.
+// probeLine is one dependency's verdict. The detail never holds a secret or
+// SQL: it is built from our own words, errors whose messages are documented
+// to exclude them, and the addresses, database and user names of the
+// operator's own configuration (Core's URL, the DSN's address), never a
+// password or token.
 type probeLine struct {
 	name, verdict, detail string
 }
@@ -77,13 +86,18 @@ func (p *prober) core(ctx context.Context) {
 		p.add("core", verdictFail, "%v", err)
 		return
 	}
+	at := coreAddress(p.cfg.Core.URL)
 	if err := client.ProbeCore(ctx); err != nil {
-		p.add("core", verdictFail, "%s", coreProblem(err))
-		p.add("core-token", verdictSkip, "Core did not answer like a Core")
-		p.add("system-info", verdictSkip, "Core did not answer like a Core")
+		p.add("core", verdictFail, "%s (tried %s)", coreProblem(err), at)
+		why := "Core is not reachable"
+		if errors.Is(err, coreclient.ErrNotACore) {
+			why = "Core did not answer like a Core"
+		}
+		p.add("core-token", verdictSkip, "%s", why)
+		p.add("system-info", verdictSkip, "%s", why)
 		return
 	}
-	p.add("core", verdictOK, "reachable; answers like a BailingHub Core (401 unauthorized on /agent-auth/v1/session without a token)")
+	p.add("core", verdictOK, "reachable at %s; answers like a BailingHub Core (401 unauthorized on /agent-auth/v1/session without a token)", at)
 
 	if p.cfg.Core.Token != "" {
 		err = client.ProbeServiceToken(ctx)
@@ -125,8 +139,12 @@ func coreProblem(err error) string {
 		return err.Error()
 	case errors.Is(err, context.DeadlineExceeded):
 		return "no answer within the probe timeout"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, coreclient.ErrNoSuchHost):
+		return "the host name does not resolve"
 	case errors.Is(err, coreclient.ErrUnavailable):
-		return "unreachable or failing: " + err.Error()
+		return "unreachable or failing: " + strings.TrimPrefix(err.Error(), coreclient.ErrUnavailable.Error()+": ")
 	}
 	return err.Error()
 }
@@ -138,32 +156,48 @@ func (p *prober) catalog(ctx context.Context) {
 		}
 		return
 	}
+	// The probe's own failures must not open the catalog breaker: each line
+	// reports its own cause, never "circuit open" because of an earlier line.
 	cat, err := coreclient.OpenCatalog(coreclient.CatalogOptions{
 		DSN: p.cfg.Catalog.DSN, MaxOpenConns: 2, MaxIdleConns: 2, QueryTimeout: p.timeout,
 		DocCacheEntries: 1, DocCacheBytes: 1 << 20,
+		Breaker: coreclient.BreakerSettings{Failures: math.MaxUint32},
 	})
 	if err != nil {
 		p.add("catalog", verdictFail, "%v", err)
 		return
 	}
 	defer cat.Close()
+	dsn, _ := mysql.ParseDSN(p.cfg.Catalog.DSN) // parsed by OpenCatalog already
 	if err := cat.Ping(ctx); err != nil {
-		p.add("catalog", verdictFail, "%v", err)
+		p.add("catalog", verdictFail, "%s", catalogCause(err, dsn))
 		for _, n := range []string{"catalog-schema", "catalog-grants", "task-control"} {
 			p.add(n, verdictSkip, "the catalog is not reachable")
 		}
 		return
 	}
-	p.add("catalog", verdictOK, "reachable")
+	p.add("catalog", verdictOK, "reachable at %s, database %q", dsn.Addr, dsn.DBName)
 
 	var se *coreclient.SchemaError
 	switch err := cat.CheckSchema(ctx); {
 	case err == nil:
 		p.add("catalog-schema", verdictOK, "Core's migrations 008, 018, 019, 055, 056 are applied")
+	case errors.As(err, &se) && len(se.Missing) == len(coreclient.RequiredMigrations()):
+		p.add("catalog-schema", verdictFail, "no Core schema in database %q: none of Core's migrations is recorded (a different database, or Core never migrated it)", dsn.DBName)
+		for _, n := range []string{"catalog-grants", "task-control"} {
+			p.add(n, verdictSkip, "no Core schema in this database")
+		}
+		return
 	case errors.As(err, &se):
 		p.add("catalog-schema", verdictFail, "missing Core migrations: %s (Core older than 0.5, or a different database)", strings.Join(se.Missing, ", "))
+	case mysqlErrorNumber(err) == 1146:
+		p.add("catalog-schema", verdictFail, "no Core schema in database %q: it has no bz_schema_migrations table (a different database, or Core never migrated it)", dsn.DBName)
+		for _, n := range []string{"catalog-grants", "task-control"} {
+			p.add(n, verdictSkip, "no Core schema in this database")
+		}
+		return
 	default:
-		p.add("catalog-schema", verdictFail, "%v (GRANT SELECT (filename) ON bz_schema_migrations, docs/core-contract.md)", err)
+		p.add("catalog-schema", verdictFail, "%s (GRANT SELECT (filename) ON bz_schema_migrations, docs/core-contract.md)", catalogCause(err, dsn))
 	}
 
 	var bad, okNames []string
@@ -212,6 +246,60 @@ func (p *prober) taskControl(ctx context.Context, cat *coreclient.SQLCatalog) {
 		}
 		p.add("task-control", verdictFail, "partial: %d of %d task tables readable; %s (knowledge answers 503 TASK_UNAVAILABLE)", len(t.Readable), n, strings.Join(why, "; "))
 	}
+}
+
+// coreAddress is Core's URL as the probe tried it (core.url carries no
+// credentials: Validate refuses them).
+func coreAddress(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "core.url"
+	}
+	return (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String()
+}
+
+// mysqlErrorNumber is the MySQL error number in err's chain, 0 if none.
+func mysqlErrorNumber(err error) uint16 {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		return me.Number
+	}
+	return 0
+}
+
+// catalogCause words a catalog failure by its cause: unknown database,
+// access denied, connection refused at the address, a name that does not
+// resolve, a timeout. Never the password or the server's own message.
+func catalogCause(err error, dsn *mysql.Config) string {
+	addr, db, user := "", "", ""
+	if dsn != nil {
+		addr, db, user = dsn.Addr, dsn.DBName, dsn.User
+	}
+	var dnsErr *net.DNSError
+	var ne net.Error
+	switch n := mysqlErrorNumber(err); {
+	case n == 1049:
+		return fmt.Sprintf("unknown database %q at %s", db, addr)
+	case n == 1045:
+		return fmt.Sprintf("access denied for user %q at %s: wrong user or password", user, addr)
+	case n == 1044:
+		return fmt.Sprintf("access denied: user %q may not use database %q, or it does not exist", user, db)
+	case n == 1130:
+		return fmt.Sprintf("%s does not let user %q connect from this host", addr, user)
+	case n == 1146:
+		return "a table is missing: no Core schema in database " + strconv.Quote(db)
+	case n == 1142 || n == 1143:
+		return "access denied to a table or column: " + err.Error()
+	case n != 0:
+		return fmt.Sprintf("the database at %s answered error %d", addr, n)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused at " + addr
+	case errors.As(err, &dnsErr):
+		return "cannot resolve the host of " + addr
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "no answer from " + addr + " within the probe timeout"
+	}
+	return err.Error() + " (at " + addr + ")"
 }
 
 func (p *prober) redis(ctx context.Context) {

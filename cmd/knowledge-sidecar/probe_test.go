@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -68,6 +69,32 @@ func TestCheckConfigProbe(t *testing.T) {
 	}
 	tasksUngranted.Exec(t, "REVOKE SELECT (policy_json) ON `"+tasksUngranted.Name+"`.bz_agent_tasks FROM '"+tro.User+"'@'%'")
 	redisURL := testdb.RedisURL(t)
+	// Without Core's schema: no migration recorded. And one whose catalog
+	// queries mostly fail (tables dropped): more failures than the breaker's
+	// threshold, none of which may turn a later line into "circuit open".
+	noSchema := testdb.New(t)
+	noSchema.Exec(t, "DELETE FROM bz_schema_migrations")
+	manyFail := testdb.New(t)
+	for _, table := range []string{"bz_kb_docs", "bz_kb_bases", "bz_agent_client_runs", "bz_clients"} {
+		manyFail.Exec(t, "DROP TABLE "+table)
+	}
+	ungrantedDB := *ro
+	ungrantedDB.DBName = ro.DBName + "_no_such_db"
+	// The test's admin user may see every database: MariaDB then says the
+	// database is unknown (to others it says access denied, error 1044).
+	adminDSN := os.Getenv("KS_TEST_MYSQL_DSN")
+	if adminDSN == "" {
+		adminDSN = testdb.DefaultDSN
+	}
+	unknownDB, err := mysql.ParseDSN(adminDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unknownDB.DBName = "ks_test_no_such_db_probe"
+	wrongPassword := *ro
+	wrongPassword.Passwd = "wrong-password-must-not-leak"
+	refused := closedAddr(t)
+	coreDown := closedAddr(t)
 
 	agentToken := fakecore.Token("probe-agent")
 	newCore := func(systemInfo bool) string {
@@ -133,10 +160,27 @@ func TestCheckConfigProbe(t *testing.T) {
 		{"Agent token refused", with(probeAgentTokenEnv, fakecore.Token("nobody")), 1, except("system-info", "FAIL"), nil},
 		{"wrong service token", with("core.token", wrongToken), 1, except("core-token", "FAIL"), nil},
 		{"short token as signing secret", with("core.token", "short"), 1, except("core-token", "FAIL", "signing-keys", "FAIL"), nil},
-		{"Core down", with("core.url", "http://"+closedAddr(t)), 1, except("core", "FAIL", "core-token", "skip"), nil},
+		{"Core down", with("core.url", "http://"+coreDown), 1, except("core", "FAIL", "core-token", "skip"),
+			[]string{"core           FAIL  connection refused (tried http://" + coreDown + ")", "core-token     skip  Core is not reachable"}},
 		{"not a Core", with("core.url", notACore.URL), 1, except("core", "FAIL", "core-token", "skip"), nil},
-		{"catalog down", with("catalog.dsn", "ro:pw-must-not-leak@tcp("+closedAddr(t)+")/bz"), 1,
-			except("catalog", "FAIL", "catalog-schema", "skip", "catalog-grants", "skip", "task-control", "skip"), nil},
+		{"catalog down", with("catalog.dsn", "ro:pw-must-not-leak@tcp("+refused+")/bz"), 1,
+			except("catalog", "FAIL", "catalog-schema", "skip", "catalog-grants", "skip", "task-control", "skip"),
+			[]string{"catalog        FAIL  connection refused at " + refused}},
+		{"unknown database", with("catalog.dsn", unknownDB.FormatDSN()), 1,
+			except("catalog", "FAIL", "catalog-schema", "skip", "catalog-grants", "skip", "task-control", "skip"),
+			[]string{`catalog        FAIL  unknown database "` + unknownDB.DBName + `"`}},
+		{"database not granted", with("catalog.dsn", ungrantedDB.FormatDSN()), 1,
+			except("catalog", "FAIL", "catalog-schema", "skip", "catalog-grants", "skip", "task-control", "skip"),
+			[]string{`may not use database "` + ungrantedDB.DBName + `", or it does not exist`}},
+		{"wrong password", with("catalog.dsn", wrongPassword.FormatDSN()), 1,
+			except("catalog", "FAIL", "catalog-schema", "skip", "catalog-grants", "skip", "task-control", "skip"),
+			[]string{`catalog        FAIL  access denied for user "` + ro.User + `"`, "wrong user or password"}},
+		{"no Core schema", with("catalog.dsn", noSchema.ReadOnlyDSN), 1,
+			except("catalog-schema", "FAIL", "catalog-grants", "skip", "task-control", "skip"),
+			[]string{"no Core schema in database", "catalog-grants skip  no Core schema in this database"}},
+		{"many failing queries do not open the breaker", with("catalog.dsn", manyFail.ReadOnlyDSN), 1,
+			except("catalog-grants", "FAIL"),
+			[]string{"catalog client query failed: schema mismatch; catalog kb_ready query failed: schema mismatch", "task-control   ok    absent"}},
 		{"missing grant, migration and task tables", with("catalog.dsn", broken.ReadOnlyDSN), 1,
 			except("catalog-schema", "FAIL", "catalog-grants", "FAIL", "task-control", "FAIL"),
 			[]string{"missing Core migrations: 056_agent_client_runtime.sql", "catalog doc_body query failed: access denied",
@@ -150,7 +194,7 @@ func TestCheckConfigProbe(t *testing.T) {
 			"core": "ok", "core-token": "skip", "system-info": "skip", "catalog": "skip", "catalog-schema": "skip",
 			"catalog-grants": "skip", "task-control": "skip", "redis": "skip", "signing-keys": "skip"}, nil},
 	}
-	secrets := []string{serviceToken, wrongToken, agentToken, "pw-must-not-leak", ro.Passwd}
+	secrets := []string{serviceToken, wrongToken, agentToken, "pw-must-not-leak", "wrong-password-must-not-leak", ro.Passwd}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			cleanEnv(t)
@@ -185,8 +229,10 @@ func TestCheckConfigProbe(t *testing.T) {
 					t.Errorf("output echoes a secret (%.6s…)", s)
 				}
 			}
-			if strings.Contains(stdout+stderr, "127.0.0.1") {
-				t.Errorf("output names an address:\n%s%s", stdout, stderr)
+			// Addresses of the operator's own configuration are named (the
+			// cause needs them); credentials never are (secrets above).
+			if strings.Contains(stdout+stderr, "circuit open") {
+				t.Errorf("a probe line reports the probe's own breaker:\n%s", stdout)
 			}
 		})
 	}

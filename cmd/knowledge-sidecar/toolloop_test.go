@@ -25,6 +25,10 @@ func TestToolLoopExample(t *testing.T) {
 	if err != nil || !strings.HasPrefix(answer, `According to "Refund policy"`) || !strings.Contains(answer, strings.Fields(d.content["Refund policy"])[1]) {
 		t.Errorf("answer %q, %v; want one quoting the refund policy", answer, err)
 	}
+	// The question of docs/hosts.md's walkthrough: stop-words do not rank.
+	if answer, err := h.Answer(ctx, toolloop.ScriptedModel{}, "Can I get a refund?"); err != nil || !strings.HasPrefix(answer, `According to "Refund policy"`) {
+		t.Errorf("answer %q, %v; want one from the refund policy", answer, err)
+	}
 
 	other := &toolloop.Host{BaseURL: d.base, Route: "not-rolled-out", Token: d.token, HTTP: d.client}
 	if err := other.Negotiate(ctx); !errors.Is(err, toolloop.ErrUnsupported) {

@@ -70,7 +70,19 @@ func buildInfoFrom(bi *debug.BuildInfo, version, buildTime string) buildInfo {
 	return b
 }
 
-func cmdVersion(stdout io.Writer) int {
+func cmdVersion(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("version", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: knowledge-sidecar version\n\nPrints the version, VCS revision, build time and Go version. No flags.")
+	}
+	if code, stop := parseFlags(fs, args); stop {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "version: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
 	b := readBuildInfo()
 	fmt.Fprintf(stdout, "knowledge-sidecar %s\n  revision: %s\n  built:    %s\n  go:       %s\n", b.Version, b.Revision, b.BuildTime, b.GoVersion)
 	return 0
@@ -85,11 +97,8 @@ func cmdKeygen(args []string, stdout, stderr io.Writer, now func() time.Time) in
 	fs := flag.NewFlagSet("keygen", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	id := fs.String("id", "k"+now().UTC().Format("20060102"), "key id (1–16 characters of A-Z a-z 0-9 _ -)")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
-		return 2
+	if code, stop := parseFlags(fs, args); stop {
+		return code
 	}
 	if !validKeyID(*id) {
 		fmt.Fprintln(stderr, "keygen: --id must be 1–16 characters of A-Z a-z 0-9 _ -")

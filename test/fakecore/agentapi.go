@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"regexp"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"unicode/utf16"
@@ -379,7 +380,10 @@ func (c *Core) serveTurn(w http.ResponseWriter, r *http.Request, name string, s 
 	ctx.Knowledge, ctx.KnowledgeRefs = []knowledgeItem{}, []knowledgeRef{}
 	if mode != "on_demand" {
 		var items []TurnKnowledge
-		if rt != nil {
+		switch {
+		case rt != nil && rt.retrieval != nil:
+			items = c.retrieveLocked(*rt.retrieval, turnQuery(pageContext, input))
+		case rt != nil:
 			items = rt.knowledge
 		}
 		n := 0
@@ -420,6 +424,44 @@ func (c *Core) serveTurn(w http.ResponseWriter, r *http.Request, name string, s 
 		onRun(run)
 	}
 	c.writeTurn(w, r, frozen)
+}
+
+// turnQuery is Core's queryWithPage: the page context's title, page_name,
+// page_key and url (each at most 500 characters) joined with spaces, then
+// "\n" and the user input, cut to 2,000 characters.
+func turnQuery(pageContext json.RawMessage, input string) string {
+	var page map[string]any
+	_ = json.Unmarshal(pageContext, &page)
+	var parts []string
+	for _, k := range []string{"title", "page_name", "page_key", "url"} {
+		if v, ok := page[k].(string); ok && JSTrim(v) != "" {
+			parts = append(parts, cutUTF16(JSTrim(v), 500))
+		}
+	}
+	return cutUTF16(strings.Join(parts, " ")+"\n"+input, 2000)
+}
+
+// retrieveLocked is a turn's searchMulti: every KB of r ranked like
+// /kb/search, failing and unknown KBs skipped. Caller holds mu.
+func (c *Core) retrieveLocked(r TurnRetrieval, query string) []TurnKnowledge {
+	topK := min(max(r.TopK, 1), 20)
+	var hits []kbHit
+	for _, id := range r.KBIDs {
+		stored, k := c.findKBLocked(id)
+		if k == nil || c.embedOutage || k.embedDown {
+			continue
+		}
+		hits = append(hits, k.search(id, k.indexFor(id, stored), query, topK, r.MinScore)...)
+	}
+	sort.SliceStable(hits, func(i, j int) bool { return hits[i].Score > hits[j].Score })
+	if len(hits) > topK {
+		hits = hits[:topK]
+	}
+	out := make([]TurnKnowledge, 0, len(hits))
+	for _, h := range hits {
+		out = append(out, TurnKnowledge{DocID: h.DocID, Title: h.Title, Content: h.Content, Score: h.Score})
+	}
+	return out
 }
 
 func validRenderers(rs []string) bool {

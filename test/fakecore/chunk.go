@@ -266,10 +266,20 @@ func Tokens(s string) []string {
 
 // Score is the fake's lexical relevance in 0..1: the share of the query's
 // distinct tokens that occur in text, rounded to 3 decimals like Core.
+// Common English and Chinese stop-words of the query do not count (a query
+// of stop-words only keeps them all), so "Can I get a refund?" is about
+// "refund", not "can", "i", "get" and "a".
 func Score(query, text string) float64 {
 	q := map[string]bool{}
+	all := map[string]bool{}
 	for _, t := range Tokens(query) {
-		q[t] = true
+		all[t] = true
+		if !IsStopWord(t) {
+			q[t] = true
+		}
+	}
+	if len(q) == 0 {
+		q = all
 	}
 	if len(q) == 0 {
 		return 0
@@ -320,3 +330,21 @@ func LoadChunkVectors(path string) ([]ChunkVector, error) {
 	}
 	return v.Cases, nil
 }
+
+// stopWords are common English words and Chinese function characters (the
+// fake tokenizes CJK text character by character) that carry no topic.
+var stopWords = func() map[string]bool {
+	m := map[string]bool{}
+	for _, w := range strings.Fields(`a an and are as at be been but by can could did do does for from get got
+		had has have how i if in into is it its may me might my no not of on or our please should so
+		some than that the their them then there these they this those to us was we were what when
+		where which who whom why will with would you your
+		的 了 是 在 我 你 他 她 它 们 吗 呢 吧 啊 和 与 及 或 也 就 都 而 又 把 被 让 给 对 从 向 这 那 有 个 之 么 什 怎 能 可 以 会 要 请`) {
+		m[w] = true
+	}
+	return m
+}()
+
+// IsStopWord reports whether a token (see Tokens) is one of the stop-words
+// Score ignores in a query.
+func IsStopWord(token string) bool { return stopWords[token] }

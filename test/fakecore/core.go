@@ -82,6 +82,7 @@ type Core struct {
 type route struct {
 	gate      string // "" allowed, else a gate code
 	knowledge []TurnKnowledge
+	retrieval *TurnRetrieval // non-nil: turns retrieve from their input instead of knowledge
 }
 
 type recorded struct {
@@ -222,6 +223,32 @@ func (c *Core) SetTurnKnowledge(name string, items []TurnKnowledge) {
 		c.routes[name] = r
 	}
 	r.knowledge = append([]TurnKnowledge(nil), items...)
+}
+
+// TurnRetrieval is a route's knowledge config for turns (inject "chunk"):
+// Core's knowledgeFor searches KBIDs with the turn's query (page context
+// fields, then "\n" and user_input, cut to 2,000 characters) exactly as
+// /kb/search does, keeping the top TopK hits scoring at least MinScore
+// (CORE_FACTS §3.3, §5).
+type TurnRetrieval struct {
+	KBIDs    []string
+	TopK     int
+	MinScore float64
+}
+
+// SetTurnRetrieval makes turns on route retrieve their inline knowledge from
+// the turn's input with the same ranking as /kb/search (declaring the route
+// as allowed if it is unknown). It replaces SetTurnKnowledge's fixed items.
+func (c *Core) SetTurnRetrieval(name string, r TurnRetrieval) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rt := c.routes[name]
+	if rt == nil {
+		rt = &route{}
+		c.routes[name] = rt
+	}
+	r.KBIDs = append([]string(nil), r.KBIDs...)
+	rt.retrieval = &r
 }
 
 // SetFault injects f for paths starting with prefix ("" = every path).

@@ -17,7 +17,9 @@
 //     declared fields (knowledge_delivery is undeclared unless Native,
 //     task_binding unless TaskControl), exact messages, idempotency on both
 //     unique keys with frozen answers and 409 turn_conflict, inline knowledge
-//     from [Core.SetTurnKnowledge], optional gzip (Options.GzipTurns).
+//     fixed by [Core.SetTurnKnowledge] or retrieved from the turn's input with
+//     the search ranking ([Core.SetTurnRetrieval]; [Score] ignores common
+//     English and Chinese stop-words), optional gzip (Options.GzipTurns).
 //   - POST /kb/search: only Options.ServiceToken (Bearer or ?token=); Core's
 //     parsing quirks (kb_ids wins, query trimmed like JavaScript and cut to
 //     2000, top_k and min_score through `Number(x ?? d) || d`, 0 → 0.35),

@@ -510,3 +510,61 @@ func TestKBSearchRateLimit(t *testing.T) {
 		t.Errorf("next minute: got %d %s; want 200", a.status, a.raw)
 	}
 }
+
+// TestScoreIgnoresStopWords: a question's function words do not rank, in
+// English or Chinese; a query of stop-words only still counts them.
+func TestScoreIgnoresStopWords(t *testing.T) {
+	for _, tc := range []struct {
+		query, text string
+		want        float64
+	}{
+		{"Can I get a refund?", "Refunds: a refund is granted within 14 days.", 1},
+		{"Can I get a refund?", "Can I get the order shipped? You get a tracking number.", 0},
+		{"我可以退款吗", "退款需要人工审批", 1},
+		{"what is the", "what is the answer", 1},
+		{"refund window policy", "the refund window", 0.667},
+	} {
+		if got := fakecore.Score(tc.query, tc.text); got != tc.want {
+			t.Errorf("Score(%q, %q) = %v; want %v", tc.query, tc.text, got, tc.want)
+		}
+	}
+}
+
+// TestTurnRetrievalFromUserInput: with SetTurnRetrieval a turn's inline
+// knowledge is what /kb/search finds for its query (page context, then the
+// user input), ranked the same way and cut to top_k and min_score.
+func TestTurnRetrievalFromUserInput(t *testing.T) {
+	c, srv := newCore(t, fakecore.Options{})
+	c.AddDoc("kb1", 1, "Operations handbook", "Step 1 of the procedure: verify the order and inform the customer.")
+	c.AddDoc("kb1", 2, "Refund policy", "A refund is granted within 14 days of delivery.")
+	c.AddDoc("kb1", 3, "Shipping", "Express shipping takes 2 days; a lost parcel gets a refund or a replacement.")
+	c.SetTurnRetrieval("orders", fakecore.TurnRetrieval{KBIDs: []string{"kb1", "no-such-kb"}, TopK: 2, MinScore: 0.3})
+	turn := func(id, input, extra string) []string {
+		t.Helper()
+		a := do(t, srv, http.MethodPost, "/agent-api/v1/workspaces/orders/turns", "Bearer "+alice, turnBody("c-"+id, "t-"+id, "m-"+id, input, extra))
+		if a.status != 200 {
+			t.Fatalf("turn %q: %d %s", input, a.status, a.raw)
+		}
+		var titles []string
+		for _, k := range a.body["context"].(map[string]any)["knowledge"].([]any) {
+			titles = append(titles, k.(map[string]any)["title"].(string))
+		}
+		return titles
+	}
+	if got := turn("1", "Can I get a refund?", ""); strings.Join(got, "|") != "Refund policy|Shipping" {
+		t.Errorf("refund question: %q; want [Refund policy Shipping]", got)
+	}
+	if got := turn("2", "How long does express shipping take?", ""); strings.Join(got, "|") != "Shipping" {
+		t.Errorf("shipping question: %q; want [Shipping]", got)
+	}
+	if got := turn("3", "Anything?", ""); len(got) != 0 {
+		t.Errorf("unrelated question: %q; want nothing above min_score", got)
+	}
+	if got := turn("4", "and then?", `,"page_context":{"title":"Operations handbook procedure"}`); strings.Join(got, "|") != "Operations handbook" {
+		t.Errorf("page context: %q; want the page title to count in the query", got)
+	}
+	c.SetEmbeddingsOutage(true, "kb1")
+	if got := turn("5", "Can I get a refund?", ""); len(got) != 0 {
+		t.Errorf("embeddings outage: %q; want nothing", got)
+	}
+}

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestPythonExample runs the non-Go client example of docs/hosts.md
+// (examples/python, standard library only) against the demo: the refund
+// question finds the refund policy, reads it, and reads a same-run hint of
+// an on_demand turn with the turn's run_id. Without python3 it skips, except
+// with CI=true, where scripts/test.sh installs it and its absence fails.
+func TestPythonExample(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("python3 is not installed (scripts/test.sh installs it with apt-get install python3); the Python example cannot be tested")
+		}
+		t.Skip("python3 is not installed")
+	}
+	d := startSamples(t, nil)
+	cmd := exec.Command(py, "../../examples/python/knowledge_client.py", "--url", d.base, "--route", demoRoute,
+		"--token-file", writeTokenFile(t, d.token+"\n"), "--turn", "Can I get a refund?")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("example: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{"search status: ok", "hint 1: Refund policy", "read: Refund policy: ", "turn hint 1: Refund policy: "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(out, strings.Fields(d.content["Refund policy"])[3]) {
+		t.Errorf("stdout does not show the document's text:\n%s", out)
+	}
+	// A workspace that is not rolled out is "unsupported", exit 1.
+	cmd = exec.Command(py, "../../examples/python/knowledge_client.py", "--url", d.base, "--route", "not-rolled-out", "refund")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "BAILING_AGENT_TOKEN=" + d.token}
+	stderr.Reset()
+	cmd.Stderr = &stderr
+	var ee *exec.ExitError
+	if err := cmd.Run(); !errorsAs(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(stderr.String(), "does not support") {
+		t.Errorf("not rolled out: %v, stderr %q; want exit 1 saying it does not support the protocol", err, stderr.String())
+	}
+}

@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""A minimal host-side client of bailing.agent-knowledge.v1, standard library only.
+
+It negotiates (capabilities), searches, reads the first hint page by page and,
+with --turn, starts an on_demand turn and reads its first same-run hint with
+the turn's run_id. The tool-calling model is left out: this is what a host's
+tool handlers send. Usage:
+
+  python3 examples/python/knowledge_client.py --url http://127.0.0.1:8080 --route demo \
+      --token-file ~/.config/bailinghub/agent-token [--turn] "Can I get a refund?"
+
+The token may also come from BAILING_AGENT_TOKEN. Exit 0 on success, 1 when
+the workspace does not support the protocol or a call fails, 2 on usage errors.
+"""
+
+import argparse
+import json
+import os
+import sys
+import urllib.error
+import urllib.request
+import uuid
+
+READ_MAX_BYTES = 16384  # one page; the chain of one ref ends after 128 KiB
+
+
+class ProtocolError(Exception):
+    def __init__(self, status, code, message):
+        super().__init__(f"{status} {code}: {message}")
+        self.status, self.code = status, code
+
+
+def call(base, route, token, method, path, body=None):
+    """One request to the workspace's Agent API; returns the decoded JSON."""
+    url = f"{base.rstrip('/')}/agent-api/v1/workspaces/{route}/{path}"
+    data = None if body is None else json.dumps(body).encode("utf-8")
+    req = urllib.request.Request(url, data=data, method=method)
+    req.add_header("Authorization", "Bearer " + token)
+    req.add_header("Accept", "application/json")
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as res:
+            return json.load(res)
+    except urllib.error.HTTPError as e:
+        try:
+            err = json.load(e)
+        except ValueError:
+            err = {}
+        raise ProtocolError(e.code, err.get("error", f"http_{e.code}"), err.get("message", "")) from None
+
+
+def read_all(base, route, token, ref, run_id=None):
+    """Reads a hint's document page by page; returns (title, text, complete)."""
+    parts, cursor, title = [], None, ""
+    while True:
+        body = {"ref": ref, "max_bytes": READ_MAX_BYTES}
+        if cursor:
+            body["cursor"] = cursor  # passed back verbatim
+        if run_id:
+            body["run_id"] = run_id
+        page = call(base, route, token, "POST", "knowledge/read", body)
+        title = page.get("title", title)
+        parts.append(page.get("content", ""))
+        cursor = page.get("next_cursor")
+        if not cursor:
+            # budget_exhausted: the 128 KiB chain budget ended the read, so
+            # the material is incomplete; say so rather than guess the rest.
+            return title, "".join(parts), not page.get("budget_exhausted", False)
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--url", required=True, help="the sidecar or a native Core, e.g. http://127.0.0.1:8080")
+    ap.add_argument("--route", required=True, help="workspace (route) key")
+    ap.add_argument("--token-file", help="file holding the Agent access token (default: $BAILING_AGENT_TOKEN)")
+    ap.add_argument("--turn", action="store_true", help="also start an on_demand turn and read its first hint")
+    ap.add_argument("question")
+    args = ap.parse_args(argv)
+    if args.token_file:
+        with open(os.path.expanduser(args.token_file), encoding="utf-8") as f:
+            token = f.read().strip()
+    else:
+        token = os.environ.get("BAILING_AGENT_TOKEN", "").strip()
+    if not token:
+        print("no Agent access token: give --token-file or set BAILING_AGENT_TOKEN", file=sys.stderr)
+        return 2
+
+    try:
+        caps = call(args.url, args.route, token, "GET", "knowledge/capabilities")
+    except ProtocolError as e:
+        if e.status in (404, 405, 501):
+            print("this workspace does not support bailing.agent-knowledge.v1: keep Core's inline knowledge", file=sys.stderr)
+        else:
+            print(f"capabilities failed: {e}", file=sys.stderr)  # 401/429/5xx are errors, not "unsupported"
+        return 1
+    if caps.get("schema_version") != "bailing.agent-knowledge-capabilities.v1" or not caps.get("enabled"):
+        print("knowledge is not enabled for this workspace", file=sys.stderr)
+        return 1
+
+    try:
+        found = call(args.url, args.route, token, "POST", "knowledge/search", {"query": args.question, "limit": 3})
+        status, hints = found.get("status"), found.get("hints", [])
+        print(f"search status: {status}")
+        if status != "ok":
+            print("the search was not complete: this is not evidence that there is no relevant information")
+        for i, h in enumerate(hints, 1):
+            print(f"hint {i}: {h['title']}")
+        if hints:
+            title, text, complete = read_all(args.url, args.route, token, hints[0]["ref"])
+            print(f"read: {title}: {len(text.encode('utf-8'))} bytes{'' if complete else ' (incomplete: read budget reached)'}")
+            print(text[:300])
+        if args.turn:
+            ids = uuid.uuid4().hex
+            turn = call(args.url, args.route, token, "POST", "turns", {
+                "client_conversation_id": "py-" + ids[:12], "client_turn_id": "t-" + ids[:12],
+                "user_message_id": "m-" + ids[:12], "user_input": args.question, "knowledge_delivery": "on_demand"})
+            run_id = turn["run_id"]
+            turn_hints = turn.get("knowledge_delivery", {}).get("hints", [])
+            print(f"turn run_id: {run_id}, {len(turn_hints)} same-run hint(s)")
+            if turn_hints:
+                title, text, _ = read_all(args.url, args.route, token, turn_hints[0]["ref"], run_id=run_id)
+                print(f"turn hint 1: {title}: {len(text.encode('utf-8'))} bytes")
+    except ProtocolError as e:
+        print(f"knowledge call failed: {e}", file=sys.stderr)
+        return 1
+    except (urllib.error.URLError, OSError) as e:
+        print(f"knowledge service unreachable: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
