@@ -315,7 +315,7 @@ func TestCheckConfigMessages(t *testing.T) {
 		t.Fatalf("exit %d; want 1\n%s", code, out)
 	}
 	for _, want := range []string{
-		"core.url: must not contain credentials; give the token in KNOWLEDGE_SIDECAR_CORE_TOKEN or core.token_file",
+		`core.url: "http://xxxxx@core:3000" must not contain credentials; give the token in KNOWLEDGE_SIDECAR_CORE_TOKEN or core.token_file`,
 		`rollout: unknown spec "sometimes"`,
 	} {
 		if !strings.Contains(out, want) {
