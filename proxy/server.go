@@ -95,7 +95,7 @@ func New(o Options) (*Server, error) {
 	e.Logger.SetOutput(discard{})
 	// No HTTPErrorHandler: the edge answers a handler's error itself
 	// (writeErr) and returns nil, so echo's is never called.
-	e.Use(s.edge(""))
+	e.Use(s.edge())
 	// Everything, whatever the method, goes to Core unless a route below
 	// claims it. RouteNotFound also catches methods echo does not know.
 	e.Any("/*", s.passH)
