@@ -75,45 +75,42 @@ const (
 // Valid reports whether m is one of the two modes.
 func (m DeliveryMode) Valid() bool { return m == DeliveryInline || m == DeliveryOnDemand }
 
-// DeliveryStatus is the §4 status of the route right now plus its scope
-// revision, for the turn interception block (SPEC §7). It makes no Core
-// search call: "disabled" when the route has no knowledge; "unavailable"
-// when the retrieval breaker or the catalog is not usable or no configured
-// KB is enabled; "partial" when some configured KBs are disabled or
-// missing; "ok" otherwise.
-//
-// An unknown or disabled route is a 404 route_unavailable *Error. When the
-// catalog cannot be reached, the last configuration seen for the route gives
-// ("unavailable", its revision); without one the answer is a 503
-// knowledge_unavailable *Error.
-func (s *Service) DeliveryStatus(ctx context.Context, route string) (status, scopeRevision string, err error) {
-	d, err := s.Delivery(ctx, route)
-	return d.Status, d.ScopeRevision, err
-}
-
-// Delivery is the route's knowledge state taken before a turn is
-// forwarded: DeliveryStatus's status and scope revision, plus what the
-// catalog said of the route and its knowledge bases, so that the turn's
-// same-run hints (TurnHintsFor) do not ask again milliseconds later.
+// Delivery is the route's knowledge state for an intercepted turn, taken
+// before the turn is forwarded (SPEC §7): the status and scope revision its
+// knowledge_delivery block carries, plus what the catalog said of the route
+// and its knowledge bases, so that the turn's same-run hints (TurnHintsFor)
+// do not ask again milliseconds later.
 type Delivery struct {
 	Status, ScopeRevision string
 	route                 *coreclient.Route // nil unless read from the catalog now
 	flags                 map[string]bool   // nil unless the KB flags were read
 }
 
-// Delivery is DeliveryStatus with the state it read (see the type).
+// Delivery is the final word on the route's delivery status (§4) and scope
+// revision for a turn. It makes no Core search call: "disabled" when the
+// route has no knowledge, and also when the catalog does not know the route
+// or has disabled it (the revision of an empty configuration: the turn is
+// forwarded and Core's own answer, its 404, relayed); "unavailable" when the
+// retrieval breaker or the catalog is not usable or no configured KB is
+// enabled; "partial" when some configured KBs are disabled or missing; "ok"
+// otherwise. When the catalog cannot be reached, the last configuration seen
+// for the route gives "unavailable" (or "disabled") with its revision.
+//
+// The only error is a 503 knowledge_unavailable *Error: no revision can be
+// had (the catalog is down and the route was never seen), so the turn is not
+// forwarded and no run exists the host could not be told about.
 func (s *Service) Delivery(ctx context.Context, route string) (Delivery, error) {
 	if !coreclient.ValidRouteKey(route) {
-		return Delivery{}, errRouteUnavailable(nil)
+		return noKnowledge(route), nil
 	}
 	r, err := s.catalog.Route(ctx, route)
 	if err != nil {
 		if errors.Is(err, coreclient.ErrNotFound) {
-			return Delivery{}, errRouteUnavailable(err)
+			return noKnowledge(route), nil
 		}
 		if last, ok := s.routes.Get(route); ok {
 			if last.Knowledge == nil {
-				return Delivery{Status: StatusDisabled, ScopeRevision: ScopeRevision(route, nil)}, nil
+				return noKnowledge(route), nil
 			}
 			return Delivery{Status: StatusUnavailable, ScopeRevision: ScopeRevision(route, last.Knowledge)}, nil
 		}
@@ -123,7 +120,7 @@ func (s *Service) Delivery(ctx context.Context, route string) (Delivery, error) 
 		r.Key = route
 	}
 	if !r.Enabled || r.Key != route {
-		return Delivery{}, errRouteUnavailable(nil)
+		return noKnowledge(route), nil
 	}
 	s.routes.Add(route, r)
 	scope := ScopeRevision(route, r.Knowledge)
@@ -151,4 +148,10 @@ func (s *Service) Delivery(ctx context.Context, route string) (Delivery, error) 
 	default:
 		return Delivery{Status: StatusOK, ScopeRevision: scope, route: &r, flags: flags}, nil
 	}
+}
+
+// noKnowledge is the delivery of a route without knowledge: "disabled",
+// with the scope revision of an empty configuration.
+func noKnowledge(route string) Delivery {
+	return Delivery{Status: StatusDisabled, ScopeRevision: ScopeRevision(route, nil)}
 }

@@ -125,25 +125,30 @@ func TestScopeRevision(t *testing.T) {
 	}
 }
 
-func TestDeliveryStatus(t *testing.T) {
+// TestDelivery: the turn's delivery status and revision are decided here,
+// final: a route the catalog does not know or has disabled is "disabled"
+// with the revision of an empty configuration (the turn is forwarded and
+// Core answers it), and the one error is 503 when no revision can be had.
+func TestDelivery(t *testing.T) {
 	tests := []struct {
-		name   string
-		route  string
-		mutate func(e *env)
-		want   string
-		code   string
+		name    string
+		route   string
+		mutate  func(e *env)
+		want    string
+		wantRev string // "" = the route's own scope revision
+		code    string
 	}{
-		{"ok", routeKey, nil, StatusOK, ""},
-		{"disabled", routeNone, nil, StatusDisabled, ""},
-		{"partial", routeKey, func(e *env) { e.cat.kbs["faq"] = false }, StatusPartial, ""},
-		{"kb missing partial", routeKey, func(e *env) { delete(e.cat.kbs, "policy") }, StatusPartial, ""},
-		{"no kb enabled", routeKey, func(e *env) { e.cat.kbs = map[string]bool{} }, StatusUnavailable, ""},
-		{"breaker open", routeKey, func(e *env) { e.ret.unusable = true }, StatusUnavailable, ""},
-		{"catalog unusable", routeKey, func(e *env) { e.cat.unusable = true }, StatusUnavailable, ""},
-		{"unknown route", "ghost-route", nil, "", CodeRouteUnavailable},
-		{"malformed route", "BAD", nil, "", CodeRouteUnavailable},
-		{"disabled route", "off-route", nil, "", CodeRouteUnavailable},
-		{"catalog down nothing known", routeKey, func(e *env) { e.cat.down = true }, "", CodeUnavailable},
+		{"ok", routeKey, nil, StatusOK, "", ""},
+		{"disabled", routeNone, nil, StatusDisabled, "", ""},
+		{"partial", routeKey, func(e *env) { e.cat.kbs["faq"] = false }, StatusPartial, "", ""},
+		{"kb missing partial", routeKey, func(e *env) { delete(e.cat.kbs, "policy") }, StatusPartial, "", ""},
+		{"no kb enabled", routeKey, func(e *env) { e.cat.kbs = map[string]bool{} }, StatusUnavailable, "", ""},
+		{"breaker open", routeKey, func(e *env) { e.ret.unusable = true }, StatusUnavailable, "", ""},
+		{"catalog unusable", routeKey, func(e *env) { e.cat.unusable = true }, StatusUnavailable, "", ""},
+		{"unknown route: disabled, forwarded", "ghost-route", nil, StatusDisabled, ScopeRevision("ghost-route", nil), ""},
+		{"malformed route: disabled", "BAD", nil, StatusDisabled, ScopeRevision("BAD", nil), ""},
+		{"disabled route: disabled, forwarded", "off-route", nil, StatusDisabled, ScopeRevision("off-route", nil), ""},
+		{"catalog down nothing known: not forwarded", routeKey, func(e *env) { e.cat.down = true }, "", "", CodeUnavailable},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -151,33 +156,45 @@ func TestDeliveryStatus(t *testing.T) {
 			if tc.mutate != nil {
 				tc.mutate(e)
 			}
-			status, rev, err := e.svc.DeliveryStatus(context.Background(), tc.route)
+			d, err := e.svc.Delivery(context.Background(), tc.route)
 			if tc.code != "" {
 				var ke *Error
-				if !errors.As(err, &ke) || ke.Code != tc.code {
-					t.Fatalf("got %v; want %s", err, tc.code)
+				if !errors.As(err, &ke) || ke.Code != tc.code || ke.Status != 503 {
+					t.Fatalf("got %+v, %v; want 503 %s", d, err, tc.code)
 				}
 				return
 			}
-			if err != nil || status != tc.want {
-				t.Fatalf("got %q, %v; want %q", status, err, tc.want)
+			if err != nil || d.Status != tc.want {
+				t.Fatalf("got %q, %v; want %q", d.Status, err, tc.want)
 			}
-			r := e.cat.routes[tc.route]
-			if rev != ScopeRevision(tc.route, r.Knowledge) {
-				t.Fatalf("revision %s; want the route's scope revision", rev)
+			wantRev := tc.wantRev
+			if wantRev == "" {
+				wantRev = ScopeRevision(tc.route, e.cat.routes[tc.route].Knowledge)
+			}
+			if d.ScopeRevision != wantRev {
+				t.Fatalf("revision %s; want %s", d.ScopeRevision, wantRev)
 			}
 			if n := len(e.ret.callList()); n != 0 {
-				t.Fatalf("DeliveryStatus made %d Core search calls; want 0", n)
+				t.Fatalf("Delivery made %d Core search calls; want 0", n)
 			}
 		})
 	}
 	t.Run("catalog down after a success uses last known config", func(t *testing.T) {
 		e := newEnv(t)
-		_, rev, _ := e.svc.DeliveryStatus(context.Background(), routeKey)
+		d, _ := e.svc.Delivery(context.Background(), routeKey)
 		e.cat.down = true
-		status, rev2, err := e.svc.DeliveryStatus(context.Background(), routeKey)
-		if err != nil || status != StatusUnavailable || rev2 != rev {
-			t.Fatalf("got %q %q %v; want unavailable with the last revision", status, rev2, err)
+		d2, err := e.svc.Delivery(context.Background(), routeKey)
+		if err != nil || d2.Status != StatusUnavailable || d2.ScopeRevision != d.ScopeRevision {
+			t.Fatalf("got %q %q %v; want unavailable with the last revision", d2.Status, d2.ScopeRevision, err)
+		}
+	})
+	t.Run("catalog down after a route without knowledge was seen", func(t *testing.T) {
+		e := newEnv(t)
+		_, _ = e.svc.Delivery(context.Background(), routeNone)
+		e.cat.down = true
+		d, err := e.svc.Delivery(context.Background(), routeNone)
+		if err != nil || d.Status != StatusDisabled || d.ScopeRevision != ScopeRevision(routeNone, nil) {
+			t.Fatalf("got %q %q %v; want disabled with the empty revision", d.Status, d.ScopeRevision, err)
 		}
 	})
 }

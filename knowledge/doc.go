@@ -1,10 +1,12 @@
 // Package knowledge implements the optional on-demand knowledge protocol
 // bailing.agent-knowledge.v1 for Agent Sessions: the capabilities, search and
 // read endpoints, the signed references and cursors they hand out, and the
-// byte budgets that bound every response body. TurnHints builds the
-// same-run hints of an on_demand turn (SPEC §7) from what Core retrieved for
-// the turn, through the search pipeline (catalog checks, re-check, summary,
-// refs bound to the turn's run, budget) without calling Core.
+// byte budgets that bound every response body. For an intercepted turn,
+// Delivery decides the status and scope revision of its delivery block
+// before it is forwarded, and TurnHintsFor builds the same-run hints of an
+// on_demand turn (SPEC §7) from what Core retrieved for the turn, through
+// the search pipeline (catalog checks, re-check, summary, refs bound to the
+// turn's run, budget) without calling Core.
 //
 // The package takes plain Go values and returns the exact response body bytes
 // or an *Error; it never imports an HTTP server framework, so the proxy layer

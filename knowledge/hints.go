@@ -19,80 +19,57 @@ type TurnItem struct {
 	Score   float64
 }
 
-// Outcomes of TurnHints (the closed label set of turn_hints_total, with the
-// edge's own "off" for turn_hints: false).
+// Outcomes of TurnHintsFor (the closed label set of turn_hints_total, with
+// the edge's own "off" for turn_hints: false).
 const (
 	// HintsMinted: at least one hint.
 	HintsMinted = "minted"
 	// HintsNone: nothing usable (no items, every document gone, stale, not
 	// ready or out of the route, a route without knowledge).
 	HintsNone = "none"
-	// HintsFailed: the catalog could not be asked, a ref could not be
-	// sealed, or the route changed since the turn was forwarded.
+	// HintsFailed: the catalog or retrieval was down when the turn was
+	// forwarded, the catalog could not be asked, or a ref could not be
+	// sealed.
 	HintsFailed = "failed"
 )
 
 // emptyHints is the serialized hints array when there are none.
 var emptyHints = []byte("[]")
 
-// TurnHints builds the same-run hints of an on_demand turn (SPEC §7) from
-// what Core retrieved for it: items grouped by document keeping the best
-// score, documents kept only when ready, in an enabled KB of the route and
-// still holding the hit text (the search rules and pipeline: rank, with all
-// candidates fetched in one catalog query), at most SearchMaxResults, each
-// ref bound to sess, route and runID and expiring like a search ref. It
-// returns the serialized "hints" JSON array, fitted within SearchMaxBytes
-// (summaries shortened first, then the lowest ranks dropped), and an
-// outcome (HintsMinted, HintsNone, HintsFailed).
+// TurnHintsFor builds the same-run hints of an on_demand turn (SPEC §7) from
+// what Core retrieved for it (items and runID, read from Core's answer), for
+// the route's state d taken before the turn was forwarded (Service.Delivery):
+// the route and its knowledge bases' flags are not read again, so hints cost
+// one catalog query (the documents) and no Core HTTP call. Items are grouped
+// by document keeping the best score, documents kept only when ready, in an
+// enabled KB of the route and still holding the hit text (the search rules
+// and pipeline: rank), at most SearchMaxResults, each ref bound to sess, the
+// route and runID, carrying d's scope revision and expiring like a search
+// ref. It returns the serialized "hints" JSON array, fitted within
+// SearchMaxBytes (summaries shortened first, then the lowest ranks dropped),
+// and an outcome (HintsMinted, HintsNone, HintsFailed).
 //
-// scope is the knowledge scope revision the turn's delivery block carries:
-// when the route's configuration no longer has it, no hints are given
-// (they could not be read). No Core HTTP call is made. Best effort: every
-// failure is "[]" with HintsFailed, never an error.
-func (s *Service) TurnHints(ctx context.Context, sess coreclient.Session, route, scope, runID string, items []TurnItem) (hints []byte, outcome string) {
-	return s.TurnHintsFor(ctx, sess, route, Delivery{ScopeRevision: scope}, runID, items)
-}
-
-// TurnHintsFor is TurnHints with the route's state read before the turn
-// was forwarded (Service.Delivery): the route and its knowledge bases'
-// flags are not read again, so hints cost one catalog query (the
-// documents). Without that state it reads them, as TurnHints does.
-func (s *Service) TurnHintsFor(ctx context.Context, sess coreclient.Session, route string, d Delivery, runID string, items []TurnItem) (hints []byte, outcome string) {
-	scope := d.ScopeRevision
-	if len(items) == 0 {
+// A route without knowledge ("disabled") has none, one whose catalog or
+// retrieval was down ("unavailable") fails, neither reading Core's answer
+// further. Best effort: every failure is "[]" with HintsFailed, never an
+// error.
+func (s *Service) TurnHintsFor(ctx context.Context, sess coreclient.Session, d Delivery, runID string, items []TurnItem) (hints []byte, outcome string) {
+	switch {
+	case d.Status == StatusDisabled: // no knowledge configured
 		return emptyHints, HintsNone
-	}
-	if !uuidPattern.MatchString(runID) || sess.SessionID == "" {
+	case d.Status != StatusOK && d.Status != StatusPartial,
+		d.route == nil || d.route.Knowledge == nil || d.flags == nil: // d is not Delivery's
+		// "unavailable": the catalog or retrieval was down.
+		return emptyHints, HintsFailed
+	case len(items) == 0:
+		return emptyHints, HintsNone
+	case !uuidPattern.MatchString(runID) || sess.SessionID == "":
 		return emptyHints, HintsFailed
 	}
 	runID = strings.ToLower(runID) // as read's run_id is compared
-	var r coreclient.Route
-	if d.route != nil {
-		r = *d.route
-	} else {
-		var err error
-		if r, err = s.catalog.Route(ctx, route); err != nil {
-			return s.hintsFailed(ctx, "route", err)
-		}
-	}
-	if r.Key == "" {
-		r.Key = route
-	}
-	kc := r.Knowledge
-	if !r.Enabled || r.Key != route || kc == nil {
-		return emptyHints, HintsNone
-	}
-	if ScopeRevision(r.Key, kc) != scope {
-		return emptyHints, HintsFailed
-	}
-	kbs := uniqueStrings(kc.KBIDs)
+	r := *d.route
+	kbs := uniqueStrings(r.Knowledge.KBIDs)
 	flags := d.flags
-	if flags == nil {
-		var err error
-		if flags, err = s.catalog.KBEnabled(ctx, kbs); err != nil {
-			return s.hintsFailed(ctx, "knowledge bases", err)
-		}
-	}
 	hits := make([]coreclient.Hit, 0, len(items))
 	for _, it := range items {
 		hits = append(hits, coreclient.Hit{DocID: it.DocID, Title: it.Title, Content: it.Content, Score: it.Score})
@@ -105,7 +82,7 @@ func (s *Service) TurnHintsFor(ctx context.Context, sess coreclient.Session, rou
 		return emptyHints, HintsNone
 	}
 	a := admitted{sess: sess, route: r}
-	minted, err := s.mint(groups, s.binding(a, runID), scope)
+	minted, err := s.mint(groups, s.binding(a, runID), d.ScopeRevision)
 	if err != nil {
 		return s.hintsFailed(ctx, "seal", err)
 	}

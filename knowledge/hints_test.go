@@ -21,11 +21,16 @@ type turnHint struct {
 	ExpiresAt string  `json:"expires_at"`
 }
 
-// turnHints calls TurnHints for session A on routeKey with run runA and
-// decodes the array strictly (exactly the six fields of a search hint).
+// turnHints takes routeKey's Delivery, as a turn is before it is
+// forwarded, calls TurnHintsFor for session A with run runA and decodes the
+// array strictly (exactly the six fields of a search hint).
 func (e *env) turnHints(items []TurnItem) ([]turnHint, string, []byte) {
 	e.t.Helper()
-	raw, outcome := e.svc.TurnHints(context.Background(), sessionA, routeKey, ScopeRevision(routeKey, &defaultKBConfg), runA, items)
+	d, err := e.svc.Delivery(context.Background(), routeKey)
+	if err != nil || d.ScopeRevision != ScopeRevision(routeKey, &defaultKBConfg) {
+		e.t.Fatalf("Delivery: %+v, %v", d, err)
+	}
+	raw, outcome := e.svc.TurnHintsFor(context.Background(), sessionA, d, runA, items)
 	if len(raw) > SearchMaxBytes {
 		e.t.Errorf("hints array is %d bytes; want ≤ %d", len(raw), SearchMaxBytes)
 	}
@@ -324,7 +329,7 @@ func TestNextRune(t *testing.T) {
 
 // TestTurnHintsForReusesDelivery: with the route's state read before the
 // turn was forwarded (Delivery), hints cost one catalog call — the
-// documents — and give the same hints as reading the route again.
+// documents.
 func TestTurnHintsForReusesDelivery(t *testing.T) {
 	e := newEnv(t)
 	items := []TurnItem{{DocID: docRefund, Title: "退款规则", Content: refundChunk1, Score: 0.82}}
@@ -335,7 +340,7 @@ func TestTurnHintsForReusesDelivery(t *testing.T) {
 	e.cat.mu.Lock()
 	e.cat.metaCalls, e.cat.docCalls = 0, 0
 	e.cat.mu.Unlock()
-	raw, outcome := e.svc.TurnHintsFor(context.Background(), sessionA, routeKey, d, runA, items)
+	raw, outcome := e.svc.TurnHintsFor(context.Background(), sessionA, d, runA, items)
 	e.cat.mu.Lock()
 	meta, docs := e.cat.metaCalls, e.cat.docCalls
 	e.cat.mu.Unlock()
@@ -345,12 +350,60 @@ func TestTurnHintsForReusesDelivery(t *testing.T) {
 	if meta != 0 || docs != 1 {
 		t.Errorf("catalog calls: %d route/KB and %d document calls; want 0 and 1", meta, docs)
 	}
-	// Without the state, the route and its KBs are read again.
-	_, outcome = e.svc.TurnHints(context.Background(), sessionA, routeKey, d.ScopeRevision, runA, items)
-	e.cat.mu.Lock()
-	meta = e.cat.metaCalls
-	e.cat.mu.Unlock()
-	if outcome != HintsMinted || meta != 2 {
-		t.Errorf("TurnHints: outcome %s with %d route/KB calls; want minted with 2", outcome, meta)
+}
+
+// TestTurnHintsForStatus: the route's delivery status decides before any
+// catalog call: a route without knowledge has no hints ("none"), one whose
+// catalog or retrieval was down when the turn was forwarded gets "[]" as a
+// failure, and so does a Delivery that did not come from Service.Delivery.
+func TestTurnHintsForStatus(t *testing.T) {
+	items := []TurnItem{{DocID: docRefund, Title: "退款规则", Content: refundChunk1, Score: 0.82}}
+	for _, tc := range []struct {
+		name   string
+		route  string
+		mutate func(e *env)
+		d      *Delivery // instead of Service.Delivery
+		want   string
+	}{
+		{name: "no knowledge configured", route: routeNone, want: HintsNone},
+		{name: "unknown route", route: "ghost-route", want: HintsNone},
+		{name: "retrieval breaker open", route: routeKey, mutate: func(e *env) { e.ret.unusable = true }, want: HintsFailed},
+		{name: "no KB enabled", route: routeKey, mutate: func(e *env) { e.cat.kbs = map[string]bool{} }, want: HintsFailed},
+		{name: "catalog down, last configuration known", route: routeKey, mutate: func(e *env) {
+			if _, err := e.svc.Delivery(context.Background(), routeKey); err != nil {
+				t.Fatal(err)
+			}
+			e.cat.down = true
+		}, want: HintsFailed},
+		{name: "not from Delivery", d: &Delivery{Status: StatusOK, ScopeRevision: ScopeRevision(routeKey, &defaultKBConfg)}, want: HintsFailed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			if tc.mutate != nil {
+				tc.mutate(e)
+			}
+			var d Delivery
+			if tc.d != nil {
+				d = *tc.d
+			} else {
+				var err error
+				if d, err = e.svc.Delivery(context.Background(), tc.route); err != nil {
+					t.Fatal(err)
+				}
+			}
+			e.cat.mu.Lock()
+			e.cat.metaCalls, e.cat.docCalls = 0, 0
+			e.cat.mu.Unlock()
+			raw, outcome := e.svc.TurnHintsFor(context.Background(), sessionA, d, runA, items)
+			e.cat.mu.Lock()
+			meta, docs := e.cat.metaCalls, e.cat.docCalls
+			e.cat.mu.Unlock()
+			if outcome != tc.want || string(raw) != "[]" {
+				t.Errorf("got %s %s; want %s []", outcome, raw, tc.want)
+			}
+			if meta != 0 || docs != 0 {
+				t.Errorf("catalog calls: %d route/KB and %d document calls; want none", meta, docs)
+			}
+		})
 	}
 }

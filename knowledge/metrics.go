@@ -97,7 +97,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			m.requests.WithLabelValues(e, c)
 		}
 	}
-	// Capabilities is never shortened; "turn" is same-run hints (TurnHints).
+	// Capabilities is never shortened; "turn" is same-run hints (TurnHintsFor).
 	for _, e := range []string{"search", "read", "turn"} {
 		m.truncated.WithLabelValues(e)
 	}

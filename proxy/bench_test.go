@@ -288,39 +288,44 @@ func BenchmarkTurnHints(b *testing.B) {
 }
 
 // BenchmarkTurnRewriteHints: only the on_demand rewrite of the same 10 KiB
-// answer (turn.Answer: scan, splice, delivery block), with the same-run
-// hints built (Items, TurnHints over the in-memory catalog: one document
-// query, re-check, summaries, 3 sealed refs, budget) and without. No HTTP,
-// no upstream: with_hints − without_hints is the CPU the hints add to a turn
-// (cpu-µs/op counts the process's user+system time, the GC's included).
+// answer (turn.ReadReply: scan; Rewrite: splice, delivery block), with the
+// same-run hints built (Items, TurnHintsFor over the in-memory catalog: one
+// document query, re-check, summaries, 3 sealed refs, budget) and without.
+// No HTTP, no upstream: with_hints − without_hints is the CPU the hints add
+// to a turn (cpu-µs/op counts the process's user+system time, the GC's
+// included).
 func BenchmarkTurnRewriteHints(b *testing.B) {
 	w := newBenchWorld(b)
 	body := w.turns["hints"]
 	sess := coreclient.Session{SessionID: "0b6f8c3e-1d2a-4c4b-8e6f-3a2b1c0d9e8f", ClientAppID: "bench-host",
 		Principal: coreclient.Principal{ID: "bench-user", Tenant: "bench-tenant"}}
-	status, rev, err := w.svc.DeliveryStatus(context.Background(), benchRouteOn)
+	d, err := w.svc.Delivery(context.Background(), benchRouteOn)
 	if err != nil {
 		b.Fatal(err)
 	}
 	for _, on := range []bool{true, false} {
-		var hinter turn.Hinter
 		name := "without_hints"
 		if on {
 			name = "with_hints"
-			hinter = func(runID string, items []knowledge.TurnItem) []byte {
-				hints, outcome := w.svc.TurnHints(context.Background(), sess, benchRouteOn, rev, runID, items)
-				if outcome != knowledge.HintsMinted || bytes.Count(hints, []byte(`"ref":`)) != 3 {
-					b.Fatalf("hints: got %s (%s); want 3", hints, outcome)
-				}
-				return hints
-			}
 		}
 		b.Run(name+"/10KiB", func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
 			cpu0 := processCPU(b)
 			for b.Loop() {
-				if _, err := turn.Answer(body, knowledge.DeliveryOnDemand, status, rev, hinter); err != nil {
+				rep, err := turn.ReadReply(body, knowledge.DeliveryOnDemand)
+				if err != nil {
+					b.Fatal(err)
+				}
+				var hints []byte
+				if on {
+					var outcome string
+					hints, outcome = w.svc.TurnHintsFor(context.Background(), sess, d, rep.RunID(), rep.Items())
+					if outcome != knowledge.HintsMinted || bytes.Count(hints, []byte(`"ref":`)) != 3 {
+						b.Fatalf("hints: got %s (%s); want 3", hints, outcome)
+					}
+				}
+				if _, err := rep.Rewrite(d, hints); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -16,9 +16,10 @@ import (
 )
 
 // Every answer the sidecar makes up itself goes through writeErr: handlers
-// return errors, echo's HTTPErrorHandler and the ReverseProxies' error
-// handlers hand them over, and one switch turns each kind into a status, a
-// code and a message.
+// return errors, the edge middleware and the ReverseProxies' error handlers
+// hand them over, and one switch turns each kind into a status, a code and a
+// message. (echo's HTTPErrorHandler is never reached: the edge answers every
+// error itself and returns nil.)
 
 // edgeError is an answer the edge gives on its own.
 type edgeError struct {
@@ -92,14 +93,6 @@ func errMethodNotAllowed(allow string) *edgeError {
 // turnConflictBody is Core's exact 409 body (CORE_FACTS §3.4).
 var turnConflictBody = []byte(`{"error":"turn_conflict","message":"turn id or user message id is already bound to different input"}`)
 
-// errorHandler is echo's HTTPErrorHandler: every error a handler returns.
-func (s *Server) errorHandler(err error, c echo.Context) {
-	if c.Response().Committed {
-		return
-	}
-	s.writeErr(c.Response(), c.Request(), err)
-}
-
 // writeErr is the one place an error becomes an answer.
 //
 //   - A request whose own body failed (stalled past the idle timeout,
@@ -107,10 +100,10 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 //     handler made of it: 408 or 400.
 //   - *edgeError: as it says. *knowledge.Error: its status, code and
 //     message (Retry-After on a 429; 5xx causes logged, never sent).
-//     ledger.ErrConflict: Core's own 409 turn_conflict. echo's own errors
-//     (a route it could not serve): 502. Anything else, which only the
-//     knowledge features produce (a ledger or catalog failure): 503
-//     knowledge_unavailable.
+//     ledger.ErrConflict: Core's own 409 turn_conflict. An echo error
+//     (none of our handlers returns one; a guard): 502. Anything else,
+//     which only the knowledge features produce (a ledger or catalog
+//     failure): 503 knowledge_unavailable.
 //   - An answer decided before the request body was read to its end goes
 //     out at once and closes the connection, rather than wait on a body
 //     that may trickle forever.

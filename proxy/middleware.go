@@ -96,7 +96,7 @@ func validRequestID(v string) bool {
 // copy fails (client gone mid-stream, Core reset) by panicking with
 // http.ErrAbortHandler, and such requests must still leave the in-flight
 // gauge and be counted. The panic is re-raised for net/http to handle.
-func (s *Server) edge(handler string) echo.MiddlewareFunc {
+func (s *Server) edge() echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			start := time.Now()
@@ -109,10 +109,7 @@ func (s *Server) edge(handler string) echo.MiddlewareFunc {
 			resp.Writer = &edgeWriter{ResponseWriter: resp.Writer, resp: resp, id: st.id}
 			r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, st))
 			c.SetRequest(r)
-			name := handler
-			if name == "" {
-				name = handlerName(c)
-			}
+			name := handlerName(c)
 			conn := connOf(r.Context())
 			if conn != nil {
 				conn.handling.Store(true) // net/http's own answers are done for this request

@@ -22,13 +22,14 @@ const (
 // none is held (start-up, or the interval ran out), the next knowledge or
 // turn request of a rolled-out workspace probes Core's capabilities first:
 // a capabilities request is itself forwarded as the probe (and Core's
-// answer relayed when it is not "legacy"); a search, read or turn sends a
-// probe with its own bearer and is then handled by the verdict. 404/405/501
+// answer relayed when it is not "legacy"; 503 knowledge_unavailable when
+// Core could not be reached); a search, read or turn sends a probe with its
+// own bearer and is then handled by the verdict. 404 not_found, 405 and 501
 // mean legacy (the sidecar serves the protocol), a capabilities document
 // means native (everything passes through), and anything else (401/403/5xx,
-// a transport error) decides nothing: that request is handled as for a
-// legacy Core and the next one probes again. Concurrent requests share one
-// probe.
+// a native Core's own 404 gate code, a transport error) decides nothing: a
+// search, read or turn is handled as for a legacy Core, and the next request
+// probes again. Concurrent requests share one probe.
 type nativeDetector struct {
 	mode     string // auto | never | always
 	interval time.Duration
@@ -113,8 +114,8 @@ func (d *nativeDetector) native(ctx context.Context, authorization, route string
 
 // maybeProbe forwards this capabilities request to Core when a probe is due.
 // handled reports that the caller must relay probe instead of deciding
-// itself; probe is nil when Core could not be reached (err says why), and
-// the caller answers 503. A legacy verdict is not handled, so the sidecar
+// itself; probe is nil when Core could not be reached or the caller left
+// (err says why), and the caller answers 503 knowledge_unavailable. A legacy verdict is not handled, so the sidecar
 // serves the request. A request the prober refuses to send (a route outside
 // Core's workspace pattern, an unusable Authorization header) is not handled
 // either and decides nothing: the sidecar answers it as it answers any

@@ -129,8 +129,9 @@ func New(o Options) (*Server, error) {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.Logger.SetOutput(discard{})
-	e.HTTPErrorHandler = s.errorHandler
-	e.Use(s.edge(""))
+	// No HTTPErrorHandler: the edge answers a handler's error itself
+	// (writeErr) and returns nil, so echo's is never called.
+	e.Use(s.edge())
 	// Everything, whatever the method, goes to Core unless a route below
 	// claims it. RouteNotFound also catches methods echo does not know.
 	e.Any("/*", s.passH)

@@ -37,10 +37,19 @@ const turnResponseMax = 16 << 20
 
 var errDeliveryFailed = errors.New("turn answer cannot carry knowledge delivery")
 
-// turnState travels with an intercepted turn to ModifyResponse.
+// turnState is one intercepted turn, from the rollout decision to Core's
+// answer: what the turn proxy's hooks need, and the turns_total series the
+// turn is counted in.
 type turnState struct {
-	mode knowledge.DeliveryMode
-	key  ledger.Key
+	// label is the mode label, "unknown" until the field could be told.
+	// outcome is set by the step that decided the turn's fate when the
+	// handler's error does not tell it (see counted).
+	label   string
+	outcome turnOutcome
+
+	route string
+	mode  knowledge.DeliveryMode
+	key   ledger.Key
 	// res is the attempt's hold on the turn's ledger records (reserved).
 	res      ledger.Reservation
 	reserved bool
@@ -51,27 +60,55 @@ type turnState struct {
 	// wrote is set once the whole request was written to Core: from then
 	// on Core may have created the run, even if no answer comes.
 	wrote atomic.Bool
-	// delivery is the route's knowledge state taken before forwarding: the
-	// block's status and scope revision, and what the catalog said of the
-	// route and its knowledge bases, which the hints reuse.
+	// delivery is the route's knowledge state taken before forwarding
+	// (knowledge.Service.Delivery): the block's status and scope revision,
+	// and what the catalog said of the route and its knowledge bases,
+	// which the same-run hints reuse.
 	delivery knowledge.Delivery
-	// sess and route bind the same-run hints of an on_demand answer.
-	sess  coreclient.Session
-	route string
+	sess     coreclient.Session // binds the same-run hints
 }
 
 type turnCtxKey struct{}
 
-// label is the mode label of the turn metrics.
-func (st *turnState) label() string {
-	if st.absent {
-		return labelAbsent
+// counted is the outcome the turn is counted under, given the handler's
+// error: the one a step set; else Core's answer relayed untouched (passed)
+// when there is no error; else an answer the sidecar made itself.
+func (st *turnState) counted(err error) turnOutcome {
+	switch {
+	case st.outcome != "":
+		return st.outcome
+	case err == nil:
+		return outPassed
+	case errors.Is(err, ledger.ErrConflict):
+		return outConflict
+	case errors.Is(err, errTurnEncoding):
+		return outUnsupportedEncoding
 	}
-	return string(st.mode)
+	return outRejected
 }
 
 // turns intercepts POST …/turns on rolled-out workspaces of a legacy Core
-// (SPEC §7). Without knowledge_delivery the request passes byte for byte.
+// (SPEC §7). Each intercepted turn is counted once in turns_total, when its
+// handling ends (a forwarded turn: once Core's answer was relayed).
+func (s *Server) turns(c echo.Context) (err error) {
+	route := c.Param("route")
+	if !s.decide(c, route) {
+		return s.passH(c)
+	}
+	st := &turnState{label: labelUnknown, route: route}
+	defer func() {
+		// Also when the relay aborts (panic): the hooks set the outcome.
+		o := st.counted(err)
+		if o == outConflict {
+			s.m.ledgerConflict.Inc()
+		}
+		s.m.turn(st.label, o)
+	}()
+	return s.interceptTurn(c, st)
+}
+
+// interceptTurn takes a turn from its bearer and body to Core. Without
+// knowledge_delivery the request passes byte for byte.
 //
 // Identity is asked before the body is read, so a turn with the field gets
 // the check order of SPEC §2 (401 before anything about its body). A turn
@@ -81,23 +118,18 @@ func (st *turnState) label() string {
 // answers it itself only with 409 turn_conflict. Telling the two apart
 // takes the body, so it is read (bounded by Core's own limit, under the
 // edge's body deadlines) even when identity refused the bearer.
-func (s *Server) turns(c echo.Context) error {
-	route := c.Param("route")
-	if !s.decide(c, route) {
-		return s.passH(c)
-	}
+func (s *Server) interceptTurn(c echo.Context, st *turnState) error {
 	r := c.Request()
 	ctx := r.Context()
 	sess, authErr := s.feat.k.Authenticate(ctx, r.Header.Get("Authorization"))
 	ke, _ := errors.AsType[*knowledge.Error](authErr)
 	unauth := ke != nil && ke.Status == http.StatusUnauthorized
-	badRoute := !coreclient.ValidRouteKey(route)
-	if badRoute && strings.Contains(route, "%") {
+	badRoute := !coreclient.ValidRouteKey(st.route)
+	if badRoute && strings.Contains(st.route, "%") {
 		// A route segment spelled with percent-encoding is not a literal
 		// path: Core may decode it into a route key, so a field-less turn
 		// through it could bypass the ledger. Refused as before, whatever
 		// the body (SPEC §7: only a literal segment goes to Core).
-		s.m.turn(labelUnknown, outRejected)
 		if unauth {
 			return authErr
 		}
@@ -112,49 +144,39 @@ func (s *Server) turns(c echo.Context) error {
 		watch = new(turn.FieldWatch).Write
 	}
 	raw, seen, err := readSizedWatch(r.Body, r.ContentLength, coreTurnBodyMax, turnRequestPrealloc, watch)
-	if seen {
-		s.m.turn(labelUnknown, outRejected)
+	switch {
+	case seen:
 		return authErr
-	}
-	if err != nil {
-		s.m.turn(labelUnknown, outRejected)
+	case err != nil:
 		return errBodyUnreadable // or what the body's own failure was
-	}
-	if len(raw) > coreTurnBodyMax {
-		// Too large for Core anyway: let Core answer, byte for byte.
+	case len(raw) > coreTurnBodyMax:
+		// Too large for Core anyway: let Core answer, byte for byte
+		// (counted as mode "unknown", passed).
 		r.Body = readCloser{io.MultiReader(bytes.NewReader(raw), r.Body), r.Body}
-		s.m.turn(labelUnknown, outPassed)
 		return s.passH(c)
 	}
-	body, encErr := decodeTurnRequest(raw, r.Header.Values("Content-Encoding"))
-	if encErr != nil {
+	body, err := decodeTurnRequest(raw, r.Header.Values("Content-Encoding"))
+	if err != nil {
 		// Undecidable: whether the field is there cannot be told.
-		switch {
-		case unauth:
-			s.m.turn(labelUnknown, outRejected)
+		if unauth {
 			return authErr
-		case errors.Is(encErr, errTurnEncoding):
-			s.m.turn(labelUnknown, outUnsupportedEncoding)
-		default:
-			s.m.turn(labelUnknown, outRejected)
 		}
-		return encErr
+		return err
 	}
 	tr, perr := turn.ParseRequest(body)
 	if perr == nil && tr.Mode == "" {
-		return s.oldClientTurn(c, r, route, raw, tr, sess, authErr, unauth || badRoute)
+		st.label = labelAbsent
+		return s.oldClientTurn(c, st, raw, tr, sess, authErr, unauth || badRoute)
 	}
 
 	// knowledge_delivery is there (or the body nests too deeply to tell).
 	switch {
 	case unauth:
-		s.m.turn(labelUnknown, outRejected)
 		return authErr
 	case badRoute:
-		s.m.turn(labelUnknown, outRejected)
 		return knowledge.RouteUnavailable()
 	case perr != nil:
-		s.m.turn(labelInvalid, outRejected)
+		st.label = labelInvalid
 		switch {
 		case errors.Is(perr, turn.ErrNotJSONObject):
 			return errTurnNotObject
@@ -163,33 +185,28 @@ func (s *Server) turns(c echo.Context) error {
 		}
 		return errTurnDelivery
 	}
-	mode := string(tr.Mode)
+	st.label, st.mode = string(tr.Mode), tr.Mode
 	if authErr != nil {
-		s.m.turn(mode, outRejected)
 		return authErr
 	}
-	keyed := tr.Keyed()
-	if keyed {
+	st.keyed = tr.Keyed()
+	if st.keyed {
 		// Writing a ledger record costs the session a token of its
 		// knowledge rate limit, so records cannot be had for free.
 		if err := s.feat.k.AllowTurn(sess.SessionID); err != nil {
-			s.m.turn(mode, outRateLimited)
+			st.outcome = outRateLimited
 			return err
 		}
 	}
-	d, serr := s.feat.k.Delivery(ctx, route)
-	var ok bool
-	d.Status, d.ScopeRevision, ok = turn.Delivery(route, d.Status, d.ScopeRevision, serr)
-	if !ok {
-		s.m.turn(mode, outKnowledgeUnavailable)
-		return knowledge.Unavailable(serr)
+	if st.delivery, err = s.feat.k.Delivery(ctx, st.route); err != nil {
+		st.outcome = outKnowledgeUnavailable
+		return err // 503: no revision, so the turn is not forwarded
 	}
-	st := &turnState{mode: tr.Mode, key: turn.Key(sess.SessionID, route, tr), keyed: keyed,
-		delivery: d, sess: sess, route: route}
+	st.sess, st.key = sess, turn.Key(sess.SessionID, st.route, tr)
 	if st.keyed {
 		if err := s.reserve(c, st); err != nil {
 			if !errors.Is(err, ledger.ErrConflict) {
-				s.m.turn(mode, outLedgerUnavailable)
+				st.outcome = outLedgerUnavailable
 			}
 			return err // 409 turn_conflict, or 503 knowledge_unavailable
 		}
@@ -206,35 +223,29 @@ func (s *Server) turns(c echo.Context) error {
 // passes unbound (counted in ledger_fail_open_total), unless an on_demand
 // attempt of the same turn is in flight in this process, which makes it
 // the mode switch SPEC §7 refuses.
-func (s *Server) oldClientTurn(c echo.Context, r *http.Request, route string, raw []byte, tr turn.Request,
+func (s *Server) oldClientTurn(c echo.Context, st *turnState, raw []byte, tr turn.Request,
 	sess coreclient.Session, authErr error, toCore bool) error {
+	r := c.Request()
 	r.Body = io.NopCloser(bytes.NewReader(raw))
 	if toCore || turn.PlanFor(tr) == turn.PassUnbound {
-		s.m.turn(labelAbsent, outPassed)
 		return s.passH(c)
 	}
 	if authErr != nil {
-		if s.feat.inflight.onDemand(s.feat.inflight.bearerKeys(r.Header.Get("Authorization"), route, tr)) {
-			s.m.ledgerConflict.Inc()
-			s.m.turn(labelAbsent, outConflict)
+		if s.feat.inflight.onDemand(s.feat.inflight.bearerKeys(r.Header.Get("Authorization"), st.route, tr)) {
 			return ledger.ErrConflict
 		}
 		s.m.ledgerFailOpen.WithLabelValues(failOpenIdentity).Inc()
-		s.m.turn(labelAbsent, outPassed)
 		return s.passH(c)
 	}
-	st := &turnState{mode: knowledge.DeliveryInline, absent: true, keyed: true, key: turn.Key(sess.SessionID, route, tr)}
+	st.mode, st.absent, st.keyed, st.key = knowledge.DeliveryInline, true, true, turn.Key(sess.SessionID, st.route, tr)
 	switch err := s.reserve(c, st); {
 	case errors.Is(err, ledger.ErrConflict):
 		return err
 	case err != nil:
 		if s.feat.inflight.onDemand(s.feat.inflight.ledgerKeys(st.key)) {
-			s.m.ledgerConflict.Inc()
-			s.m.turn(labelAbsent, outConflict)
 			return ledger.ErrConflict
 		}
 		s.m.ledgerFailOpen.WithLabelValues(failOpenLedger).Inc()
-		s.m.turn(labelAbsent, outPassed)
 		return s.passH(c)
 	}
 	return s.forwardTurn(c, r, st, raw)
@@ -246,8 +257,6 @@ func (s *Server) reserve(c echo.Context, st *turnState) error {
 	res, err := s.feat.ledger.Reserve(c.Request().Context(), st.key, string(st.mode))
 	switch {
 	case errors.Is(err, ledger.ErrConflict):
-		s.m.ledgerConflict.Inc()
-		s.m.turn(st.label(), outConflict)
 		return err
 	case err != nil:
 		s.m.ledgerErrors.Inc()
@@ -276,7 +285,8 @@ func (s *Server) release(ctx context.Context, st *turnState, reason string) {
 	s.m.ledgerReleases.WithLabelValues(reason).Inc()
 }
 
-// forwardTurn sends the (possibly stripped) turn through the turn proxy.
+// forwardTurn sends the (possibly stripped) turn through the turn proxy,
+// whose hooks find st in the request's context.
 // An on_demand attempt is in the in-flight set until Core's answer is in.
 func (s *Server) forwardTurn(c echo.Context, r *http.Request, st *turnState, body []byte) error {
 	trace := &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
@@ -353,13 +363,15 @@ type readCloser struct {
 }
 
 // newTurnProxy is a ReverseProxy like the pass-through one (same transport,
-// same header rules) whose ModifyResponse rewrites the turn answer.
+// same header rules) whose ModifyResponse rewrites the turn answer. Every
+// request it serves carries its turnState (forwardTurn); its hooks set the
+// turn's outcome.
 func (s *Server) newTurnProxy() *httputil.ReverseProxy {
 	rp := s.newPassthrough()
 	passRewrite := rp.Rewrite
 	rp.Rewrite = func(pr *httputil.ProxyRequest) {
 		passRewrite(pr)
-		if st, _ := pr.In.Context().Value(turnCtxKey{}).(*turnState); st == nil || st.absent {
+		if turnOf(pr.In.Context()).absent {
 			return // a turn without the field goes to Core as the client sent it
 		}
 		// pr.Out.Header is the ReverseProxy's copy of the client's headers.
@@ -373,47 +385,46 @@ func (s *Server) newTurnProxy() *httputil.ReverseProxy {
 	rp.ModifyResponse = s.modifyTurn
 	passErr := rp.ErrorHandler
 	rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
-		st, _ := r.Context().Value(turnCtxKey{}).(*turnState)
+		st := turnOf(r.Context())
 		if errors.Is(err, errDeliveryFailed) {
-			s.m.turn(string(st.mode), outDeliveryFailed)
+			st.outcome = outDeliveryFailed
 			s.log.LogAttrs(r.Context(), slog.LevelWarn, "turn answer could not be rewritten",
 				slog.String("request_id", requestID(r.Context())), slog.Any("error", err))
 			s.writeErr(w, r, errDeliveryFailedAnswer)
 			return
 		}
-		if st != nil {
-			if st.wrote.Load() {
-				// Core may or may not have created the run: keep the
-				// record, so only a retry with the same mode goes through.
-			} else {
-				// Core never received the whole request (the client left,
-				// or Core could not be reached): no run can exist.
-				s.release(r.Context(), st, releaseNotSent)
-			}
-			s.m.turn(st.label(), outUpstreamError)
+		if !st.wrote.Load() {
+			// Core never received the whole request (the client left, or
+			// Core could not be reached): no run can exist. Once written,
+			// Core may or may not have created the run: the record is kept,
+			// so only a retry with the same mode goes through.
+			s.release(r.Context(), st, releaseNotSent)
 		}
+		st.outcome = outUpstreamError
 		passErr(w, r, err)
 	}
 	return rp
 }
 
-// modifyTurn applies SPEC §7 to Core's answer.
+func turnOf(ctx context.Context) *turnState { return ctx.Value(turnCtxKey{}).(*turnState) }
+
+// modifyTurn applies SPEC §7 to Core's answer: non-2xx and field-less
+// answers are relayed unchanged; a 2xx answer is read once, its same-run
+// hints built from what Core retrieved (on_demand), and rewritten with the
+// delivery block.
 func (s *Server) modifyTurn(resp *http.Response) error {
 	ctx := resp.Request.Context()
-	st, _ := ctx.Value(turnCtxKey{}).(*turnState)
-	if st == nil {
-		return nil
-	}
+	st := turnOf(ctx)
 	code := resp.StatusCode
 	if code < 200 || code > 299 {
 		if turn.ReleaseAfter(code) {
 			s.release(ctx, st, releaseRefused)
 		}
-		s.m.turn(st.label(), coreOutcome(code))
+		st.outcome = coreOutcome(code)
 		return nil // relayed unchanged
 	}
 	if st.absent {
-		s.m.turn(labelAbsent, outPassed)
+		st.outcome = outPassed
 		return nil // relayed unchanged: the host asked for nothing else
 	}
 
@@ -423,11 +434,15 @@ func (s *Server) modifyTurn(resp *http.Response) error {
 		return fmt.Errorf("%w: %v", errDeliveryFailed, err)
 	}
 	resp.Header.Del("Content-Encoding") // body is decoded from here on
-	var hints turn.Hinter
-	if st.mode == knowledge.DeliveryOnDemand {
-		hints = s.turnHints(ctx, st)
+	rep, err := turn.ReadReply(body, st.mode)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errDeliveryFailed, err)
 	}
-	out, err := turn.Answer(body, st.mode, st.delivery.Status, st.delivery.ScopeRevision, hints)
+	var hints []byte
+	if rep.TakesHints() {
+		hints = s.turnHints(ctx, st, rep)
+	}
+	out, err := rep.Rewrite(st.delivery, hints)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errDeliveryFailed, err)
 	}
@@ -435,34 +450,22 @@ func (s *Server) modifyTurn(resp *http.Response) error {
 	resp.ContentLength = int64(len(out))
 	resp.Header.Set("Content-Length", strconv.Itoa(len(out)))
 	resp.Header.Del("Transfer-Encoding")
-	s.m.turn(string(st.mode), outRewritten)
+	st.outcome = outRewritten
 	return nil
 }
 
-// turnHints is the Hinter of an on_demand answer (SPEC §7 "Same-run
-// hints"): best effort, counted in turn_hints_total{outcome}. It is nil —
-// and Core's inline knowledge is not even read — when hints are off, or when
-// the route's knowledge was "disabled" or "unavailable" before forwarding
-// (no hints without asking the catalog again).
-func (s *Server) turnHints(ctx context.Context, st *turnState) turn.Hinter {
-	var skip string
-	switch {
-	case !s.feat.hints.Load():
-		skip = hintsOff
-	case st.delivery.Status == knowledge.StatusDisabled: // no knowledge configured
-		skip = knowledge.HintsNone
-	case st.delivery.Status == knowledge.StatusUnavailable: // catalog or retrieval down
-		skip = knowledge.HintsFailed
-	}
-	if skip != "" {
-		s.m.turnHints.WithLabelValues(skip).Inc()
+// turnHints are the same-run hints of an on_demand answer (SPEC §7), best
+// effort, counted in turn_hints_total{outcome}: "off" when turn_hints is
+// false (Core's inline knowledge is then not even read), else what
+// knowledge made of what Core retrieved.
+func (s *Server) turnHints(ctx context.Context, st *turnState, rep turn.Reply) []byte {
+	if !s.feat.hints.Load() {
+		s.m.turnHints.WithLabelValues(hintsOff).Inc()
 		return nil
 	}
-	return func(runID string, items []knowledge.TurnItem) []byte {
-		hints, outcome := s.feat.k.TurnHintsFor(ctx, st.sess, st.route, st.delivery, runID, items)
-		s.m.turnHints.WithLabelValues(outcome).Inc()
-		return hints
-	}
+	hints, outcome := s.feat.k.TurnHintsFor(ctx, st.sess, st.delivery, rep.RunID(), rep.Items())
+	s.m.turnHints.WithLabelValues(outcome).Inc()
+	return hints
 }
 
 // readTurnBody reads Core's answer, undoing gzip if Core compressed it

@@ -1,9 +1,6 @@
 package turn
 
 import (
-	"errors"
-	"net/http"
-
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 )
@@ -52,29 +49,6 @@ func Key(sessionID, route string, r Request) ledger.Key {
 		TurnID: r.TurnID, UserMessageID: r.UserMessageID}
 }
 
-// Delivery resolves the status and scope revision the delivery block will
-// carry, from the knowledge lookup made before forwarding
-// (knowledge.Service.DeliveryStatus). ok is false when no revision can be
-// had (the catalog is down and the route was never seen): the turn is then
-// not forwarded, so no run exists the host could not be told about.
-//
-//   - A route the catalog does not know, or has disabled (404), has no
-//     knowledge: "disabled" with the revision of an empty configuration; the
-//     turn is forwarded and Core's own answer (its 404) relayed.
-//   - A revision with a lookup error: "unavailable".
-func Delivery(route, status, revision string, err error) (st, rev string, ok bool) {
-	if ke, isKE := errors.AsType[*knowledge.Error](err); isKE && ke.Status == http.StatusNotFound {
-		return knowledge.StatusDisabled, knowledge.ScopeRevision(route, nil), true
-	}
-	if revision == "" {
-		return "", "", false
-	}
-	if err != nil {
-		return knowledge.StatusUnavailable, revision, true
-	}
-	return status, revision, true
-}
-
 // ReleaseAfter reports whether an attempt's share of the turn's ledger
 // records is released after Core answered it with status: any 4xx, Core's
 // own 409 turn_conflict and TASK_* refusals included, says that this
@@ -86,36 +60,74 @@ func ReleaseAfter(status int) bool {
 	return status >= 400 && status < 500
 }
 
-// Hinter builds the serialized "hints" array of an on_demand answer from
-// what Core retrieved for the turn (Parsed.Items) and the turn's run_id
-// (SPEC §7 "Same-run hints"). It is best effort: it answers "[]" (or nil)
-// rather than fail.
-type Hinter func(runID string, items []knowledge.TurnItem) []byte
+// Reply is Core's 2xx answer to an intercepted turn, scanned once for the
+// turn's mode (SPEC §7): what Core retrieved for the turn (RunID, Items: the
+// input of same-run hints) is read from it, then it is rewritten (Rewrite)
+// without a second scan.
+type Reply struct {
+	body []byte
+	mode knowledge.DeliveryMode
+	p    *Parsed // nil: not a turn context, relayed as Core sent it (inline)
+}
 
-// Answer rewrites Core's 2xx answer for mode: the delivery block (status
-// and revision of the route taken before forwarding) is added, and in
-// on_demand mode the inline knowledge is emptied, its hints (when hints is
-// not nil) built first from what the answer held. An answer that is not a
-// turn context is ErrUnexpectedAnswer in on_demand mode (inline knowledge
-// must never pass as on-demand) and Core's bytes unchanged in inline mode
-// (what the host asked for). In inline mode hints stays [] (the host has
-// the bodies) and hints is not called.
-func Answer(body []byte, mode knowledge.DeliveryMode, status, revision string, hints Hinter) ([]byte, error) {
-	p, err := ParseAnswer(body)
-	var out []byte
-	if err == nil {
-		var arr []byte
-		if mode == knowledge.DeliveryOnDemand && hints != nil {
-			arr = hints(p.RunID(), p.Items())
-		}
-		block := AppendDeliveryBlock(make([]byte, 0, 256+len(arr)), mode, revision, status, arr)
-		out, err = p.Rewrite(mode, block)
+// ReadReply scans Core's 2xx answer to a turn of mode. An answer that is not
+// a turn context is ErrUnexpectedAnswer in on_demand mode (inline knowledge
+// must never pass as on-demand); in inline mode it is a Reply that Rewrite
+// leaves as Core sent it (what the host asked for).
+func ReadReply(body []byte, mode knowledge.DeliveryMode) (Reply, error) {
+	if !mode.Valid() {
+		return Reply{}, ErrInvalidDelivery
 	}
+	p, err := ParseAnswer(body)
+	if err != nil && mode == knowledge.DeliveryOnDemand {
+		return Reply{}, err
+	}
+	return Reply{body: body, mode: mode, p: p}, nil
+}
+
+// TakesHints reports whether the answer carries same-run hints: in
+// on_demand mode only (in inline mode the host has the bodies, and "hints"
+// stays []).
+func (r Reply) TakesHints() bool { return r.mode == knowledge.DeliveryOnDemand }
+
+// RunID is the answer's run_id ("" when it has none, or is no turn context).
+func (r Reply) RunID() string {
+	if r.p == nil {
+		return ""
+	}
+	return r.p.RunID()
+}
+
+// Items is what Core retrieved for the turn (Parsed.Items; nil when the
+// answer is no turn context).
+func (r Reply) Items() []knowledge.TurnItem {
+	if r.p == nil {
+		return nil
+	}
+	return r.p.Items()
+}
+
+// Rewrite is the answer the host gets: the delivery block added with d's
+// status and scope revision (the route's state taken before forwarding,
+// knowledge.Service.Delivery) and, when TakesHints, hints (the serialized
+// array; empty means []); in on_demand mode the inline knowledge emptied.
+// An answer the splice refuses (a member it would have to choose between) is
+// ErrUnexpectedAnswer in on_demand mode and Core's bytes unchanged in inline
+// mode, like an answer that is no turn context.
+func (r Reply) Rewrite(d knowledge.Delivery, hints []byte) ([]byte, error) {
+	if r.p == nil {
+		return r.body, nil
+	}
+	if !r.TakesHints() {
+		hints = nil
+	}
+	block := AppendDeliveryBlock(make([]byte, 0, 256+len(hints)), r.mode, d.ScopeRevision, d.Status, hints)
+	out, err := r.p.Rewrite(r.mode, block)
 	if err != nil {
-		if mode == knowledge.DeliveryOnDemand {
+		if r.mode == knowledge.DeliveryOnDemand {
 			return nil, err
 		}
-		return body, nil
+		return r.body, nil
 	}
 	return out, nil
 }
@@ -124,7 +136,7 @@ func Answer(body []byte, mode knowledge.DeliveryMode, status, revision string, h
 // and values encoding/json would write for the block (mode, revision and
 // status are ASCII without characters it escapes differently), without its
 // reflection and allocations. hints is the pre-serialized "hints" JSON
-// array (knowledge.Service.TurnHints); empty means [].
+// array (knowledge.Service.TurnHintsFor); empty means [].
 func AppendDeliveryBlock(b []byte, mode knowledge.DeliveryMode, scopeRevision, status string, hints []byte) []byte {
 	b = append(b, `{"schema_version":"bailing.agent-knowledge-delivery.v1","mode":`...)
 	b = knowledge.AppendJSONString(b, string(mode))

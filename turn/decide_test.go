@@ -46,76 +46,91 @@ func TestReleaseAfter(t *testing.T) {
 	}
 }
 
-func TestDelivery(t *testing.T) {
-	const route = "order-assistant"
-	emptyRev := knowledge.ScopeRevision(route, nil)
-	notFound := &knowledge.Error{Status: 404, Code: knowledge.CodeRouteUnavailable}
-	down := &knowledge.Error{Status: 503, Code: knowledge.CodeUnavailable}
-	cases := []struct {
-		name            string
-		status, rev     string
-		err             error
-		wantSt, wantRev string
-		wantOK          bool
-	}{
-		{"ok", knowledge.StatusOK, "r1", nil, knowledge.StatusOK, "r1", true},
-		{"unknown route: disabled, forwarded", "", "", notFound, knowledge.StatusDisabled, emptyRev, true},
-		{"catalog down, route seen: unavailable", knowledge.StatusUnavailable, "r1", nil, knowledge.StatusUnavailable, "r1", true},
-		{"revision with an error: unavailable", knowledge.StatusOK, "r1", down, knowledge.StatusUnavailable, "r1", true},
-		{"no revision: not forwarded", "", "", down, "", "", false},
+// rewriteResponse is ParseAnswer followed by Parsed.Rewrite, the two steps
+// every rewrite takes (Reply.Rewrite), for the byte-level tests of json.go.
+func rewriteResponse(body []byte, mode knowledge.DeliveryMode, deliveryBlock []byte) ([]byte, error) {
+	p, err := ParseAnswer(body)
+	if err != nil {
+		return nil, err
 	}
-	for _, tc := range cases {
-		st, rev, ok := Delivery(route, tc.status, tc.rev, tc.err)
-		if st != tc.wantSt || rev != tc.wantRev || ok != tc.wantOK {
-			t.Errorf("%s: got (%q, %q, %v); want (%q, %q, %v)", tc.name, st, rev, ok, tc.wantSt, tc.wantRev, tc.wantOK)
-		}
-	}
+	return p.Rewrite(mode, deliveryBlock)
 }
 
-func TestAnswer(t *testing.T) {
+// TestReply: the turn answer read once, for its mode: what Core retrieved is
+// read for the hints (on_demand only), and the rewrite carries the block of
+// the route's delivery. An answer that is no turn context fails on_demand
+// and passes inline as Core sent it.
+func TestReply(t *testing.T) {
 	core := []byte(`{"schema_version":"bailing.agent-turn-context.v1","run_id":"6f1c2b9e-7a1d-4c3e-9b8a-2d4e6f8a0b1c","context":{"knowledge":[{"ref":"knowledge:1","title":"T","content":"x"}],"knowledge_refs":[{"ref":"knowledge:1","doc_id":9,"title":"T","score":0.82}]}}`)
 	notTurn := []byte(`{"hello":"world"}`)
+	dupKnowledge := []byte(`{"schema_version":"bailing.agent-turn-context.v1","context":{"knowledge":[],"knowledge":[1]}}`)
 	const hintsJSON = `[{"ref":"kr2.x","title":"T","summary":"x","revision":"r","score":0.82,"expires_at":"2026-09-01T12:05:00Z"}]`
-	type call struct {
-		runID string
-		items []knowledge.TurnItem
-	}
+	d := knowledge.Delivery{Status: knowledge.StatusPartial, ScopeRevision: "rev"}
 	for _, tc := range []struct {
-		name      string
-		body      []byte
-		mode      knowledge.DeliveryMode
-		hinter    bool
-		wantErr   error
-		wantIn    []string // substrings of the answer
-		wantBody  []byte   // exact answer (Core's bytes), when set
-		wantCalls []call
+		name       string
+		body       []byte
+		mode       knowledge.DeliveryMode
+		hints      string
+		wantErr    error
+		wantHints  bool
+		wantRunID  string
+		wantItems  []knowledge.TurnItem
+		wantIn     []string // substrings of the answer
+		wantBody   []byte   // exact answer (Core's bytes), when set
+		wantNotIn  []string
+		readErrors bool // ReadReply fails (else Rewrite)
 	}{
-		{name: "on_demand with hints", body: core, mode: knowledge.DeliveryOnDemand, hinter: true,
-			wantIn:    []string{`"knowledge":[],"knowledge_refs":[]`, `"mode":"on_demand"`, `"hints":` + hintsJSON + `}`},
-			wantCalls: []call{{"6f1c2b9e-7a1d-4c3e-9b8a-2d4e6f8a0b1c", []knowledge.TurnItem{{DocID: 9, Title: "T", Content: "x", Score: 0.82}}}}},
-		{name: "on_demand without a hinter", body: core, mode: knowledge.DeliveryOnDemand,
+		{name: "on_demand with hints", body: core, mode: knowledge.DeliveryOnDemand, hints: hintsJSON, wantHints: true,
+			wantRunID: "6f1c2b9e-7a1d-4c3e-9b8a-2d4e6f8a0b1c", wantItems: []knowledge.TurnItem{{DocID: 9, Title: "T", Content: "x", Score: 0.82}},
+			wantIn: []string{`"knowledge":[],"knowledge_refs":[]`, `"mode":"on_demand"`, `"knowledge_scope_revision":"rev","status":"partial"`, `"hints":` + hintsJSON + `}`}},
+		{name: "on_demand without hints", body: core, mode: knowledge.DeliveryOnDemand, wantHints: true,
+			wantRunID: "6f1c2b9e-7a1d-4c3e-9b8a-2d4e6f8a0b1c", wantItems: []knowledge.TurnItem{{DocID: 9, Title: "T", Content: "x", Score: 0.82}},
 			wantIn: []string{`"knowledge":[],"knowledge_refs":[]`, `"hints":[]}`}},
-		{name: "inline never asks for hints", body: core, mode: knowledge.DeliveryInline, hinter: true,
-			wantIn: []string{`"content":"x"`, `"mode":"inline"`, `"hints":[]}`}},
-		{name: "on_demand, not a turn context", body: notTurn, mode: knowledge.DeliveryOnDemand, hinter: true, wantErr: ErrUnexpectedAnswer},
-		{name: "inline, not a turn context", body: notTurn, mode: knowledge.DeliveryInline, hinter: true, wantBody: notTurn},
+		{name: "inline takes no hints", body: core, mode: knowledge.DeliveryInline, hints: hintsJSON,
+			wantRunID: "6f1c2b9e-7a1d-4c3e-9b8a-2d4e6f8a0b1c", wantItems: []knowledge.TurnItem{{DocID: 9, Title: "T", Content: "x", Score: 0.82}},
+			wantIn: []string{`"content":"x"`, `"mode":"inline"`, `"status":"partial"`, `"hints":[]}`}, wantNotIn: []string{"kr2.x"}},
+		{name: "on_demand, not a turn context", body: notTurn, mode: knowledge.DeliveryOnDemand, wantErr: ErrUnexpectedAnswer, readErrors: true},
+		{name: "inline, not a turn context", body: notTurn, mode: knowledge.DeliveryInline, wantBody: notTurn},
+		{name: "on_demand, a member the splice cannot choose", body: dupKnowledge, mode: knowledge.DeliveryOnDemand, wantHints: true, wantErr: ErrUnexpectedAnswer},
+		{name: "inline, duplicate knowledge kept", body: dupKnowledge, mode: knowledge.DeliveryInline, wantIn: []string{`"knowledge":[1]}`, `"mode":"inline"`}},
+		{name: "no mode", body: core, mode: "", wantErr: ErrInvalidDelivery, readErrors: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var calls []call
-			var h Hinter
-			if tc.hinter {
-				h = func(runID string, items []knowledge.TurnItem) []byte {
-					calls = append(calls, call{runID, items})
-					return []byte(hintsJSON)
+			rep, err := ReadReply(tc.body, tc.mode)
+			if tc.readErrors {
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("ReadReply error: got %v; want %v", err, tc.wantErr)
 				}
+				return
 			}
-			out, err := Answer(tc.body, tc.mode, knowledge.StatusOK, "rev", h)
+			if err != nil {
+				t.Fatalf("ReadReply: %v", err)
+			}
+			if rep.TakesHints() != tc.wantHints {
+				t.Errorf("TakesHints: got %v; want %v", rep.TakesHints(), tc.wantHints)
+			}
+			if got := rep.RunID(); got != tc.wantRunID {
+				t.Errorf("RunID: got %q; want %q", got, tc.wantRunID)
+			}
+			if got := rep.Items(); !reflect.DeepEqual(got, tc.wantItems) {
+				t.Errorf("Items: got %+v; want %+v", got, tc.wantItems)
+			}
+			in := bytes.Clone(tc.body)
+			out, err := rep.Rewrite(d, []byte(tc.hints))
 			if !errors.Is(err, tc.wantErr) {
-				t.Fatalf("error: got %v; want %v", err, tc.wantErr)
+				t.Fatalf("Rewrite error: got %v; want %v", err, tc.wantErr)
+			}
+			if !bytes.Equal(tc.body, in) {
+				t.Errorf("Rewrite modified Core's answer")
 			}
 			for _, w := range tc.wantIn {
 				if !bytes.Contains(out, []byte(w)) {
 					t.Errorf("answer: got %s; want it to contain %s", out, w)
+				}
+			}
+			for _, w := range tc.wantNotIn {
+				if bytes.Contains(out, []byte(w)) {
+					t.Errorf("answer: got %s; want no %s", out, w)
 				}
 			}
 			if tc.wantBody != nil && !bytes.Equal(out, tc.wantBody) {
@@ -123,9 +138,6 @@ func TestAnswer(t *testing.T) {
 			}
 			if err == nil && !json.Valid(out) {
 				t.Errorf("answer is not valid JSON: %s", out)
-			}
-			if !reflect.DeepEqual(calls, tc.wantCalls) {
-				t.Errorf("hinter calls: got %+v; want %+v", calls, tc.wantCalls)
 			}
 		})
 	}

@@ -47,7 +47,7 @@ var (
 	// (or has duplicate members the rewrite would have to choose between).
 	ErrUnexpectedAnswer = errors.New("turn answer is not a bailing.agent-turn-context.v1 json object")
 	// ErrInvalidDeliveryBlock: the pre-serialized knowledge_delivery block
-	// given to RewriteResponse is not a JSON object (a caller bug).
+	// given to Parsed.Rewrite is not a JSON object (a caller bug).
 	ErrInvalidDeliveryBlock = errors.New("knowledge delivery block is not a json object")
 )
 
@@ -185,36 +185,6 @@ func removeMember(b []byte, m member, prevEnd int) []byte {
 	out := make([]byte, 0, len(b)-(to-from))
 	out = append(out, b[:from]...)
 	return append(out, b[to:]...)
-}
-
-// RewriteResponse rewrites a 2xx bailing.agent-turn-context.v1 body
-// (SPEC §7):
-//
-//   - mode "on_demand": context.knowledge and context.knowledge_refs become []
-//     whatever they held; a missing one is added as [] at the end of context,
-//     because the protocol promises both empty arrays in on-demand mode.
-//   - mode "inline": context is left as Core sent it.
-//   - both modes: the top-level "knowledge_delivery" member is set to
-//     deliveryBlock (a pre-serialized JSON object): its value is replaced if
-//     the member exists, else the member is appended after the last member.
-//
-// Every other byte is kept. Not JSON, not an object, schema_version missing or
-// not "bailing.agent-turn-context.v1", context missing or not an object, or a
-// duplicated schema_version/context/knowledge_delivery/knowledge/
-// knowledge_refs member → ErrUnexpectedAnswer. A mode other than the two →
-// ErrInvalidDelivery; a block that is not a JSON object →
-// ErrInvalidDeliveryBlock. body is never modified.
-//
-// It is ParseAnswer followed by Parsed.Rewrite.
-func RewriteResponse(body []byte, mode knowledge.DeliveryMode, deliveryBlock []byte) ([]byte, error) {
-	if !mode.Valid() {
-		return nil, ErrInvalidDelivery
-	}
-	p, err := ParseAnswer(body)
-	if err != nil {
-		return nil, err
-	}
-	return p.Rewrite(mode, deliveryBlock)
 }
 
 // Parsed is a scanned turn answer: where its members are, so that the
@@ -474,7 +444,24 @@ func hex4(h []byte) rune {
 	return r
 }
 
-// Rewrite is RewriteResponse on the parsed answer.
+// Rewrite rewrites the scanned 2xx bailing.agent-turn-context.v1 answer
+// (SPEC §7):
+//
+//   - mode "on_demand": context.knowledge and context.knowledge_refs become []
+//     whatever they held; a missing one is added as [] at the end of context,
+//     because the protocol promises both empty arrays in on-demand mode.
+//   - mode "inline": context is left as Core sent it.
+//   - both modes: the top-level "knowledge_delivery" member is set to
+//     deliveryBlock (a pre-serialized JSON object): its value is replaced if
+//     the member exists, else the member is appended after the last member.
+//
+// Every other byte is kept. Not JSON, not an object, schema_version missing or
+// not "bailing.agent-turn-context.v1", context missing or not an object, or a
+// duplicated schema_version/context/knowledge_delivery member → ParseAnswer's
+// ErrUnexpectedAnswer; in on_demand mode a duplicated knowledge/
+// knowledge_refs member → ErrUnexpectedAnswer. A mode other than the two →
+// ErrInvalidDelivery; a block that is not a JSON object →
+// ErrInvalidDeliveryBlock. The answer's bytes are never modified.
 func (p *Parsed) Rewrite(mode knowledge.DeliveryMode, deliveryBlock []byte) ([]byte, error) {
 	if !mode.Valid() {
 		return nil, ErrInvalidDelivery

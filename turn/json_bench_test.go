@@ -29,7 +29,7 @@ func BenchmarkRewriteTurnResponse(b *testing.B) {
 				b.SetBytes(int64(len(body)))
 				b.ReportAllocs()
 				for b.Loop() {
-					if _, err := RewriteResponse(body, mode, block); err != nil {
+					if _, err := rewriteResponse(body, mode, block); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -193,7 +193,7 @@ func TestRewriteTurnResponse(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			in := []byte(tc.in)
 			orig := bytes.Clone(in)
-			got, err := RewriteResponse(in, knowledge.DeliveryMode(tc.mode), []byte(blk))
+			got, err := rewriteResponse(in, knowledge.DeliveryMode(tc.mode), []byte(blk))
 			if err != nil {
 				t.Fatalf("got error %v; want nil", err)
 			}
@@ -211,7 +211,7 @@ func TestRewriteTurnResponse(t *testing.T) {
 }
 
 func TestRewriteTurnResponseBlockWhitespace(t *testing.T) {
-	got, err := RewriteResponse([]byte(`{"schema_version":"bailing.agent-turn-context.v1","context":{}}`), "inline", []byte("\n {\"a\":1} \n"))
+	got, err := rewriteResponse([]byte(`{"schema_version":"bailing.agent-turn-context.v1","context":{}}`), "inline", []byte("\n {\"a\":1} \n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +253,7 @@ func TestRewriteTurnResponseErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := RewriteResponse([]byte(tc.in), knowledge.DeliveryMode(tc.mode), []byte(tc.block))
+			got, err := rewriteResponse([]byte(tc.in), knowledge.DeliveryMode(tc.mode), []byte(tc.block))
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("got (%q, %v); want error %v", got, err, tc.want)
 			}
@@ -444,7 +444,7 @@ func TestRewriteTurnResponseRandomObjects(t *testing.T) {
 		body = strings.Replace(body, "{", "{"+g.key("context")+":"+ctxObj+",", 1)
 		in := []byte(g.ws() + body + g.ws())
 		mode := []knowledge.DeliveryMode{"inline", "on_demand"}[g.r.IntN(2)]
-		out, err := RewriteResponse(in, mode, []byte(testBlock))
+		out, err := rewriteResponse(in, mode, []byte(testBlock))
 		if err != nil {
 			t.Fatalf("case %d: %v\n%s", i, err, in)
 		}
@@ -613,7 +613,7 @@ func FuzzRewriteTurnResponse(f *testing.F) {
 		if onDemand {
 			mode = "on_demand"
 		}
-		out, err := RewriteResponse(in, mode, []byte(testBlock))
+		out, err := rewriteResponse(in, mode, []byte(testBlock))
 		keys, vals, isObj := topLevel(in)
 		count := map[string]int{}
 		var schema string
@@ -662,8 +662,8 @@ func TestTurnRewriteAllocationsBounded(t *testing.T) {
 		size int
 		run  func()
 	}{
-		{"rewrite on_demand", len(body), func() { _, _ = RewriteResponse(body, "on_demand", []byte(testBlock)) }},
-		{"rewrite inline", len(body), func() { _, _ = RewriteResponse(body, "inline", []byte(testBlock)) }},
+		{"rewrite on_demand", len(body), func() { _, _ = rewriteResponse(body, "on_demand", []byte(testBlock)) }},
+		{"rewrite inline", len(body), func() { _, _ = rewriteResponse(body, "inline", []byte(testBlock)) }},
 		{"parse request", len(req), func() { _, _ = ParseRequest(req) }},
 	}
 	for _, tc := range cases {
