@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // Defaults of RedisOptions.
@@ -36,17 +35,41 @@ type RedisOptions struct {
 	// OpTimeout bounds every operation (Reserve, Release, Ping) including
 	// retries, below the caller's own deadline; ≤ 0 → DefaultOpTimeout (1s).
 	OpTimeout time.Duration
+	// Mode is ModeSingle ("" too), ModeCluster or ModeSentinel; it chooses
+	// how URL is read (go-redis's ParseURL, ParseClusterURL or
+	// ParseFailoverURL) and which client is built.
+	Mode string
+	// CAFile is a PEM file of the CA that signs the servers' certificates
+	// (rediss:// only); "" → the system roots.
+	CAFile string
+	// WaitReplicas > 0 sends WAIT WaitReplicas WaitTimeout after each
+	// reservation, on the reservation's connection, so the record is on
+	// that many replicas before Core sees the turn (or the timeout passed).
+	// 0 (the default): no WAIT.
+	WaitReplicas int
+	// WaitTimeout bounds that WAIT; ≤ 0 → OpTimeout / 2.
+	WaitTimeout time.Duration
 }
+
+// Redis modes (ledger.redis_mode).
+const (
+	ModeSingle   = "single"
+	ModeCluster  = "cluster"
+	ModeSentinel = "sentinel"
+)
 
 // Redis is the ledger shared by replicas. Each operation is one Lua script,
 // so the check of both records and the write (or compare-and-delete) of both
 // is atomic in Redis. Both record keys of a turn carry the same hash tag, so
 // they stay in one slot behind cluster-aware proxies.
 type Redis struct {
-	client    *redis.Client
-	ttl       time.Duration
-	prefix    string
-	opTimeout time.Duration
+	client       redis.UniversalClient
+	mode         string
+	ttl          time.Duration
+	prefix       string
+	opTimeout    time.Duration
+	waitReplicas int
+	waitTimeout  time.Duration
 }
 
 var _ Ledger = (*Redis)(nil)
@@ -115,11 +138,6 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 	if strings.TrimSpace(o.URL) == "" {
 		return nil, errors.New("ledger: redis url is empty")
 	}
-	opts, err := redis.ParseURL(o.URL)
-	if err != nil {
-		// The parser's message may quote parts of the URL: do not wrap it.
-		return nil, errors.New("ledger: redis url is not a valid redis://, rediss:// or unix:// url")
-	}
 	if o.TTL <= 0 {
 		o.TTL = DefaultTTL
 	}
@@ -138,25 +156,32 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 	if o.OpTimeout <= 0 {
 		o.OpTimeout = DefaultOpTimeout
 	}
-	opts.DialTimeout = o.DialTimeout
-	opts.ReadTimeout = o.OpTimeout
-	opts.WriteTimeout = o.OpTimeout
-	opts.ContextTimeoutEnabled = true
-	// The ledger sits on the turn request path: fail fast when Redis is down
-	// (one dial attempt, one command retry) instead of go-redis's default of
-	// five dial attempts per command and three command retries.
-	opts.DialerRetries = 1
-	opts.MaxRetries = 1
-	// Plain Redis features only: no CLIENT SETINFO, no maintenance push
-	// notifications (older servers and proxies reject them).
-	opts.DisableIdentity = true
-	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	if o.WaitReplicas < 0 {
+		return nil, errors.New("ledger: redis wait replicas must not be negative")
+	}
+	if o.WaitTimeout <= 0 {
+		o.WaitTimeout = o.OpTimeout / 2
+	}
+	client, err := newUniversalClient(o)
+	if err != nil {
+		return nil, err
+	}
 	return &Redis{
-		client:    redis.NewClient(opts),
-		ttl:       o.TTL,
-		prefix:    o.KeyPrefix,
-		opTimeout: o.OpTimeout,
+		client:       client,
+		mode:         cmpOr(o.Mode, ModeSingle),
+		ttl:          o.TTL,
+		prefix:       o.KeyPrefix,
+		opTimeout:    o.OpTimeout,
+		waitReplicas: o.WaitReplicas,
+		waitTimeout:  o.WaitTimeout,
 	}, nil
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 // keys returns the Redis keys of the turn record and the user message
@@ -184,7 +209,14 @@ func (r *Redis) Reserve(ctx context.Context, k Key, mode string) (Reservation, e
 	}
 	opCtx, cancel := context.WithTimeout(ctx, r.opTimeout)
 	defer cancel()
-	v, err := reserveScript.Run(opCtx, r.client, r.keys(k), mode, r.ttl.Milliseconds(), newGeneration(), newGeneration()).Slice()
+	keys, args := r.keys(k), []any{mode, r.ttl.Milliseconds(), newGeneration(), newGeneration()}
+	var v []any
+	var err error
+	if r.waitReplicas > 0 {
+		v, err = r.reserveAndWait(opCtx, keys, args)
+	} else {
+		v, err = reserveScript.Run(opCtx, r.client, keys, args...).Slice()
+	}
 	if err != nil {
 		return Reservation{}, r.fail(ctx, "reserve", err)
 	}
