@@ -67,3 +67,6 @@ func (l *RateLimiter) Allow(ctx context.Context, sessionID string, rps float64, 
 	}
 	return false, max(res.RetryAfter, 0), nil
 }
+
+// KeyPrefix is the prefix of the limiter's keys (after redis_rate's "rate:").
+func (l *RateLimiter) KeyPrefix() string { return l.prefix }

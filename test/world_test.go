@@ -146,6 +146,8 @@ type FeatureOptions struct {
 	Now             func() time.Time
 	RateLimit       float64 // default 1000 (tests are not about the limit unless they say so)
 	RateBurst       int     // default 1000
+	// SharedLimiter is the replicas' shared rate limit (default none: local buckets).
+	SharedLimiter knowledge.SharedLimiter
 	Registerer      prometheus.Registerer
 	// CoreTimeout and the breakers tune the Core client (zero: defaults).
 	CoreTimeout         time.Duration
@@ -219,7 +221,7 @@ func (w *World) Features(t testing.TB, o FeatureOptions) *proxy.Features {
 	}
 	svc, err := knowledge.New(knowledge.Options{
 		Identity: client, Retriever: client, Catalog: cat, Tasks: tasks, Keys: keys, Now: o.Now,
-		RateLimit: o.RateLimit, RateBurst: o.RateBurst, Logger: o.Logger, Registerer: o.Registerer,
+		RateLimit: o.RateLimit, RateBurst: o.RateBurst, SharedLimiter: o.SharedLimiter, Logger: o.Logger, Registerer: o.Registerer,
 	})
 	if err != nil {
 		t.Fatalf("world: knowledge: %v", err)
