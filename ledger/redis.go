@@ -276,6 +276,12 @@ func (r *Redis) Close() error {
 // dropped (it names the server address); only a reason from a closed set is
 // kept. When the caller's context ended, its error is wrapped as well.
 func (r *Redis) fail(ctx context.Context, op string, err error) error {
+	if c, ok := r.client.(*redis.ClusterClient); ok && !errors.As(err, new(redis.Error)) {
+		// A timeout or a broken connection: the slot's primary may have
+		// stalled or moved without a MOVED to say so. The reload runs in
+		// the background, at most one at a time.
+		c.ReloadState(ctx)
+	}
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return fmt.Errorf("ledger: %s: %w: %w", op, ErrUnavailable, ctxErr)
 	}
@@ -285,6 +291,8 @@ func (r *Redis) fail(ctx context.Context, op string, err error) error {
 func reason(err error) string {
 	var ne net.Error
 	switch {
+	case errors.Is(err, errWaitShort):
+		return "replicas did not acknowledge"
 	case errors.Is(err, redis.ErrClosed):
 		return "client closed"
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/url"
 	"os"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
@@ -102,6 +103,9 @@ func isTLSURL(raw string) bool {
 	return err == nil && u.Scheme == "rediss"
 }
 
+// clusterReloadInterval bounds how stale the cluster slot map gets.
+const clusterReloadInterval = 5 * time.Second
+
 // newUniversalClient builds the client of o.Mode with the ledger's
 // fail-fast settings: short dial, read and write timeouts, one dial attempt
 // and one command retry (go-redis defaults to five and three), no CLIENT
@@ -135,6 +139,11 @@ func newUniversalClient(o RedisOptions) (redis.UniversalClient, error) {
 		// A MOVED or ASK during resharding or a failover is followed at
 		// most this often per command before it fails (503).
 		opts.MaxRedirects = 3
+		// go-redis re-reads the slot map on MOVED, and otherwise every
+		// minute: a stalled primary answers no MOVED, so the ledger also
+		// asks for a reload on each timeout (Redis.fail) and re-reads it
+		// every few seconds regardless.
+		opts.ClusterStateReloadInterval = clusterReloadInterval
 		opts.DisableIdentity = true
 		opts.MaintNotificationsConfig = off
 		opts.TLSConfig = tc

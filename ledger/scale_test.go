@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -250,32 +251,44 @@ func TestRedisRateLimiterGCRA(t *testing.T) {
 }
 
 // TestRedisWaitReplicas: with WaitReplicas the reservation is followed by
-// WAIT on the same connection; a Redis without replicas lets it time out
-// (the reservation stands); the cost is the WAIT timeout there.
+// WAIT on the same connection; a Redis without enough replicas makes the
+// reservation fail (ErrUnavailable, after the WAIT timeout: its cost there)
+// and the record stays bound to its mode; a conflict does not wait.
 func TestRedisWaitReplicas(t *testing.T) {
 	url := requireRedis(t)
 	prefix := uniquePrefix(t)
 	rawRedis(t, url, prefix)
 	r, err := NewRedis(RedisOptions{URL: url, KeyPrefix: prefix, TTL: time.Minute, OpTimeout: 2 * time.Second,
-		WaitReplicas: 1, WaitTimeout: 150 * time.Millisecond})
+		WaitReplicas: 16, WaitTimeout: 150 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	// A fresh script cache would answer NOSCRIPT first: reserveAndWait
-	// loads the script and retries.
 	k := key("t-wait", "m-wait")
 	start := time.Now()
-	res, err := r.Reserve(context.Background(), k, "inline")
+	_, err = r.Reserve(context.Background(), k, "inline")
 	took := time.Since(start)
-	if err != nil || !res.Created {
-		t.Fatalf("reserve with WAIT: %+v %v", res, err)
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "replicas did not acknowledge") {
+		t.Fatalf("reserve with WAIT 16 on a Redis without 16 replicas: %v; want ErrUnavailable", err)
 	}
-	info, _ := r.client.Info(context.Background(), "replication").Result()
-	if strings.Contains(info, "connected_slaves:0") && took < 150*time.Millisecond {
-		t.Errorf("reserve took %v; WAIT 1 150ms on a Redis without replicas must wait its timeout", took)
+	if took < 150*time.Millisecond {
+		t.Errorf("reserve took %v; WAIT must wait its timeout", took)
 	}
+	start = time.Now()
 	if _, err := r.Reserve(context.Background(), k, "on_demand"); err != ErrConflict {
-		t.Errorf("other mode after a waited reservation: %v; want ErrConflict", err)
+		t.Errorf("other mode after an unacknowledged reservation: %v; want ErrConflict", err)
+	}
+	if took := time.Since(start); took > 100*time.Millisecond {
+		t.Errorf("a conflict waited %v", took)
+	}
+	// WAIT 0 replicas answers at once: the reservation succeeds.
+	r0, err := NewRedis(RedisOptions{URL: url, KeyPrefix: prefix, TTL: time.Minute, WaitReplicas: 1, WaitTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r0.Close()
+	r0.waitReplicas = 0 // the pipeline path with a WAIT that needs nobody
+	if res, err := r0.reserveAndWait(context.Background(), r0.keys(key("t-wait2", "m-wait2")), []any{"inline", int64(60000), "g1", "g2"}); err != nil || len(res) != 3 {
+		t.Errorf("reserve and WAIT 0: %v %v", res, err)
 	}
 }

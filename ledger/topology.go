@@ -68,3 +68,8 @@ func (r *Redis) Topology(ctx context.Context) (Topology, error) {
 	}
 	return t, nil
 }
+
+// RecordKeys are the Redis keys of k's records (the turn record, the user
+// message record, their attempt counts), all in one cluster slot. For
+// operators' debugging and the scale tests (which primary holds a turn).
+func (r *Redis) RecordKeys(k Key) []string { return r.keys(k) }

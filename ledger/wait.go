@@ -2,51 +2,58 @@ package ledger
 
 import (
 	"context"
-	"strings"
+	"errors"
 
 	"github.com/redis/go-redis/v9"
 )
 
+// errWaitShort: WAIT returned before enough replicas acknowledged.
+var errWaitShort = errors.New("fewer replicas than ledger.redis_wait_replicas acknowledged the reservation")
+
 // reserveAndWait runs the reservation script and then WAIT on the same
 // connection of the primary that owns the keys (WAIT counts the replicas
-// that acknowledged that connection's writes), in one round trip. A WAIT
-// that times out with fewer replicas is not an error: it narrows the
-// window in which a failover can lose the record, it cannot close it.
+// that acknowledged that connection's writes). Fewer replicas than asked
+// within the timeout is an error (the turn answers 503): the record may
+// exist on the primary alone, and a failover could lose it. The record
+// stays (bound to its mode until its TTL), so a retry in the other mode is
+// still refused while the primary lives. A conflict wrote nothing and does
+// not wait.
 func (r *Redis) reserveAndWait(ctx context.Context, keys []string, args []any) ([]any, error) {
 	node, err := r.primaryFor(ctx, keys[0])
 	if err != nil {
 		return nil, err
 	}
-	run := func() (*redis.Cmd, error) {
-		var eval *redis.Cmd
-		_, err := node.Pipelined(ctx, func(p redis.Pipeliner) error {
-			eval = p.EvalSha(ctx, reserveScript.Hash(), keys, args...)
-			p.Do(ctx, "WAIT", r.waitReplicas, r.waitTimeout.Milliseconds())
-			return nil
-		})
-		if err != nil && eval.Err() == nil {
-			err = nil // the WAIT failed, the reservation is written
-		}
-		return eval, err
-	}
-	eval, err := run()
-	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		if err := reserveScript.Load(ctx, node).Err(); err != nil {
-			return nil, err
-		}
-		eval, err = run()
-	}
+	conn := node.Conn()
+	defer conn.Close()
+	v, err := reserveScript.Run(ctx, conn, keys, args...).Slice()
 	if err != nil {
 		return nil, err
 	}
-	return eval.Slice()
+	if len(v) == 0 {
+		return v, nil
+	}
+	if n, _ := v[0].(int64); n == 0 {
+		return v, nil
+	}
+	got, err := conn.Do(ctx, "WAIT", r.waitReplicas, r.waitTimeout.Milliseconds()).Int64()
+	if err != nil {
+		return nil, err
+	}
+	if got < int64(r.waitReplicas) {
+		return nil, errWaitShort
+	}
+	return v, nil
 }
 
 // primaryFor is the client of the primary that owns key: the cluster's
-// node for the key's slot, else the one client.
-func (r *Redis) primaryFor(ctx context.Context, key string) (redis.Cmdable, error) {
-	if c, ok := r.client.(*redis.ClusterClient); ok {
+// node for the key's slot, else the one client (single, or the failover
+// client that follows the sentinels' primary).
+func (r *Redis) primaryFor(ctx context.Context, key string) (*redis.Client, error) {
+	switch c := r.client.(type) {
+	case *redis.ClusterClient:
 		return c.MasterForKey(ctx, key)
+	case *redis.Client:
+		return c, nil
 	}
-	return r.client, nil
+	return nil, errors.New("ledger: unknown redis client")
 }

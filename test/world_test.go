@@ -148,7 +148,7 @@ type FeatureOptions struct {
 	RateBurst       int     // default 1000
 	// SharedLimiter is the replicas' shared rate limit (default none: local buckets).
 	SharedLimiter knowledge.SharedLimiter
-	Registerer      prometheus.Registerer
+	Registerer    prometheus.Registerer
 	// CoreTimeout and the breakers tune the Core client (zero: defaults).
 	CoreTimeout         time.Duration
 	Identity, Retrieval coreclient.BreakerSettings
