@@ -132,7 +132,8 @@ type Ledger struct {
 	// RedisWaitReplicas > 0 sends WAIT n (timeout 500ms) after each turn
 	// reservation, so the record is on n replicas before Core sees the
 	// turn: a failover then cannot lose it, at the cost of one replication
-	// round trip per turn. Default 0 (off).
+	// round trip per turn; fewer replicas acknowledging in time answers the
+	// turn 503. Default 0 (off).
 	RedisWaitReplicas int `yaml:"redis_wait_replicas"`
 	// TTL is how long a turn's mode is remembered. Default 24h.
 	TTL time.Duration `yaml:"ttl"`

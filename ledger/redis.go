@@ -44,8 +44,9 @@ type RedisOptions struct {
 	CAFile string
 	// WaitReplicas > 0 sends WAIT WaitReplicas WaitTimeout after each
 	// reservation, on the reservation's connection, so the record is on
-	// that many replicas before Core sees the turn (or the timeout passed).
-	// 0 (the default): no WAIT.
+	// that many replicas before Core sees the turn; fewer within the
+	// timeout fails the reservation (ErrUnavailable). 0 (the default): no
+	// WAIT.
 	WaitReplicas int
 	// WaitTimeout bounds that WAIT; ≤ 0 → OpTimeout / 2.
 	WaitTimeout time.Duration
