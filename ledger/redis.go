@@ -71,6 +71,8 @@ type Redis struct {
 	opTimeout    time.Duration
 	waitReplicas int
 	waitTimeout  time.Duration
+	// sentinels is how to ask the sentinels (sentinel mode; Topology).
+	sentinels *redis.FailoverOptions
 }
 
 var _ Ledger = (*Redis)(nil)
@@ -167,7 +169,16 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 	if err != nil {
 		return nil, err
 	}
+	var sentinels *redis.FailoverOptions
+	if o.Mode == ModeSentinel {
+		parsed, _ := universalOptions(o) // parsed once already
+		sentinels, _ = parsed.(*redis.FailoverOptions)
+		if sentinels != nil {
+			sentinels.TLSConfig, _ = tlsConfig(o)
+		}
+	}
 	return &Redis{
+		sentinels:    sentinels,
 		client:       client,
 		mode:         cmpOr(o.Mode, ModeSingle),
 		ttl:          o.TTL,

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"net"
 	"sort"
 	"sync"
 
@@ -62,11 +63,31 @@ func (r *Redis) Topology(ctx context.Context) (Topology, error) {
 				return t, r.fail(ctx, "role", err)
 			}
 			if len(role) > 0 && role[0] == "master" {
-				t.Master = c.Options().Addr
+				t.Master = r.sentinelMaster(opCtx)
 			}
 		}
 	}
 	return t, nil
+}
+
+// sentinelMaster asks the sentinels, in turn, for the primary's address;
+// "" when none answers.
+func (r *Redis) sentinelMaster(ctx context.Context) string {
+	o := r.sentinels
+	if o == nil {
+		return ""
+	}
+	for _, addr := range o.SentinelAddrs {
+		sc := redis.NewSentinelClient(&redis.Options{Addr: addr, Username: o.SentinelUsername, Password: o.SentinelPassword,
+			TLSConfig: o.TLSConfig, DialTimeout: DefaultDialTimeout, ReadTimeout: r.opTimeout, WriteTimeout: r.opTimeout,
+			DisableIdentity: true, MaxRetries: -1})
+		a, err := sc.GetMasterAddrByName(ctx, o.MasterName).Result()
+		sc.Close()
+		if err == nil && len(a) == 2 {
+			return net.JoinHostPort(a[0], a[1])
+		}
+	}
+	return ""
 }
 
 // RecordKeys are the Redis keys of k's records (the turn record, the user
