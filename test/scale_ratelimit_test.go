@@ -2,8 +2,10 @@ package test
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,7 +14,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
+	"github.com/bailinghub/knowledge-sidecar/sidecar"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
 
@@ -158,4 +162,57 @@ func TestScaleRateLimitFallback(t *testing.T) {
 		t.Errorf("the log names a Redis address:\n%s", out)
 	}
 
+}
+
+// TestScaleBuildSharesRateLimit: replicas built as `serve` builds them,
+// with only a ledger Redis URL set, share the per-session rate limit by
+// default (rate_limit.backend defaults to redis): 30 requests alternating
+// between two replicas are accepted at most burst + rps × elapsed times.
+func TestScaleBuildSharesRateLimit(t *testing.T) {
+	sharedRedisLedger(t, uniqueRedisPrefix(t)) // Redis reachable, or skip/fail
+	w := NewWorld(t, WorldOptions{})
+	cfg := config.Defaults()
+	cfg.Core.URL, cfg.Core.Token, cfg.Catalog.DSN, cfg.Rollout = w.CoreURL, w.ServiceToken, w.DB.ReadOnlyDSN, "all"
+	cfg.Ledger.RedisURL = redisTestURL()
+	cfg.RateLimit.RPS, cfg.RateLimit.Burst = 1, 4
+	if err := cfg.Validate(sidecar.ExtraChecks...); err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.RateLimitBackend(); got != "redis" {
+		t.Fatalf("rate limit backend with a Redis URL: %q; want redis", got)
+	}
+	var urls []string
+	var apps []*sidecar.App
+	for range 2 {
+		app, err := sidecar.Build(context.Background(), cfg, sidecar.Deps{Logger: testLogger(t), Version: "test"})
+		if err != nil {
+			t.Fatalf("build: %v", err)
+		}
+		t.Cleanup(app.Close)
+		srv := httptest.NewServer(app.Server.Handler())
+		t.Cleanup(srv.Close)
+		urls, apps = append(urls, srv.URL), append(apps, app)
+	}
+	c := newClient(t)
+	start := time.Now()
+	accepted := 0
+	for i := range 30 {
+		code, _, _ := Call(t, c, "GET", urls[i%2]+"/agent-api/v1/workspaces/"+testdb.RouteMulti+"/knowledge/capabilities", w.TokenA, nil)
+		switch code {
+		case 200:
+			accepted++
+		case 429:
+		default:
+			t.Fatalf("request %d: %d", i, code)
+		}
+	}
+	limit := cfg.RateLimit.Burst + int(cfg.RateLimit.RPS*time.Since(start).Seconds()) + 1
+	if accepted < 1 || accepted > limit {
+		t.Errorf("accepted %d of 30 across two built replicas; want 1..%d", accepted, limit)
+	}
+	for i, app := range apps {
+		if got := metricValue(t, app.Server.Registry(), "knowledge_sidecar_rate_limit_fallback_total", nil); got != 0 {
+			t.Errorf("replica %d fell back %v times with Redis up", i, got)
+		}
+	}
 }
