@@ -46,6 +46,15 @@ func TestScaleLedgerLatency(t *testing.T) {
 	sentinel := topoLedger(t, ledger.ModeSentinel, sentinelURL, sp)
 	waited := topoLedgerWait(t, ledger.ModeSentinel, sentinelURL, sp, 1)
 
+	// After a failover test the set may still lack a replica for WAIT
+	// (Sentinel turns the old primary into one about 10s after the switch).
+	if !poll(30*time.Second, func() bool {
+		k := ledger.Key{SessionID: "lat-ready-" + randomToken(t, "")[:8], Route: "kb-multi", ConversationID: "c", TurnID: "t", UserMessageID: "m"}
+		_, err := waited.Reserve(t.Context(), k, "inline")
+		return err == nil
+	}) {
+		t.Fatal("the sentinel set has no replica acknowledging WAIT after 30s")
+	}
 	reserveLatencies(t, single, 50) // warm the pools and the script caches
 	reserveLatencies(t, cluster, 50)
 	reserveLatencies(t, sentinel, 50)
