@@ -527,3 +527,30 @@ func processID(t *testing.T, ctx context.Context, addr string) int {
 	t.Fatal("INFO server has no process_id")
 	return 0
 }
+
+// TestScaleClusterWaitReplicas: with ledger.redis_wait_replicas 1 every
+// reservation on the cluster is acknowledged by its primary's replica
+// (WAIT runs on the connection of the primary that owns the turn's slot),
+// for sessions on every primary.
+func TestScaleClusterWaitReplicas(t *testing.T) {
+	url := topoURL(t, "KS_TEST_REDIS_CLUSTER_URL")
+	prefix := uniqueRedisPrefix(t)
+	deleteTopoKeys(t, rawTopo(t, ledger.ModeCluster, url), prefix)
+	l := topoLedgerWait(t, ledger.ModeCluster, url, prefix, 1)
+	strict := topoLedgerWait(t, ledger.ModeCluster, url, prefix, 2) // each primary has one replica
+	key := func(i int, turn string) ledger.Key {
+		return ledger.Key{SessionID: fmt.Sprintf("wait-%d-%s", i, prefix), Route: testdb.RouteMulti,
+			ConversationID: "c", TurnID: turn, UserMessageID: "m-" + turn}
+	}
+	for i := range 30 {
+		if _, err := l.Reserve(t.Context(), key(i, "t1"), "inline"); err != nil {
+			t.Fatalf("reserve %d with WAIT 1: %v", i, err)
+		}
+	}
+	// WAIT 2 costs its timeout each time: two sessions are enough.
+	for i := range 2 {
+		if _, err := strict.Reserve(t.Context(), key(i, "t2"), "inline"); err == nil {
+			t.Fatalf("reserve %d with WAIT 2 on primaries with one replica succeeded", i)
+		}
+	}
+}
