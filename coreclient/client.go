@@ -16,7 +16,10 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/bailinghub/knowledge-sidecar/config"
+	"github.com/bailinghub/knowledge-sidecar/telemetry"
 )
 
 // ErrKBMissing: Core does not know the knowledge base (it was deleted, or
@@ -78,6 +81,9 @@ type Options struct {
 	Identity, Retrieval BreakerSettings // zero fields take DefaultBreakerSettings
 	Metrics             *Metrics        // nil: no metrics
 	Now                 func() time.Time
+	// TracerProvider, when set, gives every request to Core a CLIENT span
+	// and the W3C propagation headers (SPEC §9). nil: no tracing.
+	TracerProvider trace.TracerProvider
 }
 
 // Client talks HTTP to the legacy Core: identity (session, system-info),
@@ -93,6 +99,7 @@ type Client struct {
 	now           func() time.Time
 	identity      *Breaker
 	retrieval     *Breaker
+	tracer        trace.Tracer // nil: tracing off
 
 	mu          sync.Mutex
 	absentUntil time.Time // system-info known absent until then
@@ -119,6 +126,7 @@ func NewClient(o Options) (*Client, error) {
 		probeInterval: o.ProbeInterval,
 		metrics:       o.Metrics,
 		now:           o.Now,
+		tracer:        telemetry.Tracer(o.TracerProvider),
 	}
 	// Zero means the documented default; config.Defaults is its one source.
 	if c.timeout == 0 {
@@ -450,6 +458,9 @@ func (c *Client) call(ctx context.Context, b *Breaker, op string, fn func(contex
 	}
 	if errors.Is(err, ErrBreakerOpen) {
 		c.metrics.observeRequest(op, OutcomeOpen, -1)
+		if c.tracer != nil {
+			breakerEvent(ctx, b)
+		}
 		return err // already "coreclient: <family>: …"
 	}
 	var ce *CoreError
@@ -497,13 +508,18 @@ func (c *Client) do(req *http.Request, limit int64) (int, []byte, error) {
 }
 
 // doResponse is do returning the (already closed) response for its headers.
-func (c *Client) doResponse(req *http.Request, limit int64) (*http.Response, []byte, error) {
-	resp, err := c.hc.Do(req)
+func (c *Client) doResponse(req *http.Request, limit int64) (resp *http.Response, body []byte, err error) {
+	if c.tracer != nil {
+		var span trace.Span
+		req, span = c.startSpan(req)
+		defer func() { endSpan(span, resp, err) }()
+	}
+	resp, err = c.hc.Do(req)
 	if err != nil {
 		return nil, nil, transportError(req.Context(), err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	body, err = io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
 		return nil, nil, transportError(req.Context(), err)
 	}
