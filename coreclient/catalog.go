@@ -644,7 +644,8 @@ func (c *SQLCatalog) do(ctx context.Context, query string, fn func(context.Conte
 	err := c.breaker.Do(ctx, func(ctx context.Context) error {
 		qctx, cancel := context.WithTimeout(ctx, c.opts.QueryTimeout)
 		defer cancel()
-		if c.tracer != nil {
+		if c.tracer != nil && trace.SpanContextFromContext(qctx).IsValid() {
+			// Queries of a request only: background checks start no trace.
 			var span trace.Span
 			qctx, span = startQuerySpan(qctx, c.tracer, query)
 			err := classify(ctx, query, fn(qctx))

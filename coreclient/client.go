@@ -509,7 +509,8 @@ func (c *Client) do(req *http.Request, limit int64) (int, []byte, error) {
 
 // doResponse is do returning the (already closed) response for its headers.
 func (c *Client) doResponse(req *http.Request, limit int64) (resp *http.Response, body []byte, err error) {
-	if c.tracer != nil {
+	if c.tracer != nil && trace.SpanContextFromContext(req.Context()).IsValid() {
+		// Calls of a request only: a background probe starts no trace.
 		var span trace.Span
 		req, span = c.startSpan(req)
 		defer func() { endSpan(span, resp, err) }()
