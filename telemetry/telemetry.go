@@ -73,10 +73,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 // Options of Setup. Zero values are the defaults.
 type Options struct {
-	Version string              // service.version
-	Metrics *Metrics            // nil: counted nowhere
-	Logger  *slog.Logger        // SDK errors (export failures) at debug; nil: discarded
-	Env     func(string) string // nil: os.Getenv
+	Version string       // service.version
+	Metrics *Metrics     // nil: counted nowhere
+	Logger  *slog.Logger // SDK errors (export failures) at debug; nil: discarded
 	// Exporter replaces the OTLP exporter (tests).
 	Exporter sdktrace.SpanExporter
 	// QueueSize bounds the finished spans waiting for export; ≤ 0: 2048
@@ -93,10 +92,7 @@ type Tracing struct {
 // nil (tracing off) when OTEL_SDK_DISABLED is true. Errors name the variable,
 // never a header value.
 func Setup(ctx context.Context, o Options) (*Tracing, error) {
-	env := o.Env
-	if env == nil {
-		env = os.Getenv
-	}
+	env := os.Getenv
 	if strings.EqualFold(strings.TrimSpace(env("OTEL_SDK_DISABLED")), "true") {
 		return nil, nil
 	}
