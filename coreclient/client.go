@@ -452,12 +452,18 @@ func (c *Client) call(ctx context.Context, b *Breaker, op string, fn func(contex
 	if sent {
 		d = c.now().Sub(start)
 	}
+	tid := "" // the exemplar's trace id: a sampled request's
+	if c.tracer != nil {
+		if sc, ok := telemetry.Sampled(ctx); ok {
+			tid = sc.TraceID().String()
+		}
+	}
 	if err == nil {
-		c.metrics.observeRequest(op, OutcomeOK, d)
+		c.metrics.observeRequest(op, OutcomeOK, d, tid)
 		return nil
 	}
 	if errors.Is(err, ErrBreakerOpen) {
-		c.metrics.observeRequest(op, OutcomeOpen, -1)
+		c.metrics.observeRequest(op, OutcomeOpen, -1, tid)
 		if c.tracer != nil {
 			breakerEvent(ctx, b)
 		}
@@ -467,19 +473,19 @@ func (c *Client) call(ctx context.Context, b *Breaker, op string, fn func(contex
 	switch {
 	case errors.Is(err, ErrUnavailable) && ctx.Err() != nil:
 		// The caller gave up: not Core's fault; keep both sentinels.
-		c.metrics.observeRequest(op, OutcomeCanceled, d)
+		c.metrics.observeRequest(op, OutcomeCanceled, d, tid)
 		return fmt.Errorf("coreclient: %s: %w: %w", op, ErrUnavailable, ctx.Err())
 	case errors.Is(err, ErrUnauthorized):
-		c.metrics.observeRequest(op, OutcomeUnauthorized, d)
+		c.metrics.observeRequest(op, OutcomeUnauthorized, d, tid)
 	case errors.Is(err, ErrRateLimited):
-		c.metrics.observeRequest(op, OutcomeRateLimited, d)
+		c.metrics.observeRequest(op, OutcomeRateLimited, d, tid)
 	case errors.As(err, &ce), errors.Is(err, ErrNotFound), errors.Is(err, ErrEndpointAbsent):
-		c.metrics.observeRequest(op, OutcomeClientError, d)
+		c.metrics.observeRequest(op, OutcomeClientError, d, tid)
 		if ce != nil {
 			return err // relayed as is
 		}
 	default:
-		c.metrics.observeRequest(op, OutcomeUnavailable, d)
+		c.metrics.observeRequest(op, OutcomeUnavailable, d, tid)
 	}
 	return fmt.Errorf("coreclient: %s: %w", op, err)
 }

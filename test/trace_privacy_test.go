@@ -36,6 +36,7 @@ func TestTracePrivacy(t *testing.T) {
 			t.Fatalf("%s: got %d %s; want %d", what, code, clip(string(got)), want)
 		}
 		bodies = append(bodies, got)
+		tc.awaitServer(t)
 		return got
 	}
 	const query = "refunds accepted within days of delivery"
