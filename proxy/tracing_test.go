@@ -129,3 +129,23 @@ type discardExporter struct{}
 
 func (discardExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
 func (discardExporter) Shutdown(context.Context) error                             { return nil }
+
+// TestTracingOffUntouched: with tracing off the edge neither reads nor
+// writes trace headers: a caller's traceparent reaches Core as sent, and
+// none is added to a request without one.
+func TestTracingOffUntouched(t *testing.T) {
+	var seen []string
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen = append(seen, r.Header.Get("Traceparent"))
+	}))
+	defer up.Close()
+	s := tracedServer(t, up.URL, nil)
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	req := httptest.NewRequest("GET", "/x", nil)
+	req.Header.Set("Traceparent", tp)
+	s.Handler().ServeHTTP(httptest.NewRecorder(), req)
+	s.Handler().ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/x", nil))
+	if len(seen) != 2 || seen[0] != tp || seen[1] != "" {
+		t.Errorf("Core saw traceparents %q; want the caller's, then none", seen)
+	}
+}
