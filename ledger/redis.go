@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults of RedisOptions.
@@ -36,6 +37,9 @@ type RedisOptions struct {
 	// OpTimeout bounds every operation (Reserve, Release, Ping) including
 	// retries, below the caller's own deadline; ≤ 0 → DefaultOpTimeout (1s).
 	OpTimeout time.Duration
+	// TracerProvider, when set, gives every Redis command (and pipeline) a
+	// CLIENT span carrying only the command name (SPEC §9). nil: none.
+	TracerProvider trace.TracerProvider
 }
 
 // Redis is the ledger shared by replicas. Each operation is one Lua script,
@@ -151,8 +155,12 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 	// notifications (older servers and proxies reject them).
 	opts.DisableIdentity = true
 	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	client := redis.NewClient(opts)
+	if o.TracerProvider != nil {
+		client.AddHook(traceHook{tracer: o.TracerProvider.Tracer(traceScope)})
+	}
 	return &Redis{
-		client:    redis.NewClient(opts),
+		client:    client,
 		ttl:       o.TTL,
 		prefix:    o.KeyPrefix,
 		opTimeout: o.OpTimeout,
