@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bailinghub/knowledge-sidecar/config"
+	"github.com/bailinghub/knowledge-sidecar/hostclient/hostclienttest"
 	"github.com/bailinghub/knowledge-sidecar/sidecar"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
@@ -35,6 +36,13 @@ func (tc *traced) WS(route string) string { return tc.URL + "/agent-api/v1/works
 
 func startTraced(t *testing.T, w *World, sampler sdktrace.Sampler) *traced {
 	t.Helper()
+	return startTracedWith(t, w, sampler, nil)
+}
+
+// startTracedWith is startTraced with tweak applied to the configuration
+// before the sidecar is built.
+func startTracedWith(t *testing.T, w *World, sampler sdktrace.Sampler, tweak func(*config.Config)) *traced {
+	t.Helper()
 	rec := tracetest.NewSpanRecorder()
 	ended := make(chan sdktrace.ReadOnlySpan, 256)
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithSpanProcessor(serverEnds{ended}), sdktrace.WithSampler(sampler))
@@ -48,6 +56,9 @@ func startTraced(t *testing.T, w *World, sampler sdktrace.Sampler) *traced {
 	cfg.Ledger.RedisURL = redisTestURL()
 	cfg.Log.Access = true
 	cfg.Tracing.Enabled = true
+	if tweak != nil {
+		tweak(&cfg)
+	}
 	logs := &lockedBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	app, err := sidecar.Build(context.Background(), cfg, sidecar.Deps{Logger: log, TracerProvider: tp, Version: "test"})
@@ -289,5 +300,38 @@ func TestTracePassthroughUnsampled(t *testing.T) {
 	}
 	if client != 1 {
 		t.Errorf("pass-through: %d client spans under the server span; want 1 (the upstream request)", client)
+	}
+}
+
+// TestTraceLedgerFailOpen: a turn without knowledge_delivery that goes to
+// Core unbound because the ledger cannot be reached is marked on its server
+// span with a ledger_fail_open event naming the reason.
+func TestTraceLedgerFailOpen(t *testing.T) {
+	w := NewWorld(t, WorldOptions{})
+	refused := strings.TrimPrefix(hostclienttest.RefusedURL(t), "http://")
+	tc := startTracedWith(t, w, sdktrace.AlwaysSample(), func(cfg *config.Config) {
+		cfg.Ledger.RedisURL = "redis://" + refused + "/0"
+	})
+	code, body := callH(t, "POST", tc.WS(testdb.RouteMulti)+"/turns", w.TokenA, newTurn("trace-fail-open").body(""), nil)
+	if code != 200 {
+		t.Fatalf("field-less turn with the ledger down: %d %s; want Core's answer", code, body)
+	}
+	srv := tc.awaitServer(t)
+	if srv.Name() != turnsSpan {
+		t.Fatalf("server span %q; want %q", srv.Name(), turnsSpan)
+	}
+	var reasons []string
+	for _, e := range srv.Events() {
+		if e.Name != "ledger_fail_open" {
+			continue
+		}
+		for _, a := range e.Attributes {
+			if a.Key == "knowledge_sidecar.reason" {
+				reasons = append(reasons, a.Value.AsString())
+			}
+		}
+	}
+	if len(reasons) != 1 || reasons[0] != "ledger" {
+		t.Errorf("ledger_fail_open events with reasons %v; want exactly one, reason ledger", reasons)
 	}
 }
