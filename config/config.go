@@ -36,6 +36,15 @@ type Config struct {
 	Shutdown  Shutdown  `yaml:"shutdown"`
 	Log       Log       `yaml:"log"`
 	Reload    Reload    `yaml:"reload"`
+	Tracing   Tracing   `yaml:"tracing"`
+}
+
+// Tracing configures OpenTelemetry tracing (SPEC §9, docs/tracing.md).
+type Tracing struct {
+	// Enabled turns tracing on: spans exported over OTLP as the standard
+	// OTEL_* variables say (endpoint, protocol, headers, service name,
+	// sampler; OTEL_SDK_DISABLED=true wins). Default false. Restart-only.
+	Enabled bool `yaml:"enabled"`
 }
 
 // Core is the legacy Core the sidecar fronts.
@@ -281,6 +290,7 @@ func Defaults() Config {
 		Shutdown: Shutdown{DrainDelay: 5 * time.Second, Timeout: 30 * time.Second},
 		Log:      Log{Level: "info"},
 		Reload:   Reload{WatchInterval: 10 * time.Second},
+		Tracing:  Tracing{Enabled: false}, // off unless asked for
 	}
 }
 

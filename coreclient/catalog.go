@@ -13,8 +13,10 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bailinghub/knowledge-sidecar/config"
+	"github.com/bailinghub/knowledge-sidecar/telemetry"
 )
 
 // The catalog's queries: CONTRACT.md's column set, after CORE_SCHEMA §8
@@ -82,6 +84,9 @@ type CatalogOptions struct {
 	DocCacheBytes   int64         // revision/body cache text budget in bytes, default 64 MiB
 	Breaker         BreakerSettings
 	Metrics         *Metrics // nil: no metrics
+	// TracerProvider, when set, gives every query a CLIENT span named by
+	// its label (SPEC §9). nil: no tracing.
+	TracerProvider trace.TracerProvider
 }
 
 // withDefaults fills zero settings from config.Defaults, their one source.
@@ -180,6 +185,7 @@ type SQLCatalog struct {
 	opts    CatalogOptions
 	breaker *Breaker
 	cache   *docCache
+	tracer  trace.Tracer // nil: tracing off
 
 	taskMu       sync.Mutex
 	taskPrepared *sql.Stmt // tasks.go
@@ -215,6 +221,7 @@ func OpenCatalog(o CatalogOptions) (*SQLCatalog, error) {
 		opts:    o,
 		breaker: NewBreaker(FamilyCatalog, o.Breaker, o.Metrics),
 		cache:   newDocCache(o.DocCacheEntries, o.DocCacheBytes),
+		tracer:  telemetry.Tracer(o.TracerProvider),
 	}, nil
 }
 
@@ -637,8 +644,19 @@ func (c *SQLCatalog) do(ctx context.Context, query string, fn func(context.Conte
 	err := c.breaker.Do(ctx, func(ctx context.Context) error {
 		qctx, cancel := context.WithTimeout(ctx, c.opts.QueryTimeout)
 		defer cancel()
+		if c.tracer != nil && trace.SpanContextFromContext(qctx).IsValid() {
+			// Queries of a request only: background checks start no trace.
+			var span trace.Span
+			qctx, span = startQuerySpan(qctx, c.tracer, query)
+			err := classify(ctx, query, fn(qctx))
+			endQuerySpan(span, outcomeOf(err))
+			return err
+		}
 		return classify(ctx, query, fn(qctx))
 	})
+	if c.tracer != nil && errors.Is(err, ErrBreakerOpen) {
+		breakerEvent(ctx, c.breaker)
+	}
 	if c.opts.Metrics != nil {
 		c.opts.Metrics.ObserveCatalog(query, outcomeOf(err), time.Since(start))
 	}

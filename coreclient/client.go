@@ -16,7 +16,10 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/bailinghub/knowledge-sidecar/config"
+	"github.com/bailinghub/knowledge-sidecar/telemetry"
 )
 
 // ErrKBMissing: Core does not know the knowledge base (it was deleted, or
@@ -78,6 +81,9 @@ type Options struct {
 	Identity, Retrieval BreakerSettings // zero fields take DefaultBreakerSettings
 	Metrics             *Metrics        // nil: no metrics
 	Now                 func() time.Time
+	// TracerProvider, when set, gives every request to Core a CLIENT span
+	// and the W3C propagation headers (SPEC §9). nil: no tracing.
+	TracerProvider trace.TracerProvider
 }
 
 // Client talks HTTP to the legacy Core: identity (session, system-info),
@@ -93,6 +99,7 @@ type Client struct {
 	now           func() time.Time
 	identity      *Breaker
 	retrieval     *Breaker
+	tracer        trace.Tracer // nil: tracing off
 
 	mu          sync.Mutex
 	absentUntil time.Time // system-info known absent until then
@@ -119,6 +126,7 @@ func NewClient(o Options) (*Client, error) {
 		probeInterval: o.ProbeInterval,
 		metrics:       o.Metrics,
 		now:           o.Now,
+		tracer:        telemetry.Tracer(o.TracerProvider),
 	}
 	// Zero means the documented default; config.Defaults is its one source.
 	if c.timeout == 0 {
@@ -444,31 +452,40 @@ func (c *Client) call(ctx context.Context, b *Breaker, op string, fn func(contex
 	if sent {
 		d = c.now().Sub(start)
 	}
+	tid := "" // the exemplar's trace id: a sampled request's
+	if c.tracer != nil {
+		if sc, ok := telemetry.Sampled(ctx); ok {
+			tid = sc.TraceID().String()
+		}
+	}
 	if err == nil {
-		c.metrics.observeRequest(op, OutcomeOK, d)
+		c.metrics.observeRequest(op, OutcomeOK, d, tid)
 		return nil
 	}
 	if errors.Is(err, ErrBreakerOpen) {
-		c.metrics.observeRequest(op, OutcomeOpen, -1)
+		c.metrics.observeRequest(op, OutcomeOpen, -1, tid)
+		if c.tracer != nil {
+			breakerEvent(ctx, b)
+		}
 		return err // already "coreclient: <family>: …"
 	}
 	var ce *CoreError
 	switch {
 	case errors.Is(err, ErrUnavailable) && ctx.Err() != nil:
 		// The caller gave up: not Core's fault; keep both sentinels.
-		c.metrics.observeRequest(op, OutcomeCanceled, d)
+		c.metrics.observeRequest(op, OutcomeCanceled, d, tid)
 		return fmt.Errorf("coreclient: %s: %w: %w", op, ErrUnavailable, ctx.Err())
 	case errors.Is(err, ErrUnauthorized):
-		c.metrics.observeRequest(op, OutcomeUnauthorized, d)
+		c.metrics.observeRequest(op, OutcomeUnauthorized, d, tid)
 	case errors.Is(err, ErrRateLimited):
-		c.metrics.observeRequest(op, OutcomeRateLimited, d)
+		c.metrics.observeRequest(op, OutcomeRateLimited, d, tid)
 	case errors.As(err, &ce), errors.Is(err, ErrNotFound), errors.Is(err, ErrEndpointAbsent):
-		c.metrics.observeRequest(op, OutcomeClientError, d)
+		c.metrics.observeRequest(op, OutcomeClientError, d, tid)
 		if ce != nil {
 			return err // relayed as is
 		}
 	default:
-		c.metrics.observeRequest(op, OutcomeUnavailable, d)
+		c.metrics.observeRequest(op, OutcomeUnavailable, d, tid)
 	}
 	return fmt.Errorf("coreclient: %s: %w", op, err)
 }
@@ -497,13 +514,19 @@ func (c *Client) do(req *http.Request, limit int64) (int, []byte, error) {
 }
 
 // doResponse is do returning the (already closed) response for its headers.
-func (c *Client) doResponse(req *http.Request, limit int64) (*http.Response, []byte, error) {
-	resp, err := c.hc.Do(req)
+func (c *Client) doResponse(req *http.Request, limit int64) (resp *http.Response, body []byte, err error) {
+	if c.tracer != nil && trace.SpanContextFromContext(req.Context()).IsValid() {
+		// Calls of a request only: a background probe starts no trace.
+		var span trace.Span
+		req, span = c.startSpan(req)
+		defer func() { endSpan(span, resp, err) }()
+	}
+	resp, err = c.hc.Do(req)
 	if err != nil {
 		return nil, nil, transportError(req.Context(), err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	body, err = io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
 		return nil, nil, transportError(req.Context(), err)
 	}

@@ -144,12 +144,17 @@ func (m *Metrics) ObserveCatalog(query, outcome string, d time.Duration) {
 }
 
 // observeRequest records one Core call; d < 0 means no request was sent.
-func (m *Metrics) observeRequest(op, outcome string, d time.Duration) {
+// traceID, when not empty, is the duration's exemplar (a sampled request).
+func (m *Metrics) observeRequest(op, outcome string, d time.Duration, traceID string) {
 	if m == nil {
 		return
 	}
 	m.requests.WithLabelValues(op, outcome).Inc()
-	if d >= 0 {
+	switch {
+	case d < 0:
+	case traceID != "":
+		m.requestDuration.WithLabelValues(op).(prometheus.ExemplarObserver).ObserveWithExemplar(d.Seconds(), prometheus.Labels{"trace_id": traceID})
+	default:
 		m.requestDuration.WithLabelValues(op).Observe(d.Seconds())
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults of RedisOptions.
@@ -50,6 +51,9 @@ type RedisOptions struct {
 	WaitReplicas int
 	// WaitTimeout bounds that WAIT; ≤ 0 → OpTimeout / 2.
 	WaitTimeout time.Duration
+	// TracerProvider, when set, gives every Redis command (and pipeline) a
+	// CLIENT span carrying only the command name (SPEC §9). nil: none.
+	TracerProvider trace.TracerProvider
 }
 
 // Redis modes (ledger.redis_mode).
@@ -168,6 +172,9 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 	client, err := newUniversalClient(o)
 	if err != nil {
 		return nil, err
+	}
+	if o.TracerProvider != nil {
+		client.AddHook(traceHook{tracer: o.TracerProvider.Tracer(traceScope)})
 	}
 	var sentinels *redis.FailoverOptions
 	if o.Mode == ModeSentinel {

@@ -7,13 +7,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// AdminHandler serves /metrics (this server's own registry), /healthz (the
+// AdminHandler serves /metrics (this server's own registry; OpenMetrics,
+// with trace-id exemplars, to a scraper that asks for it), /healthz (the
 // process is up), /readyz (configuration loaded, able to proxy, not
 // draining) and POST /-/reload (see SetReloader). Readiness is deliberately not tied to Core retrieval health: a
 // sick knowledge path must not take pass-through traffic out of rotation.
 func (s *Server) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{EnableOpenMetrics: true}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, []byte(`{"status":"ok"}`))
 	})

@@ -16,6 +16,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/net/http/httpguts"
 )
 
@@ -107,7 +108,12 @@ func (s *Server) edge() echo.MiddlewareFunc {
 			}
 			resp := c.Response()
 			resp.Writer = &edgeWriter{ResponseWriter: resp.Writer, resp: resp, id: st.id}
-			r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, st))
+			ctx := r.Context()
+			var span trace.Span // nil unless tracing is on
+			if s.tracer != nil {
+				ctx, span = s.startServerSpan(ctx, r, c.Path(), st.id)
+			}
+			r = r.WithContext(context.WithValue(ctx, ctxKey{}, st))
 			c.SetRequest(r)
 			name := handlerName(c)
 			conn := connOf(r.Context())
@@ -126,6 +132,9 @@ func (s *Server) edge() echo.MiddlewareFunc {
 				s.lim.m.rejected.WithLabelValues(limitInFlight).Inc()
 				s.writeErr(resp, r, errOverloaded)
 				s.observe(r, st.id, name, resp.Status, resp.Size, time.Since(start))
+				if span != nil {
+					endServerSpan(span, resp.Status)
+				}
 				return nil
 			}
 			s.m.inFlight.Inc()
@@ -147,6 +156,9 @@ func (s *Server) edge() echo.MiddlewareFunc {
 					status = http.StatusBadGateway // the response was cut short
 				}
 				s.observe(r, st.id, name, status, resp.Size, time.Since(start))
+				if span != nil {
+					endServerSpan(span, status)
+				}
 				if p != nil {
 					panic(p)
 				}
@@ -361,7 +373,13 @@ func bodyEndsCleanly(body io.Reader, limit int64) bool {
 // observe records one finished request in the metrics and the access log.
 func (s *Server) observe(r *http.Request, id, handler string, status int, size int64, elapsed time.Duration) {
 	s.m.requests.WithLabelValues(handler, strconv.Itoa(status)).Inc()
-	s.m.duration.WithLabelValues(handler).Observe(elapsed.Seconds())
+	if sc, ok := s.sampled(r.Context()); ok {
+		// The exemplar links this bucket to the trace (OpenMetrics only).
+		s.m.duration.WithLabelValues(handler).(prometheus.ExemplarObserver).ObserveWithExemplar(
+			elapsed.Seconds(), prometheus.Labels{"trace_id": sc.TraceID().String()})
+	} else {
+		s.m.duration.WithLabelValues(handler).Observe(elapsed.Seconds())
+	}
 	level := slog.LevelDebug
 	if s.access {
 		level = slog.LevelInfo

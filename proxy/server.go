@@ -12,8 +12,10 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bailinghub/knowledge-sidecar/config"
+	"github.com/bailinghub/knowledge-sidecar/telemetry"
 )
 
 // Options wire a Server. Only CoreURL is required: without Features the
@@ -35,6 +37,10 @@ type Options struct {
 	// Limits bound what clients can make the edge hold; zero fields take
 	// config.Defaults.
 	Limits Limits
+	// TracerProvider, when set, turns on tracing (SPEC §9): a SERVER span
+	// per request, a CLIENT span for what goes to Core, W3C propagation,
+	// trace-id exemplars. nil → off, at no per-request cost.
+	TracerProvider trace.TracerProvider
 }
 
 // edgeLimits are a Server's bounds in effect.
@@ -88,6 +94,8 @@ type Server struct {
 	transport http.RoundTripper
 
 	feat *features
+
+	tracer trace.Tracer // nil: tracing off
 }
 
 func registerer(o Options) prometheus.Registerer {
@@ -122,6 +130,10 @@ func New(o Options) (*Server, error) {
 	}
 	s.lim = newEdgeLimits(o.Limits, newLimitMetrics(registerer(o)))
 	s.target, s.transport = o.CoreURL, o.Transport
+	if o.TracerProvider != nil {
+		s.tracer = telemetry.Tracer(o.TracerProvider)
+		s.transport = &tracingTransport{next: o.Transport, tracer: s.tracer}
+	}
 	s.fw = forwarding{trusted: o.TrustedProxies, preserveHost: o.PreserveHost}
 	s.pass = s.newPassthrough()
 	s.passH = echo.WrapHandler(s.pass)

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
@@ -234,7 +236,7 @@ func (s *Server) oldClientTurn(c echo.Context, st *turnState, raw []byte, tr tur
 		if s.feat.inflight.onDemand(s.feat.inflight.bearerKeys(r.Header.Get("Authorization"), st.route, tr)) {
 			return ledger.ErrConflict
 		}
-		s.m.ledgerFailOpen.WithLabelValues(failOpenIdentity).Inc()
+		s.failOpen(r.Context(), failOpenIdentity)
 		return s.passH(c)
 	}
 	st.mode, st.absent, st.keyed, st.key = knowledge.DeliveryInline, true, true, turn.Key(sess.SessionID, st.route, tr)
@@ -245,10 +247,20 @@ func (s *Server) oldClientTurn(c echo.Context, st *turnState, raw []byte, tr tur
 		if s.feat.inflight.onDemand(s.feat.inflight.ledgerKeys(st.key)) {
 			return ledger.ErrConflict
 		}
-		s.m.ledgerFailOpen.WithLabelValues(failOpenLedger).Inc()
+		s.failOpen(r.Context(), failOpenLedger)
 		return s.passH(c)
 	}
 	return s.forwardTurn(c, r, st, raw)
+}
+
+// failOpen records a field-less turn that goes to Core unbound because
+// identity or the ledger could not be had: ledger_fail_open_total, and an
+// event on the request's span when it is traced.
+func (s *Server) failOpen(ctx context.Context, reason string) {
+	s.m.ledgerFailOpen.WithLabelValues(reason).Inc()
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.AddEvent("ledger_fail_open", trace.WithAttributes(attribute.String("knowledge_sidecar.reason", reason)))
+	}
 }
 
 // reserve binds the turn's mode in the ledger under both of Core's keys:

@@ -20,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
@@ -27,6 +28,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
 	"github.com/bailinghub/knowledge-sidecar/rollout"
+	"github.com/bailinghub/knowledge-sidecar/telemetry"
 )
 
 // ExtraChecks are the Validate checks that live in other packages.
@@ -145,6 +147,9 @@ type Deps struct {
 	// the in-memory ledger then sees every retry, and its one-replica
 	// warning is not logged.
 	SingleProcess bool
+	// TracerProvider replaces the OTLP tracer provider of tracing.enabled
+	// (tests record spans with it); set, tracing is on.
+	TracerProvider trace.TracerProvider
 }
 
 // App is a built sidecar: the edge plus what must be closed after it.
@@ -159,6 +164,48 @@ type App struct {
 	cfg    config.Config
 	level  *slog.LevelVar
 	single bool // Deps.SingleProcess
+
+	tp      trace.TracerProvider // nil: tracing off
+	tracing *telemetry.Tracing   // the OTLP provider Build set up, flushed by ShutdownTracing
+	traceMu sync.Once
+}
+
+// ShutdownTracing flushes the spans still queued to the collector and stops
+// the exporter, giving up (dropping what is left) when ctx ends. Safe to
+// call more than once and with tracing off.
+func (a *App) ShutdownTracing(ctx context.Context) {
+	a.traceMu.Do(func() {
+		if err := a.tracing.Shutdown(ctx); err != nil {
+			a.log.Warn("tracing: spans not flushed at shutdown", slog.Any("error", err))
+		}
+	})
+}
+
+// setupTracing turns tracing on when configured (or given in deps) and
+// returns the logger to use: with tracing on, its lines of a sampled
+// request carry trace_id and span_id.
+func (a *App) setupTracing(ctx context.Context, cfg config.Config, deps Deps, reg prometheus.Registerer, log *slog.Logger) (*slog.Logger, error) {
+	m := telemetry.NewMetrics(reg)
+	a.tp = deps.TracerProvider
+	if a.tp == nil && cfg.Tracing.Enabled {
+		t, err := telemetry.Setup(ctx, telemetry.Options{Version: deps.Version, Metrics: m, Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		if t != nil { // nil: OTEL_SDK_DISABLED
+			a.tracing, a.tp = t, t.Provider
+			a.closers = append(a.closers, func() error {
+				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				a.ShutdownTracing(sctx)
+				return nil
+			})
+		}
+	}
+	if a.tp == nil {
+		return log, nil
+	}
+	return slog.New(telemetry.LogHandler(log.Handler())), nil
 }
 
 // Collectors are every metrics collector registered, including vectors
@@ -214,6 +261,11 @@ func Build(ctx context.Context, cfg config.Config, deps Deps) (*App, error) {
 		level = new(slog.LevelVar)
 	}
 	a := &App{log: log, cfg: cfg, metrics: rec, level: level, single: deps.SingleProcess}
+	log, err := a.setupTracing(ctx, cfg, deps, rec, log)
+	if err != nil {
+		return nil, err
+	}
+	a.log = log
 	coreURL, _ := url.Parse(cfg.Core.URL) // validated
 	var trusted []netip.Prefix
 	for _, s := range cfg.Proxy.TrustedProxies {
@@ -236,6 +288,7 @@ func Build(ctx context.Context, cfg config.Config, deps Deps) (*App, error) {
 		Version:         deps.Version,
 		BodyIdleTimeout: cfg.Proxy.BodyIdleTimeout,
 		Limits:          ProxyLimits(cfg),
+		TracerProvider:  a.tp,
 	}
 	ok, reason := cfg.KnowledgeEnabled()
 	if !ok && deps.Catalog != nil && cfg.Core.Token != "" {
@@ -263,13 +316,14 @@ func Build(ctx context.Context, cfg config.Config, deps Deps) (*App, error) {
 func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, reg prometheus.Registerer, log *slog.Logger) (*proxy.Features, error) {
 	cm := coreclient.NewMetrics(reg)
 	client, err := coreclient.NewClient(coreclient.Options{
-		BaseURL:       cfg.Core.URL,
-		ServiceToken:  cfg.Core.Token,
-		Timeout:       cfg.Core.Timeout,
-		ProbeInterval: cfg.ProbeInterval,
-		Identity:      breaker(cfg.Core.Identity),
-		Retrieval:     breaker(cfg.Core.Retrieval),
-		Metrics:       cm,
+		BaseURL:        cfg.Core.URL,
+		ServiceToken:   cfg.Core.Token,
+		Timeout:        cfg.Core.Timeout,
+		ProbeInterval:  cfg.ProbeInterval,
+		Identity:       breaker(cfg.Core.Identity),
+		Retrieval:      breaker(cfg.Core.Retrieval),
+		Metrics:        cm,
+		TracerProvider: a.tp,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("core client: %w", err)
@@ -289,6 +343,7 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 		rdb, err = ledger.NewRedis(ledger.RedisOptions{
 			URL: cfg.Ledger.RedisURL, TTL: cfg.Ledger.TTL, Mode: cfg.Ledger.RedisMode,
 			CAFile: cfg.Ledger.RedisCAFile, WaitReplicas: cfg.Ledger.RedisWaitReplicas,
+			TracerProvider: a.tp,
 		})
 		if err != nil {
 			return nil, err
@@ -370,6 +425,7 @@ func (a *App) buildCatalog(ctx context.Context, cfg config.Config, deps Deps, cm
 		DocCacheBytes:   cfg.Catalog.DocCacheBytes,
 		Breaker:         breaker(cfg.Catalog.Breaker),
 		Metrics:         cm,
+		TracerProvider:  a.tp,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("catalog: %w", err)

@@ -150,6 +150,11 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	}
 
 	err = app.Server.Run(ctx, serveOptions(cfg))
+	// The spans of the last requests go to the collector, for at most
+	// shutdown.timeout (an unreachable collector does not hold the exit).
+	fctx, cancel := context.WithTimeout(context.Background(), cfg.Shutdown.Timeout)
+	app.ShutdownTracing(fctx)
+	cancel()
 	if err != nil && !errors.Is(err, context.Canceled) {
 		log.Error("server failed", slog.Any("error", err))
 		return 1
@@ -168,7 +173,7 @@ func logStart(log *slog.Logger, cfg config.Config) {
 		slog.String("core_host", u.Host), slog.String("rollout", cfg.Rollout),
 		slog.Bool("knowledge", knowledgeOn), slog.Bool("catalog", cfg.Catalog.DSN != ""),
 		slog.String("ledger", cfg.LedgerBackend()), slog.String("native_detection", cfg.NativeDetection),
-		slog.Bool("reload_watch", cfg.Reload.Watch))
+		slog.Bool("reload_watch", cfg.Reload.Watch), slog.Bool("tracing", cfg.Tracing.Enabled))
 }
 
 // watchFile calls reload whenever the content of path changes (checked
