@@ -57,8 +57,7 @@ func (l *RateLimiter) Allow(ctx context.Context, sessionID string, rps float64, 
 	}
 	opCtx, cancel := context.WithTimeout(ctx, l.opTimeout)
 	defer cancel()
-	h := tupleHash(kindRate, sessionID)
-	res, err := l.lim.Allow(opCtx, l.prefix+"{"+hex.EncodeToString(h[:8])+"}", Limit(rps, burst))
+	res, err := l.lim.Allow(opCtx, l.key(sessionID), Limit(rps, burst))
 	if err != nil {
 		return false, 0, l.r.fail(ctx, "rate limit", err)
 	}
@@ -70,3 +69,20 @@ func (l *RateLimiter) Allow(ctx context.Context, sessionID string, rps float64, 
 
 // KeyPrefix is the prefix of the limiter's keys (after redis_rate's "rate:").
 func (l *RateLimiter) KeyPrefix() string { return l.prefix }
+
+// Reset empties the session's shared bucket (its next requests get the
+// whole burst again): for operators and for tests that share one Redis.
+func (l *RateLimiter) Reset(ctx context.Context, sessionID string) error {
+	opCtx, cancel := context.WithTimeout(ctx, l.opTimeout)
+	defer cancel()
+	if err := l.lim.Reset(opCtx, l.key(sessionID)); err != nil {
+		return l.r.fail(ctx, "rate limit reset", err)
+	}
+	return nil
+}
+
+// key is the session's bucket key (redis_rate adds "rate:" in front).
+func (l *RateLimiter) key(sessionID string) string {
+	h := tupleHash(kindRate, sessionID)
+	return l.prefix + "{" + hex.EncodeToString(h[:8]) + "}"
+}

@@ -504,6 +504,29 @@ func TestScaleClusterStoppedPrimary(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
 		t.Errorf("SIGCONT: %v", err)
 	}
+	// Leave the cluster whole for later tests: the old primary back, as a
+	// replica in sync.
+	if !poll(30*time.Second, func() bool { return clusterWhole(ctx, raw) }) {
+		t.Errorf("the cluster has a primary without a replica 30s after SIGCONT")
+	}
+}
+
+// clusterWhole: three primaries, each with a replica whose link is up.
+func clusterWhole(ctx context.Context, c *redis.ClusterClient) bool {
+	c.ReloadState(ctx)
+	var mu sync.Mutex
+	whole, n := true, 0
+	err := c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		info, err := m.Info(ctx, "replication").Result()
+		mu.Lock()
+		defer mu.Unlock()
+		n++
+		if err != nil || !strings.Contains(info, "role:master") || !strings.Contains(info, "connected_slaves:1") || !strings.Contains(info, ",state=online,") {
+			whole = false
+		}
+		return nil
+	})
+	return err == nil && whole && n == 3
 }
 
 // processID is the pid of the Redis server at addr (INFO server).
@@ -538,6 +561,11 @@ func TestScaleClusterWaitReplicas(t *testing.T) {
 	deleteTopoKeys(t, rawTopo(t, ledger.ModeCluster, url), prefix)
 	l := topoLedgerWait(t, ledger.ModeCluster, url, prefix, 1)
 	strict := topoLedgerWait(t, ledger.ModeCluster, url, prefix, 2) // each primary has one replica
+	if !poll(30*time.Second, func() bool {
+		return clusterWhole(t.Context(), rawTopo(t, ledger.ModeCluster, url).(*redis.ClusterClient))
+	}) {
+		t.Fatal("the cluster has a primary without a replica in sync")
+	}
 	key := func(i int, turn string) ledger.Key {
 		return ledger.Key{SessionID: fmt.Sprintf("wait-%d-%s", i, prefix), Route: testdb.RouteMulti,
 			ConversationID: "c", TurnID: turn, UserMessageID: "m-" + turn}

@@ -169,8 +169,23 @@ func TestScaleRateLimitFallback(t *testing.T) {
 // default (rate_limit.backend defaults to redis): 30 requests alternating
 // between two replicas are accepted at most burst + rps × elapsed times.
 func TestScaleBuildSharesRateLimit(t *testing.T) {
-	sharedRedisLedger(t, uniqueRedisPrefix(t)) // Redis reachable, or skip/fail
+	l := sharedRedisLedger(t, uniqueRedisPrefix(t)) // Redis reachable, or skip/fail
 	w := NewWorld(t, WorldOptions{})
+	// The built replicas use the default key prefix: leave the sessions'
+	// buckets empty for later tests (they share this Redis).
+	rl, err := l.RateLimiter("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reset := func() {
+		for _, s := range []string{testdb.SessionA, testdb.SessionB} {
+			if err := rl.Reset(context.Background(), s); err != nil {
+				t.Errorf("reset the bucket: %v", err)
+			}
+		}
+	}
+	reset()
+	t.Cleanup(reset)
 	cfg := config.Defaults()
 	cfg.Core.URL, cfg.Core.Token, cfg.Catalog.DSN, cfg.Rollout = w.CoreURL, w.ServiceToken, w.DB.ReadOnlyDSN, "all"
 	cfg.Ledger.RedisURL = redisTestURL()
