@@ -65,8 +65,9 @@ const (
 
 // Redis is the ledger shared by replicas. Each operation is one Lua script,
 // so the check of both records and the write (or compare-and-delete) of both
-// is atomic in Redis. Both record keys of a turn carry the same hash tag, so
-// they stay in one slot behind cluster-aware proxies.
+// is atomic in Redis. All keys of a turn carry one hash tag of (session,
+// route), so they stay in one Redis Cluster slot (no CROSSSLOT) while
+// sessions spread over the primaries.
 type Redis struct {
 	client       redis.UniversalClient
 	mode         string
