@@ -10,9 +10,18 @@
 ks_topo_dir=$(mktemp -d /tmp/ks-redis-topo.XXXXXX)
 
 ks_topo_down() {
-  local f
+  local f pids=()
   for f in "$ks_topo_dir"/*.pid; do
-    [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true
+    [ -f "$f" ] && pids+=("$(cat "$f")")
+  done
+  [ ${#pids[@]} -gt 0 ] && kill "${pids[@]}" 2>/dev/null
+  # Wait (up to 5 s) for them to exit, so their ports are free again.
+  local p alive
+  for _ in $(seq 1 50); do
+    alive=0
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break
+    sleep 0.1
   done
   rm -rf "$ks_topo_dir"
 }
