@@ -121,10 +121,29 @@ type Ledger struct {
 	// Backend is "memory" (one replica) or "redis" (replicas share it).
 	// Default "memory"; "redis" when a Redis URL is set.
 	Backend string `yaml:"backend"`
-	// RedisURL is redis://[user:pass@]host:port/db. Secret: env or RedisURLFile.
+	// RedisURL is go-redis's URL of RedisMode: single
+	// redis://[user:pass@]host:port/db; cluster
+	// redis://[user:pass@]host:port?addr=host2:port2&addr=host3:port3;
+	// sentinel redis://[sentinel-user:pass@]host:port?master_name=NAME&addr=host2:port2
+	// (the master's credentials as username=…&password=… parameters).
+	// rediss:// turns TLS on (at least TLS 1.2) in every mode. Secret: env
+	// or RedisURLFile.
 	RedisURL string `yaml:"-" env:"KNOWLEDGE_SIDECAR_LEDGER_REDIS_URL" secret:"true"`
 	// RedisURLFile is a file holding RedisURL.
 	RedisURLFile string `yaml:"redis_url_file"`
+	// RedisMode is "single" (one node), "cluster" (Redis Cluster or Valkey
+	// cluster: the URL's nodes are seeds) or "sentinel" (a primary found
+	// and followed through Sentinel). Default "single". Restart-only.
+	RedisMode string `yaml:"redis_mode"`
+	// RedisCAFile is a PEM file of the CA that signs the Redis servers'
+	// certificates (rediss:// only). Default "" (the system roots).
+	RedisCAFile string `yaml:"redis_ca_file"`
+	// RedisWaitReplicas > 0 sends WAIT n (timeout 500ms) after each turn
+	// reservation, so the record is on n replicas before Core sees the
+	// turn: a failover then cannot lose it, at the cost of one replication
+	// round trip per turn; fewer replicas acknowledging in time answers the
+	// turn 503. Default 0 (off).
+	RedisWaitReplicas int `yaml:"redis_wait_replicas"`
 	// TTL is how long a turn's mode is remembered. Default 24h.
 	TTL time.Duration `yaml:"ttl"`
 	// MaxEntries bounds the memory backend. Default 100000.
@@ -133,6 +152,11 @@ type Ledger struct {
 
 // RateLimit is the per-session token bucket of the knowledge endpoints.
 type RateLimit struct {
+	// Backend is "local" (each replica its own buckets) or "redis" (one
+	// GCRA bucket per session on the ledger's Redis, shared by every
+	// replica; the local bucket decides while Redis cannot be reached).
+	// Default "redis" when a ledger Redis URL is set, else "local".
+	Backend string `yaml:"backend"`
 	// RPS is the refill rate in requests per second. Default 10.
 	RPS float64 `yaml:"rps"`
 	// Burst is the bucket size. Default 20.
@@ -246,7 +270,7 @@ func Defaults() Config {
 		TurnHints:       true,
 		NativeDetection: "auto",
 		ProbeInterval:   60 * time.Second,
-		Ledger:          Ledger{Backend: "", TTL: 24 * time.Hour, MaxEntries: 100000},
+		Ledger:          Ledger{Backend: "", RedisMode: "single", TTL: 24 * time.Hour, MaxEntries: 100000},
 		RateLimit:       RateLimit{RPS: 10, Burst: 20},
 		Proxy: Proxy{
 			PreserveHost:          true,
@@ -294,4 +318,15 @@ func (c *Config) LedgerBackend() string {
 		return "redis"
 	}
 	return "memory"
+}
+
+// RateLimitBackend is the effective rate-limit backend.
+func (c *Config) RateLimitBackend() string {
+	if c.RateLimit.Backend != "" {
+		return c.RateLimit.Backend
+	}
+	if c.Ledger.RedisURL != "" {
+		return "redis"
+	}
+	return "local"
 }

@@ -92,6 +92,19 @@ func (c *Config) Validate(extra ...func(*Config) (path string, err error)) error
 			p.add("ledger.redis_url", "is not a redis:// or rediss:// URL (value not shown)")
 		}
 	}
+	switch c.Ledger.RedisMode {
+	case "single", "cluster", "sentinel":
+	default:
+		p.add("ledger.redis_mode", quote(c.Ledger.RedisMode)+" is not one of single, cluster, sentinel")
+	}
+	if c.Ledger.RedisCAFile != "" {
+		if u, err := url.Parse(c.Ledger.RedisURL); c.Ledger.RedisURL != "" && err == nil && u.Scheme != "rediss" {
+			p.add("ledger.redis_ca_file", quote(c.Ledger.RedisCAFile)+" is set but ledger.redis_url is not a rediss:// URL (TLS is off)")
+		}
+	}
+	if c.Ledger.RedisWaitReplicas < 0 || c.Ledger.RedisWaitReplicas > 16 {
+		p.outOfRange("ledger.redis_wait_replicas", c.Ledger.RedisWaitReplicas, "must be from 0 (off) to 16")
+	}
 	if c.Ledger.TTL < time.Minute {
 		p.outOfRange("ledger.ttl", c.Ledger.TTL, "must be at least 1m")
 	}
@@ -101,6 +114,15 @@ func (c *Config) Validate(extra ...func(*Config) (path string, err error)) error
 		p.outOfRange("rate_limit.rps", strconv.FormatFloat(c.RateLimit.RPS, 'g', -1, 64), "must be greater than 0")
 	}
 	p.atLeast("rate_limit.burst", int64(c.RateLimit.Burst), 1)
+	switch c.RateLimit.Backend {
+	case "", "local":
+	case "redis":
+		if c.Ledger.RedisURL == "" {
+			p.add("rate_limit.backend", quote(c.RateLimit.Backend)+" needs the ledger's Redis (KNOWLEDGE_SIDECAR_LEDGER_REDIS_URL or ledger.redis_url_file)")
+		}
+	default:
+		p.add("rate_limit.backend", quote(c.RateLimit.Backend)+" is not one of local, redis")
+	}
 
 	for i, s := range c.Proxy.TrustedProxies {
 		if _, err := ParsePrefix(s); err != nil {

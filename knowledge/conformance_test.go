@@ -469,7 +469,7 @@ func TestCheckOrder(t *testing.T) {
 
 func exhaustRate(e *env) {
 	for i := 0; i < config.Defaults().RateLimit.Burst; i++ {
-		e.svc.allow(sessionA.SessionID)
+		e.svc.limiter.allow(e.t.Context(), sessionA.SessionID)
 	}
 }
 

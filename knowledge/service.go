@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"sync"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -49,6 +48,11 @@ type Options struct {
 	RateLimit float64
 	// RateBurst is the per-session bucket size (default 20).
 	RateBurst int
+	// SharedLimiter, when set, holds the per-session buckets for every
+	// replica (same RateLimit and RateBurst); while it cannot be reached the
+	// local buckets decide (counted, logged once per transition). Nil: local
+	// buckets only.
+	SharedLimiter SharedLimiter
 	// RetrievalTimeout bounds each per-KB Core search (default 3s).
 	RetrievalTimeout time.Duration
 	// Logger receives diagnostics (default: discard). Bearer tokens, full
@@ -72,8 +76,7 @@ type Service struct {
 	log       *slog.Logger
 	m         *metrics
 
-	limMu    sync.Mutex
-	limiters *lru.Cache[string, *rate.Limiter]
+	limiter *limiter
 	// routes remembers the last configuration seen per route, used only
 	// to answer capabilities while the catalog is unreachable.
 	routes *lru.Cache[string, coreclient.Route]
@@ -131,7 +134,7 @@ func New(o Options) (*Service, error) {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	var err error
-	if s.limiters, err = lru.New[string, *rate.Limiter](limiterCacheSize); err != nil {
+	if s.limiter, err = newLimiter(s.rate, s.burst, s.now, o.SharedLimiter, s.log, o.Registerer); err != nil {
 		return nil, err
 	}
 	if s.routes, err = lru.New[string, coreclient.Route](routeCacheSize); err != nil {
@@ -163,30 +166,12 @@ func (s *Service) Authenticate(ctx context.Context, authorization string) (corec
 	return sess, nil
 }
 
-// allow takes one token from the session's bucket. When none is left,
-// retryAfter is how long until one is back.
-func (s *Service) allow(sessionID string) (ok bool, retryAfter time.Duration) {
-	s.limMu.Lock()
-	lim, found := s.limiters.Get(sessionID)
-	if !found {
-		lim = rate.NewLimiter(s.rate, s.burst)
-		s.limiters.Add(sessionID, lim)
-	}
-	s.limMu.Unlock()
-	now := s.now()
-	if lim.AllowN(now, 1) {
-		return true, 0
-	}
-	missing := 1 - lim.TokensAt(now)
-	return false, time.Duration(missing / float64(s.rate) * float64(time.Second))
-}
-
 // AllowTurn takes one token from the session's bucket (the knowledge
 // endpoints' per-session limit) for a turn with knowledge_delivery whose
 // mode the sidecar is about to record (SPEC §7): nil, or 429 rate_limited
 // with its Retry-After.
 func (s *Service) AllowTurn(sessionID string) error {
-	if ok, retry := s.allow(sessionID); !ok {
+	if ok, retry := s.limiter.allow(context.Background(), sessionID); !ok {
 		return errRateLimited(retry)
 	}
 	return nil
@@ -219,7 +204,7 @@ func (s *Service) identify(ctx context.Context, authorization string) (coreclien
 	if err != nil {
 		return coreclient.Session{}, err
 	}
-	if ok, retry := s.allow(sess.SessionID); !ok {
+	if ok, retry := s.limiter.allow(ctx, sess.SessionID); !ok {
 		return coreclient.Session{}, errRateLimited(retry)
 	}
 	return sess, nil

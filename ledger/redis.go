@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -37,20 +36,48 @@ type RedisOptions struct {
 	// OpTimeout bounds every operation (Reserve, Release, Ping) including
 	// retries, below the caller's own deadline; ≤ 0 → DefaultOpTimeout (1s).
 	OpTimeout time.Duration
+	// Mode is ModeSingle ("" too), ModeCluster or ModeSentinel; it chooses
+	// how URL is read (go-redis's ParseURL, ParseClusterURL or
+	// ParseFailoverURL) and which client is built.
+	Mode string
+	// CAFile is a PEM file of the CA that signs the servers' certificates
+	// (rediss:// only); "" → the system roots.
+	CAFile string
+	// WaitReplicas > 0 sends WAIT WaitReplicas WaitTimeout after each
+	// reservation, on the reservation's connection, so the record is on
+	// that many replicas before Core sees the turn; fewer within the
+	// timeout fails the reservation (ErrUnavailable). 0 (the default): no
+	// WAIT.
+	WaitReplicas int
+	// WaitTimeout bounds that WAIT; ≤ 0 → OpTimeout / 2.
+	WaitTimeout time.Duration
 	// TracerProvider, when set, gives every Redis command (and pipeline) a
 	// CLIENT span carrying only the command name (SPEC §9). nil: none.
 	TracerProvider trace.TracerProvider
 }
 
+// Redis modes (ledger.redis_mode).
+const (
+	ModeSingle   = "single"
+	ModeCluster  = "cluster"
+	ModeSentinel = "sentinel"
+)
+
 // Redis is the ledger shared by replicas. Each operation is one Lua script,
 // so the check of both records and the write (or compare-and-delete) of both
-// is atomic in Redis. Both record keys of a turn carry the same hash tag, so
-// they stay in one slot behind cluster-aware proxies.
+// is atomic in Redis. All keys of a turn carry one hash tag of (session,
+// route), so they stay in one Redis Cluster slot (no CROSSSLOT) while
+// sessions spread over the primaries.
 type Redis struct {
-	client    *redis.Client
-	ttl       time.Duration
-	prefix    string
-	opTimeout time.Duration
+	client       redis.UniversalClient
+	mode         string
+	ttl          time.Duration
+	prefix       string
+	opTimeout    time.Duration
+	waitReplicas int
+	waitTimeout  time.Duration
+	// sentinels is how to ask the sentinels (sentinel mode; Topology).
+	sentinels *redis.FailoverOptions
 }
 
 var _ Ledger = (*Redis)(nil)
@@ -119,11 +146,6 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 	if strings.TrimSpace(o.URL) == "" {
 		return nil, errors.New("ledger: redis url is empty")
 	}
-	opts, err := redis.ParseURL(o.URL)
-	if err != nil {
-		// The parser's message may quote parts of the URL: do not wrap it.
-		return nil, errors.New("ledger: redis url is not a valid redis://, rediss:// or unix:// url")
-	}
 	if o.TTL <= 0 {
 		o.TTL = DefaultTTL
 	}
@@ -142,29 +164,44 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 	if o.OpTimeout <= 0 {
 		o.OpTimeout = DefaultOpTimeout
 	}
-	opts.DialTimeout = o.DialTimeout
-	opts.ReadTimeout = o.OpTimeout
-	opts.WriteTimeout = o.OpTimeout
-	opts.ContextTimeoutEnabled = true
-	// The ledger sits on the turn request path: fail fast when Redis is down
-	// (one dial attempt, one command retry) instead of go-redis's default of
-	// five dial attempts per command and three command retries.
-	opts.DialerRetries = 1
-	opts.MaxRetries = 1
-	// Plain Redis features only: no CLIENT SETINFO, no maintenance push
-	// notifications (older servers and proxies reject them).
-	opts.DisableIdentity = true
-	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-	client := redis.NewClient(opts)
+	if o.WaitReplicas < 0 {
+		return nil, errors.New("ledger: redis wait replicas must not be negative")
+	}
+	if o.WaitTimeout <= 0 {
+		o.WaitTimeout = o.OpTimeout / 2
+	}
+	client, err := newUniversalClient(o)
+	if err != nil {
+		return nil, err
+	}
 	if o.TracerProvider != nil {
 		client.AddHook(traceHook{tracer: o.TracerProvider.Tracer(traceScope)})
 	}
+	var sentinels *redis.FailoverOptions
+	if o.Mode == ModeSentinel {
+		parsed, _ := universalOptions(o) // parsed once already
+		sentinels, _ = parsed.(*redis.FailoverOptions)
+		if sentinels != nil {
+			sentinels.TLSConfig, _ = tlsConfig(o)
+		}
+	}
 	return &Redis{
-		client:    client,
-		ttl:       o.TTL,
-		prefix:    o.KeyPrefix,
-		opTimeout: o.OpTimeout,
+		sentinels:    sentinels,
+		client:       client,
+		mode:         cmpOr(o.Mode, ModeSingle),
+		ttl:          o.TTL,
+		prefix:       o.KeyPrefix,
+		opTimeout:    o.OpTimeout,
+		waitReplicas: o.WaitReplicas,
+		waitTimeout:  o.WaitTimeout,
 	}, nil
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 // keys returns the Redis keys of the turn record and the user message
@@ -192,7 +229,14 @@ func (r *Redis) Reserve(ctx context.Context, k Key, mode string) (Reservation, e
 	}
 	opCtx, cancel := context.WithTimeout(ctx, r.opTimeout)
 	defer cancel()
-	v, err := reserveScript.Run(opCtx, r.client, r.keys(k), mode, r.ttl.Milliseconds(), newGeneration(), newGeneration()).Slice()
+	keys, args := r.keys(k), []any{mode, r.ttl.Milliseconds(), newGeneration(), newGeneration()}
+	var v []any
+	var err error
+	if r.waitReplicas > 0 {
+		v, err = r.reserveAndWait(opCtx, keys, args)
+	} else {
+		v, err = reserveScript.Run(opCtx, r.client, keys, args...).Slice()
+	}
 	if err != nil {
 		return Reservation{}, r.fail(ctx, "reserve", err)
 	}
@@ -252,6 +296,12 @@ func (r *Redis) Close() error {
 // dropped (it names the server address); only a reason from a closed set is
 // kept. When the caller's context ended, its error is wrapped as well.
 func (r *Redis) fail(ctx context.Context, op string, err error) error {
+	if c, ok := r.client.(*redis.ClusterClient); ok && !errors.As(err, new(redis.Error)) {
+		// A timeout or a broken connection: the slot's primary may have
+		// stalled or moved without a MOVED to say so. The reload runs in
+		// the background, at most one at a time.
+		c.ReloadState(ctx)
+	}
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return fmt.Errorf("ledger: %s: %w: %w", op, ErrUnavailable, ctxErr)
 	}
@@ -261,6 +311,8 @@ func (r *Redis) fail(ctx context.Context, op string, err error) error {
 func reason(err error) string {
 	var ne net.Error
 	switch {
+	case errors.Is(err, errWaitShort):
+		return "replicas did not acknowledge"
 	case errors.Is(err, redis.ErrClosed):
 		return "client closed"
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():

@@ -32,6 +32,13 @@ if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
   wait_for Redis redis-cli -h 127.0.0.1 -p 6379 ping
 fi
 
+# A throwaway Redis Cluster (3 primaries + 3 replicas) and Sentinel set on free
+# loopback ports for the scale tests (test/scale_*_test.go), torn down on exit;
+# their URLs are exported in KS_TEST_REDIS_CLUSTER_URL and
+# KS_TEST_REDIS_SENTINEL_URL (with CI=true the tests fail when these are unset).
+# shellcheck source=scripts/redis-topologies.sh
+. scripts/redis-topologies.sh
+
 # promtool (Debian package prometheus) unit-tests the alert rules in
 # deploy/prometheus. Installed when missing; only when apt is unavailable does
 # the Go test skip (it says so), and with CI=true a failed install fails it.

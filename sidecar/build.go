@@ -20,7 +20,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bailinghub/knowledge-sidecar/config"
@@ -59,8 +58,25 @@ var ExtraChecks = []func(*config.Config) (string, error){
 		if !strings.HasPrefix(u, "redis://") && !strings.HasPrefix(u, "rediss://") {
 			return "", nil // empty, or already reported by Validate
 		}
-		if _, err := redis.ParseURL(u); err != nil {
-			return "ledger.redis_url", errors.New("is not a valid Redis URL such as redis://host:6379/0 (value not shown)")
+		if err := ledger.ParseRedisURL(c.Ledger.RedisMode, u); err != nil {
+			switch c.Ledger.RedisMode {
+			case "cluster":
+				return "ledger.redis_url", errors.New("is not a valid Redis Cluster URL such as redis://host1:6379?addr=host2:6379&addr=host3:6379 (value not shown)")
+			case "sentinel":
+				return "ledger.redis_url", errors.New("is not a valid Sentinel URL such as redis://sentinel1:26379?master_name=mymaster&addr=sentinel2:26379, master_name required (value not shown)")
+			case "single":
+				return "ledger.redis_url", errors.New("is not a valid Redis URL such as redis://host:6379/0 (value not shown)")
+			}
+			return "", nil // the mode is reported by Validate
+		}
+		return "", nil
+	},
+	func(c *config.Config) (string, error) {
+		if c.Ledger.RedisCAFile == "" || !strings.HasPrefix(c.Ledger.RedisURL, "rediss://") {
+			return "", nil // unset, or already reported by Validate
+		}
+		if err := ledger.CheckCAFile(c.Ledger.RedisCAFile); err != nil {
+			return "ledger.redis_ca_file", fmt.Errorf("%q: %w", c.Ledger.RedisCAFile, err)
 		}
 		return "", nil
 	},
@@ -320,7 +336,38 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 	if err != nil {
 		return nil, fmt.Errorf("signing keys: %w", err)
 	}
+	// One Redis client serves the ledger and the shared rate limit.
+	var rdb *ledger.Redis
+	if cfg.LedgerBackend() == "redis" || cfg.RateLimitBackend() == "redis" {
+		ledger.QuietRedisLogs()
+		rdb, err = ledger.NewRedis(ledger.RedisOptions{
+			URL: cfg.Ledger.RedisURL, TTL: cfg.Ledger.TTL, Mode: cfg.Ledger.RedisMode,
+			CAFile: cfg.Ledger.RedisCAFile, WaitReplicas: cfg.Ledger.RedisWaitReplicas,
+			TracerProvider: a.tp,
+		})
+		if err != nil {
+			return nil, err
+		}
+		a.closers = append(a.closers, rdb.Close)
+		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		if err := rdb.Ping(pctx); err != nil {
+			// Not fatal: pass-through and turns without the field keep working;
+			// turns that need the ledger answer 503 until Redis is back, and
+			// the rate limit uses the local buckets meanwhile.
+			log.Warn("redis (turn ledger, shared rate limit) not reachable at startup", slog.Any("error", err))
+		}
+		cancel()
+	}
+	var shared knowledge.SharedLimiter
+	if cfg.RateLimitBackend() == "redis" {
+		rl, err := rdb.RateLimiter("")
+		if err != nil {
+			return nil, err
+		}
+		shared = rl
+	}
 	svc, err := knowledge.New(knowledge.Options{
+		SharedLimiter:    shared,
 		Now:              deps.Now,
 		Identity:         client,
 		Retriever:        client,
@@ -338,26 +385,16 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 	}
 	var led ledger.Ledger
 	if cfg.LedgerBackend() == "redis" {
-		ledger.QuietRedisLogs()
-		r, err := ledger.NewRedis(ledger.RedisOptions{URL: cfg.Ledger.RedisURL, TTL: cfg.Ledger.TTL, TracerProvider: a.tp})
-		if err != nil {
-			return nil, err
-		}
-		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		if err := r.Ping(pctx); err != nil {
-			// Not fatal: pass-through and turns without the field keep working;
-			// turns that need the ledger answer 503 until Redis is back.
-			log.Warn("turn ledger not reachable at startup", slog.Any("error", err))
-		}
-		cancel()
-		led = r
+		led = rdb
 	} else {
 		led = ledger.NewMemory(cfg.Ledger.MaxEntries, cfg.Ledger.TTL, time.Now)
 		if pol, _ := rollout.Parse(cfg.Rollout); !pol.EnablesNone() && !a.single {
 			warnMemoryLedger(log, pol)
 		}
 	}
-	a.closers = append(a.closers, led.Close)
+	if cfg.LedgerBackend() != "redis" {
+		a.closers = append(a.closers, led.Close) // rdb's Close is registered above
+	}
 	pol, _ := rollout.Parse(cfg.Rollout) // validated
 	return &proxy.Features{
 		Knowledge:       svc,

@@ -146,7 +146,9 @@ type FeatureOptions struct {
 	Now             func() time.Time
 	RateLimit       float64 // default 1000 (tests are not about the limit unless they say so)
 	RateBurst       int     // default 1000
-	Registerer      prometheus.Registerer
+	// SharedLimiter is the replicas' shared rate limit (default none: local buckets).
+	SharedLimiter knowledge.SharedLimiter
+	Registerer    prometheus.Registerer
 	// CoreTimeout and the breakers tune the Core client (zero: defaults).
 	CoreTimeout         time.Duration
 	Identity, Retrieval coreclient.BreakerSettings
@@ -219,7 +221,7 @@ func (w *World) Features(t testing.TB, o FeatureOptions) *proxy.Features {
 	}
 	svc, err := knowledge.New(knowledge.Options{
 		Identity: client, Retriever: client, Catalog: cat, Tasks: tasks, Keys: keys, Now: o.Now,
-		RateLimit: o.RateLimit, RateBurst: o.RateBurst, Logger: o.Logger, Registerer: o.Registerer,
+		RateLimit: o.RateLimit, RateBurst: o.RateBurst, SharedLimiter: o.SharedLimiter, Logger: o.Logger, Registerer: o.Registerer,
 	})
 	if err != nil {
 		t.Fatalf("world: knowledge: %v", err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -308,17 +309,30 @@ func (p *prober) redis(ctx context.Context) {
 		return
 	}
 	ledger.QuietRedisLogs()
-	r, err := ledger.NewRedis(ledger.RedisOptions{URL: p.cfg.Ledger.RedisURL, TTL: p.cfg.Ledger.TTL, OpTimeout: p.timeout})
+	r, err := ledger.NewRedis(ledger.RedisOptions{URL: p.cfg.Ledger.RedisURL, TTL: p.cfg.Ledger.TTL, OpTimeout: p.timeout,
+		Mode: p.cfg.Ledger.RedisMode, CAFile: p.cfg.Ledger.RedisCAFile})
 	if err != nil {
 		p.add("redis", verdictFail, "%v", err)
 		return
 	}
 	defer r.Close()
+	mode := "mode " + r.Mode()
 	if err := r.Probe(ctx); err != nil {
-		p.add("redis", verdictFail, "%v", err)
+		p.add("redis", verdictFail, "%s: %v", mode, err)
 		return
 	}
-	p.add("redis", verdictOK, "reachable; the ledger's Lua scripts load")
+	top, err := r.Topology(ctx)
+	if err != nil {
+		p.add("redis", verdictFail, "%s: %v", mode, err)
+		return
+	}
+	switch top.Mode {
+	case ledger.ModeCluster:
+		mode += fmt.Sprintf(", %d primaries (%s), %d replicas", len(top.Primaries), strings.Join(top.Primaries, ", "), top.Replicas)
+	case ledger.ModeSentinel:
+		mode += ", master " + cmp.Or(top.Master, "(none confirmed)")
+	}
+	p.add("redis", verdictOK, "%s; reachable; the ledger's Lua scripts load (rate limit: %s)", mode, p.cfg.RateLimitBackend())
 }
 
 func (p *prober) signing() {

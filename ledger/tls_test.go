@@ -1,0 +1,151 @@
+package ledger
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// writePEM writes one PEM block to dir/name and returns the path.
+func writePEM(t *testing.T, dir, name, typ string, der []byte) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// tlsRedis starts a redis-server that speaks TLS only, with a certificate
+// for 127.0.0.1 signed by a fresh private CA, and returns its address and
+// the CA file. No redis-server: skip (fail with CI=true).
+func tlsRedis(t *testing.T) (addr, caFile string) {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("redis-server is not installed (CI=true)")
+		}
+		t.Skip("redis-server is not installed")
+	}
+	dir := t.TempDir()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ks test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
+		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	srvTmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		KeyUsage: x509.KeyUsageDigitalSignature}
+	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, ca, &srvKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, _ := x509.MarshalECPrivateKey(srvKey)
+	caFile = writePEM(t, dir, "ca.pem", "CERTIFICATE", caDER)
+	certFile := writePEM(t, dir, "server.pem", "CERTIFICATE", srvDER)
+	keyFile := writePEM(t, dir, "server.key", "EC PRIVATE KEY", keyDER)
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cmd := exec.Command(bin, "--port", "0", "--tls-port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--tls-cert-file", certFile, "--tls-key-file", keyFile, "--tls-ca-cert-file", caFile,
+		"--tls-auth-clients", "no", "--save", "", "--appendonly", "no", "--dir", dir)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	// Redis logs to stdout; it is ready when it says so.
+	ready := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		said := false
+		for sc.Scan() {
+			if !said && strings.Contains(sc.Text(), "Ready to accept connections") {
+				said = true
+				ready <- true
+			}
+		}
+		if !said {
+			ready <- false
+		}
+	}()
+	select {
+	case ok := <-ready:
+		if !ok {
+			t.Fatal("the TLS redis-server exited before it was ready")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the TLS redis-server was not ready within 10s")
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), caFile
+}
+
+// TestRedisTLSRealServer: rediss:// with ledger.redis_ca_file reaches a
+// TLS-only Redis whose certificate a private CA signed, runs the scripts
+// and the shared rate limit; without the CA the handshake fails (the
+// system roots do not know it), with an error naming no address.
+func TestRedisTLSRealServer(t *testing.T) {
+	addr, caFile := tlsRedis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := NewRedis(RedisOptions{URL: "rediss://" + addr + "/0", CAFile: caFile, KeyPrefix: uniquePrefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := r.Probe(ctx); err != nil {
+		t.Fatalf("probe over TLS with the CA file: %v", err)
+	}
+	if _, err := r.Reserve(ctx, key("t-tls", "m-tls"), "inline"); err != nil {
+		t.Fatalf("reserve over TLS: %v", err)
+	}
+	rl, _ := r.RateLimiter("")
+	if ok, _, err := rl.Allow(ctx, "s-tls", 1, 1); err != nil || !ok {
+		t.Fatalf("rate limit over TLS: %v %v", ok, err)
+	}
+
+	plain, err := NewRedis(RedisOptions{URL: "rediss://" + addr + "/0", OpTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	err = plain.Ping(ctx)
+	if err == nil {
+		t.Fatal("a certificate of an unknown CA was accepted without ledger.redis_ca_file")
+	}
+	if strings.Contains(err.Error(), "127.0.0.1") {
+		t.Errorf("error names the address: %v", err)
+	}
+}
