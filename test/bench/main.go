@@ -253,6 +253,10 @@ func orchestrate(c config, logw io.Writer) (*report, error) {
 		os.Setenv(catalogEnv, db.ReadOnlyDSN)
 		defer os.Unsetenv(catalogEnv)
 	}
+	// Tracing stays off in the sidecar children whatever the caller's
+	// environment says (nothing is exported anywhere but to the tracing
+	// section's local sinks, whose children set it again).
+	os.Setenv("KNOWLEDGE_SIDECAR_TRACING_ENABLED", "false")
 	if c.noHints {
 		os.Setenv(noHintsEnv, "1")
 		defer os.Unsetenv(noHintsEnv)
