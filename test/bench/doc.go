@@ -16,6 +16,11 @@
 //   - nginx, when the nginx binary is installed (proxy_buffering off,
 //     upstream keep-alive).
 //
+// The tracing section (--only tracing) starts three more sidecars that
+// differ only in tracing (off; on with OTEL_TRACES_SAMPLER=always_off; on
+// with always_on), each exporting OTLP/HTTP to a sink in this process on
+// 127.0.0.1, and compares their CPU per pass-through request.
+//
 // The Go children are this same binary re-executed in a serve-target mode
 // (--serve-target=upstream|sidecar|revproxy), so the load generator (vegeta
 // as a library) never shares a process, a heap or a scheduler with the

@@ -48,10 +48,12 @@ type config struct {
 	managed    bool
 	keep       bool
 	only       map[string]bool
+	traceRate  int
+	traceLoads []string
 }
 
 // sections of a run, for --only.
-var sections = []string{"timewait", "latency", "saturation", "turns", "kb", "sse"}
+var sections = []string{"timewait", "latency", "saturation", "turns", "kb", "sse", "tracing"}
 
 func (c config) want(section string) bool { return len(c.only) == 0 || c.only[section] }
 
@@ -75,6 +77,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.turn256, "turn256-rate", 200, "open-loop rate for 256 KiB turns (req/s)")
 	fs.IntVar(&c.kbRate, "kb-rate", 1000, "open-loop rate for search and read (req/s)")
 	fs.IntVar(&c.twRate, "tw-rate", 2000, "rate of the TIME_WAIT run through the sidecar (req/s)")
+	fs.IntVar(&c.traceRate, "trace-rate", 1000, "open-loop rate of the tracing section (req/s)")
+	traceLoads := fs.String("trace-loads", "1k,64k", "pass-through loads of the tracing section")
 	fs.DurationVar(&c.twDur, "tw-dur", 20*time.Second, "length of the TIME_WAIT run")
 	fs.DurationVar(&c.soak, "soak", 0, "RSS soak through the sidecar at 50% of its 1 KiB knee (e.g. 5m; 0: skip)")
 	fs.IntVar(&c.soakRate, "soak-rate", 0, "soak rate in req/s instead of half the knee (the closed-loop knee overstates what an open-loop generator sharing the cores can sustain)")
@@ -125,10 +129,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	c.loads = splitList(*loads)
 	c.satLoads = splitList(*satLoads)
+	c.traceLoads = splitList(*traceLoads)
 	if len(c.satLoads) == 0 {
 		c.satLoads = c.loads
 	}
-	for _, l := range append(append([]string(nil), c.loads...), c.satLoads...) {
+	for _, l := range append(append(append([]string(nil), c.loads...), c.satLoads...), c.traceLoads...) {
 		if _, ok := passLoads[l]; !ok {
 			fmt.Fprintf(stderr, "bench: unknown load %q (want 1k, 10k, 64k, sse)\n", l)
 			return 2
@@ -248,6 +253,10 @@ func orchestrate(c config, logw io.Writer) (*report, error) {
 		os.Setenv(catalogEnv, db.ReadOnlyDSN)
 		defer os.Unsetenv(catalogEnv)
 	}
+	// Tracing stays off in the sidecar children whatever the caller's
+	// environment says (nothing is exported anywhere but to the tracing
+	// section's local sinks, whose children set it again).
+	os.Setenv("KNOWLEDGE_SIDECAR_TRACING_ENABLED", "false")
 	if c.noHints {
 		os.Setenv(noHintsEnv, "1")
 		defer os.Unsetenv(noHintsEnv)
@@ -411,6 +420,22 @@ func orchestrate(c config, logw io.Writer) (*report, error) {
 			r.SSE.Reps = append(r.SSE.Reps, sseProbe(a, streams, events, gap), sseProbe(b, streams, events, gap))
 		}
 		r.SSE.summarize(streams, events, gap)
+	}
+
+	// 4b. Tracing off / on, not sampled / always on: three more sidecars,
+	// started for this section only.
+	if c.want("tracing") {
+		if c.profileDir != "" {
+			if err := os.MkdirAll(c.profileDir, 0o755); err != nil {
+				return nil, err
+			}
+		}
+		t, gs, err := runTracing(c, exe, upURL, dir, logw)
+		if err != nil {
+			return nil, err
+		}
+		r.Tracing = t
+		r.Groups = append(r.Groups, gs...)
 	}
 
 	// 5. Optional RSS soak at half the knee.

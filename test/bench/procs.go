@@ -69,7 +69,10 @@ func serveTarget(role, upstream string, stdout, stderr io.Writer) int {
 	}
 	stats := http.NewServeMux()
 	stats.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
-		_ = json.NewEncoder(w).Encode(map[string]int{"goroutines": runtime.NumGoroutine()})
+		var ru syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		_ = json.NewEncoder(w).Encode(map[string]int64{"goroutines": int64(runtime.NumGoroutine()), "cpu_us": cpu.Microseconds()})
 	})
 	stats.HandleFunc("/debug/pprof/", pprof.Index)
 	stats.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -141,7 +144,13 @@ type child struct {
 }
 
 func spawn(exe, role, upstream, dir string) (*child, error) {
-	logPath := filepath.Join(dir, role+".log")
+	return spawnEnv(exe, role, role, upstream, dir, nil)
+}
+
+// spawnEnv starts a child of role, named name (its log file), with env
+// added to the inherited environment.
+func spawnEnv(exe, role, name, upstream, dir string, env []string) (*child, error) {
+	logPath := filepath.Join(dir, name+".log")
 	lf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
@@ -149,6 +158,9 @@ func spawn(exe, role, upstream, dir string) (*child, error) {
 	defer lf.Close()
 	cmd := exec.Command(exe, "--serve-target="+role, "--upstream="+upstream)
 	cmd.Stderr = lf
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

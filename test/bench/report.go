@@ -17,6 +17,8 @@ type report struct {
 	SSE         sseResult    `json:"sse"`
 	Resources   resources    `json:"resources"`
 	Soak        *soakResult  `json:"soak,omitempty"`
+	// Tracing is the tracing section (issue 24): off, on not sampled, always on.
+	Tracing *tracingResult `json:"tracing,omitempty"`
 	// CatalogRTT is one simple catalog round trip timed during the search
 	// and read loads (rtt.go); nil with the in-memory catalog.
 	CatalogRTT *pcts     `json:"catalog_round_trip,omitempty"`
@@ -308,6 +310,10 @@ func (r *report) evaluate() {
 	} else {
 		skip("RSS stable ±10% over a 5-minute soak at 50% of the knee", "run with --soak 5m")
 	}
+	if r.Tracing != nil {
+		note := func(target, measured string) { r.Targets = append(r.Targets, verdict{target, measured, "measured"}) }
+		r.Tracing.evaluate(add, note)
+	}
 	skip("ref verify < 2 µs; read page (32 KiB) < 100 µs", "Go benchmarks: go test -bench 'OpenRef|ReadPage' ./knowledge/")
 }
 
@@ -341,8 +347,8 @@ func printReport(w io.Writer, r *report) {
 
 	if len(r.Intercepted) > 0 {
 		fmt.Fprintln(w, "\nIntercepted paths (zero-latency Core double)")
+		fmt.Fprintln(tw, "path\trate\tsidecar p50\tp99\tp99.9\tΔp50 ms\tΔp99 ms\tΔp99.9 ms\tCPU µs/req\tover pass-through\terrors\t")
 	}
-	fmt.Fprintln(tw, "path\trate\tsidecar p50\tp99\tp99.9\tΔp50 ms\tΔp99 ms\tΔp99.9 ms\tCPU µs/req\tover pass-through\terrors\t")
 	for _, x := range r.Intercepted {
 		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.3f\t%.3f\t%s\t%s\t%s\t%.0f\t%s\t%d\t\n", x.Name, x.Rate, x.Sidecar.P50, x.Sidecar.P99, x.Sidecar.P999,
 			opt(x.DP50), opt(x.DP99), opt(x.DP999), x.CPUPerRq, optInt(x.AddedCPU), x.Errors)
@@ -360,6 +366,9 @@ func printReport(w io.Writer, r *report) {
 	if len(r.SSE.Reps) > 0 {
 		fmt.Fprintf(w, "\nSSE event delay (%d streams × %d events, %.0f ms apart): direct p99 %.3f ms max %.3f; sidecar p99 %.3f ms max %.3f; lost %d\n",
 			r.SSE.Streams, r.SSE.EventsPerStrm, r.SSE.GapMS, r.SSE.DirectP99, r.SSE.DirectMax, r.SSE.SidecarP99, r.SSE.SidecarMax, r.SSE.Lost)
+	}
+	if r.Tracing != nil {
+		printTracing(w, r.Tracing)
 	}
 	x := r.Resources
 	fmt.Fprintf(w, "\nSidecar resources: RSS idle %.1f MiB, after %.1f MiB; goroutines idle %d, after %d\n", x.IdleRSSMiB, x.AfterRSSMiB, x.IdleGoroutines, x.AfterGoroutines)

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -278,6 +279,10 @@ func newSidecar(coreURL, catalogDSN string, turnHints bool, log *slog.Logger) (*
 	cfg.RateLimit.RPS, cfg.RateLimit.Burst = 1e9, 1<<30
 	cfg.TurnHints = turnHints
 	cfg.Rollout = "allow:" + strings.Join([]string{routeKB, routeTurn10, routeTurn256}, ",")
+	// As serve reads it; the SDK then reads the OTEL_* variables.
+	if on, err := strconv.ParseBool(os.Getenv("KNOWLEDGE_SIDECAR_TRACING_ENABLED")); err == nil {
+		cfg.Tracing.Enabled = on
+	}
 	deps := sidecar.Deps{Logger: log, Version: "bench"}
 	if catalogDSN == "" {
 		deps.Catalog = newMemCatalog()
