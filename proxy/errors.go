@@ -195,11 +195,22 @@ func writeJSON(w http.ResponseWriter, status int, body []byte) {
 	_, _ = w.Write(body)
 }
 
+// earlyAnswerLinger bounds how long net/http may go on reading the unread
+// part of a request body after an answer decided before the body was read
+// (the answer itself is already sent by then).
+const earlyAnswerLinger = time.Second
+
 // closeConn makes the answer the connection's last: Connection: close, and
-// the read deadline expired, so that net/http gives up at once on whatever
-// of the request body is still unread (its post-handler drain would
-// otherwise wait for a body that trickles or never comes).
+// a read deadline earlyAnswerLinger away. After the answer is flushed,
+// net/http reads on to the end of the request body (up to 256 KiB) before it
+// closes the socket: closing with unread bytes in the kernel's receive
+// buffer sends a TCP reset, which can reach a client that is still writing
+// its body before it has read the answer (it then sees "connection reset"
+// instead of, say, its 413). A body that trickles or never comes is cut at
+// the deadline, so it holds the connection for at most earlyAnswerLinger; a
+// longer body than 256 KiB gets net/http's own lingering close (FIN, then
+// 500 ms before the reset).
 func closeConn(w http.ResponseWriter) {
 	w.Header().Set("Connection", "close")
-	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(earlyAnswerLinger))
 }
