@@ -83,7 +83,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.twRate, "tw-rate", 2000, "rate of the TIME_WAIT run through the sidecar (req/s)")
 	fs.IntVar(&c.traceRate, "trace-rate", 1000, "open-loop rate of the tracing section (req/s)")
 	traceLoads := fs.String("trace-loads", "1k,64k", "pass-through loads of the tracing section")
-	fs.StringVar(&c.redisSingle, "redis-single", os.Getenv("KS_TEST_REDIS_URL"), "ledger section: single-node Redis URL (default $KS_TEST_REDIS_URL)")
+	fs.StringVar(&c.redisSingle, "redis-single", cmp.Or(os.Getenv("KS_TEST_REDIS_URL"), testdb.DefaultRedisURL), "ledger section: single-node Redis URL (default $KS_TEST_REDIS_URL, else "+testdb.DefaultRedisURL+")")
 	fs.StringVar(&c.redisCluster, "redis-cluster", os.Getenv("KS_TEST_REDIS_CLUSTER_URL"), "ledger section: Redis Cluster URL (default $KS_TEST_REDIS_CLUSTER_URL; none: the section is skipped)")
 	fs.IntVar(&c.ledgerRate, "ledger-rate", 500, "ledger section: open-loop rate of turn ledger operations (ops/s)")
 	fs.DurationVar(&c.ledgerDur, "ledger-dur", 2*time.Second, "ledger section: length of each round")
