@@ -50,10 +50,14 @@ type config struct {
 	only       map[string]bool
 	traceRate  int
 	traceLoads []string
+	// The ledger section: Redis URLs (secrets: never printed) and its rate.
+	redisSingle, redisCluster string
+	ledgerRate                int
+	ledgerDur                 time.Duration
 }
 
 // sections of a run, for --only.
-var sections = []string{"timewait", "latency", "saturation", "turns", "kb", "sse", "tracing"}
+var sections = []string{"timewait", "latency", "saturation", "turns", "kb", "sse", "tracing", "ledger"}
 
 func (c config) want(section string) bool { return len(c.only) == 0 || c.only[section] }
 
@@ -79,6 +83,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.twRate, "tw-rate", 2000, "rate of the TIME_WAIT run through the sidecar (req/s)")
 	fs.IntVar(&c.traceRate, "trace-rate", 1000, "open-loop rate of the tracing section (req/s)")
 	traceLoads := fs.String("trace-loads", "1k,64k", "pass-through loads of the tracing section")
+	fs.StringVar(&c.redisSingle, "redis-single", cmp.Or(os.Getenv("KS_TEST_REDIS_URL"), testdb.DefaultRedisURL), "ledger section: single-node Redis URL (default $KS_TEST_REDIS_URL, else "+testdb.DefaultRedisURL+")")
+	fs.StringVar(&c.redisCluster, "redis-cluster", os.Getenv("KS_TEST_REDIS_CLUSTER_URL"), "ledger section: Redis Cluster URL (default $KS_TEST_REDIS_CLUSTER_URL; none: the section is skipped)")
+	fs.IntVar(&c.ledgerRate, "ledger-rate", 500, "ledger section: open-loop rate of turn ledger operations (ops/s)")
+	fs.DurationVar(&c.ledgerDur, "ledger-dur", 2*time.Second, "ledger section: length of each round")
 	fs.DurationVar(&c.twDur, "tw-dur", 20*time.Second, "length of the TIME_WAIT run")
 	fs.DurationVar(&c.soak, "soak", 0, "RSS soak through the sidecar at 50% of its 1 KiB knee (e.g. 5m; 0: skip)")
 	fs.IntVar(&c.soakRate, "soak-rate", 0, "soak rate in req/s instead of half the knee (the closed-loop knee overstates what an open-loop generator sharing the cores can sustain)")
@@ -108,6 +116,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		def("dur", &c.dur, 150*time.Millisecond)
 		def("sat-dur", &c.satDur, 200*time.Millisecond)
 		def("tw-dur", &c.twDur, 2*time.Second)
+		def("ledger-dur", &c.ledgerDur, 500*time.Millisecond)
 		if !set["sat-loads"] {
 			*satLoads = "1k,64k"
 		}
@@ -145,6 +154,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if c.managed && c.catalog != "sql" {
 		fmt.Fprintln(stderr, "bench: --managed needs --catalog sql")
+		return 2
+	}
+	if c.ledgerRate <= 0 || c.ledgerDur <= 0 {
+		fmt.Fprintln(stderr, "bench: --ledger-rate and --ledger-dur must be positive")
 		return 2
 	}
 	if c.pairs < 5 {
@@ -204,6 +217,21 @@ func progress(w io.Writer, format string, a ...any) {
 // orchestrate starts the processes, runs every measurement and assembles
 // the report.
 func orchestrate(c config, logw io.Writer) (*report, error) {
+	// The ledger section talks to Redis only: it runs first, before any
+	// child is started, and alone when it is the only section asked for.
+	var led *ledgerResult
+	ledgerLoadBefore := loadAvg()
+	if c.want("ledger") {
+		led = runLedger(c, logw)
+	}
+	if len(c.only) == 1 && c.only["ledger"] {
+		r := &report{Ledger: led, Meta: meta{LedgerOnly: true, Started: time.Now().UTC().Format(time.RFC3339), GoVersion: runtime.Version(),
+			CPUs: runtime.NumCPU(), Quick: c.quick, Pairs: c.pairs, RunMS: c.ledgerDur.Milliseconds(), WarmupMS: c.warm.Milliseconds(), LoadAvgBefore: ledgerLoadBefore}}
+		r.Meta.LoadAvgAfter = loadAvg()
+		r.Meta.Finished = time.Now().UTC().Format(time.RFC3339)
+		r.evaluate()
+		return r, nil
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -278,7 +306,7 @@ func orchestrate(c config, logw io.Writer) (*report, error) {
 	eps := []*endpoint{direct, side, bare}
 	ports := map[int]string{portOf(up.info.Addr): "direct", portOf(sc.info.Addr): "sidecar", portOf(rp.info.Addr): "revproxy"}
 
-	r := &report{Meta: meta{Catalog: c.catalog, TurnHints: !c.noHints, Managed: c.managed,
+	r := &report{Ledger: led, Meta: meta{Catalog: c.catalog, TurnHints: !c.noHints, Managed: c.managed,
 		Started: time.Now().UTC().Format(time.RFC3339), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
 		Quick: c.quick, Pairs: c.pairs, RunMS: c.dur.Milliseconds(), SatRunMS: c.satDur.Milliseconds(),
 		WarmupMS: c.warm.Milliseconds(), Concurrency: c.conc, LoadAvgBefore: loadAvg(),

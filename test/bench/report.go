@@ -19,6 +19,8 @@ type report struct {
 	Soak        *soakResult  `json:"soak,omitempty"`
 	// Tracing is the tracing section (issue 24): off, on not sampled, always on.
 	Tracing *tracingResult `json:"tracing,omitempty"`
+	// Ledger is the ledger section (issue 23): single node vs Redis Cluster.
+	Ledger *ledgerResult `json:"ledger,omitempty"`
 	// CatalogRTT is one simple catalog round trip timed during the search
 	// and read loads (rtt.go); nil with the in-memory catalog.
 	CatalogRTT *pcts     `json:"catalog_round_trip,omitempty"`
@@ -43,6 +45,8 @@ type meta struct {
 	Managed       bool   `json:"managed"` // searches and reads inside a managed task
 	LoadAvgBefore string `json:"loadavg_before"`
 	LoadAvgAfter  string `json:"loadavg_after"`
+	// LedgerOnly: --only ledger, no child process was started.
+	LedgerOnly bool `json:"ledger_only,omitempty"`
 }
 
 // latencyRow: medians over the pairs of each side's percentiles, and the
@@ -256,6 +260,12 @@ func (r *report) evaluate() {
 	skip := func(target, why string) {
 		r.Targets = append(r.Targets, verdict{target, "", "not measured (" + why + ")"})
 	}
+	if r.Ledger != nil {
+		r.Ledger.evaluate(add, skip)
+	}
+	if r.Meta.LedgerOnly {
+		return
+	}
 
 	for _, row := range r.PassLatency {
 		if row.Rate != 1000 && row.Rate != 2000 {
@@ -318,6 +328,13 @@ func (r *report) evaluate() {
 }
 
 func printReport(w io.Writer, r *report) {
+	if r.Meta.LedgerOnly {
+		fmt.Fprintf(w, "\nknowledge-sidecar bench, ledger section only — %s, %d CPUs, load average before/after: %s / %s\n",
+			r.Meta.GoVersion, r.Meta.CPUs, r.Meta.LoadAvgBefore, r.Meta.LoadAvgAfter)
+		printLedger(w, r.Ledger)
+		printTargets(w, r)
+		return
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
 	fmt.Fprintf(w, "\nknowledge-sidecar bench — %s, %d CPUs, %d pairs × %d ms (saturation %d ms, %d conns), quick=%v\n",
 		r.Meta.GoVersion, r.Meta.CPUs, r.Meta.Pairs, r.Meta.RunMS, r.Meta.SatRunMS, r.Meta.Concurrency, r.Meta.Quick)
@@ -381,6 +398,13 @@ func printReport(w io.Writer, r *report) {
 			r.Soak.Seconds, r.Soak.Rate, r.Soak.MinMiB, r.Soak.MaxMiB, r.Soak.Spread, r.Soak.P99, r.Soak.Errors)
 	}
 
+	if r.Ledger != nil {
+		printLedger(w, r.Ledger)
+	}
+	printTargets(w, r)
+}
+
+func printTargets(w io.Writer, r *report) {
 	fmt.Fprintln(w, "\nTargets (issue 6)")
 	tw2 := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, v := range r.Targets {
