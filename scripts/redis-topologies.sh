@@ -9,7 +9,8 @@
 
 ks_topo_dir=$(mktemp -d /tmp/ks-redis-topo.XXXXXX)
 
-ks_topo_down() {
+# ks_topo_kill stops every server started so far and forgets their ports.
+ks_topo_kill() {
   local f pids=()
   for f in "$ks_topo_dir"/*.pid; do
     [ -f "$f" ] && pids+=("$(cat "$f")")
@@ -23,6 +24,11 @@ ks_topo_down() {
     [ "$alive" = 0 ] && break
     sleep 0.1
   done
+  rm -rf "${ks_topo_dir:?}"/*
+}
+
+ks_topo_down() {
+  ks_topo_kill
   rm -rf "$ks_topo_dir"
 }
 trap ks_topo_down EXIT
@@ -52,32 +58,34 @@ ks_redis() { # port, extra args...
 ks_wait() { # what, command...
   local what=$1; shift
   for _ in $(seq 1 100); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
-  echo "redis-topologies: $what did not come up (logs in $ks_topo_dir)" >&2; return 1
+  echo "redis-topologies: $what did not come up; last log lines:" >&2
+  tail -n 3 "$ks_topo_dir"/*.log >&2 2>/dev/null || true
+  return 1
 }
 
 ks_topo_up() {
   local ports=() p i addrs=""
-  for i in 1 2 3 4 5 6; do ports+=("$(ks_free_port)"); done
+  for i in 1 2 3 4 5 6; do p=$(ks_free_port) || return 1; ports+=("$p"); done
   for p in "${ports[@]}"; do
-    ks_redis "$p" --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 2000
+    ks_redis "$p" --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 2000 || return 1
   done
-  for p in "${ports[@]}"; do ks_wait "cluster node $p" redis-cli -p "$p" ping; done
+  for p in "${ports[@]}"; do ks_wait "cluster node $p" redis-cli -p "$p" ping || return 1; done
   redis-cli --cluster create $(for p in "${ports[@]}"; do printf '127.0.0.1:%s ' "$p"; done) \
-    --cluster-replicas 1 --cluster-yes >"$ks_topo_dir/cluster-create.log" 2>&1
+    --cluster-replicas 1 --cluster-yes >"$ks_topo_dir/cluster-create.log" 2>&1 || return 1
   for p in "${ports[@]}"; do
-    ks_wait "cluster state on $p" sh -c "redis-cli -p $p cluster info | grep -q cluster_state:ok"
+    ks_wait "cluster state on $p" sh -c "redis-cli -p $p cluster info | grep -q cluster_state:ok" || return 1
   done
   for p in "${ports[@]:1}"; do addrs+="&addr=127.0.0.1:$p"; done
   export KS_TEST_REDIS_CLUSTER_URL="redis://127.0.0.1:${ports[0]}?${addrs#&}"
 
   local primary replica s sents=()
-  primary=$(ks_free_port); replica=$(ks_free_port)
-  ks_redis "$primary"
-  ks_redis "$replica" --replicaof 127.0.0.1 "$primary"
-  ks_wait "sentinel primary" redis-cli -p "$primary" ping
-  ks_wait "sentinel replica sync" sh -c "redis-cli -p $replica info replication | grep -q master_link_status:up"
+  primary=$(ks_free_port) || return 1; replica=$(ks_free_port) || return 1
+  ks_redis "$primary" || return 1
+  ks_redis "$replica" --replicaof 127.0.0.1 "$primary" || return 1
+  ks_wait "sentinel primary" redis-cli -p "$primary" ping || return 1
+  ks_wait "sentinel replica sync" sh -c "redis-cli -p $replica info replication | grep -q master_link_status:up" || return 1
   for i in 1 2 3; do
-    s=$(ks_free_port); sents+=("$s")
+    s=$(ks_free_port) || return 1; sents+=("$s")
     cat >"$ks_topo_dir/sentinel-$s.conf" <<CONF
 port $s
 bind 127.0.0.1
@@ -89,17 +97,26 @@ sentinel monitor ksmaster 127.0.0.1 $primary 2
 sentinel down-after-milliseconds ksmaster 1000
 sentinel failover-timeout ksmaster 5000
 CONF
-    redis-server "$ks_topo_dir/sentinel-$s.conf" --sentinel
+    redis-server "$ks_topo_dir/sentinel-$s.conf" --sentinel || return 1
   done
   for s in "${sents[@]}"; do
-    ks_wait "sentinel $s" sh -c "redis-cli -p $s sentinel replicas ksmaster | grep -q $replica"
+    ks_wait "sentinel $s" sh -c "redis-cli -p $s sentinel replicas ksmaster | grep -q $replica" || return 1
   done
   export KS_TEST_REDIS_SENTINEL_URL="redis://127.0.0.1:${sents[0]}?master_name=ksmaster&addr=127.0.0.1:${sents[1]}&addr=127.0.0.1:${sents[2]}"
 }
 
 if command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1; then
   ks_topo_start=$(date +%s)
-  ks_topo_up
+  # A random port can be taken between the check and the start: up to three
+  # tries, each from scratch.
+  ks_topo_try=1
+  until ks_topo_up; do
+    if [ "$ks_topo_try" -ge 3 ]; then
+      echo "redis-topologies: giving up after $ks_topo_try tries" >&2; exit 1
+    fi
+    echo "redis-topologies: try $ks_topo_try failed; starting over" >&2
+    ks_topo_kill; ks_topo_try=$((ks_topo_try + 1))
+  done
   echo "redis-topologies: cluster and sentinel up in $(( $(date +%s) - ks_topo_start ))s"
 else
   echo "redis-topologies: redis-server or redis-cli missing: the cluster and sentinel tests fail with CI=true" >&2
