@@ -134,55 +134,6 @@ func TestScaleTopologyProbe(t *testing.T) {
 	}
 }
 
-// raceTurns sends n concurrent first attempts of one new turn, alternating
-// between the sidecars and between the modes, and checks one mode wins:
-// every attempt of it 200 with one run, every other 409 turn_conflict.
-func raceTurns(t *testing.T, w *World, sides []*Sidecar, tag string) {
-	t.Helper()
-	c := newClient(t)
-	const n = 12
-	ti := newTurn(tag)
-	runs := w.Core.RunsCreated()
-	start := make(chan struct{})
-	results := make([]turnResult, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			mode := []string{"inline", "on_demand"}[i%2]
-			r, err := trySend(c, "POST", turnsURL(sides[(i/2)%len(sides)], testdb.RouteMulti), w.TokenA, ti.body(modeJSON(mode)), nil)
-			if err != nil {
-				t.Errorf("attempt %d: %v", i, err)
-			}
-			results[i] = r
-		}()
-	}
-	close(start)
-	wg.Wait()
-	served := map[string]bool{}
-	for i, r := range results {
-		mode := []string{"inline", "on_demand"}[i%2]
-		switch r.Status {
-		case 200:
-			served[mode] = true
-		case 409:
-			if string(r.Body) != turnConflictJSON {
-				t.Errorf("attempt %d: 409 body %s", i, r.Body)
-			}
-		default:
-			t.Errorf("attempt %d: got %d %s", i, r.Status, r.Body)
-		}
-	}
-	if len(served) != 1 {
-		t.Errorf("modes served: %v; want exactly one", served)
-	}
-	if got := w.Core.RunsCreated() - runs; got != 1 {
-		t.Errorf("runs created: %d; want 1", got)
-	}
-}
-
 // TestScaleTwoReplicasRace: two replicas on the cluster (and on the
 // sentinel set) racing the same turn ids in both modes: never both served.
 func TestScaleTwoReplicasRace(t *testing.T) {

@@ -1,14 +1,12 @@
 package test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -93,24 +91,6 @@ func TestScaleSharedRateLimit(t *testing.T) {
 // rlPrefix is the key prefix sharedLimiter chose (the limiter keeps it).
 func rlPrefix(rl *ledger.RateLimiter) string { return rl.KeyPrefix() }
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestScaleRateLimitFallback: Redis goes away under a running replica (a
 // TCP relay the test closes): the per-session limit goes on with the local
 // bucket (never no limit: at most burst + rps × elapsed accepted), every
@@ -121,7 +101,7 @@ func TestScaleRateLimitFallback(t *testing.T) {
 	rl := sharedLimiter(t, l)
 	w := NewWorld(t, WorldOptions{})
 	reg := prometheus.NewRegistry()
-	var logs syncBuffer
+	var logs lockedBuffer
 	log := slog.New(slog.NewJSONHandler(&logs, nil))
 	const rps, burst = 1.0, 3
 	sc := w.StartSidecar(t, FeatureOptions{Ledger: l, SharedLimiter: rl, RateLimit: rps, RateBurst: burst, Registerer: reg, Logger: log})

@@ -864,69 +864,78 @@ func TestTurnLostResponseRetry(t *testing.T) {
 func TestTurnConcurrentFirstAttempts(t *testing.T) {
 	w := NewWorld(t, WorldOptions{})
 	side := w.StartSidecar(t, FeatureOptions{})
-	c := newClient(t)
-	const n = 12
 	for round := range 3 {
 		t.Run(fmt.Sprint("round", round), func(t *testing.T) {
-			ti := newTurn(fmt.Sprint("race-", round))
-			runs := w.Core.RunsCreated()
-			start := make(chan struct{})
-			results := make([]turnResult, n)
-			var wg sync.WaitGroup
-			for i := range n {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					mode := []string{"inline", "on_demand"}[i%2]
-					r, err := trySend(c, "POST", turnsURL(side, testdb.RouteMulti), w.TokenA, ti.body(modeJSON(mode)), nil)
-					if err != nil {
-						t.Errorf("attempt %d: %v", i, err)
-					}
-					results[i] = r
-				}()
+			raceTurns(t, w, []*Sidecar{side}, fmt.Sprint("race-", round))
+		})
+	}
+}
+
+// raceTurns sends 12 first attempts of one turn (tag names it) at once,
+// alternating inline and on_demand and spread over sides: exactly one mode
+// wins, every attempt with it gets the same run, every other attempt is
+// Core's 409 turn_conflict, and Core creates one run.
+func raceTurns(t *testing.T, w *World, sides []*Sidecar, tag string) {
+	t.Helper()
+	c := newClient(t)
+	const n = 12
+	ti := newTurn(tag)
+	runs := w.Core.RunsCreated()
+	start := make(chan struct{})
+	results := make([]turnResult, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			mode := []string{"inline", "on_demand"}[i%2]
+			r, err := trySend(c, "POST", turnsURL(sides[(i/2)%len(sides)], testdb.RouteMulti), w.TokenA, ti.body(modeJSON(mode)), nil)
+			if err != nil {
+				t.Errorf("attempt %d: %v", i, err)
 			}
-			close(start)
-			wg.Wait()
-			winner, run := "", ""
-			for i, r := range results {
-				mode := []string{"inline", "on_demand"}[i%2]
-				switch r.Status {
-				case 200:
-					var v struct {
-						RunID string       `json:"run_id"`
-						KD    deliveryJSON `json:"knowledge_delivery"`
-					}
-					if json.Unmarshal(r.Body, &v) != nil || v.KD.Mode != mode {
-						t.Fatalf("attempt %d (%s): answer %s", i, mode, r.Body)
-					}
-					if winner == "" {
-						winner, run = mode, v.RunID
-					}
-					if mode != winner || v.RunID != run {
-						t.Errorf("attempt %d: %s run %s succeeded; want only %s run %s", i, mode, v.RunID, winner, run)
-					}
-				case 409:
-					if string(r.Body) != turnConflictJSON {
-						t.Errorf("attempt %d: 409 body %s", i, r.Body)
-					}
-				default:
-					t.Errorf("attempt %d: got %d %s", i, r.Status, r.Body)
-				}
+			results[i] = r
+		}()
+	}
+	close(start)
+	wg.Wait()
+	winner, run := "", ""
+	for i, r := range results {
+		mode := []string{"inline", "on_demand"}[i%2]
+		switch r.Status {
+		case 200:
+			var v struct {
+				RunID string       `json:"run_id"`
+				KD    deliveryJSON `json:"knowledge_delivery"`
+			}
+			if json.Unmarshal(r.Body, &v) != nil || v.KD.Mode != mode {
+				t.Fatalf("attempt %d (%s): answer %s", i, mode, r.Body)
 			}
 			if winner == "" {
-				t.Fatal("no attempt succeeded")
+				winner, run = mode, v.RunID
 			}
-			for i, r := range results {
-				mode := []string{"inline", "on_demand"}[i%2]
-				if (mode == winner) != (r.Status == 200) {
-					t.Errorf("attempt %d (%s): got %d; want 200 exactly for the winning mode %s", i, mode, r.Status, winner)
-				}
+			if mode != winner || v.RunID != run {
+				t.Errorf("attempt %d: %s run %s succeeded; want only %s run %s", i, mode, v.RunID, winner, run)
 			}
-			if got := w.Core.RunsCreated() - runs; got != 1 {
-				t.Errorf("runs created: got %d; want 1", got)
+		case 409:
+			if string(r.Body) != turnConflictJSON {
+				t.Errorf("attempt %d: 409 body %s", i, r.Body)
 			}
-		})
+		default:
+			t.Errorf("attempt %d: got %d %s", i, r.Status, r.Body)
+		}
+	}
+	if winner == "" {
+		t.Fatal("no attempt succeeded")
+	}
+	for i, r := range results {
+		mode := []string{"inline", "on_demand"}[i%2]
+		if (mode == winner) != (r.Status == 200) {
+			t.Errorf("attempt %d (%s): got %d; want 200 exactly for the winning mode %s", i, mode, r.Status, winner)
+		}
+	}
+	if got := w.Core.RunsCreated() - runs; got != 1 {
+		t.Errorf("runs created: got %d; want 1", got)
 	}
 }
 
