@@ -3,6 +3,7 @@ package testkit
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -17,7 +18,7 @@ var skips struct {
 	n  map[string]int // service → tests skipped for want of it
 }
 
-// RequireService reports an unreachable real service (MariaDB, Redis, a
+// RequireService reports an unavailable real service (MariaDB, Redis, a
 // Redis Cluster): with CI=true the test fails, naming it; elsewhere the
 // test is skipped and counted, and Main prints one line for all of them.
 // A nil err returns at once.
@@ -27,7 +28,7 @@ func RequireService(t testing.TB, service string, err error) {
 		return
 	}
 	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s unreachable (CI=true): %v", service, err)
+		t.Fatalf("%s unavailable (CI=true): %v", service, err)
 	}
 	skips.mu.Lock()
 	if skips.n == nil {
@@ -35,7 +36,7 @@ func RequireService(t testing.TB, service string, err error) {
 	}
 	skips.n[service]++
 	skips.mu.Unlock()
-	t.Skipf("%s unreachable, skipping (%s runs everything): %v", service, FullSuite, err)
+	t.Skipf("%s unavailable, skipping (%s runs everything): %v", service, FullSuite, err)
 }
 
 // Main is the TestMain of a package whose tests need MariaDB or Redis: it
@@ -67,9 +68,8 @@ func skipLine() string {
 		names = append(names, s)
 	}
 	sort.Strings(names)
-	pkg, _ := os.Getwd()
-	return fmt.Sprintf("!!! %s: %d tests SKIPPED, not run: %s unreachable (without CI=true a missing service skips). Run %s to run everything.",
-		pkg, total, strings.Join(names, ", "), FullSuite)
+	return fmt.Sprintf("!!! %s: %d tests SKIPPED, not run: %s unavailable (without CI=true a missing service skips). Run %s to run everything.",
+		packageDir(), total, strings.Join(names, ", "), FullSuite)
 }
 
 // toTerminal writes line to the controlling terminal unless stderr already
@@ -84,4 +84,26 @@ func toTerminal(line string) {
 	}
 	defer tty.Close()
 	fmt.Fprintln(tty, line)
+}
+
+// packageDir is the test's package directory (go test runs a test binary
+// there) relative to the module root, like "./test".
+func packageDir() string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "this package"
+	}
+	for root := wd; ; {
+		if _, err := os.Stat(filepath.Join(root, "go.mod")); err == nil {
+			if rel, err := filepath.Rel(root, wd); err == nil {
+				return "./" + filepath.ToSlash(rel)
+			}
+			return wd
+		}
+		up := filepath.Dir(root)
+		if up == root {
+			return wd
+		}
+		root = up
+	}
 }

@@ -83,7 +83,7 @@ func TestSkipLine(t *testing.T) {
 	skips.mu.Unlock()
 	defer func() { skips.mu.Lock(); skips.n = saved; skips.mu.Unlock() }()
 	line := skipLine()
-	for _, want := range []string{"3 tests SKIPPED", "MariaDB at KS_TEST_MYSQL_DSN, Redis at KS_TEST_REDIS_URL", "Run ./scripts/test.sh"} {
+	for _, want := range []string{"3 tests SKIPPED", "MariaDB at KS_TEST_MYSQL_DSN, Redis at KS_TEST_REDIS_URL", "Run ./scripts/test.sh", "./internal/testkit: "} {
 		if !strings.Contains(line, want) {
 			t.Errorf("skip line %q; want it to contain %q", line, want)
 		}
