@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 )
 
 var (
@@ -30,7 +31,7 @@ func newTestBreaker(s coreclient.BreakerSettings) (*coreclient.Breaker, *prometh
 
 func stateGauge(t *testing.T, reg *prometheus.Registry) float64 {
 	t.Helper()
-	return metricValue(t, reg, "knowledge_sidecar_core_breaker_state", map[string]string{"family": "retrieval"})
+	return testkit.Metric(t, reg, "knowledge_sidecar_core_breaker_state", map[string]string{"family": "retrieval"})
 }
 
 func TestBreakerOpensAfterFailuresAndRefusesWithoutCalling(t *testing.T) {
@@ -60,7 +61,7 @@ func TestBreakerOpensAfterFailuresAndRefusesWithoutCalling(t *testing.T) {
 		if got := stateGauge(t, reg); got != 2 {
 			t.Errorf("state gauge got %v; want 2 (open)", got)
 		}
-		if got := metricValue(t, reg, "knowledge_sidecar_core_breaker_transitions_total", map[string]string{"family": "retrieval", "to": "open"}); got != 1 {
+		if got := testkit.Metric(t, reg, "knowledge_sidecar_core_breaker_transitions_total", map[string]string{"family": "retrieval", "to": "open"}); got != 1 {
 			t.Errorf("transitions to open got %v; want 1", got)
 		}
 	})
@@ -168,7 +169,7 @@ func TestBreakerFailedProbeReopens(t *testing.T) {
 		if !b.Open() {
 			t.Error("open got false after a failed probe; want true")
 		}
-		if got := metricValue(t, reg, "knowledge_sidecar_core_breaker_transitions_total", map[string]string{"family": "retrieval", "to": "open"}); got != 2 {
+		if got := testkit.Metric(t, reg, "knowledge_sidecar_core_breaker_transitions_total", map[string]string{"family": "retrieval", "to": "open"}); got != 2 {
 			t.Errorf("transitions to open got %v; want 2", got)
 		}
 		time.Sleep(5*time.Second + time.Nanosecond)

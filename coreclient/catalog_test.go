@@ -20,9 +20,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
+
+// TestMain prints one line when tests were skipped for want of MariaDB.
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 // Both catalogs satisfy the consumer's interface.
 var (
