@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
 )
 
@@ -54,7 +55,7 @@ func TestLongPathLogged(t *testing.T) {
 	if res.StatusCode != http.StatusBadGateway {
 		t.Fatalf("got %d; want 502 (Core down)", res.StatusCode)
 	}
-	waitMetric(t, sc.Registry, "knowledge_sidecar_http_requests_total", map[string]string{"handler": "passthrough", "code": "502"}, 1)
+	testkit.WaitMetric(t, sc.Registry, "knowledge_sidecar_http_requests_total", map[string]string{"handler": "passthrough", "code": "502"}, 1)
 	warnWithPath := 0
 	for _, line := range sink.lines() {
 		if strings.Contains(line, secret) || strings.Contains(line, "token=") {

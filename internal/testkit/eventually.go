@@ -7,10 +7,10 @@ import (
 )
 
 // Eventually polls cond until it is true, or fails the test with what once
-// the bound passes. It is for states that have no event to wait on (a
+// the bound passes (the condition last, as a closure reads best). It is for states that have no event to wait on (a
 // listener closing, a metric the edge records just after the answer went
 // out, a process starting); where a channel can be waited on, wait on it.
-func Eventually(t testing.TB, within time.Duration, cond func() bool, what string) {
+func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
 	if !Poll(within, cond) {
 		t.Fatalf("%s: not true within %v", what, within)

@@ -26,6 +26,19 @@ func TestClock(t *testing.T) {
 	}
 }
 
+func TestRunningClock(t *testing.T) {
+	c := NewRunningClock()
+	before := time.Now()
+	c.Advance(time.Hour)
+	if got := c.Now(); got.Before(before.Add(time.Hour)) || got.After(time.Now().Add(time.Hour)) {
+		t.Fatalf("running clock after Advance(1h): got %v; want real time + 1h (%v)", got, before.Add(time.Hour))
+	}
+	a := c.Now()
+	if !Poll(5*time.Second, func() bool { return c.Now().After(a) }) {
+		t.Fatal("running clock: did not move with real time")
+	}
+}
+
 func TestPoll(t *testing.T) {
 	n := 0
 	if !Poll(5*time.Second, func() bool { n++; return n == 3 }) || n != 3 {
