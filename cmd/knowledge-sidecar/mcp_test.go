@@ -22,26 +22,9 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
 	"github.com/bailinghub/knowledge-sidecar/hostclient/hostclienttest"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/mcpserver"
 )
-
-// offsetClock is the real clock plus an offset a test moves forward.
-type offsetClock struct {
-	mu  sync.Mutex
-	off time.Duration
-}
-
-func (c *offsetClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return time.Now().Add(c.off)
-}
-
-func (c *offsetClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.off += d
-	c.mu.Unlock()
-}
 
 // syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
 type syncBuffer struct {
@@ -180,7 +163,7 @@ type mcpHint struct {
 // demo: tools, search, read, paging, errors as tool results, 20 calls, and a
 // clean shutdown with nothing but JSON-RPC on stdout.
 func TestMCPAgainstDemo(t *testing.T) {
-	clock := &offsetClock{}
+	clock := testkit.NewRunningClock()
 	d := startSamples(t, clock.Now)
 	// The token file ends with a newline, as `echo $TOKEN > file` writes it.
 	p := startMCP(t, "--url", d.base, "--route", demoRoute, "--token-file", writeTokenFile(t, d.token+"\n"))
