@@ -40,7 +40,7 @@ import (
 type kworld struct {
 	*World
 	rec  *coreRecorder
-	logs *logSink
+	logs *testkit.Buffer
 	c    *http.Client
 	// TokenStar is a session of app-a whose allowed_routes is ["*"].
 	TokenStar string
@@ -60,7 +60,7 @@ type kworld struct {
 func newKWorld(t *testing.T, o fakecore.Options) *kworld {
 	t.Helper()
 	w := NewWorld(t, WorldOptions{Core: o})
-	kw := &kworld{World: w, logs: &logSink{}, c: newClient(t)}
+	kw := &kworld{World: w, logs: &testkit.Buffer{}, c: newClient(t)}
 	direct := w.CoreURL
 	kw.rec = recordCore(t, w)
 	for _, u := range []string{direct, w.CoreURL} {
@@ -136,24 +136,6 @@ func clip(s string) string {
 		return s[:40] + "…"
 	}
 	return s
-}
-
-// logSink collects a sidecar's JSON logs.
-type logSink struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logSink) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logSink) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // coreRecorder sits in front of the fake Core and keeps every request.

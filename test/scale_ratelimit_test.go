@@ -102,7 +102,7 @@ func TestScaleRateLimitFallback(t *testing.T) {
 	rl := sharedLimiter(t, l)
 	w := NewWorld(t, WorldOptions{})
 	reg := prometheus.NewRegistry()
-	var logs lockedBuffer
+	var logs testkit.Buffer
 	log := slog.New(slog.NewJSONHandler(&logs, nil))
 	const rps, burst = 1.0, 3
 	sc := w.StartSidecar(t, FeatureOptions{Ledger: l, SharedLimiter: rl, RateLimit: rps, RateBurst: burst, Registerer: reg, Logger: log})

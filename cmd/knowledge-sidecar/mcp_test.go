@@ -26,31 +26,13 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/mcpserver"
 )
 
-// syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // mcpProc is `knowledge-sidecar mcp` running in process on pipes, with the
 // SDK's client connected to it.
 type mcpProc struct {
 	session *mcp.ClientSession
-	stdin   io.WriteCloser // the server's stdin, as the host holds it
-	stdout  *syncBuffer    // everything the server wrote to stdout
-	stderr  *syncBuffer
+	stdin   io.WriteCloser  // the server's stdin, as the host holds it
+	stdout  *testkit.Buffer // everything the server wrote to stdout
+	stderr  *testkit.Buffer
 	done    chan int // the exit code
 }
 
@@ -60,7 +42,7 @@ func startMCP(t *testing.T, args ...string) *mcpProc {
 	t.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	p := &mcpProc{stdin: inW, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan int, 1)}
+	p := &mcpProc{stdin: inW, stdout: &testkit.Buffer{}, stderr: &testkit.Buffer{}, done: make(chan int, 1)}
 	go func() {
 		code := cmdMCP(args, inR, outW, p.stderr)
 		_ = outW.Close()

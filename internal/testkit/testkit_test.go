@@ -105,3 +105,21 @@ func TestSkipLine(t *testing.T) {
 		t.Errorf("skip line %q: want one line", line)
 	}
 }
+
+func TestBuffer(t *testing.T) {
+	var b Buffer
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() { b.Write([]byte("line\n")) })
+	}
+	wg.Wait()
+	if got := b.Lines(); len(got) != 4 {
+		t.Fatalf("Lines: got %q; want 4 lines", got)
+	}
+	if got := b.Take(); got != strings.Repeat("line\n", 4) {
+		t.Fatalf("Take: got %q", got)
+	}
+	if got := b.String(); got != "" {
+		t.Fatalf("after Take: got %q; want nothing", got)
+	}
+}
