@@ -184,6 +184,23 @@ func startServe(t *testing.T, bin string, env []string) *serveProc {
 	return p
 }
 
+// terminate sends SIGTERM and fails unless the process drains and exits 0
+// (bounded).
+func (p *serveProc) terminate(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("serve did not exit after SIGTERM\n%s", p.logs())
+	}
+	if p.exitErr != nil {
+		t.Fatalf("exit after SIGTERM: %v; want 0\n%s", p.exitErr, p.logs())
+	}
+}
+
 // metricLine returns the value of one exposition line, "" when absent.
 func metricLine(t *testing.T, adminURL, series string) string {
 	t.Helper()
@@ -296,17 +313,7 @@ func TestServeReloadAndStop(t *testing.T) {
 		t.Errorf("reload to off: no warning\n%s", p.logs())
 	}
 
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-p.done:
-	case <-time.After(20 * time.Second):
-		t.Fatalf("serve did not exit after SIGTERM\n%s", p.logs())
-	}
-	if p.exitErr != nil {
-		t.Fatalf("exit after SIGTERM: %v; want 0\n%s", p.exitErr, p.logs())
-	}
+	p.terminate(t)
 }
 
 // TestServeReloadEndpointAndWatch: POST /-/reload on the admin listener
