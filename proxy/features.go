@@ -12,7 +12,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/bailinghub/knowledge-sidecar/config"
-
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
@@ -30,8 +29,8 @@ type Features struct {
 	Prober    Prober
 	Ledger    ledger.Ledger
 	Rollout   rollout.Policy
-	// NativeDetection is "auto" (default), "never" (always serve the
-	// protocol) or "always" (the Core is native: pass everything through).
+	// NativeDetection is one of config.NativeDetectionModes; "" is
+	// config.NativeAuto.
 	NativeDetection string
 	// ProbeInterval is how long a probe's verdict is kept. Default 60s.
 	ProbeInterval time.Duration

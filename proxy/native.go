@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
 )
 
@@ -18,7 +20,7 @@ const (
 )
 
 // nativeDetector remembers whether the Core serves the knowledge protocol
-// itself. In "auto" mode a verdict is held for one probe interval. While
+// itself. In auto mode a verdict is held for one probe interval. While
 // none is held (start-up, or the interval ran out), the next knowledge or
 // turn request of a rolled-out workspace probes Core's capabilities first:
 // a capabilities request is itself forwarded as the probe (and Core's
@@ -31,7 +33,7 @@ const (
 // search, read or turn is handled as for a legacy Core, and the next request
 // probes again. Concurrent requests share one probe.
 type nativeDetector struct {
-	mode     string // auto | never | always
+	mode     string // a config.Native* mode
 	interval time.Duration
 	prober   Prober
 	now      func() time.Time
@@ -52,22 +54,19 @@ type probeCall struct {
 }
 
 func newNativeDetector(mode string, interval time.Duration, p Prober, now func() time.Time, m *metrics) (*nativeDetector, error) {
-	switch mode {
-	case "", "auto":
-		mode = "auto"
-		if p == nil {
-			return nil, fmt.Errorf("proxy: native detection auto needs a prober")
-		}
-	case "never", "always":
-	default:
-		return nil, fmt.Errorf("proxy: native detection %q: want auto, never or always", mode)
-	}
 	d := &nativeDetector{mode: mode, interval: interval, prober: p, now: now, m: m, state: stateUnknown}
 	switch mode {
-	case "never":
+	case "", config.NativeAuto:
+		d.mode = config.NativeAuto
+		if p == nil {
+			return nil, fmt.Errorf("proxy: native detection %s needs a prober", config.NativeAuto)
+		}
+	case config.NativeNever:
 		d.state = stateLegacy
-	case "always":
+	case config.NativeAlways:
 		d.state = stateNative
+	default:
+		return nil, fmt.Errorf("proxy: native detection %q: want one of %s", mode, strings.Join(config.NativeDetectionModes, ", "))
 	}
 	d.publish()
 	return d, nil
@@ -87,7 +86,7 @@ func (d *nativeDetector) isNative() bool {
 // route the prober refuses to send, the caller gone) answers false: the
 // request is handled as for a legacy Core and the next one probes again.
 func (d *nativeDetector) native(ctx context.Context, authorization, route string) bool {
-	if d.mode != "auto" || !coreclient.ValidRouteKey(route) {
+	if d.mode != config.NativeAuto || !coreclient.ValidRouteKey(route) {
 		// A route outside Core's pattern is never probed (Core answers it
 		// 404 whatever its version): the state as it stands.
 		return d.isNative()
@@ -123,7 +122,7 @@ func (d *nativeDetector) native(ctx context.Context, authorization, route string
 // probe is in flight nothing is sent and the request is not handled: the
 // caller's decide then waits for that probe's verdict.
 func (d *nativeDetector) maybeProbe(ctx context.Context, authorization, route string) (probe *coreclient.Probe, handled bool, err error) {
-	if d.mode != "auto" {
+	if d.mode != config.NativeAuto {
 		return nil, false, nil
 	}
 	now := d.now()
