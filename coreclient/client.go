@@ -37,7 +37,6 @@ var ErrRateLimited = errors.New("core rate limit reached")
 const (
 	identityBodyLimit = 64 << 10 // session, system-info, error bodies
 	searchBodyLimit   = 4 << 20  // /kb/search answers
-	probeBodyLimit    = 64 << 10 // capabilities answers relayed to the caller
 )
 
 // UnfilteredMinScore is the min_score SearchKB sends: Core accepts negative
