@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-)
 
-// CapabilitiesSchema is the schema_version of a native Core's knowledge
-// capabilities answer.
-const CapabilitiesSchema = "bailing.agent-knowledge-capabilities.v1"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
+)
 
 // ProbeKind classifies Core's answer to a forwarded capabilities request.
 type ProbeKind int
@@ -47,8 +45,8 @@ func (k ProbeKind) String() string {
 // would answer 404 not_found whatever its version): it is a *CoreError 404
 // route_unavailable.
 func (c *Client) ProbeCapabilities(ctx context.Context, authorization, route string) (ProbeKind, error) {
-	if !ValidRouteKey(route) {
-		return ProbeRelay, &CoreError{Status: http.StatusNotFound, Code: "route_unavailable", Message: "The configured route is unavailable."}
+	if !corefacts.ValidRouteKey(route) {
+		return ProbeRelay, &corefacts.CoreError{Status: http.StatusNotFound, Code: "route_unavailable", Message: "The configured route is unavailable."}
 	}
 	kind := ProbeRelay
 	err := c.call(ctx, nil, OpProbe, func(ctx context.Context) error {
@@ -58,7 +56,7 @@ func (c *Client) ProbeCapabilities(ctx context.Context, authorization, route str
 		}
 		if authorization != "" {
 			if !headerValueOK(authorization) {
-				return fmt.Errorf("%w: malformed authorization header", ErrUnauthorized)
+				return fmt.Errorf("%w: malformed authorization header", corefacts.ErrUnauthorized)
 			}
 			req.Header.Set("Authorization", authorization)
 		}
@@ -96,7 +94,7 @@ func ClassifyProbe(status int, body []byte) ProbeKind {
 		var v struct {
 			SchemaVersion string `json:"schema_version"`
 		}
-		if json.Unmarshal(body, &v) == nil && v.SchemaVersion == CapabilitiesSchema {
+		if json.Unmarshal(body, &v) == nil && v.SchemaVersion == corefacts.CapabilitiesSchema {
 			return ProbeNative
 		}
 		return ProbeRelay

@@ -9,6 +9,7 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 )
 
 // Core protocol states of native detection (SPEC §8.2).
@@ -86,7 +87,7 @@ func (d *nativeDetector) isNative() bool {
 // route the prober refuses to send, the caller gone) answers false: the
 // request is handled as for a legacy Core and the next one probes again.
 func (d *nativeDetector) native(ctx context.Context, authorization, route string) bool {
-	if d.mode != config.NativeAuto || !coreclient.ValidRouteKey(route) {
+	if d.mode != config.NativeAuto || !corefacts.ValidRouteKey(route) {
 		// A route outside Core's pattern is never probed (Core answers it
 		// 404 whatever its version): the state as it stands.
 		return d.isNative()
