@@ -229,12 +229,16 @@ var (
 // endpoint facing an unreachable Core (SPEC §2); the verdict stays open.
 func (s *Server) capsProbe(c echo.Context, call *probeCall) (answered bool, err error) {
 	cr := &capsRelay{call: call}
-	defer s.feat.native.settle(call, coreclient.ProbeRelay, errNotProbed) // when nothing else did
+	defer func() {
+		// Also when the relay aborts (the ReverseProxy panics with
+		// http.ErrAbortHandler when the client's connection fails).
+		if cr.cancel != nil {
+			cr.cancel()
+		}
+		s.feat.native.settle(call, coreclient.ProbeRelay, errNotProbed) // when nothing else did
+	}()
 	r := c.Request()
 	s.feat.caps.ServeHTTP(c.Response(), r.WithContext(context.WithValue(r.Context(), capsCtxKey{}, cr)))
-	if cr.cancel != nil {
-		cr.cancel()
-	}
 	switch {
 	case cr.legacy:
 		return false, nil
