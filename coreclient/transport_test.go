@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 )
 
 const sessionJSON = `{"session_id":"s-1","client_app_id":"app-1","principal":{"id":"u-1"}}`
@@ -69,7 +70,7 @@ func TestCoreTransportKeepAlive(t *testing.T) {
 			t.Fatalf("call %d: got %+v, %v; want session s-1", i, s, err)
 		}
 	}
-	if _, err := c.Session(t.Context(), "Bearer other"); !errors.Is(err, coreclient.ErrUnauthorized) {
+	if _, err := c.Session(t.Context(), "Bearer other"); !errors.Is(err, corefacts.ErrUnauthorized) {
 		t.Fatalf("other bearer: got %v; want ErrUnauthorized", err)
 	}
 	if got := conns.Load(); got != 1 {
@@ -144,7 +145,7 @@ func TestCoreTransportDeadline(t *testing.T) {
 	}
 	hang.Store(true)
 	_, err := c.Session(t.Context(), aliceAuth)
-	if !errors.Is(err, coreclient.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+	if !errors.Is(err, corefacts.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("silent Core: got %v; want ErrUnavailable and DeadlineExceeded", err)
 	}
 	hang.Store(false)
@@ -179,7 +180,7 @@ func TestCoreTransportUnreadBodyClosesConnection(t *testing.T) {
 	}))
 	c := defaultClient(t, srv.URL, 0)
 	big.Store(true)
-	if _, err := c.Session(t.Context(), aliceAuth); !errors.Is(err, coreclient.ErrUnavailable) {
+	if _, err := c.Session(t.Context(), aliceAuth); !errors.Is(err, corefacts.ErrUnavailable) {
 		t.Fatalf("oversized answer: got %v; want ErrUnavailable", err)
 	}
 	big.Store(false)

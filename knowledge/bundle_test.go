@@ -6,7 +6,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 )
 
 // bundlingCatalog is the fake catalog with RouteBundle (the SQL catalog's
@@ -24,23 +24,23 @@ func withBundler(o *Options) {
 	o.Catalog = &bundlingCatalog{fakeCatalog: o.Catalog.(*fakeCatalog), apart: map[string]int{}}
 }
 
-func (b *bundlingCatalog) RouteBundle(ctx context.Context, key string, kbIDs []string, docID int64) (coreclient.RouteBundle, error) {
+func (b *bundlingCatalog) RouteBundle(ctx context.Context, key string, kbIDs []string, docID int64) (corefacts.RouteBundle, error) {
 	b.mu.Lock()
 	b.bundles++
 	b.mu.Unlock()
 	r, err := b.fakeCatalog.Route(ctx, key)
 	if err != nil {
-		return coreclient.RouteBundle{}, err
+		return corefacts.RouteBundle{}, err
 	}
 	kbs, err := b.fakeCatalog.KBs(ctx, kbIDs)
 	if err != nil {
-		return coreclient.RouteBundle{}, err
+		return corefacts.RouteBundle{}, err
 	}
-	out := coreclient.RouteBundle{Route: r, KBs: kbs, Asked: kbIDs}
+	out := corefacts.RouteBundle{Route: r, KBs: kbs, Asked: kbIDs}
 	if docID > 0 {
 		out.Doc, out.DocErr = b.fakeCatalog.Document(ctx, docID, kbIDs)
 		out.DocFound = out.DocErr == nil
-		if errors.Is(out.DocErr, coreclient.ErrNotFound) {
+		if errors.Is(out.DocErr, corefacts.ErrNotFound) {
 			out.DocErr = nil
 		}
 	}
@@ -53,7 +53,7 @@ func (b *bundlingCatalog) count(name string) {
 	b.apart[name]++
 }
 
-func (b *bundlingCatalog) KBs(ctx context.Context, ids []string) (map[string]coreclient.KB, error) {
+func (b *bundlingCatalog) KBs(ctx context.Context, ids []string) (map[string]corefacts.KB, error) {
 	b.count("KBs")
 	return b.fakeCatalog.KBs(ctx, ids)
 }
@@ -63,7 +63,7 @@ func (b *bundlingCatalog) KBEnabled(ctx context.Context, ids []string) (map[stri
 	return b.fakeCatalog.KBEnabled(ctx, ids)
 }
 
-func (b *bundlingCatalog) Document(ctx context.Context, id int64, kbIDs []string) (coreclient.Document, error) {
+func (b *bundlingCatalog) Document(ctx context.Context, id int64, kbIDs []string) (corefacts.Document, error) {
 	b.count("Document")
 	return b.fakeCatalog.Document(ctx, id, kbIDs)
 }
@@ -140,7 +140,7 @@ func TestBundledReadsAndSearches(t *testing.T) {
 		t.Fatalf("read of a disabled KB: got %v; want %s", ke, CodeKnowledgeChanged)
 	}
 	e.cat.edit(func(c *fakeCatalog) { c.kbs["faq"] = true })
-	e.cat.setDoc(coreclient.Document{DocMeta: coreclient.DocMeta{DocID: docRefund, KBID: "faq", Title: "退款规则"}, Content: refundContent + " changed"})
+	e.cat.setDoc(corefacts.Document{DocMeta: corefacts.DocMeta{DocID: docRefund, KBID: "faq", Title: "退款规则"}, Content: refundContent + " changed"})
 	if _, _, ke := e.call("read", tokA, routeKey, readBodyJSON(map[string]any{"ref": ref})); ke == nil || ke.Code != CodeKnowledgeChanged {
 		t.Fatalf("read of a changed document: got %v; want %s", ke, CodeKnowledgeChanged)
 	}
@@ -149,7 +149,7 @@ func TestBundledReadsAndSearches(t *testing.T) {
 		t.Fatalf("read of a deleted document: got %v; want %s", ke, CodeKnowledgeChanged)
 	}
 	// A body the bundle could not read is the document step's 503.
-	e.cat.setDoc(coreclient.Document{DocMeta: coreclient.DocMeta{DocID: docRefund, KBID: "faq", Title: "退款规则"}, Content: refundContent})
+	e.cat.setDoc(corefacts.Document{DocMeta: corefacts.DocMeta{DocID: docRefund, KBID: "faq", Title: "退款规则"}, Content: refundContent})
 	e.cat.edit(func(c *fakeCatalog) { c.docsDown = true })
 	if _, _, ke := e.call("read", tokA, routeKey, readBodyJSON(map[string]any{"ref": ref})); ke == nil || ke.Code != CodeUnavailable {
 		t.Fatalf("read with the body unreadable: got %v; want %s", ke, CodeUnavailable)

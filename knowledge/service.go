@@ -13,9 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
-
 	"github.com/bailinghub/knowledge-sidecar/config"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 )
 
 // Protocol constants (SPEC §3 limits; fixed, not configuration).
@@ -41,7 +40,7 @@ type Options struct {
 	Catalog   Catalog
 	Keys      *Keyring
 	// Tasks applies Core 0.8's managed-task rules (SPEC §4a) to search and
-	// read; nil means no task rules (the schema gate of package coreclient
+	// read; nil means no task rules (the schema gate of package catalog
 	// says absent when Core has no task tables).
 	Tasks Tasks
 	// Now is the clock (default time.Now).
@@ -81,7 +80,7 @@ type Service struct {
 	limiter *limiter
 	// routes remembers the last configuration seen per route, used only
 	// to answer capabilities while the catalog is unreachable.
-	routes *lru.Cache[string, coreclient.Route]
+	routes *lru.Cache[string, corefacts.Route]
 	// rechecks remembers hit re-checks per document revision (recheck.go).
 	rechecks *recheckMemo
 }
@@ -139,7 +138,7 @@ func New(o Options) (*Service, error) {
 	if s.limiter, err = newLimiter(s.rate, s.burst, s.now, o.SharedLimiter, s.log, o.Registerer); err != nil {
 		return nil, err
 	}
-	if s.routes, err = lru.New[string, coreclient.Route](routeCacheSize); err != nil {
+	if s.routes, err = lru.New[string, corefacts.Route](routeCacheSize); err != nil {
 		return nil, err
 	}
 	if s.rechecks, err = newRecheckMemo(); err != nil {
@@ -154,16 +153,16 @@ func New(o Options) (*Service, error) {
 // Authenticate asks Core who the bearer is (identity only: no rate limit,
 // no route check). Failures are *Error: 401 unauthorized or 503
 // knowledge_unavailable.
-func (s *Service) Authenticate(ctx context.Context, authorization string) (coreclient.Session, error) {
+func (s *Service) Authenticate(ctx context.Context, authorization string) (corefacts.Session, error) {
 	sess, err := s.id.Session(ctx, authorization)
 	if err != nil {
-		if errors.Is(err, coreclient.ErrUnauthorized) {
-			return coreclient.Session{}, errUnauthorized(err)
+		if errors.Is(err, corefacts.ErrUnauthorized) {
+			return corefacts.Session{}, errUnauthorized(err)
 		}
-		return coreclient.Session{}, errUnavailable(err)
+		return corefacts.Session{}, errUnavailable(err)
 	}
 	if sess.SessionID == "" || sess.ClientAppID == "" || sess.Principal.ID == "" {
-		return coreclient.Session{}, errUnavailable(errors.New("core returned an incomplete session"))
+		return corefacts.Session{}, errUnavailable(errors.New("core returned an incomplete session"))
 	}
 	return sess, nil
 }
@@ -182,14 +181,14 @@ func (s *Service) AllowTurn(sessionID string) error {
 // admitted is the state shared by every endpoint once identity, rate limit
 // and route gate have passed.
 type admitted struct {
-	sess  coreclient.Session
-	route coreclient.Route
+	sess  corefacts.Session
+	route corefacts.Route
 	// stale is true when route came from the last-known cache because the
 	// catalog could not be reached.
 	stale bool
 	// bundle holds the rows read with the route in one statement (nil: the
 	// route alone was read); kbRows and document take from it.
-	bundle *coreclient.RouteBundle
+	bundle *corefacts.RouteBundle
 	docID  int64 // the document asked for with the bundle (0: none)
 }
 
@@ -206,12 +205,12 @@ type prefetch struct {
 // the route with the KB rows and the one document a request reads next, in
 // one statement. Without it the rows are read one query each, at their step.
 type RouteBundler interface {
-	RouteBundle(ctx context.Context, key string, kbIDs []string, docID int64) (coreclient.RouteBundle, error)
+	RouteBundle(ctx context.Context, key string, kbIDs []string, docID int64) (corefacts.RouteBundle, error)
 }
 
 // kbRows is Catalog.KBs, answered from the bundle when it looked up every
 // id of ids.
-func (s *Service) kbRows(ctx context.Context, a admitted, ids []string) (map[string]coreclient.KB, error) {
+func (s *Service) kbRows(ctx context.Context, a admitted, ids []string) (map[string]corefacts.KB, error) {
 	if b := a.bundle; b != nil && covers(b.Asked, ids) {
 		return b.KBs, nil
 	}
@@ -220,13 +219,13 @@ func (s *Service) kbRows(ctx context.Context, a admitted, ids []string) (map[str
 
 // document is Catalog.Document, answered from the bundle when it read that
 // document with the same fence.
-func (s *Service) document(ctx context.Context, a admitted, docID int64, fence []string) (coreclient.Document, error) {
+func (s *Service) document(ctx context.Context, a admitted, docID int64, fence []string) (corefacts.Document, error) {
 	if b := a.bundle; b != nil && docID == a.docID && slices.Equal(b.Asked, fence) {
 		switch {
 		case b.DocErr != nil:
-			return coreclient.Document{}, b.DocErr
+			return corefacts.Document{}, b.DocErr
 		case !b.DocFound:
-			return coreclient.Document{}, fmt.Errorf("catalog document: %w", coreclient.ErrNotFound)
+			return corefacts.Document{}, fmt.Errorf("catalog document: %w", corefacts.ErrNotFound)
 		}
 		return b.Doc, nil
 	}
@@ -255,13 +254,13 @@ func (s *Service) admit(ctx context.Context, authorization, route string, allowS
 }
 
 // identify is the first step of the check order: identity → rate limit.
-func (s *Service) identify(ctx context.Context, authorization string) (coreclient.Session, error) {
+func (s *Service) identify(ctx context.Context, authorization string) (corefacts.Session, error) {
 	sess, err := s.Authenticate(ctx, authorization)
 	if err != nil {
-		return coreclient.Session{}, err
+		return corefacts.Session{}, err
 	}
 	if ok, retry := s.limiter.allow(ctx, sess.SessionID); !ok {
-		return coreclient.Session{}, errRateLimited(retry)
+		return corefacts.Session{}, errRateLimited(retry)
 	}
 	return sess, nil
 }
@@ -270,20 +269,20 @@ func (s *Service) identify(ctx context.Context, authorization string) (coreclien
 // and the managed-task rules): route syntax → route gate → route row.
 // With pf naming rows and a RouteBundler catalog, those rows are read with
 // the route.
-func (s *Service) admitRoute(ctx context.Context, authorization, route string, sess coreclient.Session, allowStale bool, pf prefetch) (admitted, error) {
-	if !coreclient.ValidRouteKey(route) {
+func (s *Service) admitRoute(ctx context.Context, authorization, route string, sess corefacts.Session, allowStale bool, pf prefetch) (admitted, error) {
+	if !corefacts.ValidRouteKey(route) {
 		return admitted{}, errRouteUnavailable(nil)
 	}
 	if err := s.gate(ctx, authorization, route, sess); err != nil {
 		return admitted{}, err
 	}
 	var (
-		r      coreclient.Route
-		bundle *coreclient.RouteBundle
+		r      corefacts.Route
+		bundle *corefacts.RouteBundle
 		err    error
 	)
 	if rb, ok := s.catalog.(RouteBundler); ok && len(pf.kbIDs) > 0 {
-		var b coreclient.RouteBundle
+		var b corefacts.RouteBundle
 		if b, err = rb.RouteBundle(ctx, route, pf.kbIDs, pf.docID); err == nil {
 			r, bundle = b.Route, &b
 		}
@@ -291,7 +290,7 @@ func (s *Service) admitRoute(ctx context.Context, authorization, route string, s
 		r, err = s.catalog.Route(ctx, route)
 	}
 	if err != nil {
-		if errors.Is(err, coreclient.ErrNotFound) {
+		if errors.Is(err, corefacts.ErrNotFound) {
 			return admitted{}, errRouteUnavailable(err)
 		}
 		if allowStale {
@@ -314,13 +313,13 @@ func (s *Service) admitRoute(ctx context.Context, authorization, route string, s
 // gate asks Core's system-info; an older Core (endpoint absent) or an
 // answer that only concerns the Agent Client Runtime or direct tools (which
 // knowledge must not require, SPEC §2) falls back to the catalog gate.
-func (s *Service) gate(ctx context.Context, authorization, route string, sess coreclient.Session) error {
+func (s *Service) gate(ctx context.Context, authorization, route string, sess corefacts.Session) error {
 	err := s.id.SystemInfo(ctx, authorization, route)
 	if err == nil {
 		return nil
 	}
-	var ce *coreclient.CoreError
-	useCatalog := errors.Is(err, coreclient.ErrEndpointAbsent) ||
+	var ce *corefacts.CoreError
+	useCatalog := errors.Is(err, corefacts.ErrEndpointAbsent) ||
 		errors.As(err, &ce) && (ce.Code == "agent_client_disabled" || ce.Code == "agent_direct_disabled")
 	if !useCatalog {
 		return classifyCore(err, errRouteUnavailable(nil))
