@@ -731,6 +731,9 @@ func (t *coreTransport) exchange(cc *coreConn, addr string, req *http.Request) (
 		}
 	}
 	if _, err := cc.br.Peek(1); err != nil {
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			return fail(err) // Core is slow, not gone: never retried
+		}
 		return fail(errNothingReceived{err})
 	}
 	var resp *http.Response
@@ -744,8 +747,9 @@ func (t *coreTransport) exchange(cc *coreConn, addr string, req *http.Request) (
 		}
 		resp.Body.Close() // an informational answer (1xx): the real one follows
 	}
-	if ctx.Err() == nil {
-		cc.c.SetReadDeadline(deadline) // the body: the call's deadline only
+	cc.c.SetReadDeadline(deadline) // the body: the call's deadline only
+	if ctx.Err() != nil {
+		cc.c.SetDeadline(longAgo) // cancelled meanwhile: keep the poison
 	}
 	keep := !resp.Close && !req.Close && resp.ProtoAtLeast(1, 1) && resp.StatusCode != http.StatusSwitchingProtocols
 	resp.Body = &coreBody{rc: resp.Body, t: t, cc: cc, addr: addr, stop: stop, keep: keep}
