@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -487,7 +488,7 @@ func newSQLBenchService(b *testing.B) (*Service, *prometheus.Registry) {
 	db.Exec(b, "INSERT INTO bz_routes (route_key, enabled, knowledge, updated_at) VALUES (?, 1, ?, ?)", routeKey, cfg, t0)
 	mem := newBenchService(b) // the fakes and hits of the in-memory world
 	for i := 1; i <= benchDocs; i++ {
-		title, content := benchDocText(i, benchDocLen)
+		title, content := testkit.Document(i, benchDocLen)
 		db.Exec(b, "INSERT INTO bz_kb_docs (doc_id, kb_id, title, content, content_hash, status, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'ready', ?, ?)",
 			i, benchKB, title, content, fmt.Sprintf("%032x", i), t0, t0)
 	}
