@@ -71,7 +71,7 @@ func ParseAnswer(body []byte) (*Parsed, error) {
 		switch {
 		case m.keyIs(body, "schema_version"):
 			schemaN++
-			s, ok := stringValue(body, m.valStart, m.valEnd)
+			s, ok := stringOf(body, m)
 			schemaOK = ok && s == contextSchema
 		case m.keyIs(body, "context"):
 			ctxN++
@@ -98,7 +98,7 @@ func (p *Parsed) RunID() string {
 	if p.runN != 1 {
 		return ""
 	}
-	s, _ := stringValue(p.body, p.runM.valStart, p.runM.valEnd)
+	s, _ := stringOf(p.body, p.runM)
 	return s
 }
 
@@ -122,8 +122,8 @@ func (p *Parsed) Items() []knowledge.TurnItem {
 	}
 	content := map[string]hit{}
 	eachObject(b, p.kM, itemKeys[:], func(v []member) {
-		ref, ok1 := jsonString(b, v[0])
-		c, ok2 := jsonString(b, v[1])
+		ref, ok1 := stringOf(b, v[0])
+		c, ok2 := stringOf(b, v[1])
 		if ok1 && ok2 && ref != "" {
 			h := content[ref]
 			content[ref] = hit{c, h.n + 1}
@@ -134,7 +134,7 @@ func (p *Parsed) Items() []knowledge.TurnItem {
 	}
 	var out []knowledge.TurnItem
 	eachObject(b, p.rM, refKeys[:], func(v []member) {
-		ref, ok := jsonString(b, v[0])
+		ref, ok := stringOf(b, v[0])
 		h, found := content[ref]
 		if !ok || !found || h.n != 1 {
 			return
@@ -147,7 +147,7 @@ func (p *Parsed) Items() []knowledge.TurnItem {
 		if err != nil || !isNumber(valueBytes(b, v[3])) {
 			return
 		}
-		title, _ := jsonString(b, v[2])
+		title, _ := stringOf(b, v[2])
 		out = append(out, knowledge.TurnItem{DocID: id, Title: title, Content: h.content, Score: score})
 	})
 	return out

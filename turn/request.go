@@ -120,7 +120,7 @@ func ParseRequest(body []byte) (Request, error) {
 	if kdCount > 1 {
 		return Request{}, ErrInvalidDelivery
 	}
-	v, ok := stringValue(body, kd.valStart, kd.valEnd)
+	v, ok := stringOf(body, kd)
 	mode := knowledge.DeliveryMode(v)
 	if !ok || !mode.Valid() {
 		return Request{}, ErrInvalidDelivery
@@ -132,7 +132,7 @@ func ParseRequest(body []byte) (Request, error) {
 
 // idValue decodes an id member's value: "" unless it is a JSON string.
 func idValue(b []byte, m member) string {
-	s, ok := stringValue(b, m.valStart, m.valEnd)
+	s, ok := stringOf(b, m)
 	if !ok {
 		return ""
 	}

@@ -15,7 +15,6 @@ package turn
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -45,30 +44,8 @@ func (m member) keyIs(b []byte, name string) bool {
 	if !m.keyEsc {
 		return string(raw) == name
 	}
-	var s string
-	if json.Unmarshal(b[m.keyStart:m.keyEnd], &s) != nil {
-		return false
-	}
-	return s == name
-}
-
-// stringValue decodes b[start:end] if it is a JSON string, exactly as
-// encoding/json does: the raw bytes are the value only when there is no
-// escape and they are valid UTF-8 (otherwise every invalid byte becomes
-// U+FFFD, so "\xe6" and "\xe6\n" agree on what the byte is).
-func stringValue(b []byte, start, end int) (string, bool) {
-	if end-start < 2 || b[start] != '"' {
-		return "", false
-	}
-	raw := b[start+1 : end-1]
-	if bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) {
-		return string(raw), true
-	}
-	var s string
-	if json.Unmarshal(b[start:end], &s) != nil {
-		return "", false
-	}
-	return s, true
+	s, ok := unquote(b[m.keyStart:m.keyEnd])
+	return ok && s == name
 }
 
 func skipWS(b []byte, i int) int {
@@ -350,23 +327,36 @@ func valueBytes(b []byte, m member) []byte {
 	return b[m.valStart:m.valEnd]
 }
 
-// jsonString decodes member m's value if it is a JSON string, unescaping
-// like encoding/json (a lone surrogate becomes U+FFFD) without its
-// reflection. The value must have been scanned (valid JSON).
-func jsonString(b []byte, m member) (string, bool) {
-	v := valueBytes(b, m)
+// stringOf decodes member m's value if it is a JSON string (unquote).
+func stringOf(b []byte, m member) (string, bool) { return unquote(valueBytes(b, m)) }
+
+// unquote is the package's one JSON string decoder: v is a string literal,
+// quotes included, already passed by scanString (escapes and controls
+// checked), decoded exactly as encoding/json decodes it without its
+// reflection: escapes undone, a surrogate pair joined, a lone surrogate
+// (\ud800 alone, or followed by anything but a low one) U+FFFD, and each
+// byte of invalid UTF-8 U+FFFD, so "\xe6" and "\xe6\n" agree on what the
+// byte is. The raw bytes are the value only when there is no escape and
+// they are valid UTF-8. ok is false when v is not a string literal.
+func unquote(v []byte) (string, bool) {
 	if len(v) < 2 || v[0] != '"' {
 		return "", false
 	}
 	raw := v[1 : len(v)-1]
-	k := bytes.IndexByte(raw, '\\')
-	if k < 0 {
+	if bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) {
 		return string(raw), true
 	}
-	out := make([]byte, 0, len(raw))
-	for k >= 0 {
-		out = append(out, raw[:k]...)
+	out := make([]byte, 0, len(raw)+8)
+	for {
+		k := bytes.IndexByte(raw, '\\')
+		if k < 0 {
+			return string(appendUTF8(out, raw)), true
+		}
+		out = appendUTF8(out, raw[:k]) // a backslash never cuts a valid sequence
 		raw = raw[k:]
+		if len(raw) < 2 || raw[1] == 'u' && len(raw) < 6 {
+			return "", false // not scanned
+		}
 		n := 2
 		switch raw[1] {
 		case '"', '\\', '/':
@@ -400,9 +390,25 @@ func jsonString(b []byte, m member) (string, bool) {
 			return "", false // not scanned
 		}
 		raw = raw[n:]
-		k = bytes.IndexByte(raw, '\\')
 	}
-	return string(append(out, raw...)), true
+}
+
+// appendUTF8 appends s, each byte of invalid UTF-8 in it as U+FFFD (what
+// encoding/json makes of it).
+func appendUTF8(out, s []byte) []byte {
+	if utf8.Valid(s) {
+		return append(out, s...)
+	}
+	for len(s) > 0 {
+		r, size := utf8.DecodeRune(s)
+		if r == utf8.RuneError && size == 1 {
+			out = utf8.AppendRune(out, utf8.RuneError)
+		} else {
+			out = append(out, s[:size]...)
+		}
+		s = s[size:]
+	}
+	return out
 }
 
 // hex4 decodes four hex digits (validated by the scanner).
