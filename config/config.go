@@ -53,7 +53,7 @@ type Core struct {
 	URL string `yaml:"url"`
 	// Token is the sidecar's own Core credential (a Client Token or the
 	// server token) used for /kb/search only. Secret: env or TokenFile only.
-	Token string `yaml:"-" env:"KNOWLEDGE_SIDECAR_CORE_TOKEN" secret:"true"`
+	Token string `yaml:"-"`
 	// TokenFile is a file holding Token (trailing newline trimmed).
 	TokenFile string `yaml:"token_file"`
 	// ClientAppID is the app_id of the Core client (bz_clients) whose token
@@ -87,7 +87,7 @@ type Breaker struct {
 type Catalog struct {
 	// DSN is the go-sql-driver/mysql DSN of a read-only user. Secret: env or
 	// DSNFile only. Empty disables the knowledge features.
-	DSN string `yaml:"-" env:"KNOWLEDGE_SIDECAR_CATALOG_DSN" secret:"true"`
+	DSN string `yaml:"-"`
 	// DSNFile is a file holding DSN.
 	DSNFile string `yaml:"dsn_file"`
 	// MaxOpenConns caps open connections. Default 10.
@@ -111,7 +111,7 @@ type Catalog struct {
 type Signing struct {
 	// Keys is "id1:BASE64SECRET,id2:BASE64SECRET"; the first signs, all
 	// verify. Empty: a key derived from core.token. Secret: env or KeysFile.
-	Keys string `yaml:"-" env:"KNOWLEDGE_SIDECAR_SIGNING_KEYS" secret:"true"`
+	Keys string `yaml:"-"`
 	// KeysFile is a file holding Keys.
 	KeysFile string `yaml:"keys_file"`
 }
@@ -128,7 +128,7 @@ type Ledger struct {
 	// (the master's credentials as username=…&password=… parameters).
 	// rediss:// turns TLS on (at least TLS 1.2) in every mode. Secret: env
 	// or RedisURLFile.
-	RedisURL string `yaml:"-" env:"KNOWLEDGE_SIDECAR_LEDGER_REDIS_URL" secret:"true"`
+	RedisURL string `yaml:"-"`
 	// RedisURLFile is a file holding RedisURL.
 	RedisURLFile string `yaml:"redis_url_file"`
 	// RedisMode is "single" (one node), "cluster" (Redis Cluster or Valkey

@@ -11,15 +11,6 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// secretKeys are the secrets a YAML file must not hold, by the key an operator
-// would write, with the variable and the file setting to use instead.
-var secretKeys = map[string][2]string{
-	"core.token":       {"KNOWLEDGE_SIDECAR_CORE_TOKEN", "core.token_file"},
-	"catalog.dsn":      {"KNOWLEDGE_SIDECAR_CATALOG_DSN", "catalog.dsn_file"},
-	"signing.keys":     {"KNOWLEDGE_SIDECAR_SIGNING_KEYS", "signing.keys_file"},
-	"ledger.redis_url": {"KNOWLEDGE_SIDECAR_LEDGER_REDIS_URL", "ledger.redis_url_file"},
-}
-
 // fileReport is what decoding a file found besides the values: problems
 // (each "path: message", never a Go type name nor a secret's value) and
 // warnings (legal but probably not what the operator meant).
@@ -82,8 +73,8 @@ func decodeStruct(n *yaml.Node, v reflect.Value, prefix string, rep *fileReport)
 			}
 		}
 		if idx < 0 {
-			if s, ok := secretKeys[path]; ok {
-				rep.problems = append(rep.problems, fmt.Sprintf("%s: line %d: secrets are not accepted in the file; set %s or %s", path, key.Line, s[0], s[1]))
+			if s, ok := secretOf(path); ok {
+				rep.problems = append(rep.problems, fmt.Sprintf("%s: line %d: secrets are not accepted in the file; set %s", path, key.Line, s.Hint()))
 				continue
 			}
 			msg := fmt.Sprintf("%s: line %d: unknown setting", path, key.Line)

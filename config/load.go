@@ -107,11 +107,12 @@ func fields(cfg *Config) []field {
 				walk(fv, path)
 				continue
 			}
-			env := sf.Tag.Get("env")
-			if env == "" {
-				env = EnvPrefix + strings.ToUpper(strings.ReplaceAll(path, ".", "_"))
+			if s, ok := secretAt(cfg, fv); ok {
+				out = append(out, field{path: s.Path, env: s.Env, secret: true, value: fv})
+				continue
 			}
-			out = append(out, field{path: path, env: env, secret: sf.Tag.Get("secret") == "true", value: fv})
+			env := EnvPrefix + strings.ToUpper(strings.ReplaceAll(path, ".", "_"))
+			out = append(out, field{path: path, env: env, value: fv})
 		}
 	}
 	walk(reflect.ValueOf(cfg).Elem(), "")
@@ -209,28 +210,25 @@ func setFromString(v reflect.Value, raw string) error {
 }
 
 // readSecretFiles fills each secret from its *_file setting when the secret
-// itself is not set; setting both is a Validate error.
+// itself is not set; setting both is a problem.
 func readSecretFiles(cfg *Config) error {
 	var problems []string
-	read := func(path, name string, dst *string) {
+	for _, s := range secrets {
+		path, dst := *s.file(cfg), s.value(cfg)
 		if path == "" {
-			return
+			continue
 		}
 		if *dst != "" {
-			problems = append(problems, fmt.Sprintf("%s: set either the secret or its file, not both", name))
-			return
+			problems = append(problems, fmt.Sprintf("%s: set either the secret or its file, not both", s.File))
+			continue
 		}
 		raw, err := os.ReadFile(path)
 		if err != nil {
-			problems = append(problems, fmt.Sprintf("%s: cannot read %s", name, path))
-			return
+			problems = append(problems, fmt.Sprintf("%s: cannot read %s", s.File, path))
+			continue
 		}
 		*dst = strings.TrimRight(string(raw), "\r\n")
 	}
-	read(cfg.Core.TokenFile, "core.token_file", &cfg.Core.Token)
-	read(cfg.Catalog.DSNFile, "catalog.dsn_file", &cfg.Catalog.DSN)
-	read(cfg.Signing.KeysFile, "signing.keys_file", &cfg.Signing.Keys)
-	read(cfg.Ledger.RedisURLFile, "ledger.redis_url_file", &cfg.Ledger.RedisURL)
 	if len(problems) > 0 {
 		return &Error{Problems: problems}
 	}

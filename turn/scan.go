@@ -343,16 +343,17 @@ func unquote(v []byte) (string, bool) {
 		return "", false
 	}
 	raw := v[1 : len(v)-1]
-	if bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) {
+	valid := utf8.Valid(raw)
+	k := bytes.IndexByte(raw, '\\')
+	if k < 0 && valid {
 		return string(raw), true
 	}
 	out := make([]byte, 0, len(raw)+8)
 	for {
-		k := bytes.IndexByte(raw, '\\')
 		if k < 0 {
-			return string(appendUTF8(out, raw)), true
+			return string(appendText(out, raw, valid)), true
 		}
-		out = appendUTF8(out, raw[:k]) // a backslash never cuts a valid sequence
+		out = appendText(out, raw[:k], valid) // a backslash never cuts a valid sequence
 		raw = raw[k:]
 		if len(raw) < 2 || raw[1] == 'u' && len(raw) < 6 {
 			return "", false // not scanned
@@ -390,13 +391,14 @@ func unquote(v []byte) (string, bool) {
 			return "", false // not scanned
 		}
 		raw = raw[n:]
+		k = bytes.IndexByte(raw, '\\')
 	}
 }
 
-// appendUTF8 appends s, each byte of invalid UTF-8 in it as U+FFFD (what
-// encoding/json makes of it).
-func appendUTF8(out, s []byte) []byte {
-	if utf8.Valid(s) {
+// appendText appends s, unless valid (the whole string is valid UTF-8) each
+// byte of invalid UTF-8 in it as U+FFFD (what encoding/json makes of it).
+func appendText(out, s []byte, valid bool) []byte {
+	if valid || utf8.Valid(s) {
 		return append(out, s...)
 	}
 	for len(s) > 0 {
