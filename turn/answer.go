@@ -21,14 +21,14 @@ var (
 	// (or has duplicate members the rewrite would have to choose between).
 	ErrUnexpectedAnswer = errors.New("turn answer is not a bailing.agent-turn-context.v1 json object")
 	// ErrInvalidDeliveryBlock: the pre-serialized knowledge_delivery block
-	// given to Parsed.Rewrite is not a JSON object (a caller bug).
+	// given to parsed.Rewrite is not a JSON object (a caller bug).
 	ErrInvalidDeliveryBlock = errors.New("knowledge delivery block is not a json object")
 )
 
-// Parsed is a scanned turn answer: where its members are, so that the
+// parsed is a scanned turn answer: where its members are, so that the
 // knowledge Core retrieved can be read (Items) and the answer rewritten
 // (Rewrite) without scanning it again.
-type Parsed struct {
+type parsed struct {
 	body       []byte
 	start      int // the top-level '{'
 	lastEnd    int // insertion point for a new top-level member
@@ -40,17 +40,17 @@ type Parsed struct {
 	ctxLastEnd int    // value end of context's last member; -1: none
 }
 
-// ParseAnswer scans a 2xx turn answer once: every top-level member and the
+// parseAnswer scans a 2xx turn answer once: every top-level member and the
 // members of the top-level context object. It fails with
 // ErrUnexpectedAnswer when the body is not a bailing.agent-turn-context.v1
 // JSON object with one object "context" (and at most one schema_version
 // and knowledge_delivery). body is never modified.
-func ParseAnswer(body []byte) (*Parsed, error) {
+func parseAnswer(body []byte) (*parsed, error) {
 	i := skipWS(body, 0)
 	if i >= len(body) || body[i] != '{' {
 		return nil, ErrUnexpectedAnswer
 	}
-	p := &Parsed{body: body, start: i, lastEnd: i + 1, ctxLastEnd: -1}
+	p := &parsed{body: body, start: i, lastEnd: i + 1, ctxLastEnd: -1}
 	var (
 		schemaN, ctxN int
 		schemaOK      bool
@@ -94,7 +94,7 @@ func ParseAnswer(body []byte) (*Parsed, error) {
 
 // RunID is the answer's top-level run_id string ("" when absent, repeated
 // or not a string).
-func (p *Parsed) RunID() string {
+func (p *parsed) RunID() string {
 	if p.runN != 1 {
 		return ""
 	}
@@ -106,12 +106,12 @@ func (p *Parsed) RunID() string {
 // each context.knowledge_refs entry (doc_id, title, score) joined by ref
 // with the context.knowledge item holding the hit text, in Core's order.
 // Only the two arrays are read, with the scanner (they were validated by
-// ParseAnswer) and strings unescaped as encoding/json does. Entries that
+// parseAnswer) and strings unescaped as encoding/json does. Entries that
 // cannot be used are skipped: not an object, a ref without a matching item
 // (or naming several items), a doc_id that is not a positive integer, a
 // score that is not a number, a ref or content that is not a string. An
 // array missing, repeated or not an array gives no items.
-func (p *Parsed) Items() []knowledge.TurnItem {
+func (p *parsed) Items() []knowledge.TurnItem {
 	if p.kN != 1 || p.rN != 1 {
 		return nil
 	}
@@ -214,12 +214,12 @@ func isNumber(v []byte) bool { return len(v) > 0 && (v[0] == '-' || v[0] >= '0' 
 //
 // Every other byte is kept. Not JSON, not an object, schema_version missing or
 // not "bailing.agent-turn-context.v1", context missing or not an object, or a
-// duplicated schema_version/context/knowledge_delivery member → ParseAnswer's
+// duplicated schema_version/context/knowledge_delivery member → parseAnswer's
 // ErrUnexpectedAnswer; in on_demand mode a duplicated knowledge/
 // knowledge_refs member → ErrUnexpectedAnswer. A mode other than the two →
 // ErrInvalidDelivery; a block that is not a JSON object →
 // ErrInvalidDeliveryBlock. The answer's bytes are never modified.
-func (p *Parsed) Rewrite(mode knowledge.DeliveryMode, deliveryBlock []byte) ([]byte, error) {
+func (p *parsed) Rewrite(mode knowledge.DeliveryMode, deliveryBlock []byte) ([]byte, error) {
 	if !mode.Valid() {
 		return nil, ErrInvalidDelivery
 	}

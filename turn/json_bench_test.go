@@ -135,7 +135,7 @@ func FuzzTurnScanString(f *testing.F) {
 // string decoder over every chunk's ref and content, escapes and CJK).
 func BenchmarkTurnItems(b *testing.B) {
 	body := turntest.Answer(256 << 10)
-	p, err := ParseAnswer(body)
+	p, err := parseAnswer(body)
 	if err != nil {
 		b.Fatal(err)
 	}

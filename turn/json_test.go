@@ -715,9 +715,9 @@ func TestItems(t *testing.T) {
 		{"empty context", ``, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := ParseAnswer(answer(tc.ctx))
+			p, err := parseAnswer(answer(tc.ctx))
 			if err != nil {
-				t.Fatalf("ParseAnswer: got %v; want a parsed answer", err)
+				t.Fatalf("parseAnswer: got %v; want a parsed answer", err)
 			}
 			if got := p.Items(); !reflect.DeepEqual(got, tc.want) && (len(got) != 0 || len(tc.want) != 0) {
 				t.Errorf("Items: got %+v; want %+v", got, tc.want)
@@ -732,9 +732,9 @@ func TestItems(t *testing.T) {
 		{"not a string", `{"schema_version":"bailing.agent-turn-context.v1","run_id":7,"context":{}}`},
 		{"twice", `{"schema_version":"bailing.agent-turn-context.v1","run_id":"a","run_id":"a","context":{}}`},
 	} {
-		p, err := ParseAnswer([]byte(tc.body))
+		p, err := parseAnswer([]byte(tc.body))
 		if err != nil {
-			t.Fatalf("%s: ParseAnswer: %v", tc.name, err)
+			t.Fatalf("%s: parseAnswer: %v", tc.name, err)
 		}
 		if got := p.RunID(); got != "" {
 			t.Errorf("run_id %s: got %q; want \"\"", tc.name, got)

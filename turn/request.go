@@ -55,6 +55,8 @@ type Request struct {
 //     otherwise the field's presence cannot be told, so Mode "" and the
 //     original bytes, nil error, and Core produces its own 400. A valid JSON
 //     value that is not an object likewise goes to Core unchanged.
+//   - Nesting deeper than encoding/json's limit (10000) → ErrTooDeep, with or
+//     without the field: whether it is there cannot be told.
 //
 // body is never modified.
 func ParseRequest(body []byte) (Request, error) {
