@@ -5,7 +5,8 @@ import (
 )
 
 // Config is the whole configuration. Field comments state the unit and the
-// default; Defaults returns the defaults.
+// default; Defaults returns the defaults. The settings kept out of the YAML
+// file (yaml:"-") are the secrets, each listed in Secrets.
 type Config struct {
 	// Listen is the address of the proxy listener. Default ":8080".
 	Listen string `yaml:"listen"`
@@ -110,7 +111,8 @@ type Catalog struct {
 // Signing holds the reference/cursor signing keys.
 type Signing struct {
 	// Keys is "id1:BASE64SECRET,id2:BASE64SECRET"; the first signs, all
-	// verify. Empty: a key derived from core.token. Secret: env or KeysFile.
+	// verify. Empty: a key derived from core.token. Secret: env or
+	// KeysFile.
 	Keys string `yaml:"-"`
 	// KeysFile is a file holding Keys.
 	KeysFile string `yaml:"keys_file"`
@@ -300,11 +302,11 @@ func Defaults() Config {
 func (c *Config) KnowledgeEnabled() (ok bool, reason string) {
 	switch {
 	case c.Catalog.DSN == "":
-		return false, "no catalog DSN (KNOWLEDGE_SIDECAR_CATALOG_DSN) is configured"
+		return false, "no catalog DSN (" + secret("catalog.dsn").Env + ") is configured"
 	case c.Core.Token == "" && c.Signing.Keys == "":
-		return false, "neither a Core service token (KNOWLEDGE_SIDECAR_CORE_TOKEN) nor signing keys are configured"
+		return false, "neither a Core service token (" + secret("core.token").Env + ") nor signing keys are configured"
 	case c.Core.Token == "":
-		return false, "no Core service token (KNOWLEDGE_SIDECAR_CORE_TOKEN) is configured for /kb/search"
+		return false, "no Core service token (" + secret("core.token").Env + ") is configured for /kb/search"
 	}
 	return true, ""
 }

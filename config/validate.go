@@ -14,8 +14,8 @@ import (
 
 // Validate reports every problem at once, each as "field.path: message".
 // A message quotes the offending value (`log.level: "verbose" is not one of
-// debug, info, warn, error`), except a secret's (core.token, catalog.dsn,
-// ledger.redis_url, signing.keys), which is never shown; a URL is shown
+// debug, info, warn, error`), except a secret's (Secrets), which is never
+// shown; a URL is shown
 // without its credentials, query and fragment. extra lets callers add checks that
 // live in other packages (rollout spec, signing keys) without an import cycle;
 // each returns nil or a message for its field path.
@@ -35,7 +35,7 @@ func (c *Config) Validate(extra ...func(*Config) (path string, err error)) error
 		p.add("core.url", showURL(u)+" is not an absolute http(s) URL")
 	} else {
 		if u.User != nil {
-			p.add("core.url", showURL(u)+" must not contain credentials; give the token in KNOWLEDGE_SIDECAR_CORE_TOKEN or core.token_file")
+			p.add("core.url", showURL(u)+" must not contain credentials; give the token in "+secret("core.token").Hint())
 		}
 		if u.RawQuery != "" || u.Fragment != "" {
 			p.add("core.url", showURL(u)+" must not have a query or fragment")
@@ -70,10 +70,10 @@ func (c *Config) Validate(extra ...func(*Config) (path string, err error)) error
 	}
 	if r := strings.TrimSpace(c.Rollout); r != "off" && r != "" { // every missing prerequisite at once
 		if c.Catalog.DSN == "" {
-			p.add("rollout", quote(c.Rollout)+" rolls the protocol out, but no catalog DSN (KNOWLEDGE_SIDECAR_CATALOG_DSN) is configured")
+			p.add("rollout", quote(c.Rollout)+" rolls the protocol out, but no catalog DSN ("+secret("catalog.dsn").Env+") is configured")
 		}
 		if c.Core.Token == "" {
-			p.add("rollout", quote(c.Rollout)+" rolls the protocol out, but no Core service token (KNOWLEDGE_SIDECAR_CORE_TOKEN or core.token_file) is configured for /kb/search")
+			p.add("rollout", quote(c.Rollout)+" rolls the protocol out, but no Core service token ("+secret("core.token").Hint()+") is configured for /kb/search")
 		}
 	}
 
@@ -81,7 +81,7 @@ func (c *Config) Validate(extra ...func(*Config) (path string, err error)) error
 	case "", "memory":
 	case "redis":
 		if c.Ledger.RedisURL == "" {
-			p.add("ledger.redis_url", "is required when ledger.backend is redis (KNOWLEDGE_SIDECAR_LEDGER_REDIS_URL)")
+			p.add("ledger.redis_url", "is required when ledger.backend is redis ("+secret("ledger.redis_url").Env+")")
 		}
 	default:
 		p.add("ledger.backend", quote(c.Ledger.Backend)+" is not one of memory, redis")
@@ -118,7 +118,7 @@ func (c *Config) Validate(extra ...func(*Config) (path string, err error)) error
 	case "", "local":
 	case "redis":
 		if c.Ledger.RedisURL == "" {
-			p.add("rate_limit.backend", quote(c.RateLimit.Backend)+" needs the ledger's Redis (KNOWLEDGE_SIDECAR_LEDGER_REDIS_URL or ledger.redis_url_file)")
+			p.add("rate_limit.backend", quote(c.RateLimit.Backend)+" needs the ledger's Redis ("+secret("ledger.redis_url").Hint()+")")
 		}
 	default:
 		p.add("rate_limit.backend", quote(c.RateLimit.Backend)+" is not one of local, redis")
