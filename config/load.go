@@ -156,7 +156,7 @@ func setFromString(v reflect.Value, raw string) error {
 	case time.Duration:
 		d, err := time.ParseDuration(raw)
 		if err != nil {
-			return fmt.Errorf("%q is not a duration such as 5s or 2m", raw)
+			return notA(v, raw)
 		}
 		v.SetInt(int64(d))
 		return nil
@@ -176,37 +176,44 @@ func setFromString(v reflect.Value, raw string) error {
 	case reflect.Bool:
 		b, err := strconv.ParseBool(raw)
 		if err != nil {
-			return fmt.Errorf("%q is not a boolean", raw)
+			return notA(v, raw)
 		}
 		v.SetBool(b)
 	case reflect.Int:
 		n, err := strconv.Atoi(raw)
 		if err != nil {
-			return fmt.Errorf("%q is not an integer", raw)
+			return notA(v, raw)
 		}
 		v.SetInt(int64(n))
 	case reflect.Int64:
 		n, err := strconv.ParseInt(raw, 10, 64)
 		if err != nil {
-			return fmt.Errorf("%q is not an integer", raw)
+			return notA(v, raw)
 		}
 		v.SetInt(n)
 	case reflect.Uint32:
 		n, err := strconv.ParseUint(raw, 10, 32)
 		if err != nil {
-			return fmt.Errorf("%q is not a non-negative integer", raw)
+			return notA(v, raw)
 		}
 		v.SetUint(n)
 	case reflect.Float64:
 		n, err := strconv.ParseFloat(raw, 64)
 		if err != nil {
-			return fmt.Errorf("%q is not a number", raw)
+			return notA(v, raw)
 		}
 		v.SetFloat(n)
 	default:
 		return fmt.Errorf("unsupported kind %s", v.Kind())
 	}
 	return nil
+}
+
+// notA is the problem with an environment value that does not parse: the
+// value (never a secret's: applyEnv does not show those) and what the
+// setting accepts, as the file's messages say it.
+func notA(v reflect.Value, raw string) error {
+	return errors.New(quote(raw) + " is not " + expected(v))
 }
 
 // readSecretFiles fills each secret from its *_file setting when the secret
