@@ -36,6 +36,14 @@ const (
 	// q9ReadyKBs: which of these KBs hold a ready document. EXISTS stops at
 	// the first such row of idx_kb(kb_id); only granted columns are read.
 	q9ReadyKBs = "SELECT b.kb_id FROM bz_kb_bases b WHERE b.kb_id IN (%s) AND EXISTS (SELECT 1 FROM bz_kb_docs d WHERE d.kb_id = b.kb_id AND d.status = ?)"
+	// q1Bundle is Q1 with Q2 (and, q1BundleDoc, Q3 of one document fenced to
+	// those KBs) in one statement: the route row joined with the rows a
+	// knowledge request reads next, so a read is one round trip instead of
+	// three and a search one instead of two (RouteBundle). One row per
+	// matching KB (at least one while the route exists); only granted
+	// columns are read.
+	q1Bundle    = "SELECT r.route_key, r.enabled, r.knowledge, b.kb_id, b.enabled FROM bz_routes r LEFT JOIN bz_kb_bases b ON b.kb_id IN (%s) WHERE r.route_key = ?"
+	q1BundleDoc = "SELECT r.route_key, r.enabled, r.knowledge, b.kb_id, b.enabled, d.doc_id, d.kb_id, d.title, d.status, d.content_hash, d.updated_at FROM bz_routes r LEFT JOIN bz_kb_bases b ON b.kb_id IN (%s) LEFT JOIN bz_kb_docs d ON d.doc_id = ? AND d.kb_id IN (%s) WHERE r.route_key = ?"
 )
 
 // Catalog query names (the "query" label of the catalog metrics).
@@ -298,6 +306,114 @@ func (c *SQLCatalog) route(ctx context.Context, key string) (routeRow, error) {
 		return err
 	})
 	return r, err
+}
+
+// RouteBundle reads route key with the rows of kbIDs and, when docID > 0,
+// the document docID fenced to kbIDs, in one statement (q1Bundle,
+// q1BundleDoc; a body missing from the revision cache costs Q4). The route
+// is ErrNotFound when unknown, as Route. Longer KB lists than one IN list
+// holds fall back to Route, KBs and Document.
+func (c *SQLCatalog) RouteBundle(ctx context.Context, key string, kbIDs []string, docID int64) (corefacts.RouteBundle, error) {
+	kbs := uniqueIDs(kbIDs)
+	if len(kbs) == 0 || len(kbs) > MaxIDsPerQuery {
+		return c.routeBundleApart(ctx, key, kbIDs, docID)
+	}
+	var (
+		row     routeRow
+		b       = corefacts.RouteBundle{KBs: make(map[string]corefacts.KB, len(kbs)), Asked: kbIDs}
+		meta    metaRow
+		hasMeta bool
+	)
+	err := c.do(ctx, QueryRoute, func(ctx context.Context) error {
+		var rows *sql.Rows
+		var err error
+		if docID > 0 {
+			args := append(anys(kbs), docID)
+			args = append(append(args, anys(kbs)...), key)
+			rows, err = c.db.QueryContext(ctx, fmt.Sprintf(q1BundleDoc, placeholders(len(kbs)), placeholders(len(kbs))), args...)
+		} else {
+			rows, err = c.db.QueryContext(ctx, fmt.Sprintf(q1Bundle, placeholders(len(kbs))), append(anys(kbs), key)...)
+		}
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		n := 0
+		for rows.Next() {
+			var (
+				enabled   int64
+				kbID      sql.NullString
+				kbEnabled sql.NullInt64
+				dst       = []any{&row.key, &enabled, &row.knowledge, &kbID, &kbEnabled}
+				dID       sql.NullInt64
+				dKB, dT   sql.NullString
+				dSt, hash sql.NullString
+				dUp       sql.NullTime
+			)
+			if docID > 0 {
+				dst = append(dst, &dID, &dKB, &dT, &dSt, &hash, &dUp)
+			}
+			if err := rows.Scan(dst...); err != nil {
+				return err
+			}
+			n++
+			row.enabled = enabled != 0
+			if kbID.Valid {
+				for _, want := range kbIDs {
+					if corefacts.SameID(want, kbID.String) {
+						b.KBs[want] = corefacts.KB{ID: kbID.String, Enabled: kbEnabled.Int64 != 0}
+					}
+				}
+			}
+			if dID.Valid && !hasMeta {
+				hasMeta = true
+				meta = metaRow{DocMeta: corefacts.DocMeta{DocID: dID.Int64, KBID: fenceSpelling(kbIDs, dKB.String), Title: dT.String,
+					Status: dSt.String, ContentHash: hash.String, UpdatedAt: dUp.Time}, hashNull: !hash.Valid}
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if n == 0 {
+			return sql.ErrNoRows
+		}
+		return nil
+	})
+	if err != nil {
+		return corefacts.RouteBundle{}, err
+	}
+	if b.Route, err = routeOf(row.key, row.enabled, row.knowledge); err != nil {
+		return corefacts.RouteBundle{}, err
+	}
+	if hasMeta {
+		b.Doc, b.DocFound, b.DocErr = c.current(ctx, meta, kbIDs)
+	}
+	return b, nil
+}
+
+// routeBundleApart is RouteBundle in separate queries (no KB asked, or more
+// than one IN list holds).
+func (c *SQLCatalog) routeBundleApart(ctx context.Context, key string, kbIDs []string, docID int64) (corefacts.RouteBundle, error) {
+	r, err := c.Route(ctx, key)
+	if err != nil {
+		return corefacts.RouteBundle{}, err
+	}
+	b := corefacts.RouteBundle{Route: r, Asked: kbIDs}
+	if len(kbIDs) == 0 {
+		b.KBs = map[string]corefacts.KB{}
+		return b, nil
+	}
+	if b.KBs, err = c.KBs(ctx, kbIDs); err != nil {
+		return corefacts.RouteBundle{}, err
+	}
+	if docID > 0 {
+		b.Doc, b.DocErr = c.Document(ctx, docID, kbIDs)
+		b.DocFound = b.DocErr == nil
+		if errors.Is(b.DocErr, corefacts.ErrNotFound) {
+			b.DocErr = nil
+		}
+	}
+	return b, nil
 }
 
 // routeOf builds a Route, shared with MemCatalog. A malformed knowledge column

@@ -819,3 +819,143 @@ func TestCatalogReadyKBs(t *testing.T) {
 		t.Errorf("ReadyKBs(nil) got %v, %v; want empty", got, err)
 	}
 }
+
+// RouteBundle reads in one statement what Route, KBs and Document read
+// apart, and answers the same for every shape of fixture: KBs that exist,
+// are disabled, are missing or are spelled in another case; documents that
+// are ready, not ready, outside the fence or absent; routes that are
+// missing, disabled or without knowledge.
+func TestSQLCatalogRouteBundle(t *testing.T) {
+	ctx := context.Background()
+	db := testdb.New(t)
+	reg := prometheus.NewRegistry()
+	c := openSQL(t, db, reg)
+	apart := openSQL(t, db, nil)
+	cases := []struct {
+		name  string
+		route string
+		kbs   []string
+		doc   int64
+	}{
+		{"multi route, its KBs", testdb.RouteMulti, multiKBs, 0},
+		{"multi route, one ready doc", testdb.RouteMulti, []string{testdb.KBFAQ}, testdb.DocRefund},
+		{"ready doc with NULL hash", testdb.RouteMulti, []string{testdb.KBFAQ}, testdb.DocMultiByte},
+		{"big doc", testdb.RouteMulti, []string{testdb.KBManuals}, testdb.DocBig},
+		{"doc not ready", testdb.RouteMulti, []string{testdb.KBFAQ}, testdb.DocEmbedding},
+		{"doc in error", testdb.RouteMulti, []string{testdb.KBManuals}, testdb.DocError},
+		{"doc outside the fence", testdb.RouteMulti, []string{testdb.KBManuals}, testdb.DocRefund},
+		{"doc of a disabled KB", testdb.RouteMulti, []string{testdb.KBDisabled}, testdb.DocDisabledKB},
+		{"doc absent", testdb.RouteMulti, []string{testdb.KBFAQ}, testdb.DocMissing},
+		{"missing KB", testdb.RouteMulti, []string{testdb.KBMissing}, testdb.DocRefund},
+		{"KB spelled in another case", testdb.RouteCase, []string{testdb.KBFAQUpper}, testdb.DocRefund},
+		{"route with both spellings", testdb.RouteCaseStored, []string{testdb.KBFAQUpper, testdb.KBFAQ}, 0},
+		{"disabled route", testdb.RouteDisabled, []string{testdb.KBFAQ}, testdb.DocRefund},
+		{"route without knowledge", testdb.RouteNull, []string{testdb.KBFAQ}, 0},
+		{"no KB asked", testdb.RouteMulti, nil, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := c.RouteBundle(ctx, tc.route, tc.kbs, tc.doc)
+			if err != nil {
+				t.Fatalf("RouteBundle: %v", err)
+			}
+			wantRoute, err := apart.Route(ctx, tc.route)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got.Route, wantRoute) {
+				t.Errorf("route: got %+v; want %+v", got.Route, wantRoute)
+			}
+			if !reflect.DeepEqual(got.Asked, tc.kbs) {
+				t.Errorf("asked: got %v; want %v", got.Asked, tc.kbs)
+			}
+			wantKBs, err := apart.KBs(ctx, tc.kbs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got.KBs) != len(wantKBs) || len(wantKBs) > 0 && !reflect.DeepEqual(got.KBs, wantKBs) {
+				t.Errorf("kbs: got %+v; want %+v", got.KBs, wantKBs)
+			}
+			if tc.doc == 0 {
+				if got.DocFound || got.DocErr != nil {
+					t.Errorf("no doc asked: got found %v err %v", got.DocFound, got.DocErr)
+				}
+				return
+			}
+			wantDoc, err := apart.Document(ctx, tc.doc, tc.kbs)
+			wantFound := err == nil
+			if err != nil && !errors.Is(err, corefacts.ErrNotFound) {
+				t.Fatal(err)
+			}
+			if got.DocErr != nil || got.DocFound != wantFound {
+				t.Fatalf("doc: got found %v err %v; want found %v", got.DocFound, got.DocErr, wantFound)
+			}
+			if wantFound && !reflect.DeepEqual(view(got.Doc), view(wantDoc)) {
+				t.Errorf("doc: got %+v; want %+v", view(got.Doc), view(wantDoc))
+			}
+		})
+	}
+
+	t.Run("unknown route", func(t *testing.T) {
+		for _, doc := range []int64{0, testdb.DocRefund} {
+			if _, err := c.RouteBundle(ctx, testdb.RouteMissing, []string{testdb.KBFAQ}, doc); !errors.Is(err, corefacts.ErrNotFound) {
+				t.Errorf("doc %d: got %v; want ErrNotFound", doc, err)
+			}
+		}
+	})
+
+	t.Run("one statement", func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		c := openSQL(t, db, reg)
+		kbs := []string{testdb.KBFAQ}
+		if _, err := c.RouteBundle(ctx, testdb.RouteMulti, kbs, testdb.DocRefund); err != nil { // fills the body cache
+			t.Fatal(err)
+		}
+		for range 3 {
+			b, err := c.RouteBundle(ctx, testdb.RouteMulti, kbs, testdb.DocRefund)
+			if err != nil || !b.DocFound || b.Doc.Content != testdb.DocRefundContent {
+				t.Fatalf("got %+v, %v; want the refund doc", b, err)
+			}
+		}
+		want := map[string]float64{catalog.QueryRoute: 4, catalog.QueryDocBody: 1,
+			catalog.QueryKBs: 0, catalog.QueryDocMeta: 0}
+		for q, n := range want {
+			if got := catalogQueries(t, reg, q); got != n {
+				t.Errorf("%s queries: got %v; want %v", q, got, n)
+			}
+		}
+	})
+
+	t.Run("fresh rows on every call", func(t *testing.T) {
+		db := testdb.New(t)
+		c := openSQL(t, db, nil)
+		kbs := []string{testdb.KBFAQ}
+		if b, err := c.RouteBundle(ctx, testdb.RouteMulti, kbs, testdb.DocRefund); err != nil || !b.KBs[testdb.KBFAQ].Enabled || !b.DocFound {
+			t.Fatalf("got %+v, %v; want an enabled KB and the doc", b, err)
+		}
+		db.Exec(t, "UPDATE bz_kb_bases SET enabled = 0 WHERE kb_id = ?", testdb.KBFAQ)
+		db.Exec(t, "UPDATE bz_kb_docs SET status = 'embedding' WHERE doc_id = ?", testdb.DocRefund)
+		b, err := c.RouteBundle(ctx, testdb.RouteMulti, kbs, testdb.DocRefund)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.KBs[testdb.KBFAQ].Enabled || b.Doc.Status != "embedding" || b.Doc.Content != "" {
+			t.Errorf("got KB %+v doc status %q; want the disabled KB and the embedding doc", b.KBs[testdb.KBFAQ], b.Doc.Status)
+		}
+		db.Exec(t, "DELETE FROM bz_routes WHERE route_key = ?", testdb.RouteMulti)
+		if _, err := c.RouteBundle(ctx, testdb.RouteMulti, kbs, testdb.DocRefund); !errors.Is(err, corefacts.ErrNotFound) {
+			t.Errorf("deleted route: got %v; want ErrNotFound", err)
+		}
+	})
+
+	t.Run("more KBs than one IN list", func(t *testing.T) {
+		many := append([]string{testdb.KBFAQ}, make([]string, catalog.MaxIDsPerQuery)...)
+		for i := range catalog.MaxIDsPerQuery {
+			many[i+1] = "nope-" + strconv.Itoa(i)
+		}
+		b, err := c.RouteBundle(ctx, testdb.RouteMulti, many, testdb.DocRefund)
+		if err != nil || !b.KBs[testdb.KBFAQ].Enabled || len(b.KBs) != 1 || !b.DocFound {
+			t.Errorf("got %+v, %v; want faq only and the doc", b, err)
+		}
+	})
+}

@@ -16,7 +16,8 @@ type QueryProbe struct {
 	Err   error  // nil, or a *CatalogError (its Reason says "access denied", "schema mismatch", …)
 }
 
-// ProbeQueries runs every query the catalog uses (Q1–Q5, Q7, Q9) once, with
+// ProbeQueries runs every query the catalog uses (Q1–Q5, Q7, Q9, the route
+// bundle) once, with
 // arguments that match no row, so that each column GRANT is exercised the way
 // serving will exercise it. The schema check (Q0) is CheckSchema.
 func (c *SQLCatalog) ProbeQueries(ctx context.Context) []QueryProbe {
@@ -27,6 +28,7 @@ func (c *SQLCatalog) ProbeQueries(ctx context.Context) []QueryProbe {
 		args  []any
 	}{
 		{QueryRoute, q1Route, []any{""}},
+		{QueryRoute, fmt.Sprintf(q1BundleDoc, one, one), []any{"", int64(0), "", ""}}, // the route with its KB and document
 		{QueryKBs, fmt.Sprintf(q2KBs, one), []any{""}},
 		{QueryDocMeta, fmt.Sprintf(q3Meta, one, one), []any{int64(0), ""}},
 		{QueryDocBody, fmt.Sprintf(q4Body, one), []any{int64(0), ""}},

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -99,10 +100,8 @@ func (p *problems) catalog(cat Catalog) {
 
 // nativeDetection: native_detection and probe_interval.
 func (p *problems) nativeDetection(mode string, interval time.Duration) {
-	switch mode {
-	case "auto", "never", "always":
-	default:
-		p.add("native_detection", quote(mode)+" is not one of auto, never, always")
+	if !slices.Contains(NativeDetectionModes, mode) {
+		p.add("native_detection", quote(mode)+" is not one of "+strings.Join(NativeDetectionModes, ", "))
 	}
 	if interval < time.Second {
 		p.outOfRange("probe_interval", interval, "must be at least 1s")

@@ -149,3 +149,23 @@ func SameID(a, b string) bool {
 // CapabilitiesSchema is the schema_version of a native Core's knowledge
 // capabilities answer.
 const CapabilitiesSchema = "bailing.agent-knowledge-capabilities.v1"
+
+// RouteBundle is a route read together with the rows a knowledge request
+// needs after it (the SQL catalog's RouteBundle): the KB rows of the ids asked for and,
+// when a document was asked for, that document fenced to those KBs. All of
+// it comes from one consistent read; nothing is cached across requests
+// (bodies come from the revision cache, keyed by the fresh metadata).
+type RouteBundle struct {
+	Route Route
+	// KBs holds the rows of the ids in Asked (keys as asked, matched like
+	// KBs); an asked id without a row was deleted. Ids not in Asked were not
+	// looked up.
+	KBs   map[string]KB
+	Asked []string
+	// Doc is the document asked for when DocFound (absent, out of the fence
+	// or vanished: DocFound false). DocErr is a failure to read its body;
+	// callers report it at their document step, after the checks before it.
+	Doc      Document
+	DocFound bool
+	DocErr   error
+}

@@ -7,15 +7,19 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/bailinghub/knowledge-sidecar/catalog"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
+	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
 
 // refBenchCases are a typical reference (the test keyring, a 64-byte KB id)
@@ -466,5 +470,107 @@ func BenchmarkCatalogRoute(b *testing.B) {
 		if r, err := cat.Route(ctx, routeKey); err != nil || r.Knowledge == nil {
 			b.Fatalf("got %+v, %v; want a route with knowledge", r, err)
 		}
+	}
+}
+
+// newSQLBenchService is newBenchService over the production SQL catalog on
+// a fresh MariaDB database (test/testdb; KS_TEST_MYSQL_DSN) seeded with the
+// same corpus, read as the read-only user: the catalog's statements, the
+// driver and the revision cache are the sidecar's own. Identity and Core
+// search stay zero-latency fakes. It returns the registry of the catalog
+// metrics (statements per operation).
+func newSQLBenchService(b *testing.B) (*Service, *prometheus.Registry) {
+	b.Helper()
+	db := testdb.New(b)
+	const cfg = `{"kb_ids":["` + benchKB + `"],"top_k":8,"min_score":0.01,"inject":"chunk","max_docs":4}`
+	db.Exec(b, "INSERT INTO bz_kb_bases (kb_id, enabled, updated_at) VALUES (?, 1, ?)", benchKB, t0)
+	db.Exec(b, "INSERT INTO bz_routes (route_key, enabled, knowledge, updated_at) VALUES (?, 1, ?, ?)", routeKey, cfg, t0)
+	mem := newBenchService(b) // the fakes and hits of the in-memory world
+	for i := 1; i <= benchDocs; i++ {
+		title, content := benchDocText(i, benchDocLen)
+		db.Exec(b, "INSERT INTO bz_kb_docs (doc_id, kb_id, title, content, content_hash, status, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'ready', ?, ?)",
+			i, benchKB, title, content, fmt.Sprintf("%032x", i), t0, t0)
+	}
+	reg := prometheus.NewRegistry()
+	cat, err := catalog.Open(catalog.Options{DSN: db.ReadOnlyDSN, Metrics: catalog.NewMetrics(reg)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cat.Close() })
+	svc, err := New(Options{Identity: mem.id, Retriever: mem.retriever, Catalog: cat, Keys: mem.keys, Now: mem.now,
+		RateLimit: 1e9, RateBurst: 1 << 30})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return svc, reg
+}
+
+// catalogStatements sums knowledge_sidecar_catalog_queries_total.
+func catalogStatements(b *testing.B, g prometheus.Gatherer) float64 {
+	b.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n float64
+	for _, mf := range mfs {
+		if mf.GetName() == "knowledge_sidecar_catalog_queries_total" {
+			for _, m := range mf.GetMetric() {
+				n += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return n
+}
+
+// processCPU is this process's user + system time (getrusage).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkServiceSQL is a whole search and a whole 32 KiB read over the SQL
+// catalog on MariaDB (the fakes of BenchmarkServiceSearch for identity and
+// Core): the sidecar's CPU per operation (cpu-µs/op, getrusage: the
+// database's own CPU is not in it) and the catalog statements each one
+// issues (statements/op), warm revision cache.
+func BenchmarkServiceSQL(b *testing.B) {
+	svc, reg := newSQLBenchService(b)
+	ctx := context.Background()
+	search := func() []byte {
+		out, err := svc.Search(ctx, tokA, routeKey, strings.NewReader(benchQuery))
+		if err != nil || !bytes.Contains(out, []byte(`"hints":[{`)) {
+			b.Fatalf("got %v, %s; want hints", err, out)
+		}
+		return out
+	}
+	var res struct {
+		Hints []struct{ Ref string } `json:"hints"`
+	}
+	if err := json.Unmarshal(search(), &res); err != nil || len(res.Hints) == 0 {
+		b.Fatalf("got %v; want hints", err)
+	}
+	readBody := `{"ref":"` + res.Hints[0].Ref + `","max_bytes":32768}`
+	read := func() {
+		out, err := svc.Read(ctx, tokA, routeKey, strings.NewReader(readBody))
+		if err != nil || len(out) < ReadMaxBytes/2 {
+			b.Fatalf("got %v with %d bytes; want a page", err, len(out))
+		}
+	}
+	read()
+	for _, op := range []struct {
+		name string
+		fn   func()
+	}{{"search", func() { search() }}, {"read", read}} {
+		b.Run(op.name, func(b *testing.B) {
+			b.ReportAllocs()
+			q0, c0 := catalogStatements(b, reg), processCPU()
+			for b.Loop() {
+				op.fn()
+			}
+			b.ReportMetric(float64((processCPU()-c0).Microseconds())/float64(b.N), "cpu-µs/op")
+			b.ReportMetric((catalogStatements(b, reg)-q0)/float64(b.N), "statements/op")
+		})
 	}
 }

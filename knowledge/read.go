@@ -33,14 +33,21 @@ func (s *Service) Read(ctx context.Context, authorization, route string, body io
 	}
 	// A marked session's read without run_id is TASK_REQUIRED even though its
 	// ref names a run; with run_id the ref must be bound to it (below).
-	a, runChecked, err := s.admitTask(ctx, authorization, route, sess, req.runID)
+	// The ref is opened first (no I/O) so that its KB and document are read
+	// with the route in one statement; its verdict is still given after
+	// the route's (SPEC §2 order).
+	rc, refErr := s.keys.OpenRef(req.ref)
+	var pf prefetch
+	if refErr == nil {
+		pf = prefetch{kbIDs: []string{rc.KBID}, docID: rc.DocID}
+	}
+	a, runChecked, err := s.admitTask(ctx, authorization, route, sess, req.runID, pf)
 	if err != nil {
 		return nil, err
 	}
 	// Authenticity (the AEAD tag) of the ref, then of the cursor.
-	rc, err := s.keys.OpenRef(req.ref)
-	if err != nil {
-		return nil, errRefInvalid(err)
+	if refErr != nil {
+		return nil, errRefInvalid(refErr)
 	}
 	var cc CursorClaims
 	if req.hasCursor {
@@ -75,14 +82,15 @@ func (s *Service) Read(ctx context.Context, authorization, route string, body io
 	if !slices.Contains(a.route.Knowledge.KBIDs, rc.KBID) {
 		return nil, errKnowledgeChanged(errors.New("knowledge base not in route"))
 	}
-	flags, err := s.catalog.KBEnabled(ctx, []string{rc.KBID})
+	fence := []string{rc.KBID}
+	kbs, err := s.kbRows(ctx, a, fence)
 	if err != nil {
 		return nil, classifyCore(err, nil)
 	}
-	if !flags[rc.KBID] {
+	if !kbs[rc.KBID].Enabled {
 		return nil, errKnowledgeChanged(errors.New("knowledge base disabled or removed"))
 	}
-	doc, err := s.catalog.Document(ctx, rc.DocID, []string{rc.KBID})
+	doc, err := s.document(ctx, a, rc.DocID, fence)
 	if err != nil {
 		return nil, classifyCore(err, errKnowledgeChanged(nil))
 	}

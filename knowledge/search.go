@@ -41,7 +41,14 @@ func (s *Service) Search(ctx context.Context, authorization, route string, body 
 	if err != nil {
 		return nil, err
 	}
-	a, runChecked, err := s.admitTask(ctx, authorization, route, sess, req.runID)
+	// The route's KB rows are read with it (one statement) when the last
+	// configuration seen for the route names them; the fresh route decides
+	// (kbRows reads any id the guess missed).
+	var pf prefetch
+	if last, ok := s.routes.Peek(route); ok && last.Knowledge != nil {
+		pf.kbIDs = uniqueStrings(last.Knowledge.KBIDs)
+	}
+	a, runChecked, err := s.admitTask(ctx, authorization, route, sess, req.runID, pf)
 	if err != nil {
 		return nil, err
 	}
@@ -60,7 +67,7 @@ func (s *Service) Search(ctx context.Context, authorization, route string, body 
 		return res.body(), nil
 	}
 	kbs := uniqueStrings(kc.KBIDs)
-	rows, err := s.catalog.KBs(ctx, kbs)
+	rows, err := s.kbRows(ctx, a, kbs)
 	if err != nil {
 		return nil, classifyCore(err, nil)
 	}

@@ -3,8 +3,10 @@ package knowledge
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -184,6 +186,60 @@ type admitted struct {
 	// stale is true when route came from the last-known cache because the
 	// catalog could not be reached.
 	stale bool
+	// bundle holds the rows read with the route in one statement (nil: the
+	// route alone was read); kbRows and document take from it.
+	bundle *corefacts.RouteBundle
+	docID  int64 // the document asked for with the bundle (0: none)
+}
+
+// prefetch names the rows a request will read after its route, so that a
+// catalog that can (RouteBundler) reads them with the route in one
+// statement. It changes no answer and no order: each row is still checked
+// at its own step.
+type prefetch struct {
+	kbIDs []string
+	docID int64
+}
+
+// RouteBundler is an optional extension of Catalog (the SQL catalog has it):
+// the route with the KB rows and the one document a request reads next, in
+// one statement. Without it the rows are read one query each, at their step.
+type RouteBundler interface {
+	RouteBundle(ctx context.Context, key string, kbIDs []string, docID int64) (corefacts.RouteBundle, error)
+}
+
+// kbRows is Catalog.KBs, answered from the bundle when it looked up every
+// id of ids.
+func (s *Service) kbRows(ctx context.Context, a admitted, ids []string) (map[string]corefacts.KB, error) {
+	if b := a.bundle; b != nil && covers(b.Asked, ids) {
+		return b.KBs, nil
+	}
+	return s.catalog.KBs(ctx, ids)
+}
+
+// document is Catalog.Document, answered from the bundle when it read that
+// document with the same fence.
+func (s *Service) document(ctx context.Context, a admitted, docID int64, fence []string) (corefacts.Document, error) {
+	if b := a.bundle; b != nil && docID == a.docID && slices.Equal(b.Asked, fence) {
+		switch {
+		case b.DocErr != nil:
+			return corefacts.Document{}, b.DocErr
+		case !b.DocFound:
+			return corefacts.Document{}, fmt.Errorf("catalog document: %w", corefacts.ErrNotFound)
+		}
+		return b.Doc, nil
+	}
+	return s.catalog.Document(ctx, docID, fence)
+}
+
+// covers reports whether every id of want is in asked (exact spelling).
+func covers(asked, want []string) bool {
+	for _, id := range want {
+		if !slices.Contains(asked, id) {
+			return false
+		}
+	}
+	return true
 }
 
 // admit runs identify then admitRoute (capabilities, which has no body).
@@ -194,7 +250,7 @@ func (s *Service) admit(ctx context.Context, authorization, route string, allowS
 	if err != nil {
 		return admitted{}, err
 	}
-	return s.admitRoute(ctx, authorization, route, sess, allowStale)
+	return s.admitRoute(ctx, authorization, route, sess, allowStale, prefetch{})
 }
 
 // identify is the first step of the check order: identity → rate limit.
@@ -211,14 +267,28 @@ func (s *Service) identify(ctx context.Context, authorization string) (corefacts
 
 // admitRoute is the route step of the check order (SPEC §2: after the body
 // and the managed-task rules): route syntax → route gate → route row.
-func (s *Service) admitRoute(ctx context.Context, authorization, route string, sess corefacts.Session, allowStale bool) (admitted, error) {
+// With pf naming rows and a RouteBundler catalog, those rows are read with
+// the route.
+func (s *Service) admitRoute(ctx context.Context, authorization, route string, sess corefacts.Session, allowStale bool, pf prefetch) (admitted, error) {
 	if !corefacts.ValidRouteKey(route) {
 		return admitted{}, errRouteUnavailable(nil)
 	}
 	if err := s.gate(ctx, authorization, route, sess); err != nil {
 		return admitted{}, err
 	}
-	r, err := s.catalog.Route(ctx, route)
+	var (
+		r      corefacts.Route
+		bundle *corefacts.RouteBundle
+		err    error
+	)
+	if rb, ok := s.catalog.(RouteBundler); ok && len(pf.kbIDs) > 0 {
+		var b corefacts.RouteBundle
+		if b, err = rb.RouteBundle(ctx, route, pf.kbIDs, pf.docID); err == nil {
+			r, bundle = b.Route, &b
+		}
+	} else {
+		r, err = s.catalog.Route(ctx, route)
+	}
 	if err != nil {
 		if errors.Is(err, corefacts.ErrNotFound) {
 			return admitted{}, errRouteUnavailable(err)
@@ -237,7 +307,7 @@ func (s *Service) admitRoute(ctx context.Context, authorization, route string, s
 		return admitted{}, errRouteUnavailable(nil)
 	}
 	s.routes.Add(route, r)
-	return admitted{sess: sess, route: r}, nil
+	return admitted{sess: sess, route: r, bundle: bundle, docID: pf.docID}, nil
 }
 
 // gate asks Core's system-info; an older Core (endpoint absent) or an
