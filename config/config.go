@@ -5,7 +5,8 @@ import (
 )
 
 // Config is the whole configuration. Field comments state the unit and the
-// default; Defaults returns the defaults.
+// default; Defaults returns the defaults. The settings kept out of the YAML
+// file (yaml:"-") are the secrets, each listed in Secrets.
 type Config struct {
 	// Listen is the address of the proxy listener. Default ":8080".
 	Listen string `yaml:"listen"`
@@ -54,7 +55,7 @@ type Core struct {
 	URL string `yaml:"url"`
 	// Token is the sidecar's own Core credential (a Client Token or the
 	// server token) used for /kb/search only. Secret: env or TokenFile only.
-	Token string `yaml:"-" env:"KNOWLEDGE_SIDECAR_CORE_TOKEN" secret:"true"`
+	Token string `yaml:"-"`
 	// TokenFile is a file holding Token (trailing newline trimmed).
 	TokenFile string `yaml:"token_file"`
 	// ClientAppID is the app_id of the Core client (bz_clients) whose token
@@ -88,7 +89,7 @@ type Breaker struct {
 type Catalog struct {
 	// DSN is the go-sql-driver/mysql DSN of a read-only user. Secret: env or
 	// DSNFile only. Empty disables the knowledge features.
-	DSN string `yaml:"-" env:"KNOWLEDGE_SIDECAR_CATALOG_DSN" secret:"true"`
+	DSN string `yaml:"-"`
 	// DSNFile is a file holding DSN.
 	DSNFile string `yaml:"dsn_file"`
 	// MaxOpenConns caps open connections. Default 10.
@@ -111,8 +112,9 @@ type Catalog struct {
 // Signing holds the reference/cursor signing keys.
 type Signing struct {
 	// Keys is "id1:BASE64SECRET,id2:BASE64SECRET"; the first signs, all
-	// verify. Empty: a key derived from core.token. Secret: env or KeysFile.
-	Keys string `yaml:"-" env:"KNOWLEDGE_SIDECAR_SIGNING_KEYS" secret:"true"`
+	// verify. Empty: a key derived from core.token. Secret: env or
+	// KeysFile.
+	Keys string `yaml:"-"`
 	// KeysFile is a file holding Keys.
 	KeysFile string `yaml:"keys_file"`
 }
@@ -129,7 +131,7 @@ type Ledger struct {
 	// (the master's credentials as username=…&password=… parameters).
 	// rediss:// turns TLS on (at least TLS 1.2) in every mode. Secret: env
 	// or RedisURLFile.
-	RedisURL string `yaml:"-" env:"KNOWLEDGE_SIDECAR_LEDGER_REDIS_URL" secret:"true"`
+	RedisURL string `yaml:"-"`
 	// RedisURLFile is a file holding RedisURL.
 	RedisURLFile string `yaml:"redis_url_file"`
 	// RedisMode is "single" (one node), "cluster" (Redis Cluster or Valkey
@@ -311,11 +313,11 @@ func Defaults() Config {
 func (c *Config) KnowledgeEnabled() (ok bool, reason string) {
 	switch {
 	case c.Catalog.DSN == "":
-		return false, "no catalog DSN (KNOWLEDGE_SIDECAR_CATALOG_DSN) is configured"
+		return false, "no catalog DSN (" + secret("catalog.dsn").Env + ") is configured"
 	case c.Core.Token == "" && c.Signing.Keys == "":
-		return false, "neither a Core service token (KNOWLEDGE_SIDECAR_CORE_TOKEN) nor signing keys are configured"
+		return false, "neither a Core service token (" + secret("core.token").Env + ") nor signing keys are configured"
 	case c.Core.Token == "":
-		return false, "no Core service token (KNOWLEDGE_SIDECAR_CORE_TOKEN) is configured for /kb/search"
+		return false, "no Core service token (" + secret("core.token").Env + ") is configured for /kb/search"
 	}
 	return true, ""
 }

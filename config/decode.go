@@ -11,15 +11,6 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// secretKeys are the secrets a YAML file must not hold, by the key an operator
-// would write, with the variable and the file setting to use instead.
-var secretKeys = map[string][2]string{
-	"core.token":       {"KNOWLEDGE_SIDECAR_CORE_TOKEN", "core.token_file"},
-	"catalog.dsn":      {"KNOWLEDGE_SIDECAR_CATALOG_DSN", "catalog.dsn_file"},
-	"signing.keys":     {"KNOWLEDGE_SIDECAR_SIGNING_KEYS", "signing.keys_file"},
-	"ledger.redis_url": {"KNOWLEDGE_SIDECAR_LEDGER_REDIS_URL", "ledger.redis_url_file"},
-}
-
 // fileReport is what decoding a file found besides the values: problems
 // (each "path: message", never a Go type name nor a secret's value) and
 // warnings (legal but probably not what the operator meant).
@@ -82,8 +73,8 @@ func decodeStruct(n *yaml.Node, v reflect.Value, prefix string, rep *fileReport)
 			}
 		}
 		if idx < 0 {
-			if s, ok := secretKeys[path]; ok {
-				rep.problems = append(rep.problems, fmt.Sprintf("%s: line %d: secrets are not accepted in the file; set %s or %s", path, key.Line, s[0], s[1]))
+			if s, ok := secretOf(path); ok {
+				rep.problems = append(rep.problems, fmt.Sprintf("%s: line %d: secrets are not accepted in the file; set %s", path, key.Line, s.Hint()))
 				continue
 			}
 			msg := fmt.Sprintf("%s: line %d: unknown setting", path, key.Line)
@@ -102,32 +93,52 @@ func decodeStruct(n *yaml.Node, v reflect.Value, prefix string, rep *fileReport)
 		tmp := reflect.New(fv.Type())
 		tmp.Elem().Set(fv)
 		if err := val.Decode(tmp.Interface()); err != nil {
-			rep.problems = append(rep.problems, fmt.Sprintf("%s: line %d: %s", path, val.Line, expected(fv)))
+			rep.problems = append(rep.problems, fmt.Sprintf("%s: line %d: %s is not %s", path, val.Line, shown(val), expected(fv)))
 			continue
 		}
 		fv.Set(tmp.Elem())
 	}
 }
 
-// expected says what a leaf accepts, in operator words.
+// shown is the offending value of a leaf that could not be decoded, for a
+// message: a scalar quoted like Validate quotes values (cut, control
+// characters escaped), else what it is. Secrets are never decoded from the
+// file (their keys are refused before), so no secret gets here; a section
+// given a scalar ("must be a mapping of settings") is not quoted, since
+// `signing: id:SECRET` is an easy mistake.
+func shown(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		return quote(n.Value)
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	default:
+		return "the value"
+	}
+}
+
+// expected says what a leaf accepts, in operator words, the way the
+// environment's messages say it.
 func expected(v reflect.Value) string {
 	switch v.Interface().(type) {
 	case time.Duration:
-		return "must be a duration such as 5s or 2m"
+		return "a duration such as 5s or 2m"
 	case []string:
-		return "must be a list of strings"
+		return "a list of strings"
 	}
 	switch v.Kind() {
 	case reflect.Bool:
-		return "must be true or false"
+		return "a boolean (true or false)"
 	case reflect.Int, reflect.Int64:
-		return "must be an integer"
+		return "an integer"
 	case reflect.Uint32:
-		return "must be a non-negative integer"
+		return "a non-negative integer"
 	case reflect.Float64:
-		return "must be a number"
+		return "a number"
 	default:
-		return "must be a string"
+		return "a string"
 	}
 }
 

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -97,5 +98,31 @@ func TestSuggest(t *testing.T) {
 		if got := suggest(in); got != want {
 			t.Errorf("suggest(%q): got %q; want %q", in, got, want)
 		}
+	}
+}
+
+// TestDecodeQuotesValues: a value of the file or of the environment that
+// does not parse is quoted (cut like Validate's quotes), a mapping or list
+// given for a leaf is named, and a section given a scalar is not quoted
+// (`signing: id:SECRET` must not show the secret).
+func TestDecodeQuotesValues(t *testing.T) {
+	long := strings.Repeat("9", 100)
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	body := "core:\n  url: http://core:1\n  timeout: {a: 1}\n  identity_breaker:\n    failures: [1]\n" +
+		"proxy:\n  max_connections: " + long + "x\nsigning: k1:c2VjcmV0LXNoaGg\n"
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(p, envOf(map[string]string{"KNOWLEDGE_SIDECAR_LOG_ACCESS": "yes please"}))
+	want := []string{
+		"core.timeout: line 3: a mapping is not a duration such as 5s or 2m",
+		"core.identity_breaker.failures: line 5: a list is not a non-negative integer",
+		`proxy.max_connections: line 7: "` + strings.Repeat("9", quoteMax) + `"… is not an integer`,
+		"signing: line 8: must be a mapping of settings",
+		`KNOWLEDGE_SIDECAR_LOG_ACCESS: "yes please" is not a boolean (true or false)`,
+	}
+	var ce *Error
+	if !errors.As(err, &ce) || !reflect.DeepEqual(ce.Problems, want) {
+		t.Fatalf("got %v; want the problems\n%s", err, strings.Join(want, "\n"))
 	}
 }

@@ -107,11 +107,12 @@ func fields(cfg *Config) []field {
 				walk(fv, path)
 				continue
 			}
-			env := sf.Tag.Get("env")
-			if env == "" {
-				env = EnvPrefix + strings.ToUpper(strings.ReplaceAll(path, ".", "_"))
+			if s, ok := secretAt(cfg, fv); ok {
+				out = append(out, field{path: s.Path, env: s.Env, secret: true, value: fv})
+				continue
 			}
-			out = append(out, field{path: path, env: env, secret: sf.Tag.Get("secret") == "true", value: fv})
+			env := EnvPrefix + strings.ToUpper(strings.ReplaceAll(path, ".", "_"))
+			out = append(out, field{path: path, env: env, value: fv})
 		}
 	}
 	walk(reflect.ValueOf(cfg).Elem(), "")
@@ -155,7 +156,7 @@ func setFromString(v reflect.Value, raw string) error {
 	case time.Duration:
 		d, err := time.ParseDuration(raw)
 		if err != nil {
-			return fmt.Errorf("%q is not a duration such as 5s or 2m", raw)
+			return notA(v, raw)
 		}
 		v.SetInt(int64(d))
 		return nil
@@ -175,31 +176,31 @@ func setFromString(v reflect.Value, raw string) error {
 	case reflect.Bool:
 		b, err := strconv.ParseBool(raw)
 		if err != nil {
-			return fmt.Errorf("%q is not a boolean", raw)
+			return notA(v, raw)
 		}
 		v.SetBool(b)
 	case reflect.Int:
 		n, err := strconv.Atoi(raw)
 		if err != nil {
-			return fmt.Errorf("%q is not an integer", raw)
+			return notA(v, raw)
 		}
 		v.SetInt(int64(n))
 	case reflect.Int64:
 		n, err := strconv.ParseInt(raw, 10, 64)
 		if err != nil {
-			return fmt.Errorf("%q is not an integer", raw)
+			return notA(v, raw)
 		}
 		v.SetInt(n)
 	case reflect.Uint32:
 		n, err := strconv.ParseUint(raw, 10, 32)
 		if err != nil {
-			return fmt.Errorf("%q is not a non-negative integer", raw)
+			return notA(v, raw)
 		}
 		v.SetUint(n)
 	case reflect.Float64:
 		n, err := strconv.ParseFloat(raw, 64)
 		if err != nil {
-			return fmt.Errorf("%q is not a number", raw)
+			return notA(v, raw)
 		}
 		v.SetFloat(n)
 	default:
@@ -208,29 +209,33 @@ func setFromString(v reflect.Value, raw string) error {
 	return nil
 }
 
+// notA is the problem with an environment value that does not parse: the
+// value (never a secret's: applyEnv does not show those) and what the
+// setting accepts, as the file's messages say it.
+func notA(v reflect.Value, raw string) error {
+	return errors.New(quote(raw) + " is not " + expected(v))
+}
+
 // readSecretFiles fills each secret from its *_file setting when the secret
-// itself is not set; setting both is a Validate error.
+// itself is not set; setting both is a problem.
 func readSecretFiles(cfg *Config) error {
 	var problems []string
-	read := func(path, name string, dst *string) {
+	for _, s := range secrets {
+		path, dst := *s.file(cfg), s.value(cfg)
 		if path == "" {
-			return
+			continue
 		}
 		if *dst != "" {
-			problems = append(problems, fmt.Sprintf("%s: set either the secret or its file, not both", name))
-			return
+			problems = append(problems, fmt.Sprintf("%s: set either the secret or its file, not both", s.File))
+			continue
 		}
 		raw, err := os.ReadFile(path)
 		if err != nil {
-			problems = append(problems, fmt.Sprintf("%s: cannot read %s", name, path))
-			return
+			problems = append(problems, fmt.Sprintf("%s: cannot read %s", s.File, path))
+			continue
 		}
 		*dst = strings.TrimRight(string(raw), "\r\n")
 	}
-	read(cfg.Core.TokenFile, "core.token_file", &cfg.Core.Token)
-	read(cfg.Catalog.DSNFile, "catalog.dsn_file", &cfg.Catalog.DSN)
-	read(cfg.Signing.KeysFile, "signing.keys_file", &cfg.Signing.Keys)
-	read(cfg.Ledger.RedisURLFile, "ledger.redis_url_file", &cfg.Ledger.RedisURL)
 	if len(problems) > 0 {
 		return &Error{Problems: problems}
 	}

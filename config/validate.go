@@ -15,162 +15,30 @@ import (
 
 // Validate reports every problem at once, each as "field.path: message".
 // A message quotes the offending value (`log.level: "verbose" is not one of
-// debug, info, warn, error`), except a secret's (core.token, catalog.dsn,
-// ledger.redis_url, signing.keys), which is never shown; a URL is shown
-// without its credentials, query and fragment. extra lets callers add checks that
-// live in other packages (rollout spec, signing keys) without an import cycle;
-// each returns nil or a message for its field path.
+// debug, info, warn, error`), except a secret's (Secrets), which is never
+// shown; a URL is shown without its credentials, query and fragment. extra
+// lets callers add checks that live in other packages (rollout spec, signing
+// keys) without an import cycle; each returns nil or a message for its field
+// path.
+//
+// Each part of the file has its own check, called here in the order its
+// problems are listed; a check gets its section and, as arguments, the few
+// settings of other sections it depends on. Tracing (an on/off switch; the
+// OTEL_* variables are the SDK's) and signing (sidecar.ExtraChecks builds the
+// keyring) have none here.
 func (c *Config) Validate(extra ...func(*Config) (path string, err error)) error {
 	var p problems
-	p.addr("listen", c.Listen)
-	p.addr("admin_listen", c.AdminListen)
-	if c.Listen != "" && c.Listen == c.AdminListen && !strings.HasSuffix(c.Listen, ":0") {
-		p.add("admin_listen", quote(c.AdminListen)+" must differ from listen")
-	}
-
-	if c.Core.URL == "" {
-		p.add("core.url", "is required (KNOWLEDGE_SIDECAR_CORE_URL)")
-	} else if u, err := url.Parse(c.Core.URL); err != nil {
-		p.add("core.url", "is not a URL (value not shown)")
-	} else if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		p.add("core.url", showURL(u)+" is not an absolute http(s) URL")
-	} else {
-		if u.User != nil {
-			p.add("core.url", showURL(u)+" must not contain credentials; give the token in KNOWLEDGE_SIDECAR_CORE_TOKEN or core.token_file")
-		}
-		if u.RawQuery != "" || u.Fragment != "" {
-			p.add("core.url", showURL(u)+" must not have a query or fragment")
-		}
-	}
-	if id := c.Core.ClientAppID; id != "" && (utf8.RuneCountInString(id) > 64 || strings.TrimSpace(id) != id || strings.ContainsFunc(id, unicode.IsControl)) {
-		p.add("core.client_app_id", quote(id)+" is not a Core app_id: 1 to 64 characters, no control characters or outer spaces")
-	}
-	p.positive("core.timeout", c.Core.Timeout, time.Minute)
-	p.breaker("core.identity_breaker", c.Core.Identity)
-	p.breaker("core.retrieval_breaker", c.Core.Retrieval)
-
-	p.atLeast("catalog.max_open_conns", int64(c.Catalog.MaxOpenConns), 1)
-	if c.Catalog.MaxIdleConns < 0 || c.Catalog.MaxIdleConns > c.Catalog.MaxOpenConns {
-		p.outOfRange("catalog.max_idle_conns", c.Catalog.MaxIdleConns, fmt.Sprintf("must be between 0 and catalog.max_open_conns, %d", c.Catalog.MaxOpenConns))
-	}
-	if c.Catalog.ConnMaxLifetime < 0 {
-		p.outOfRange("catalog.conn_max_lifetime", c.Catalog.ConnMaxLifetime, "must not be negative")
-	}
-	p.positive("catalog.query_timeout", c.Catalog.QueryTimeout, time.Minute)
-	p.atLeast("catalog.doc_cache_entries", int64(c.Catalog.DocCacheEntries), 1)
-	p.atLeast("catalog.doc_cache_bytes", c.Catalog.DocCacheBytes, 1<<20)
-	p.breaker("catalog.breaker", c.Catalog.Breaker)
-
-	if !slices.Contains(NativeDetectionModes, c.NativeDetection) {
-		p.add("native_detection", quote(c.NativeDetection)+" is not one of "+strings.Join(NativeDetectionModes, ", "))
-	}
-	if c.ProbeInterval < time.Second {
-		p.outOfRange("probe_interval", c.ProbeInterval, "must be at least 1s")
-	}
-	if r := strings.TrimSpace(c.Rollout); r != "off" && r != "" { // every missing prerequisite at once
-		if c.Catalog.DSN == "" {
-			p.add("rollout", quote(c.Rollout)+" rolls the protocol out, but no catalog DSN (KNOWLEDGE_SIDECAR_CATALOG_DSN) is configured")
-		}
-		if c.Core.Token == "" {
-			p.add("rollout", quote(c.Rollout)+" rolls the protocol out, but no Core service token (KNOWLEDGE_SIDECAR_CORE_TOKEN or core.token_file) is configured for /kb/search")
-		}
-	}
-
-	switch c.Ledger.Backend {
-	case "", "memory":
-	case "redis":
-		if c.Ledger.RedisURL == "" {
-			p.add("ledger.redis_url", "is required when ledger.backend is redis (KNOWLEDGE_SIDECAR_LEDGER_REDIS_URL)")
-		}
-	default:
-		p.add("ledger.backend", quote(c.Ledger.Backend)+" is not one of memory, redis")
-	}
-	if c.Ledger.RedisURL != "" {
-		// A secret (it may carry a password): never shown.
-		if u, err := url.Parse(c.Ledger.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
-			p.add("ledger.redis_url", "is not a redis:// or rediss:// URL (value not shown)")
-		}
-	}
-	switch c.Ledger.RedisMode {
-	case "single", "cluster", "sentinel":
-	default:
-		p.add("ledger.redis_mode", quote(c.Ledger.RedisMode)+" is not one of single, cluster, sentinel")
-	}
-	if c.Ledger.RedisCAFile != "" {
-		if u, err := url.Parse(c.Ledger.RedisURL); c.Ledger.RedisURL != "" && err == nil && u.Scheme != "rediss" {
-			p.add("ledger.redis_ca_file", quote(c.Ledger.RedisCAFile)+" is set but ledger.redis_url is not a rediss:// URL (TLS is off)")
-		}
-	}
-	if c.Ledger.RedisWaitReplicas < 0 || c.Ledger.RedisWaitReplicas > 16 {
-		p.outOfRange("ledger.redis_wait_replicas", c.Ledger.RedisWaitReplicas, "must be from 0 (off) to 16")
-	}
-	if c.Ledger.TTL < time.Minute {
-		p.outOfRange("ledger.ttl", c.Ledger.TTL, "must be at least 1m")
-	}
-	p.atLeast("ledger.max_entries", int64(c.Ledger.MaxEntries), 1)
-
-	if c.RateLimit.RPS <= 0 {
-		p.outOfRange("rate_limit.rps", strconv.FormatFloat(c.RateLimit.RPS, 'g', -1, 64), "must be greater than 0")
-	}
-	p.atLeast("rate_limit.burst", int64(c.RateLimit.Burst), 1)
-	switch c.RateLimit.Backend {
-	case "", "local":
-	case "redis":
-		if c.Ledger.RedisURL == "" {
-			p.add("rate_limit.backend", quote(c.RateLimit.Backend)+" needs the ledger's Redis (KNOWLEDGE_SIDECAR_LEDGER_REDIS_URL or ledger.redis_url_file)")
-		}
-	default:
-		p.add("rate_limit.backend", quote(c.RateLimit.Backend)+" is not one of local, redis")
-	}
-
-	for i, s := range c.Proxy.TrustedProxies {
-		if _, err := ParsePrefix(s); err != nil {
-			p.add(fmt.Sprintf("proxy.trusted_proxies[%d]", i), quote(s)+" is not an IP address or CIDR such as 10.0.0.0/8")
-		}
-	}
-	p.positive("proxy.read_header_timeout", c.Proxy.ReadHeaderTimeout, 10*time.Minute)
-	p.positive("proxy.idle_timeout", c.Proxy.IdleTimeout, time.Hour)
-	p.positive("proxy.body_idle_timeout", c.Proxy.BodyIdleTimeout, 10*time.Minute)
-	p.atLeast("proxy.max_header_bytes", int64(c.Proxy.MaxHeaderBytes), 4096)
-	if c.Proxy.MaxHeaderBytes > 1<<20 {
-		p.outOfRange("proxy.max_header_bytes", c.Proxy.MaxHeaderBytes, "must be at most 1048576 (1 MiB); Core refuses headers over 16 KiB anyway")
-	}
-	p.atLeast("proxy.body_min_rate", c.Proxy.BodyMinRate, 0)
-	if w := c.Proxy.BodyMinRateWindow; c.Proxy.BodyMinRate > 0 && (w < time.Second || w > 10*time.Minute) {
-		p.outOfRange("proxy.body_min_rate_window", w, "must be from 1s to 10m0s")
-	}
-	if c.Proxy.BodyTimeout < 0 {
-		p.outOfRange("proxy.body_timeout", c.Proxy.BodyTimeout, "must not be negative; 0 disables it")
-	}
-	p.atLeast("proxy.max_connections", int64(c.Proxy.MaxConnections), 1)
-	p.atLeast("proxy.max_in_flight", int64(c.Proxy.MaxInFlight), 1)
-	if c.Proxy.TurnBodyBudget < 1<<20 {
-		p.outOfRange("proxy.turn_body_budget", c.Proxy.TurnBodyBudget, "must be at least 1048576 (1 MiB: two turns of Core's 512 KiB limit)")
-	}
-	if c.Proxy.MemoryLimit != 0 && c.Proxy.MemoryLimit < 32<<20 {
-		p.outOfRange("proxy.memory_limit", c.Proxy.MemoryLimit, "must be 0 (from GOMEMLIMIT or the cgroup) or at least 33554432 (32 MiB)")
-	}
-	p.positive("proxy.dial_timeout", c.Proxy.DialTimeout, 5*time.Minute)
-	if c.Proxy.ResponseHeaderTimeout < 0 {
-		p.outOfRange("proxy.response_header_timeout", c.Proxy.ResponseHeaderTimeout, "must not be negative; 0 disables it")
-	}
-	p.atLeast("proxy.max_idle_conns_per_host", int64(c.Proxy.MaxIdleConnsPerHost), 1)
-
-	if c.Shutdown.DrainDelay < 0 {
-		p.outOfRange("shutdown.drain_delay", c.Shutdown.DrainDelay, "must not be negative")
-	}
-	p.positive("shutdown.timeout", c.Shutdown.Timeout, 10*time.Minute)
-
-	switch c.Log.Level {
-	case "debug", "info", "warn", "error":
-	default:
-		p.add("log.level", quote(c.Log.Level)+" is not one of debug, info, warn, error")
-	}
-
-	if c.Reload.WatchInterval < time.Second {
-		p.outOfRange("reload.watch_interval", c.Reload.WatchInterval, "must be at least 1s")
-	}
-
+	p.listeners(c.Listen, c.AdminListen)
+	p.core(c.Core)
+	p.catalog(c.Catalog)
+	p.nativeDetection(c.NativeDetection, c.ProbeInterval)
+	p.rollout(c.Rollout, c.Catalog.DSN, c.Core.Token)
+	p.ledger(c.Ledger)
+	p.rateLimit(c.RateLimit, c.Ledger.RedisURL)
+	p.proxy(c.Proxy)
+	p.shutdown(c.Shutdown)
+	p.log(c.Log)
+	p.reload(c.Reload)
 	for _, check := range extra {
 		if path, err := check(c); err != nil {
 			p.add(path, strings.TrimPrefix(err.Error(), path+": ")) // no "rollout: rollout: …"
@@ -180,6 +48,192 @@ func (c *Config) Validate(extra ...func(*Config) (path string, err error)) error
 		return nil
 	}
 	return &Error{Problems: p}
+}
+
+// listeners: listen and admin_listen, which must differ.
+func (p *problems) listeners(listen, admin string) {
+	p.addr("listen", listen)
+	p.addr("admin_listen", admin)
+	if listen != "" && listen == admin && !strings.HasSuffix(listen, ":0") {
+		p.add("admin_listen", quote(admin)+" must differ from listen")
+	}
+}
+
+// core: the core section.
+func (p *problems) core(core Core) {
+	if core.URL == "" {
+		p.add("core.url", "is required (KNOWLEDGE_SIDECAR_CORE_URL)")
+	} else if u, err := url.Parse(core.URL); err != nil {
+		p.add("core.url", "is not a URL (value not shown)")
+	} else if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		p.add("core.url", showURL(u)+" is not an absolute http(s) URL")
+	} else {
+		if u.User != nil {
+			p.add("core.url", showURL(u)+" must not contain credentials; give the token in "+secret("core.token").Hint())
+		}
+		if u.RawQuery != "" || u.Fragment != "" {
+			p.add("core.url", showURL(u)+" must not have a query or fragment")
+		}
+	}
+	if id := core.ClientAppID; id != "" && (utf8.RuneCountInString(id) > 64 || strings.TrimSpace(id) != id || strings.ContainsFunc(id, unicode.IsControl)) {
+		p.add("core.client_app_id", quote(id)+" is not a Core app_id: 1 to 64 characters, no control characters or outer spaces")
+	}
+	p.positive("core.timeout", core.Timeout, time.Minute)
+	p.breaker("core.identity_breaker", core.Identity)
+	p.breaker("core.retrieval_breaker", core.Retrieval)
+}
+
+// catalog: the catalog section.
+func (p *problems) catalog(cat Catalog) {
+	p.atLeast("catalog.max_open_conns", int64(cat.MaxOpenConns), 1)
+	if cat.MaxIdleConns < 0 || cat.MaxIdleConns > cat.MaxOpenConns {
+		p.outOfRange("catalog.max_idle_conns", cat.MaxIdleConns, fmt.Sprintf("must be between 0 and catalog.max_open_conns, %d", cat.MaxOpenConns))
+	}
+	if cat.ConnMaxLifetime < 0 {
+		p.outOfRange("catalog.conn_max_lifetime", cat.ConnMaxLifetime, "must not be negative")
+	}
+	p.positive("catalog.query_timeout", cat.QueryTimeout, time.Minute)
+	p.atLeast("catalog.doc_cache_entries", int64(cat.DocCacheEntries), 1)
+	p.atLeast("catalog.doc_cache_bytes", cat.DocCacheBytes, 1<<20)
+	p.breaker("catalog.breaker", cat.Breaker)
+}
+
+// nativeDetection: native_detection and probe_interval.
+func (p *problems) nativeDetection(mode string, interval time.Duration) {
+	if !slices.Contains(NativeDetectionModes, mode) {
+		p.add("native_detection", quote(mode)+" is not one of "+strings.Join(NativeDetectionModes, ", "))
+	}
+	if interval < time.Second {
+		p.outOfRange("probe_interval", interval, "must be at least 1s")
+	}
+}
+
+// rollout: a rollout other than off needs the catalog's DSN and Core's
+// service token (every missing one at once; the spec itself is checked by
+// the rollout package, sidecar.ExtraChecks).
+func (p *problems) rollout(rollout, dsn, token string) {
+	if r := strings.TrimSpace(rollout); r != "off" && r != "" {
+		if dsn == "" {
+			p.add("rollout", quote(rollout)+" rolls the protocol out, but no catalog DSN ("+secret("catalog.dsn").Env+") is configured")
+		}
+		if token == "" {
+			p.add("rollout", quote(rollout)+" rolls the protocol out, but no Core service token ("+secret("core.token").Hint()+") is configured for /kb/search")
+		}
+	}
+}
+
+// ledger: the ledger section (its Redis URL a secret, never shown).
+func (p *problems) ledger(l Ledger) {
+	switch l.Backend {
+	case "", "memory":
+	case "redis":
+		if l.RedisURL == "" {
+			p.add("ledger.redis_url", "is required when ledger.backend is redis ("+secret("ledger.redis_url").Env+")")
+		}
+	default:
+		p.add("ledger.backend", quote(l.Backend)+" is not one of memory, redis")
+	}
+	if l.RedisURL != "" {
+		// A secret (it may carry a password): never shown.
+		if u, err := url.Parse(l.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
+			p.add("ledger.redis_url", "is not a redis:// or rediss:// URL (value not shown)")
+		}
+	}
+	switch l.RedisMode {
+	case "single", "cluster", "sentinel":
+	default:
+		p.add("ledger.redis_mode", quote(l.RedisMode)+" is not one of single, cluster, sentinel")
+	}
+	if l.RedisCAFile != "" {
+		if u, err := url.Parse(l.RedisURL); l.RedisURL != "" && err == nil && u.Scheme != "rediss" {
+			p.add("ledger.redis_ca_file", quote(l.RedisCAFile)+" is set but ledger.redis_url is not a rediss:// URL (TLS is off)")
+		}
+	}
+	if l.RedisWaitReplicas < 0 || l.RedisWaitReplicas > 16 {
+		p.outOfRange("ledger.redis_wait_replicas", l.RedisWaitReplicas, "must be from 0 (off) to 16")
+	}
+	if l.TTL < time.Minute {
+		p.outOfRange("ledger.ttl", l.TTL, "must be at least 1m")
+	}
+	p.atLeast("ledger.max_entries", int64(l.MaxEntries), 1)
+}
+
+// rateLimit: the rate_limit section; the redis backend needs the ledger's
+// Redis URL.
+func (p *problems) rateLimit(r RateLimit, redisURL string) {
+	if r.RPS <= 0 {
+		p.outOfRange("rate_limit.rps", strconv.FormatFloat(r.RPS, 'g', -1, 64), "must be greater than 0")
+	}
+	p.atLeast("rate_limit.burst", int64(r.Burst), 1)
+	switch r.Backend {
+	case "", "local":
+	case "redis":
+		if redisURL == "" {
+			p.add("rate_limit.backend", quote(r.Backend)+" needs the ledger's Redis ("+secret("ledger.redis_url").Hint()+")")
+		}
+	default:
+		p.add("rate_limit.backend", quote(r.Backend)+" is not one of local, redis")
+	}
+}
+
+// proxy: the proxy section.
+func (p *problems) proxy(x Proxy) {
+	for i, s := range x.TrustedProxies {
+		if _, err := ParsePrefix(s); err != nil {
+			p.add(fmt.Sprintf("proxy.trusted_proxies[%d]", i), quote(s)+" is not an IP address or CIDR such as 10.0.0.0/8")
+		}
+	}
+	p.positive("proxy.read_header_timeout", x.ReadHeaderTimeout, 10*time.Minute)
+	p.positive("proxy.idle_timeout", x.IdleTimeout, time.Hour)
+	p.positive("proxy.body_idle_timeout", x.BodyIdleTimeout, 10*time.Minute)
+	p.atLeast("proxy.max_header_bytes", int64(x.MaxHeaderBytes), 4096)
+	if x.MaxHeaderBytes > 1<<20 {
+		p.outOfRange("proxy.max_header_bytes", x.MaxHeaderBytes, "must be at most 1048576 (1 MiB); Core refuses headers over 16 KiB anyway")
+	}
+	p.atLeast("proxy.body_min_rate", x.BodyMinRate, 0)
+	if w := x.BodyMinRateWindow; x.BodyMinRate > 0 && (w < time.Second || w > 10*time.Minute) {
+		p.outOfRange("proxy.body_min_rate_window", w, "must be from 1s to 10m0s")
+	}
+	if x.BodyTimeout < 0 {
+		p.outOfRange("proxy.body_timeout", x.BodyTimeout, "must not be negative; 0 disables it")
+	}
+	p.atLeast("proxy.max_connections", int64(x.MaxConnections), 1)
+	p.atLeast("proxy.max_in_flight", int64(x.MaxInFlight), 1)
+	if x.TurnBodyBudget < 1<<20 {
+		p.outOfRange("proxy.turn_body_budget", x.TurnBodyBudget, "must be at least 1048576 (1 MiB: two turns of Core's 512 KiB limit)")
+	}
+	if x.MemoryLimit != 0 && x.MemoryLimit < 32<<20 {
+		p.outOfRange("proxy.memory_limit", x.MemoryLimit, "must be 0 (from GOMEMLIMIT or the cgroup) or at least 33554432 (32 MiB)")
+	}
+	p.positive("proxy.dial_timeout", x.DialTimeout, 5*time.Minute)
+	if x.ResponseHeaderTimeout < 0 {
+		p.outOfRange("proxy.response_header_timeout", x.ResponseHeaderTimeout, "must not be negative; 0 disables it")
+	}
+	p.atLeast("proxy.max_idle_conns_per_host", int64(x.MaxIdleConnsPerHost), 1)
+}
+
+// shutdown: the shutdown section.
+func (p *problems) shutdown(s Shutdown) {
+	if s.DrainDelay < 0 {
+		p.outOfRange("shutdown.drain_delay", s.DrainDelay, "must not be negative")
+	}
+	p.positive("shutdown.timeout", s.Timeout, 10*time.Minute)
+}
+
+// log: the log section.
+func (p *problems) log(l Log) {
+	switch l.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		p.add("log.level", quote(l.Level)+" is not one of debug, info, warn, error")
+	}
+}
+
+// reload: the reload section.
+func (p *problems) reload(r Reload) {
+	if r.WatchInterval < time.Second {
+		p.outOfRange("reload.watch_interval", r.WatchInterval, "must be at least 1s")
+	}
 }
 
 // ParsePrefix accepts an IP address or a CIDR.

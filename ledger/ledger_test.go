@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
@@ -439,8 +440,8 @@ func TestMemoryBounded(t *testing.T) {
 		wantMax    int
 	}{
 		{"explicit capacity", 6, 50, 6},
-		{"zero means the default, never unbounded or zero", 0, 10, DefaultMemoryEntries},
-		{"negative means the default", -1, 10, DefaultMemoryEntries},
+		{"zero means the default, never unbounded or zero", 0, 10, config.Defaults().Ledger.MaxEntries},
+		{"negative means the default", -1, 10, config.Defaults().Ledger.MaxEntries},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -456,6 +457,9 @@ func TestMemoryBounded(t *testing.T) {
 			}
 			if tc.turns*2 <= tc.wantMax && got != tc.turns*2 {
 				t.Fatalf("got %d records; want %d (two per turn)", got, tc.turns*2)
+			}
+			if tc.maxEntries <= 0 && m.max != tc.wantMax {
+				t.Fatalf("got capacity %d; want ledger.max_entries' default %d", m.max, tc.wantMax)
 			}
 		})
 	}

@@ -8,10 +8,9 @@ import (
 	"strconv"
 	"sync"
 	"time"
-)
 
-// DefaultMemoryEntries is the capacity used when NewMemory gets maxEntries ≤ 0.
-const DefaultMemoryEntries = 100_000
+	"github.com/bailinghub/knowledge-sidecar/config"
+)
 
 // MaxSessionEntries caps the records one Agent Session holds in the memory
 // ledger: a quarter of the ledger's capacity, at most this many (1,000
@@ -63,12 +62,13 @@ type memSession struct {
 var _ Ledger = (*Memory)(nil)
 
 // NewMemory returns an in-memory ledger holding at most maxEntries records
-// (≤ 0 → DefaultMemoryEntries; never unbounded, never size 0), each kept for
+// (≤ 0 → ledger.max_entries' default, config.Defaults(): never unbounded,
+// never size 0), each kept for
 // ttl (≤ 0 → DefaultTTL). now is the clock (nil → time.Now). A session holds
 // at most SessionCap() records.
 func NewMemory(maxEntries int, ttl time.Duration, now func() time.Time) *Memory {
 	if maxEntries <= 0 {
-		maxEntries = DefaultMemoryEntries
+		maxEntries = config.Defaults().Ledger.MaxEntries
 	}
 	if ttl <= 0 {
 		ttl = DefaultTTL

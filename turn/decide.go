@@ -67,7 +67,7 @@ func ReleaseAfter(status int) bool {
 type Reply struct {
 	body []byte
 	mode knowledge.DeliveryMode
-	p    *Parsed // nil: not a turn context, relayed as Core sent it (inline)
+	p    *parsed // nil: not a turn context, relayed as Core sent it (inline)
 }
 
 // ReadReply scans Core's 2xx answer to a turn of mode. An answer that is not
@@ -78,7 +78,7 @@ func ReadReply(body []byte, mode knowledge.DeliveryMode) (Reply, error) {
 	if !mode.Valid() {
 		return Reply{}, ErrInvalidDelivery
 	}
-	p, err := ParseAnswer(body)
+	p, err := parseAnswer(body)
 	if err != nil && mode == knowledge.DeliveryOnDemand {
 		return Reply{}, err
 	}
@@ -98,7 +98,7 @@ func (r Reply) RunID() string {
 	return r.p.RunID()
 }
 
-// Items is what Core retrieved for the turn (Parsed.Items; nil when the
+// Items is what Core retrieved for the turn (parsed.Items; nil when the
 // answer is no turn context).
 func (r Reply) Items() []knowledge.TurnItem {
 	if r.p == nil {
@@ -121,7 +121,7 @@ func (r Reply) Rewrite(d knowledge.Delivery, hints []byte) ([]byte, error) {
 	if !r.TakesHints() {
 		hints = nil
 	}
-	block := AppendDeliveryBlock(make([]byte, 0, 256+len(hints)), r.mode, d.ScopeRevision, d.Status, hints)
+	block := appendDeliveryBlock(make([]byte, 0, 256+len(hints)), r.mode, d.ScopeRevision, d.Status, hints)
 	out, err := r.p.Rewrite(r.mode, block)
 	if err != nil {
 		if r.mode == knowledge.DeliveryOnDemand {
@@ -132,12 +132,12 @@ func (r Reply) Rewrite(d knowledge.Delivery, hints []byte) ([]byte, error) {
 	return out, nil
 }
 
-// AppendDeliveryBlock appends the turn's knowledge_delivery object: the keys
+// appendDeliveryBlock appends the turn's knowledge_delivery object: the keys
 // and values encoding/json would write for the block (mode, revision and
 // status are ASCII without characters it escapes differently), without its
 // reflection and allocations. hints is the pre-serialized "hints" JSON
 // array (knowledge.Service.TurnHintsFor); empty means [].
-func AppendDeliveryBlock(b []byte, mode knowledge.DeliveryMode, scopeRevision, status string, hints []byte) []byte {
+func appendDeliveryBlock(b []byte, mode knowledge.DeliveryMode, scopeRevision, status string, hints []byte) []byte {
 	b = append(b, `{"schema_version":"bailing.agent-knowledge-delivery.v1","mode":`...)
 	b = knowledge.AppendJSONString(b, string(mode))
 	b = append(b, `,"protocol":`...)

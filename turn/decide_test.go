@@ -46,10 +46,10 @@ func TestReleaseAfter(t *testing.T) {
 	}
 }
 
-// rewriteResponse is ParseAnswer followed by Parsed.Rewrite, the two steps
+// rewriteResponse is parseAnswer followed by parsed.Rewrite, the two steps
 // every rewrite takes (Reply.Rewrite), for the byte-level tests of json.go.
 func rewriteResponse(body []byte, mode knowledge.DeliveryMode, deliveryBlock []byte) ([]byte, error) {
-	p, err := ParseAnswer(body)
+	p, err := parseAnswer(body)
 	if err != nil {
 		return nil, err
 	}
@@ -167,7 +167,7 @@ func TestAppendDeliveryBlock(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if got := AppendDeliveryBlock(nil, mode, rev, status, []byte(hints)); !bytes.Equal(got, want) {
+					if got := appendDeliveryBlock(nil, mode, rev, status, []byte(hints)); !bytes.Equal(got, want) {
 						t.Errorf("got %s; want %s", got, want)
 					}
 				}

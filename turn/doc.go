@@ -9,6 +9,8 @@
 // HTTP server, echo or ReverseProxy: the proxy package calls it from its
 // hooks.
 //
-// Both directions splice byte ranges instead of re-marshaling (json.go), so
-// memory, tool schemas and every other field keep their exact bytes.
+// Both directions splice byte ranges instead of re-marshaling, so memory,
+// tool schemas and every other field keep their exact bytes: request.go
+// (the request: mode, ids, the field stripped) and answer.go (Core's answer:
+// scanned once, read, rewritten) over the scanner of scan.go.
 package turn

@@ -92,10 +92,12 @@ func TestTurnPlain8(t *testing.T) {
 }
 
 // FuzzTurnScanString: on any input, the scanner accepts exactly what
-// encoding/json accepts as one object, and finds the same end for a string.
+// encoding/json accepts as one object, finds the same end for a string, and
+// the string decoder (unquote) gives encoding/json's value.
 func FuzzTurnScanString(f *testing.F) {
 	for _, s := range []string{`"abc"`, `"0123456789abcdef\"x"`, "\"0123456\x1f89\"", `"\u00e9\\\/ \t"`,
-		`"退款窗口设为0时, the refund window closes immediately."`, `"unterminated 01234567`} {
+		`"退款窗口设为0时, the refund window closes immediately."`, `"unterminated 01234567`,
+		"\"\xe6\\n\xff\xed\xa0\x80\"", `"\ud83d\u0041 \ud83d\ud83d\ude80"`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
@@ -121,5 +123,28 @@ func FuzzTurnScanString(f *testing.F) {
 		if jerr == nil && (err != nil || end != len(bytes.TrimRight(in, " \t\r\n"))) {
 			t.Fatalf("scanner rejects or cuts the valid string %q: end %d, %v", in, end, err)
 		}
+		if jerr == nil {
+			if got, ok := unquote(in[:end]); !ok || got != s {
+				t.Fatalf("unquote(%q) = %q, %v; encoding/json: %q", in[:end], got, ok, s)
+			}
+		}
 	})
+}
+
+// BenchmarkTurnItems: what Core retrieved read from a scanned answer (the
+// string decoder over every chunk's ref and content, escapes and CJK).
+func BenchmarkTurnItems(b *testing.B) {
+	body := turntest.Answer(256 << 10)
+	p, err := parseAnswer(body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if len(p.Items()) == 0 {
+		b.Fatal("no items")
+	}
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		p.Items()
+	}
 }

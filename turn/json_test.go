@@ -715,9 +715,9 @@ func TestItems(t *testing.T) {
 		{"empty context", ``, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := ParseAnswer(answer(tc.ctx))
+			p, err := parseAnswer(answer(tc.ctx))
 			if err != nil {
-				t.Fatalf("ParseAnswer: got %v; want a parsed answer", err)
+				t.Fatalf("parseAnswer: got %v; want a parsed answer", err)
 			}
 			if got := p.Items(); !reflect.DeepEqual(got, tc.want) && (len(got) != 0 || len(tc.want) != 0) {
 				t.Errorf("Items: got %+v; want %+v", got, tc.want)
@@ -732,9 +732,9 @@ func TestItems(t *testing.T) {
 		{"not a string", `{"schema_version":"bailing.agent-turn-context.v1","run_id":7,"context":{}}`},
 		{"twice", `{"schema_version":"bailing.agent-turn-context.v1","run_id":"a","run_id":"a","context":{}}`},
 	} {
-		p, err := ParseAnswer([]byte(tc.body))
+		p, err := parseAnswer([]byte(tc.body))
 		if err != nil {
-			t.Fatalf("%s: ParseAnswer: %v", tc.name, err)
+			t.Fatalf("%s: parseAnswer: %v", tc.name, err)
 		}
 		if got := p.RunID(); got != "" {
 			t.Errorf("run_id %s: got %q; want \"\"", tc.name, got)
@@ -742,30 +742,32 @@ func TestItems(t *testing.T) {
 	}
 }
 
-// TestJSONString: the unescaping of Items agrees with encoding/json,
-// surrogate pairs and lone surrogates included.
+// TestJSONString: the package's one string decoder (unquote, used for keys,
+// ids, schema_version, run_id and Items) agrees with encoding/json,
+// surrogate pairs, lone surrogates and invalid UTF-8 included.
 func TestJSONString(t *testing.T) {
 	for _, lit := range []string{
 		`""`, `"plain 退款"`, `"\n\r\t\b\f\/\\\""`, `"\u00e9\u9000"`, `"\ud83d\ude80"`, `"\ud83d"`, `"\ude80x"`,
 		`"\ud83d\u0041"`, `"\ud83d\ud83d\ude80"`, `"a\u2028b"`, `"\uD83D\uDE80 upper"`, `"end\\"`,
+		"\"\xe6\"", "\"\xe6\\n\"", "\"ok \xff\xfe \xed\xa0\x80 \xe9\x80\"", "\"\\u00e9\xc3\"", "\"\xf0\x9f\x9a\x80\\t\"",
 	} {
 		b := []byte(`{"v":` + lit + `}`)
 		var m member
 		if _, err := scanObject(b, 0, 1, func(x member) { m = x }); err != nil {
-			t.Fatalf("%s: scan: %v", lit, err)
+			t.Fatalf("%q: scan: %v", lit, err)
 		}
 		var want string
 		if err := json.Unmarshal([]byte(lit), &want); err != nil {
 			t.Fatal(err)
 		}
-		if got, ok := jsonString(b, m); !ok || got != want {
-			t.Errorf("%s: got %q, %v; want %q", lit, got, ok, want)
+		if got, ok := stringOf(b, m); !ok || got != want {
+			t.Errorf("%q: got %q, %v; want %q", lit, got, ok, want)
 		}
 	}
 	b := []byte(`{"v":7}`)
 	var m member
 	_, _ = scanObject(b, 0, 1, func(x member) { m = x })
-	if got, ok := jsonString(b, m); ok {
+	if got, ok := stringOf(b, m); ok {
 		t.Errorf("number: got %q, true; want not a string", got)
 	}
 }

@@ -1,9 +1,5 @@
 package turn
 
-import (
-	"encoding/json"
-)
-
 // FieldWatch follows a turn request body as it arrives and reports as soon
 // as a top-level "knowledge_delivery" key has gone by (escapes in the key
 // undone, like ParseRequest). It lets the edge answer an unauthenticated
@@ -40,10 +36,7 @@ func (f *FieldWatch) Write(p []byte) bool {
 			case c == '"':
 				f.inStr = false
 				if f.isKey && !f.keyLong {
-					var k string
-					if json.Unmarshal(append(append([]byte{'"'}, f.key...), '"'), &k) == nil && k == "knowledge_delivery" {
-						f.found = true
-					}
+					f.found = f.keyIs("knowledge_delivery")
 				}
 				continue
 			}
@@ -93,4 +86,17 @@ func (f *FieldWatch) Write(p []byte) bool {
 		}
 	}
 	return f.found
+}
+
+// keyIs reports whether the key just read, unescaped, is name. The key's
+// bytes were not scanned yet: an invalid escape or a control character
+// makes it no key, as for ParseRequest.
+func (f *FieldWatch) keyIs(name string) bool {
+	q := append(append(append(make([]byte, 0, len(f.key)+2), '"'), f.key...), '"')
+	end, _, err := scanString(q, 0)
+	if err != nil || end != len(q) {
+		return false
+	}
+	k, ok := unquote(q)
+	return ok && k == name
 }

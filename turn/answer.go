@@ -1,0 +1,312 @@
+package turn
+
+// Core's 2xx turn answers (SPEC §7): scanned once, what Core retrieved read,
+// the answer rewritten.
+
+import (
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/bailinghub/knowledge-sidecar/knowledge"
+)
+
+// contextSchema is the schema_version of Core's turn answer.
+const contextSchema = "bailing.agent-turn-context.v1"
+
+var (
+	// ErrUnexpectedAnswer: Core's 2xx turn answer is not a JSON object with
+	// schema_version "bailing.agent-turn-context.v1" and an object "context"
+	// (or has duplicate members the rewrite would have to choose between).
+	ErrUnexpectedAnswer = errors.New("turn answer is not a bailing.agent-turn-context.v1 json object")
+	// ErrInvalidDeliveryBlock: the pre-serialized knowledge_delivery block
+	// given to parsed.Rewrite is not a JSON object (a caller bug).
+	ErrInvalidDeliveryBlock = errors.New("knowledge delivery block is not a json object")
+)
+
+// parsed is a scanned turn answer: where its members are, so that the
+// knowledge Core retrieved can be read (Items) and the answer rewritten
+// (Rewrite) without scanning it again.
+type parsed struct {
+	body       []byte
+	start      int // the top-level '{'
+	lastEnd    int // insertion point for a new top-level member
+	ctxM, kdM  member
+	kdN, runN  int
+	runM       member
+	kN, rN     int    // context's knowledge / knowledge_refs members
+	kM, rM     member // the last of each
+	ctxLastEnd int    // value end of context's last member; -1: none
+}
+
+// parseAnswer scans a 2xx turn answer once: every top-level member and the
+// members of the top-level context object. It fails with
+// ErrUnexpectedAnswer when the body is not a bailing.agent-turn-context.v1
+// JSON object with one object "context" (and at most one schema_version
+// and knowledge_delivery). body is never modified.
+func parseAnswer(body []byte) (*parsed, error) {
+	i := skipWS(body, 0)
+	if i >= len(body) || body[i] != '{' {
+		return nil, ErrUnexpectedAnswer
+	}
+	p := &parsed{body: body, start: i, lastEnd: i + 1, ctxLastEnd: -1}
+	var (
+		schemaN, ctxN int
+		schemaOK      bool
+	)
+	isContext := func(m member) bool { return m.keyIs(body, "context") }
+	inContext := func(m member) {
+		switch {
+		case m.keyIs(body, "knowledge"):
+			p.kN++
+			p.kM = m
+		case m.keyIs(body, "knowledge_refs"):
+			p.rN++
+			p.rM = m
+		}
+		p.ctxLastEnd = m.valEnd
+	}
+	end, err := scanMembers(body, i, 1, func(m member) {
+		switch {
+		case m.keyIs(body, "schema_version"):
+			schemaN++
+			s, ok := stringOf(body, m)
+			schemaOK = ok && s == contextSchema
+		case m.keyIs(body, "context"):
+			ctxN++
+			p.ctxM = m
+		case m.keyIs(body, "knowledge_delivery"):
+			p.kdN++
+			p.kdM = m
+		case m.keyIs(body, "run_id"):
+			p.runN++
+			p.runM = m
+		}
+		p.lastEnd = m.valEnd
+	}, isContext, inContext)
+	if err != nil || skipWS(body, end) != len(body) ||
+		schemaN != 1 || !schemaOK || ctxN != 1 || p.kdN > 1 || body[p.ctxM.valStart] != '{' {
+		return nil, ErrUnexpectedAnswer
+	}
+	return p, nil
+}
+
+// RunID is the answer's top-level run_id string ("" when absent, repeated
+// or not a string).
+func (p *parsed) RunID() string {
+	if p.runN != 1 {
+		return ""
+	}
+	s, _ := stringOf(p.body, p.runM)
+	return s
+}
+
+// Items is what Core retrieved for the turn (SPEC §7 "Same-run hints"):
+// each context.knowledge_refs entry (doc_id, title, score) joined by ref
+// with the context.knowledge item holding the hit text, in Core's order.
+// Only the two arrays are read, with the scanner (they were validated by
+// parseAnswer) and strings unescaped as encoding/json does. Entries that
+// cannot be used are skipped: not an object, a ref without a matching item
+// (or naming several items), a doc_id that is not a positive integer, a
+// score that is not a number, a ref or content that is not a string. An
+// array missing, repeated or not an array gives no items.
+func (p *parsed) Items() []knowledge.TurnItem {
+	if p.kN != 1 || p.rN != 1 {
+		return nil
+	}
+	b := p.body
+	type hit struct {
+		content string
+		n       int
+	}
+	content := map[string]hit{}
+	eachObject(b, p.kM, itemKeys[:], func(v []member) {
+		ref, ok1 := stringOf(b, v[0])
+		c, ok2 := stringOf(b, v[1])
+		if ok1 && ok2 && ref != "" {
+			h := content[ref]
+			content[ref] = hit{c, h.n + 1}
+		}
+	})
+	if len(content) == 0 {
+		return nil
+	}
+	var out []knowledge.TurnItem
+	eachObject(b, p.rM, refKeys[:], func(v []member) {
+		ref, ok := stringOf(b, v[0])
+		h, found := content[ref]
+		if !ok || !found || h.n != 1 {
+			return
+		}
+		id, err := strconv.ParseInt(string(valueBytes(b, v[1])), 10, 64)
+		if err != nil || id <= 0 {
+			return
+		}
+		score, err := strconv.ParseFloat(string(valueBytes(b, v[3])), 64)
+		if err != nil || !isNumber(valueBytes(b, v[3])) {
+			return
+		}
+		title, _ := stringOf(b, v[2])
+		out = append(out, knowledge.TurnItem{DocID: id, Title: title, Content: h.content, Score: score})
+	})
+	return out
+}
+
+// The members Items reads, by position in the slice eachObject passes.
+var (
+	itemKeys = [...]string{"ref", "content"}
+	refKeys  = [...]string{"ref", "doc_id", "title", "score"}
+)
+
+// eachObject calls fn for every element of the array value of member arr
+// that is an object, with the members named by keys (vals[i] is the member
+// of keys[i], by unescaped key, the last one winning; a zero member when
+// absent). b must have been scanned.
+func eachObject(b []byte, arr member, keys []string, fn func(vals []member)) {
+	i := arr.valStart
+	if b[i] != '[' {
+		return
+	}
+	vals := make([]member, len(keys))
+	i = skipWS(b, i+1)
+	for i < arr.valEnd && b[i] != ']' {
+		var end int
+		var err error
+		if b[i] == '{' {
+			clear(vals)
+			end, err = scanObject(b, i, 2, func(m member) {
+				for k, name := range keys {
+					if m.keyIs(b, name) {
+						vals[k] = m
+						return
+					}
+				}
+			})
+			if err == nil {
+				fn(vals)
+			}
+		} else {
+			end, err = skipValue(b, i, 2)
+		}
+		if err != nil {
+			return
+		}
+		i = skipWS(b, end)
+		if i < len(b) && b[i] == ',' {
+			i = skipWS(b, i+1)
+		}
+	}
+}
+
+// isNumber reports whether v is a JSON number (not a string or literal).
+func isNumber(v []byte) bool { return len(v) > 0 && (v[0] == '-' || v[0] >= '0' && v[0] <= '9') }
+
+// (SPEC §7):
+//
+//   - mode "on_demand": context.knowledge and context.knowledge_refs become []
+//     whatever they held; a missing one is added as [] at the end of context,
+//     because the protocol promises both empty arrays in on-demand mode.
+//   - mode "inline": context is left as Core sent it.
+//   - both modes: the top-level "knowledge_delivery" member is set to
+//     deliveryBlock (a pre-serialized JSON object): its value is replaced if
+//     the member exists, else the member is appended after the last member.
+//
+// Every other byte is kept. Not JSON, not an object, schema_version missing or
+// not "bailing.agent-turn-context.v1", context missing or not an object, or a
+// duplicated schema_version/context/knowledge_delivery member → parseAnswer's
+// ErrUnexpectedAnswer; in on_demand mode a duplicated knowledge/
+// knowledge_refs member → ErrUnexpectedAnswer. A mode other than the two →
+// ErrInvalidDelivery; a block that is not a JSON object →
+// ErrInvalidDeliveryBlock. The answer's bytes are never modified.
+func (p *parsed) Rewrite(mode knowledge.DeliveryMode, deliveryBlock []byte) ([]byte, error) {
+	if !mode.Valid() {
+		return nil, ErrInvalidDelivery
+	}
+	block, ok := objectBytes(deliveryBlock)
+	if !ok {
+		return nil, ErrInvalidDeliveryBlock
+	}
+	body := p.body
+	edits := make([]edit, 0, 4)
+	if mode == knowledge.DeliveryOnDemand {
+		// context is the only one, so the counts are its own.
+		if p.kN > 1 || p.rN > 1 {
+			return nil, ErrUnexpectedAnswer
+		}
+		ctxLastEnd := p.ctxLastEnd
+		if ctxLastEnd < 0 {
+			ctxLastEnd = p.ctxM.valStart + 1 // empty context
+		}
+		if p.kN == 1 {
+			edits = append(edits, edit{p.kM.valStart, p.kM.valEnd, "[]", nil})
+		}
+		if p.rN == 1 {
+			edits = append(edits, edit{p.rM.valStart, p.rM.valEnd, "[]", nil})
+		}
+		if p.kN == 0 || p.rN == 0 {
+			var add strings.Builder
+			sep := ctxLastEnd != p.ctxM.valStart+1 // context has members
+			for _, name := range [...]string{"knowledge", "knowledge_refs"} {
+				if (name == "knowledge" && p.kN == 1) || (name == "knowledge_refs" && p.rN == 1) {
+					continue
+				}
+				if sep {
+					add.WriteByte(',')
+				}
+				add.WriteString(`"` + name + `":[]`)
+				sep = true
+			}
+			edits = append(edits, edit{ctxLastEnd, ctxLastEnd, add.String(), nil})
+		}
+	}
+	if p.kdN == 1 {
+		edits = append(edits, edit{p.kdM.valStart, p.kdM.valEnd, "", block})
+	} else {
+		prefix := `"knowledge_delivery":`
+		if p.lastEnd != p.start+1 {
+			prefix = "," + prefix
+		}
+		edits = append(edits, edit{p.lastEnd, p.lastEnd, prefix, block})
+	}
+	return applyEdits(body, edits), nil
+}
+
+// edit replaces body[from:to] with text followed by raw.
+type edit struct {
+	from, to int
+	text     string
+	raw      []byte
+}
+
+// applyEdits builds the output in one allocation. Edits must not overlap.
+func applyEdits(b []byte, edits []edit) []byte {
+	slices.SortFunc(edits, func(x, y edit) int { return x.from - y.from })
+	n := len(b)
+	for _, e := range edits {
+		n += len(e.text) + len(e.raw) - (e.to - e.from)
+	}
+	out := make([]byte, 0, n)
+	pos := 0
+	for _, e := range edits {
+		out = append(out, b[pos:e.from]...)
+		out = append(out, e.text...)
+		out = append(out, e.raw...)
+		pos = e.to
+	}
+	return append(out, b[pos:]...)
+}
+
+// objectBytes returns b without surrounding whitespace if it is exactly
+// one valid JSON object.
+func objectBytes(b []byte) ([]byte, bool) {
+	i := skipWS(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return nil, false
+	}
+	end, err := scanObject(b, i, 1, nil)
+	if err != nil || skipWS(b, end) != len(b) {
+		return nil, false
+	}
+	return b[i:end], true
+}
