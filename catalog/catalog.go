@@ -275,7 +275,7 @@ func (c *SQLCatalog) CheckSchema(ctx context.Context) error {
 // Route (Q1) returns the route with its normalized knowledge config. Key is
 // the stored route_key (the lookup is case-insensitive, as the database's
 // collation is). ErrNotFound when unknown.
-func (c *SQLCatalog) Route(ctx context.Context, key string) (corefacts.Route, error) {
+func (c *SQLCatalog) Route(ctx context.Context, key corefacts.RouteKey) (corefacts.Route, error) {
 	row, err := c.route(ctx, key)
 	if err != nil {
 		return corefacts.Route{}, err
@@ -289,11 +289,11 @@ type routeRow struct {
 	knowledge, audience []byte
 }
 
-func (c *SQLCatalog) route(ctx context.Context, key string) (routeRow, error) {
+func (c *SQLCatalog) route(ctx context.Context, key corefacts.RouteKey) (routeRow, error) {
 	var r routeRow
 	err := c.do(ctx, QueryRoute, func(ctx context.Context) error {
 		var enabled int64
-		err := c.db.QueryRowContext(ctx, q1Route, key).Scan(&r.key, &enabled, &r.knowledge, &r.audience)
+		err := c.db.QueryRowContext(ctx, q1Route, key.String()).Scan(&r.key, &enabled, &r.knowledge, &r.audience)
 		r.enabled = enabled != 0
 		return err
 	})
@@ -368,7 +368,7 @@ func cloneKnowledge(k *corefacts.KnowledgeConfig) *corefacts.KnowledgeConfig {
 // RouteGate is the gate for Cores without system-info (Q1 + Q7, session from
 // HTTP). See decideGate for the rules; nil means allowed, otherwise a
 // *CoreError, or an error wrapping ErrUnavailable.
-func (c *SQLCatalog) RouteGate(ctx context.Context, route string, s corefacts.Session) error {
+func (c *SQLCatalog) RouteGate(ctx context.Context, route corefacts.RouteKey, s corefacts.Session) error {
 	var gr *gateRoute
 	row, err := c.route(ctx, route)
 	switch {
@@ -377,7 +377,7 @@ func (c *SQLCatalog) RouteGate(ctx context.Context, route string, s corefacts.Se
 	case !errors.Is(err, corefacts.ErrNotFound):
 		return err
 	default:
-		return decideGate(route, nil, nil, s)
+		return decideGate(route.String(), nil, nil, s)
 	}
 	var gc *gateClient
 	if s.ClientAppID != "" {
@@ -397,7 +397,7 @@ func (c *SQLCatalog) RouteGate(ctx context.Context, route string, s corefacts.Se
 			return err
 		}
 	}
-	return decideGate(route, gr, gc, s)
+	return decideGate(route.String(), gr, gc, s)
 }
 
 // KBEnabled (Q2) maps each requested KB id that exists to its enabled flag

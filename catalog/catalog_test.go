@@ -201,14 +201,14 @@ func TestCatalogParity(t *testing.T) {
 		err  error // errors.Is target; want ignored when set
 	}
 	route := func(key string) func(context.Context, knowledge.Catalog) (any, error) {
-		return func(ctx context.Context, c knowledge.Catalog) (any, error) { return c.Route(ctx, key) }
+		return func(ctx context.Context, c knowledge.Catalog) (any, error) { return c.Route(ctx, rk(key)) }
 	}
 	kc := func(ids []string, topK int, min float64, inject string, maxDocs int, boost bool) *corefacts.KnowledgeConfig {
 		return &corefacts.KnowledgeConfig{KBIDs: ids, TopK: topK, MinScore: min, Inject: inject, MaxDocs: maxDocs, PageBoost: boost}
 	}
 	gate := func(r string, s corefacts.Session) func(context.Context, knowledge.Catalog) (any, error) {
 		return func(ctx context.Context, c knowledge.Catalog) (any, error) {
-			return gateCode(c.RouteGate(ctx, r, s)), nil
+			return gateCode(c.RouteGate(ctx, rk(r), s)), nil
 		}
 	}
 	docs := func(ids []int64, kbs []string) func(context.Context, knowledge.Catalog) (any, error) {
@@ -557,8 +557,8 @@ func TestSQLCatalogUnreachable(t *testing.T) {
 	defer c.Close()
 	ctx := context.Background()
 	calls := map[string]func() error{
-		"route":     func() error { _, err := c.Route(ctx, "r"); return err },
-		"gate":      func() error { return c.RouteGate(ctx, "r", corefacts.Session{ClientAppID: "a"}) },
+		"route":     func() error { _, err := c.Route(ctx, rk("r")); return err },
+		"gate":      func() error { return c.RouteGate(ctx, rk("r"), corefacts.Session{ClientAppID: "a"}) },
 		"kbs":       func() error { _, err := c.KBEnabled(ctx, []string{"k"}); return err },
 		"documents": func() error { _, err := c.Documents(ctx, []int64{1}, []string{"k"}); return err },
 		"document":  func() error { _, err := c.Document(ctx, 1, []string{"k"}); return err },
@@ -618,7 +618,7 @@ func TestSQLCatalogBreaker(t *testing.T) {
 	defer c.Close()
 	ctx := context.Background()
 	for i := range 2 {
-		_, err := c.Route(ctx, "r")
+		_, err := c.Route(ctx, rk("r"))
 		if !errors.Is(err, corefacts.ErrUnavailable) || errors.Is(err, corefacts.ErrBreakerOpen) {
 			t.Fatalf("call %d: got %v; want ErrUnavailable from the server", i, err)
 		}
@@ -653,7 +653,7 @@ func TestSQLCatalogCanceledCallerDoesNotTrip(t *testing.T) {
 	defer c.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err = c.Route(ctx, "r")
+	_, err = c.Route(ctx, rk("r"))
 	if errors.Is(err, corefacts.ErrUnavailable) || !errors.Is(err, context.Canceled) {
 		t.Errorf("got %v; want context.Canceled, not ErrUnavailable", err)
 	}
@@ -724,7 +724,7 @@ func TestSQLCatalogQueryTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	_, err = c.Route(context.Background(), "r")
+	_, err = c.Route(context.Background(), rk("r"))
 	var ce *catalog.CatalogError
 	if !errors.Is(err, corefacts.ErrUnavailable) || !errors.As(err, &ce) || ce.Reason != "timeout" {
 		t.Fatalf("got %v; want a CatalogError with reason timeout", err)
@@ -745,7 +745,7 @@ func TestSQLCatalogQueryTimeoutMidQuery(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := c.Route(ctx, testdb.RouteMulti); err != nil { // a pooled, working connection
+	if _, err := c.Route(ctx, rk(testdb.RouteMulti)); err != nil { // a pooled, working connection
 		t.Fatalf("Route before the lock: %v", err)
 	}
 	lock, err := db.Admin.Conn(ctx)
@@ -757,7 +757,7 @@ func TestSQLCatalogQueryTimeoutMidQuery(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	_, err = c.Route(ctx, testdb.RouteMulti)
+	_, err = c.Route(ctx, rk(testdb.RouteMulti))
 	took := time.Since(start)
 	var ce *catalog.CatalogError
 	if !errors.Is(err, corefacts.ErrUnavailable) || !errors.As(err, &ce) || ce.Reason != "timeout" || !errors.Is(err, context.DeadlineExceeded) {
@@ -769,7 +769,7 @@ func TestSQLCatalogQueryTimeoutMidQuery(t *testing.T) {
 	if _, err := lock.ExecContext(ctx, "UNLOCK TABLES"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Route(ctx, testdb.RouteMulti); err != nil {
+	if _, err := c.Route(ctx, rk(testdb.RouteMulti)); err != nil {
 		t.Errorf("Route after the lock: %v", err)
 	}
 }
@@ -814,4 +814,11 @@ func TestCatalogReadyKBs(t *testing.T) {
 	if got, err := sqlCat.ReadyKBs(context.Background(), nil); err != nil || len(got) != 0 {
 		t.Errorf("ReadyKBs(nil) got %v, %v; want empty", got, err)
 	}
+}
+
+// rk is the route segment s as the edge parses it (the zero key when s is
+// no route key).
+func rk(s string) corefacts.RouteKey {
+	k, _ := corefacts.ParseRouteKey(s)
+	return k
 }

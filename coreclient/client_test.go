@@ -265,7 +265,7 @@ func TestSystemInfo(t *testing.T) {
 			if tt.fault != nil {
 				e.core.SetFault("/agent-api/", *tt.fault)
 			}
-			err := e.client.SystemInfo(context.Background(), tt.auth, tt.route)
+			err := e.client.SystemInfo(context.Background(), tt.auth, rk(tt.route))
 			switch {
 			case tt.wantCore != nil:
 				var ce *corefacts.CoreError
@@ -293,7 +293,7 @@ func TestSystemInfo(t *testing.T) {
 func TestSystemInfoAbsenceIsRemembered(t *testing.T) {
 	e := newEnv(t, fakecore.Options{}, func(o *coreclient.Options) { o.ProbeInterval = time.Minute })
 	for i := range 3 {
-		if err := e.client.SystemInfo(context.Background(), aliceAuth, "orders"); !errors.Is(err, corefacts.ErrEndpointAbsent) {
+		if err := e.client.SystemInfo(context.Background(), aliceAuth, rk("orders")); !errors.Is(err, corefacts.ErrEndpointAbsent) {
 			t.Fatalf("call %d: got %v; want ErrEndpointAbsent", i, err)
 		}
 	}
@@ -301,7 +301,7 @@ func TestSystemInfoAbsenceIsRemembered(t *testing.T) {
 		t.Errorf("core calls got %d; want 1 (absence remembered)", got)
 	}
 	e.clock.Advance(time.Minute + time.Second)
-	_ = e.client.SystemInfo(context.Background(), aliceAuth, "orders")
+	_ = e.client.SystemInfo(context.Background(), aliceAuth, rk("orders"))
 	if got := e.core.Calls("/agent-api/"); got != 2 {
 		t.Errorf("core calls after the interval got %d; want 2", got)
 	}
@@ -350,8 +350,8 @@ func TestSearchKB(t *testing.T) {
 func TestServiceTokenOnlyOnKBSearch(t *testing.T) {
 	e := searchEnv(t, func(o *coreclient.Options) {})
 	_, _ = e.client.Session(context.Background(), aliceAuth)
-	_ = e.client.SystemInfo(context.Background(), aliceAuth, "orders")
-	_, _ = e.client.ProbeCapabilities(context.Background(), aliceAuth, "orders")
+	_ = e.client.SystemInfo(context.Background(), aliceAuth, rk("orders"))
+	_, _ = e.client.ProbeCapabilities(context.Background(), aliceAuth, rk("orders"))
 	for _, p := range []string{"/agent-auth/v1/session", "/agent-api/v1/workspaces/orders/system-info", "/agent-api/v1/workspaces/orders/knowledge/capabilities"} {
 		r, ok := e.core.LastRequest(p)
 		if !ok {
@@ -523,7 +523,7 @@ func TestProbeCapabilities(t *testing.T) {
 			if tt.fault != nil {
 				e.core.SetFault("/agent-api/", *tt.fault)
 			}
-			p, err := e.client.ProbeCapabilities(context.Background(), tt.auth, "orders")
+			p, err := e.client.ProbeCapabilities(context.Background(), tt.auth, rk("orders"))
 			if err != nil {
 				t.Fatalf("got %v; want a probe", err)
 			}
@@ -544,7 +544,7 @@ func TestProbeCapabilities(t *testing.T) {
 	}
 	e := newEnv(t, fakecore.Options{}, nil)
 	e.core.SetFault("/agent-api/", fakecore.Fault{Reset: true})
-	_, err := e.client.ProbeCapabilities(context.Background(), aliceAuth, "orders")
+	_, err := e.client.ProbeCapabilities(context.Background(), aliceAuth, rk("orders"))
 	if !errors.Is(err, corefacts.ErrUnavailable) {
 		t.Errorf("reset: got %v; want ErrUnavailable", err)
 	}
@@ -556,7 +556,7 @@ func TestProbeCapabilities(t *testing.T) {
 // package knowledge compiling).
 var _ interface {
 	Session(context.Context, string) (corefacts.Session, error)
-	SystemInfo(context.Context, string, string) error
+	SystemInfo(context.Context, string, corefacts.RouteKey) error
 	SearchKB(context.Context, string, string, int) ([]corefacts.Hit, error)
 	Usable() bool
 } = (*coreclient.Client)(nil)
@@ -608,4 +608,11 @@ func TestSearchKBOtherSpelling(t *testing.T) {
 	if !strings.Contains(string(r.Body), `"kb_ids":["FAQ"]`) {
 		t.Errorf("request body got %s; want the id as given", r.Body)
 	}
+}
+
+// rk is the route segment s as the edge parses it (the zero key when s is
+// no route key).
+func rk(s string) corefacts.RouteKey {
+	k, _ := corefacts.ParseRouteKey(s)
+	return k
 }

@@ -60,16 +60,16 @@ var hopHeaders = []string{
 // Classification: 405 and 501 → legacy; 404 → legacy unless its body is an
 // Agent API error with a code other than "not_found" (a native Core's gate,
 // e.g. route_unavailable, which must be relayed); 200 with the native schema →
-// native; everything else → relay. A route outside Core's workspace pattern is
-// not sent (Core would answer 404 not_found whatever its version): it is a
+// native; everything else → relay. The zero route key (a segment outside
+// Core's workspace pattern) is not sent (Core would answer 404 not_found whatever its version): it is a
 // *CoreError 404 route_unavailable.
-func (c *Client) ProbeCapabilities(ctx context.Context, authorization, route string) (*Probe, error) {
-	if !corefacts.ValidRouteKey(route) {
-		return nil, &corefacts.CoreError{Status: http.StatusNotFound, Code: "route_unavailable", Message: "The configured route is unavailable."}
+func (c *Client) ProbeCapabilities(ctx context.Context, authorization string, route corefacts.RouteKey) (*Probe, error) {
+	if route.IsZero() {
+		return nil, errNoRouteKey()
 	}
 	var p *Probe
 	err := c.call(ctx, nil, OpProbe, func(ctx context.Context) error {
-		req, err := c.newRequest(ctx, http.MethodGet, "/agent-api/v1/workspaces/"+route+"/knowledge/capabilities", nil)
+		req, err := c.newRequest(ctx, http.MethodGet, "/agent-api/v1/workspaces/"+route.String()+"/knowledge/capabilities", nil)
 		if err != nil {
 			return err
 		}

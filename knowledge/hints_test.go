@@ -26,7 +26,7 @@ type turnHint struct {
 // array strictly (exactly the six fields of a search hint).
 func (e *env) turnHints(items []TurnItem) ([]turnHint, string, []byte) {
 	e.t.Helper()
-	d, err := e.svc.Delivery(context.Background(), routeKey)
+	d, err := e.svc.Delivery(context.Background(), rk(routeKey))
 	if err != nil || d.ScopeRevision != ScopeRevision(routeKey, &defaultKBConfg) {
 		e.t.Fatalf("Delivery: %+v, %v", d, err)
 	}
@@ -333,7 +333,7 @@ func TestNextRune(t *testing.T) {
 func TestTurnHintsForReusesDelivery(t *testing.T) {
 	e := newEnv(t)
 	items := []TurnItem{{DocID: docRefund, Title: "退款规则", Content: refundChunk1, Score: 0.82}}
-	d, err := e.svc.Delivery(context.Background(), routeKey)
+	d, err := e.svc.Delivery(context.Background(), rk(routeKey))
 	if err != nil || d.Status != StatusOK {
 		t.Fatalf("Delivery: %+v, %v", d, err)
 	}
@@ -370,7 +370,7 @@ func TestTurnHintsForStatus(t *testing.T) {
 		{name: "retrieval breaker open", route: routeKey, mutate: func(e *env) { e.ret.unusable = true }, want: HintsFailed},
 		{name: "no KB enabled", route: routeKey, mutate: func(e *env) { e.cat.kbs = map[string]bool{} }, want: HintsFailed},
 		{name: "catalog down, last configuration known", route: routeKey, mutate: func(e *env) {
-			if _, err := e.svc.Delivery(context.Background(), routeKey); err != nil {
+			if _, err := e.svc.Delivery(context.Background(), rk(routeKey)); err != nil {
 				t.Fatal(err)
 			}
 			e.cat.down = true
@@ -387,7 +387,7 @@ func TestTurnHintsForStatus(t *testing.T) {
 				d = *tc.d
 			} else {
 				var err error
-				if d, err = e.svc.Delivery(context.Background(), tc.route); err != nil {
+				if d, err = e.svc.Delivery(context.Background(), rk(tc.route)); err != nil {
 					t.Fatal(err)
 				}
 			}

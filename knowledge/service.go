@@ -78,7 +78,7 @@ type Service struct {
 	limiter *limiter
 	// routes remembers the last configuration seen per route, used only
 	// to answer capabilities while the catalog is unreachable.
-	routes *lru.Cache[string, corefacts.Route]
+	routes *lru.Cache[corefacts.RouteKey, corefacts.Route]
 	// rechecks remembers hit re-checks per document revision (recheck.go).
 	rechecks *recheckMemo
 }
@@ -136,7 +136,7 @@ func New(o Options) (*Service, error) {
 	if s.limiter, err = newLimiter(s.rate, s.burst, s.now, o.SharedLimiter, s.log, o.Registerer); err != nil {
 		return nil, err
 	}
-	if s.routes, err = lru.New[string, corefacts.Route](routeCacheSize); err != nil {
+	if s.routes, err = lru.New[corefacts.RouteKey, corefacts.Route](routeCacheSize); err != nil {
 		return nil, err
 	}
 	if s.rechecks, err = newRecheckMemo(); err != nil {
@@ -189,7 +189,7 @@ type admitted struct {
 // admit runs identify then admitRoute (capabilities, which has no body).
 // allowStale lets capabilities fall back to the last-known configuration when
 // the catalog is down.
-func (s *Service) admit(ctx context.Context, authorization, route string, allowStale bool) (admitted, error) {
+func (s *Service) admit(ctx context.Context, authorization string, route corefacts.RouteKey, allowStale bool) (admitted, error) {
 	sess, err := s.identify(ctx, authorization)
 	if err != nil {
 		return admitted{}, err
@@ -210,15 +210,16 @@ func (s *Service) identify(ctx context.Context, authorization string) (corefacts
 }
 
 // admitRoute is the route step of the check order (SPEC §2: after the body
-// and the managed-task rules): route syntax → route gate → route row.
-func (s *Service) admitRoute(ctx context.Context, authorization, route string, sess corefacts.Session, allowStale bool) (admitted, error) {
-	if !corefacts.ValidRouteKey(route) {
+// and the managed-task rules): route syntax (the edge parsed it: the zero key
+// is a segment that is no route key) → route gate → route row.
+func (s *Service) admitRoute(ctx context.Context, authorization string, route corefacts.RouteKey, sess corefacts.Session, allowStale bool) (admitted, error) {
+	if route.IsZero() {
 		return admitted{}, errRouteUnavailable(nil)
 	}
 	if err := s.gate(ctx, authorization, route, sess); err != nil {
 		return admitted{}, err
 	}
-	r, err := s.catalog.Route(ctx, route)
+	r, ok, err := s.routeRow(ctx, route)
 	if err != nil {
 		if errors.Is(err, corefacts.ErrNotFound) {
 			return admitted{}, errRouteUnavailable(err)
@@ -230,20 +231,36 @@ func (s *Service) admitRoute(ctx context.Context, authorization, route string, s
 		}
 		return admitted{}, classifyCore(err, nil)
 	}
-	if r.Key == "" {
-		r.Key = route
-	}
-	if !r.Enabled || r.Key != route {
+	if !ok {
 		return admitted{}, errRouteUnavailable(nil)
 	}
-	s.routes.Add(route, r)
 	return admitted{sess: sess, route: r}, nil
+}
+
+// routeRow reads route's row and accepts it as Core serves a workspace:
+// enabled, and with exactly the key asked (the catalog's collation matches
+// keys case-insensitively and ignoring trailing spaces; Core's workspace
+// match is exact). An accepted row is remembered as the route's last known
+// configuration. A row without its key (a test double's) is the route
+// asked. err is the catalog's (corefacts.ErrNotFound for no row).
+func (s *Service) routeRow(ctx context.Context, route corefacts.RouteKey) (r corefacts.Route, ok bool, err error) {
+	if r, err = s.catalog.Route(ctx, route); err != nil {
+		return corefacts.Route{}, false, err
+	}
+	if r.Key == "" {
+		r.Key = route.String()
+	}
+	if !r.Enabled || r.Key != route.String() {
+		return r, false, nil
+	}
+	s.routes.Add(route, r)
+	return r, true, nil
 }
 
 // gate asks Core's system-info; an older Core (endpoint absent) or an
 // answer that only concerns the Agent Client Runtime or direct tools (which
 // knowledge must not require, SPEC §2) falls back to the catalog gate.
-func (s *Service) gate(ctx context.Context, authorization, route string, sess corefacts.Session) error {
+func (s *Service) gate(ctx context.Context, authorization string, route corefacts.RouteKey, sess corefacts.Session) error {
 	err := s.id.SystemInfo(ctx, authorization, route)
 	if err == nil {
 		return nil

@@ -22,7 +22,7 @@ import (
 
 // Prober forwards a caller's capabilities request to Core (native detection).
 type Prober interface {
-	ProbeCapabilities(ctx context.Context, authorization, route string) (*coreclient.Probe, error)
+	ProbeCapabilities(ctx context.Context, authorization string, route corefacts.RouteKey) (*coreclient.Probe, error)
 }
 
 // Features are the knowledge endpoints and turn interception.
@@ -94,19 +94,22 @@ func (s *Server) SetTurnHints(on bool) {
 // decide says whether the sidecar handles a knowledge or turn request for
 // route itself: the workspace is rolled out and the Core is not native.
 // While no native-detection verdict is held, the first such request probes
-// Core's capabilities with its own bearer before it is decided.
-func (s *Server) decide(c echo.Context, route string) bool {
+// Core's capabilities with its own bearer before it is decided. key is the
+// route segment parsed (zero: no route key); the rollout policy judges the
+// segment as written.
+func (s *Server) decide(c echo.Context, key corefacts.RouteKey) bool {
+	route := c.Param("route")
 	pol := s.feat.rollout.Load()
 	decision := decisionEnabled
 	switch {
-	case !corefacts.ValidRouteKey(route) && !s.feat.native.isNative():
+	case key.IsZero() && !s.feat.native.isNative():
 		// No workspace has this key (upper case, encoded, too long): the
 		// sidecar answers 404 route_unavailable after identity, like
 		// Core's own 404, rather than guess how Core would spell it.
 		decision = decisionInvalidRoute
 	case !pol.Enabled(route):
 		decision = decisionDisabled
-	case s.feat.native.native(c.Request().Context(), c.Request().Header.Get("Authorization"), route):
+	case s.feat.native.native(c.Request().Context(), c.Request().Header.Get("Authorization"), key):
 		// With no verdict held this probes Core first (SPEC §8.2).
 		decision = decisionNative
 	}
@@ -119,17 +122,24 @@ func (s *Server) decide(c echo.Context, route string) bool {
 	return decision == decisionEnabled || decision == decisionInvalidRoute
 }
 
+// routeKey parses the request's route segment, once, at the edge: the zero
+// key when it is no route key.
+func routeKey(c echo.Context) corefacts.RouteKey {
+	k, _ := corefacts.ParseRouteKey(c.Param("route"))
+	return k
+}
+
 func (s *Server) capabilities(c echo.Context) error {
 	route := c.Param("route")
+	key, valid := corefacts.ParseRouteKey(route)
 	pol := s.feat.rollout.Load()
-	valid := corefacts.ValidRouteKey(route)
 	if valid && !pol.Enabled(route) {
 		s.m.rollout.WithLabelValues(string(decisionDisabled)).Inc()
 		return s.passH(c)
 	}
 	r := c.Request()
 	authz := r.Header.Get("Authorization")
-	if probe, handled, perr := s.feat.native.maybeProbe(r.Context(), authz, route); valid && handled {
+	if probe, handled, perr := s.feat.native.maybeProbe(r.Context(), authz, key); valid && handled {
 		if probe == nil {
 			// Core could not be reached for the probe: like every knowledge
 			// endpoint facing an unreachable Core, 503 knowledge_unavailable
@@ -139,30 +149,30 @@ func (s *Server) capabilities(c echo.Context) error {
 		relayProbe(c.Response(), probe)
 		return nil
 	}
-	if !s.decide(c, route) {
+	if !s.decide(c, key) {
 		return s.passH(c)
 	}
-	body, err := s.feat.k.Capabilities(r.Context(), authz, route)
+	body, err := s.feat.k.Capabilities(r.Context(), authz, key)
 	return reply(c, body, err)
 }
 
 func (s *Server) search(c echo.Context) error {
-	route := c.Param("route")
-	if !s.decide(c, route) {
+	key := routeKey(c)
+	if !s.decide(c, key) {
 		return s.passH(c)
 	}
 	r := c.Request()
-	body, err := s.feat.k.Search(r.Context(), r.Header.Get("Authorization"), route, r.Body)
+	body, err := s.feat.k.Search(r.Context(), r.Header.Get("Authorization"), key, r.Body)
 	return reply(c, body, err)
 }
 
 func (s *Server) read(c echo.Context) error {
-	route := c.Param("route")
-	if !s.decide(c, route) {
+	key := routeKey(c)
+	if !s.decide(c, key) {
 		return s.passH(c)
 	}
 	r := c.Request()
-	body, err := s.feat.k.Read(r.Context(), r.Header.Get("Authorization"), route, r.Body)
+	body, err := s.feat.k.Read(r.Context(), r.Header.Get("Authorization"), key, r.Body)
 	return reply(c, body, err)
 }
 
@@ -181,7 +191,7 @@ func reply(c echo.Context, body []byte, err error) error {
 // (a native Core, or a workspace the sidecar does not serve).
 func (s *Server) wrongMethod(allow string) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if !s.decide(c, c.Param("route")) {
+		if !s.decide(c, routeKey(c)) {
 			return s.passH(c)
 		}
 		return errMethodNotAllowed(allow)

@@ -87,8 +87,8 @@ func (d *nativeDetector) isNative() bool {
 // probe that decides nothing (401/403/5xx, Core unreachable, a header or
 // route the prober refuses to send, the caller gone) answers false: the
 // request is handled as for a legacy Core and the next one probes again.
-func (d *nativeDetector) native(ctx context.Context, authorization, route string) bool {
-	if d.mode != "auto" || !corefacts.ValidRouteKey(route) {
+func (d *nativeDetector) native(ctx context.Context, authorization string, route corefacts.RouteKey) bool {
+	if d.mode != "auto" || route.IsZero() {
 		// A route outside Core's pattern is never probed (Core answers it
 		// 404 whatever its version): the state as it stands.
 		return d.isNative()
@@ -123,7 +123,7 @@ func (d *nativeDetector) native(ctx context.Context, authorization, route string
 // knowledge request (404 route_unavailable, 401). While another request's
 // probe is in flight nothing is sent and the request is not handled: the
 // caller's decide then waits for that probe's verdict.
-func (d *nativeDetector) maybeProbe(ctx context.Context, authorization, route string) (probe *coreclient.Probe, handled bool, err error) {
+func (d *nativeDetector) maybeProbe(ctx context.Context, authorization string, route corefacts.RouteKey) (probe *coreclient.Probe, handled bool, err error) {
 	if d.mode != "auto" {
 		return nil, false, nil
 	}
@@ -159,7 +159,7 @@ func (d *nativeDetector) maybeProbe(ctx context.Context, authorization, route st
 // leaving, since others may be waiting for it: Core's per-call deadline
 // bounds it. Its verdict (legacy or native) is held for the interval from
 // start; then the requests waiting for it are released.
-func (d *nativeDetector) startLocked(ctx context.Context, start time.Time, authorization, route string) *probeCall {
+func (d *nativeDetector) startLocked(ctx context.Context, start time.Time, authorization string, route corefacts.RouteKey) *probeCall {
 	call := &probeCall{done: make(chan struct{})}
 	d.inflight = call
 	ctx = context.WithoutCancel(ctx)
