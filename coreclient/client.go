@@ -255,7 +255,7 @@ func (c *Client) SystemInfo(ctx context.Context, authorization string, route cor
 				c.markSystemInfoAbsent()
 				return corefacts.ErrEndpointAbsent
 			}
-			return &corefacts.CoreError{Status: status, Code: clip(e.Error, 64), Message: clip(e.Message, 512)}
+			return &corefacts.CoreError{Status: status, Code: jsstring.CutUTF8(e.Error, 64), Message: jsstring.CutUTF8(e.Message, 512)}
 		default:
 			return statusUnavailable(status)
 		}
@@ -543,19 +543,6 @@ func headerValueOK(v string) bool {
 	}
 	return true
 }
-
-// clip cuts s to at most n bytes on a rune boundary.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
-
-func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
 
 // kbUnavailable reports Core's 400 for a knowledge base it does not have
 // (its error starts with kbUnavailablePrefix).
