@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
@@ -145,7 +146,7 @@ func TestHostileClientsBoundedMemory(t *testing.T) {
 	stop := make(chan struct{})
 	defer close(stop)
 	go trickle(append(append([]*hostile(nil), bombs...), held...), 500*time.Millisecond, stop)
-	if !poll(20*time.Second, func() bool { return entered.Load() == n }) {
+	if !testkit.Poll(20*time.Second, func() bool { return entered.Load() == n }) {
 		t.Fatalf("Core saw %d trickled uploads; want %d", entered.Load(), n)
 	}
 	grown := int64(heapInUse()) - int64(before)
@@ -203,10 +204,10 @@ func TestHostileTurnsBoundedMemory(t *testing.T) {
 	go trickle(conns, 500*time.Millisecond, stop)
 	refused := map[string]string{"limit": "turn_body_budget"}
 	admitted := int(budget / size)
-	if !poll(30*time.Second, func() bool {
-		return metricValue(t, sc.Registry, "knowledge_sidecar_overload_rejections_total", refused) >= float64(n-admitted)
+	if !testkit.Poll(30*time.Second, func() bool {
+		return testkit.Metric(t, sc.Registry, "knowledge_sidecar_overload_rejections_total", refused) >= float64(n-admitted)
 	}) {
-		t.Fatalf("turns refused for the budget: got %v; want %d", metricValue(t, sc.Registry, "knowledge_sidecar_overload_rejections_total", refused), n-admitted)
+		t.Fatalf("turns refused for the budget: got %v; want %d", testkit.Metric(t, sc.Registry, "knowledge_sidecar_overload_rejections_total", refused), n-admitted)
 	}
 	grown := int64(heapInUse()) - int64(before)
 	t.Logf("heap grew %.1f MiB with %d trickling 500 KiB turns (budget %d MiB)", float64(grown)/(1<<20), n, budget>>20)
@@ -239,7 +240,7 @@ func TestTurnBodyBudgetAnswer(t *testing.T) {
 		c.send(t, "POST "+path+" HTTP/1.1\r\nHost: ks\r\nAuthorization: Bearer "+w.TokenA+"\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n1\r\n{\r\n")
 		holders = append(holders, c)
 	}
-	waitMetric(t, sc.Registry, "knowledge_sidecar_turn_body_budget_used_bytes", nil, 1<<20)
+	testkit.WaitMetric(t, sc.Registry, "knowledge_sidecar_turn_body_budget_used_bytes", nil, 1<<20)
 	// ... so a third, even a small one, is refused.
 	c := dialRaw(t, sc.Addr)
 	c.send(t, postRaw(path, "ks", w.TokenA, newTurn("over-budget").body(modeJSON("on_demand")), ""))
@@ -248,10 +249,10 @@ func TestTurnBodyBudgetAnswer(t *testing.T) {
 		res.Header.Get("Cache-Control") != "no-store" || !res.Close {
 		t.Fatalf("over the budget: got %d %s Retry-After %q close %v; want 503 overloaded, Retry-After 1, closed", res.StatusCode, got, res.Header.Get("Retry-After"), res.Close)
 	}
-	waitMetric(t, sc.Registry, "knowledge_sidecar_overload_rejections_total", map[string]string{"limit": "turn_body_budget"}, 1)
+	testkit.WaitMetric(t, sc.Registry, "knowledge_sidecar_overload_rejections_total", map[string]string{"limit": "turn_body_budget"}, 1)
 	// The holders leave; their share is returned.
 	for _, c := range holders {
 		c.Close()
 	}
-	waitMetric(t, sc.Registry, "knowledge_sidecar_turn_body_budget_used_bytes", nil, 0)
+	testkit.WaitMetric(t, sc.Registry, "knowledge_sidecar_turn_body_budget_used_bytes", nil, 0)
 }
