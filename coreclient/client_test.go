@@ -505,15 +505,12 @@ func TestProbeCapabilities(t *testing.T) {
 			if tt.fault != nil {
 				e.core.SetFault("/agent-api/", *tt.fault)
 			}
-			p, err := e.client.ProbeCapabilities(context.Background(), tt.auth, rk("orders"))
+			kind, err := e.client.ProbeCapabilities(context.Background(), tt.auth, rk("orders"))
 			if err != nil {
 				t.Fatalf("got %v; want a probe", err)
 			}
-			if p.Kind != tt.kind || p.Status != tt.status {
-				t.Errorf("got %v %d; want %v %d", p.Kind, p.Status, tt.kind, tt.status)
-			}
-			if len(p.Body) == 0 || p.Header.Get("Content-Type") == "" {
-				t.Errorf("probe lacks body or headers to relay: %+v", p)
+			if kind != tt.kind {
+				t.Errorf("got %v; want %v (Core answered %d)", kind, tt.kind, tt.status)
 			}
 			r, _ := e.core.LastRequest("/agent-api/")
 			if r.Path != "/agent-api/v1/workspaces/orders/knowledge/capabilities" || r.Header.Get("Authorization") != tt.auth {

@@ -154,8 +154,10 @@ func TestNativeLegacyCoreServed(t *testing.T) {
 	if code != 200 || !bytes.Contains(body, []byte(`"schema_version":"bailing.agent-knowledge-search.v1"`)) {
 		t.Errorf("search: got %d %s; want the sidecar's answer", code, body)
 	}
-	if tap.count() != 0 {
-		t.Errorf("knowledge requests reached Core's proxied path %d times; want 0", tap.count())
+	// The one probe is the first capabilities request, forwarded through
+	// the pass-through proxy; nothing else reached Core.
+	if ex := tap.since(0); len(ex) != 1 || ex[0].Method != "GET" || ex[0].Path != capsPath(route) {
+		t.Errorf("Core's proxied path got %d requests; want only the capabilities probe", len(ex))
 	}
 	n := tap.count()
 	r = send(t, c, "POST", turnsURL(side, route), w.TokenA, newTurn("legacy").body(`"on_demand"`), nil)
@@ -231,6 +233,20 @@ func TestNativeProbeRelayed(t *testing.T) {
 			wantState(t, side, "legacy")
 		})
 	}
+
+	// An answer too large to be a capabilities document is not relayed
+	// and decides nothing, like a Core that cannot be reached.
+	t.Run("oversized_answer", func(t *testing.T) {
+		side := w.StartSidecar(t, FeatureOptions{})
+		w.Core.SetFault(capsPath(route), fakecore.Fault{Status: 200, Body: []byte(`{"pad":"` + strings.Repeat("x", 64<<10) + `"}`)})
+		r := send(t, c, "GET", side.WS(route)+"/knowledge/capabilities", w.TokenA, nil, nil)
+		w.Core.ClearFaults()
+		checkErrorJSON(t, r, http.StatusServiceUnavailable, "knowledge_unavailable")
+		wantState(t, side, "unknown")
+		r = send(t, c, "GET", side.WS(route)+"/knowledge/capabilities", w.TokenA, nil, nil)
+		servedCapabilities(t, r, route)
+		wantState(t, side, "legacy")
+	})
 
 	t.Run("core_unreachable", func(t *testing.T) {
 		side := w.StartSidecar(t, FeatureOptions{})
