@@ -283,7 +283,7 @@ func (c *SQLCatalog) CheckSchema(ctx context.Context) error {
 // Route (Q1) returns the route with its normalized knowledge config. Key is
 // the stored route_key (the lookup is case-insensitive, as the database's
 // collation is). ErrNotFound when unknown.
-func (c *SQLCatalog) Route(ctx context.Context, key string) (corefacts.Route, error) {
+func (c *SQLCatalog) Route(ctx context.Context, key corefacts.RouteKey) (corefacts.Route, error) {
 	row, err := c.route(ctx, key)
 	if err != nil {
 		return corefacts.Route{}, err
@@ -297,11 +297,11 @@ type routeRow struct {
 	knowledge, audience []byte
 }
 
-func (c *SQLCatalog) route(ctx context.Context, key string) (routeRow, error) {
+func (c *SQLCatalog) route(ctx context.Context, key corefacts.RouteKey) (routeRow, error) {
 	var r routeRow
 	err := c.do(ctx, QueryRoute, func(ctx context.Context) error {
 		var enabled int64
-		err := c.db.QueryRowContext(ctx, q1Route, key).Scan(&r.key, &enabled, &r.knowledge, &r.audience)
+		err := c.db.QueryRowContext(ctx, q1Route, key.String()).Scan(&r.key, &enabled, &r.knowledge, &r.audience)
 		r.enabled = enabled != 0
 		return err
 	})
@@ -313,7 +313,7 @@ func (c *SQLCatalog) route(ctx context.Context, key string) (routeRow, error) {
 // q1BundleDoc; a body missing from the revision cache costs Q4). The route
 // is ErrNotFound when unknown, as Route. Longer KB lists than one IN list
 // holds fall back to Route, KBs and Document.
-func (c *SQLCatalog) RouteBundle(ctx context.Context, key string, kbIDs []string, docID int64) (corefacts.RouteBundle, error) {
+func (c *SQLCatalog) RouteBundle(ctx context.Context, key corefacts.RouteKey, kbIDs []string, docID int64) (corefacts.RouteBundle, error) {
 	kbs := uniqueIDs(kbIDs)
 	if len(kbs) == 0 || len(kbs) > MaxIDsPerQuery {
 		return c.routeBundleApart(ctx, key, kbIDs, docID)
@@ -329,10 +329,10 @@ func (c *SQLCatalog) RouteBundle(ctx context.Context, key string, kbIDs []string
 		var err error
 		if docID > 0 {
 			args := append(anys(kbs), docID)
-			args = append(append(args, anys(kbs)...), key)
+			args = append(append(args, anys(kbs)...), key.String())
 			rows, err = c.db.QueryContext(ctx, fmt.Sprintf(q1BundleDoc, placeholders(len(kbs)), placeholders(len(kbs))), args...)
 		} else {
-			rows, err = c.db.QueryContext(ctx, fmt.Sprintf(q1Bundle, placeholders(len(kbs))), append(anys(kbs), key)...)
+			rows, err = c.db.QueryContext(ctx, fmt.Sprintf(q1Bundle, placeholders(len(kbs))), append(anys(kbs), key.String())...)
 		}
 		if err != nil {
 			return err
@@ -393,7 +393,7 @@ func (c *SQLCatalog) RouteBundle(ctx context.Context, key string, kbIDs []string
 
 // routeBundleApart is RouteBundle in separate queries (no KB asked, or more
 // than one IN list holds).
-func (c *SQLCatalog) routeBundleApart(ctx context.Context, key string, kbIDs []string, docID int64) (corefacts.RouteBundle, error) {
+func (c *SQLCatalog) routeBundleApart(ctx context.Context, key corefacts.RouteKey, kbIDs []string, docID int64) (corefacts.RouteBundle, error) {
 	r, err := c.Route(ctx, key)
 	if err != nil {
 		return corefacts.RouteBundle{}, err
@@ -484,7 +484,7 @@ func cloneKnowledge(k *corefacts.KnowledgeConfig) *corefacts.KnowledgeConfig {
 // RouteGate is the gate for Cores without system-info (Q1 + Q7, session from
 // HTTP). See decideGate for the rules; nil means allowed, otherwise a
 // *CoreError, or an error wrapping ErrUnavailable.
-func (c *SQLCatalog) RouteGate(ctx context.Context, route string, s corefacts.Session) error {
+func (c *SQLCatalog) RouteGate(ctx context.Context, route corefacts.RouteKey, s corefacts.Session) error {
 	var gr *gateRoute
 	row, err := c.route(ctx, route)
 	switch {
@@ -493,7 +493,7 @@ func (c *SQLCatalog) RouteGate(ctx context.Context, route string, s corefacts.Se
 	case !errors.Is(err, corefacts.ErrNotFound):
 		return err
 	default:
-		return decideGate(route, nil, nil, s)
+		return decideGate(route.String(), nil, nil, s)
 	}
 	var gc *gateClient
 	if s.ClientAppID != "" {
@@ -513,7 +513,7 @@ func (c *SQLCatalog) RouteGate(ctx context.Context, route string, s corefacts.Se
 			return err
 		}
 	}
-	return decideGate(route, gr, gc, s)
+	return decideGate(route.String(), gr, gc, s)
 }
 
 // KBEnabled (Q2) maps each requested KB id that exists to its enabled flag

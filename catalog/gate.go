@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/corefacts/jsstring"
 )
 
 // Core's gate answers (CORE_FACTS §2, bootstrap error table), relayed as is.
@@ -175,7 +176,7 @@ func audienceList(v any) []string {
 		return nil
 	}
 	for _, part := range strings.Split(s, ",") {
-		if part = jsTrim(part); part != "" {
+		if part = jsstring.Trim(part); part != "" {
 			out = append(out, part)
 		}
 	}
@@ -185,7 +186,7 @@ func audienceList(v any) []string {
 func audienceClean(v any) string {
 	switch v.(type) {
 	case string, json.Number:
-		return jsTrim(jsString(v))
+		return jsstring.Trim(jsString(v))
 	}
 	return ""
 }

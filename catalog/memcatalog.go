@@ -169,11 +169,11 @@ func (m *MemCatalog) Usable() bool {
 }
 
 // Route implements knowledge.Catalog.
-func (m *MemCatalog) Route(_ context.Context, key string) (corefacts.Route, error) {
+func (m *MemCatalog) Route(_ context.Context, key corefacts.RouteKey) (corefacts.Route, error) {
 	if err := m.rlock(); err != nil {
 		return corefacts.Route{}, err
 	}
-	r, ok := m.routes[foldID(key)]
+	r, ok := m.routes[foldID(key.String())]
 	m.mu.RUnlock()
 	if !ok {
 		return corefacts.Route{}, fmt.Errorf("catalog %s: %w", QueryRoute, corefacts.ErrNotFound)
@@ -182,20 +182,20 @@ func (m *MemCatalog) Route(_ context.Context, key string) (corefacts.Route, erro
 }
 
 // RouteGate implements knowledge.Catalog (see decideGate).
-func (m *MemCatalog) RouteGate(_ context.Context, route string, s corefacts.Session) error {
+func (m *MemCatalog) RouteGate(_ context.Context, route corefacts.RouteKey, s corefacts.Session) error {
 	if err := m.rlock(); err != nil {
 		return err
 	}
 	var gr *gateRoute
-	if r, ok := m.routes[foldID(route)]; ok {
-		gr = &gateRoute{Enabled: r.enabled, Audience: m.audiences[foldID(route)]}
+	if r, ok := m.routes[foldID(route.String())]; ok {
+		gr = &gateRoute{Enabled: r.enabled, Audience: m.audiences[foldID(route.String())]}
 	}
 	var gc *gateClient
 	if c, ok := m.clients[foldID(s.ClientAppID)]; ok && s.ClientAppID != "" {
 		gc = &c
 	}
 	m.mu.RUnlock()
-	return decideGate(route, gr, gc, s)
+	return decideGate(route.String(), gr, gc, s)
 }
 
 // KBEnabled implements knowledge.Catalog.

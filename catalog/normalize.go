@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/corefacts/jsstring"
 )
 
 // ErrMalformedJSON is returned when a JSON column of the catalog (a route's
@@ -47,12 +48,12 @@ func NormalizeKnowledge(raw []byte) (*corefacts.KnowledgeConfig, error) {
 	var kbIDs []string
 	if arr, ok := obj["kb_ids"].([]any); ok {
 		for _, v := range arr {
-			if s := jsTrim(jsString(v)); s != "" {
+			if s := jsstring.Trim(jsString(v)); s != "" {
 				kbIDs = append(kbIDs, s)
 			}
 		}
 	} else if s, ok := obj["kb_id"].(string); ok {
-		if s = jsTrim(s); s != "" {
+		if s = jsstring.Trim(s); s != "" {
 			kbIDs = []string{s}
 		}
 	}
@@ -188,7 +189,7 @@ var (
 // jsStringToNumber is JavaScript's StringToNumber: whitespace-trimmed, empty
 // is 0, decimal literals, Infinity, and unsigned 0x/0o/0b integers.
 func jsStringToNumber(s string) float64 {
-	s = jsTrim(s)
+	s = jsstring.Trim(s)
 	switch s {
 	case "":
 		return 0
@@ -281,19 +282,4 @@ func abs(i int) int {
 		return -i
 	}
 	return i
-}
-
-// jsTrim is String.prototype.trim: JavaScript's WhiteSpace and LineTerminator
-// set, which differs from unicode.IsSpace (U+FEFF in, U+0085 out).
-func jsTrim(s string) string {
-	return strings.TrimFunc(s, isJSSpace)
-}
-
-func isJSSpace(r rune) bool {
-	switch r {
-	case '\t', '\n', '\v', '\f', '\r', ' ', '\u00a0', '\u1680', '\u2028', '\u2029',
-		'\u202f', '\u205f', '\u3000', '\ufeff':
-		return true
-	}
-	return r >= '\u2000' && r <= '\u200a'
 }

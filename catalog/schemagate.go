@@ -18,8 +18,8 @@ import (
 type schemaCatalog interface {
 	CheckSchema(ctx context.Context) error
 	Usable() bool
-	Route(ctx context.Context, key string) (corefacts.Route, error)
-	RouteGate(ctx context.Context, route string, s corefacts.Session) error
+	Route(ctx context.Context, key corefacts.RouteKey) (corefacts.Route, error)
+	RouteGate(ctx context.Context, route corefacts.RouteKey, s corefacts.Session) error
 	KBEnabled(ctx context.Context, kbIDs []string) (map[string]bool, error)
 	KBs(ctx context.Context, kbIDs []string) (map[string]corefacts.KB, error)
 	ReadyKBs(ctx context.Context, kbIDs []string) (map[string]bool, error)
@@ -224,14 +224,14 @@ func (g *SchemaGate) Usable() bool {
 	return ok && g.inner.Usable()
 }
 
-func (g *SchemaGate) Route(ctx context.Context, key string) (corefacts.Route, error) {
+func (g *SchemaGate) Route(ctx context.Context, key corefacts.RouteKey) (corefacts.Route, error) {
 	if err := g.ready(ctx); err != nil {
 		return corefacts.Route{}, err
 	}
 	return g.inner.Route(ctx, key)
 }
 
-func (g *SchemaGate) RouteGate(ctx context.Context, route string, s corefacts.Session) error {
+func (g *SchemaGate) RouteGate(ctx context.Context, route corefacts.RouteKey, s corefacts.Session) error {
 	if err := g.ready(ctx); err != nil {
 		return err
 	}

@@ -217,20 +217,21 @@ type agentError struct {
 // not_found → ErrEndpointAbsent (an older Core; remembered for ProbeInterval,
 // during which no request is sent); other 4xx with an Agent API body →
 // *CoreError; 5xx, transport errors and unusable answers → ErrUnavailable.
-// A route that Core's workspace pattern rejects is a *CoreError 404
-// route_unavailable without a call (Core would answer a misleading 404 not_found).
-func (c *Client) SystemInfo(ctx context.Context, authorization, route string) error {
+// The zero route key (a segment Core's workspace pattern rejects) is a
+// *CoreError 404 route_unavailable without a call (Core would answer a
+// misleading 404 not_found).
+func (c *Client) SystemInfo(ctx context.Context, authorization string, route corefacts.RouteKey) error {
 	if !headerValueOK(authorization) {
 		return fmt.Errorf("coreclient: %s: %w", OpSystemInfo, corefacts.ErrUnauthorized)
 	}
-	if !corefacts.ValidRouteKey(route) {
-		return &corefacts.CoreError{Status: http.StatusNotFound, Code: "route_unavailable", Message: "The configured route is unavailable."}
+	if route.IsZero() {
+		return errNoRouteKey()
 	}
 	if c.systemInfoAbsent() {
 		return fmt.Errorf("coreclient: %s: %w", OpSystemInfo, corefacts.ErrEndpointAbsent)
 	}
 	return c.call(ctx, c.identity, OpSystemInfo, func(ctx context.Context) error {
-		req, err := c.newRequest(ctx, http.MethodGet, "/agent-api/v1/workspaces/"+route+"/system-info", nil)
+		req, err := c.newRequest(ctx, http.MethodGet, "/agent-api/v1/workspaces/"+route.String()+"/system-info", nil)
 		if err != nil {
 			return err
 		}
@@ -254,7 +255,7 @@ func (c *Client) SystemInfo(ctx context.Context, authorization, route string) er
 				c.markSystemInfoAbsent()
 				return corefacts.ErrEndpointAbsent
 			}
-			return &corefacts.CoreError{Status: status, Code: clip(e.Error, 64), Message: clip(e.Message, 512)}
+			return &corefacts.CoreError{Status: status, Code: jsstring.CutUTF8(e.Error, 64), Message: jsstring.CutUTF8(e.Message, 512)}
 		default:
 			return statusUnavailable(status)
 		}
@@ -451,8 +452,14 @@ func (c *Client) call(ctx context.Context, b *breaker.Breaker, op string, fn fun
 	return fmt.Errorf("coreclient: %s: %w", op, err)
 }
 
+// errNoRouteKey is the answer for the zero route key, sent nowhere: Core's
+// gate answer for a workspace that does not exist.
+func errNoRouteKey() error {
+	return &corefacts.CoreError{Status: http.StatusNotFound, Code: "route_unavailable", Message: "The configured route is unavailable."}
+}
+
 // newRequest builds a request to base URL + path. path is a constant or
-// built from a validated route, so no caller text reaches the URL unchecked.
+// built from a parsed corefacts.RouteKey, so no caller text reaches the URL unchecked.
 func (c *Client) newRequest(ctx context.Context, method, path string, body io.Reader) (*http.Request, error) {
 	u := *c.base
 	u.Path = c.base.Path + path
@@ -536,19 +543,6 @@ func headerValueOK(v string) bool {
 	}
 	return true
 }
-
-// clip cuts s to at most n bytes on a rune boundary.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
-
-func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
 
 // kbUnavailable reports Core's 400 for a knowledge base it does not have
 // (its error starts with kbUnavailablePrefix).

@@ -90,7 +90,8 @@ func (c *Client) ProbeSystemInfo(ctx context.Context, authorization string) (pre
 	if len(s.AllowedRoutes) == 0 {
 		return false, fmt.Errorf("%w: the session allows no route", ErrNotACore)
 	}
-	err = c.SystemInfo(ctx, authorization, s.AllowedRoutes[0])
+	route, _ := corefacts.ParseRouteKey(s.AllowedRoutes[0]) // "*" is no key: answered without a call
+	err = c.SystemInfo(ctx, authorization, route)
 	var ce *corefacts.CoreError
 	switch {
 	case err == nil, errors.As(err, &ce): // allowed, or Core's own gate answered

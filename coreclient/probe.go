@@ -41,16 +41,16 @@ func (k ProbeKind) String() string {
 // capabilities request is itself relayed by the edge's ReverseProxy, this
 // only decides the other requests that find no verdict held. It is not
 // under a breaker. Transport errors, timeouts and oversized answers are
-// ErrUnavailable. A route outside Core's workspace pattern is not sent (Core
+// ErrUnavailable. The zero route key (a segment outside Core's workspace pattern) is not sent (Core
 // would answer 404 not_found whatever its version): it is a *CoreError 404
 // route_unavailable.
-func (c *Client) ProbeCapabilities(ctx context.Context, authorization, route string) (ProbeKind, error) {
-	if !corefacts.ValidRouteKey(route) {
-		return ProbeRelay, &corefacts.CoreError{Status: http.StatusNotFound, Code: "route_unavailable", Message: "The configured route is unavailable."}
+func (c *Client) ProbeCapabilities(ctx context.Context, authorization string, route corefacts.RouteKey) (ProbeKind, error) {
+	if route.IsZero() {
+		return ProbeRelay, errNoRouteKey()
 	}
 	kind := ProbeRelay
 	err := c.call(ctx, nil, OpProbe, func(ctx context.Context) error {
-		req, err := c.newRequest(ctx, http.MethodGet, "/agent-api/v1/workspaces/"+route+"/knowledge/capabilities", nil)
+		req, err := c.newRequest(ctx, http.MethodGet, "/agent-api/v1/workspaces/"+route.String()+"/knowledge/capabilities", nil)
 		if err != nil {
 			return err
 		}

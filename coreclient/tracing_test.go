@@ -34,7 +34,7 @@ func TestCoreCallSpans(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, parent := tp.Tracer("test").Start(context.Background(), "request")
-	_ = c.SystemInfo(ctx, "Bearer abc", "kb-secret-route")
+	_ = c.SystemInfo(ctx, "Bearer abc", rk("kb-secret-route"))
 	// 401 is no breaker failure; a 503 is.
 	core.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "down", http.StatusServiceUnavailable)

@@ -7,7 +7,7 @@
 //     [ErrUnauthorized], [ErrNotFound], [ErrEndpointAbsent], [*CoreError], …),
 //     classified with errors.Is / errors.As only;
 //   - Core's rules the sidecar must apply exactly as Core does: the route-key
-//     pattern ([ValidRouteKey]), the document revision ([Revision]), the only
+//     pattern ([ParseRouteKey], into a [RouteKey]), the document revision ([Revision]), the only
 //     readable document status ([StatusReady]), the search score filter with
 //     its `0 → 0.35` quirk ([ScoreThreshold], [KeepsScore]), id matching under
 //     the database's collation ([SameID]).

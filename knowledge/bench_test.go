@@ -217,7 +217,7 @@ func BenchmarkServiceSearch(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		out, err := svc.Search(ctx, tokA, routeKey, strings.NewReader(benchQuery))
+		out, err := svc.Search(ctx, tokA, rk(routeKey), strings.NewReader(benchQuery))
 		if err != nil || !bytes.Contains(out, []byte(`"hints":[{`)) {
 			b.Fatalf("got %v, %s; want hints", err, out)
 		}
@@ -230,7 +230,7 @@ func BenchmarkServiceSearch(b *testing.B) {
 func BenchmarkServiceRead(b *testing.B) {
 	svc := newBenchService(b)
 	ctx := context.Background()
-	out, err := svc.Search(ctx, tokA, routeKey, strings.NewReader(benchQuery))
+	out, err := svc.Search(ctx, tokA, rk(routeKey), strings.NewReader(benchQuery))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -243,7 +243,7 @@ func BenchmarkServiceRead(b *testing.B) {
 	body := `{"ref":"` + res.Hints[0].Ref + `","max_bytes":32768}`
 	b.ReportAllocs()
 	for b.Loop() {
-		out, err := svc.Read(ctx, tokA, routeKey, strings.NewReader(body))
+		out, err := svc.Read(ctx, tokA, rk(routeKey), strings.NewReader(body))
 		if err != nil || len(out) < ReadMaxBytes/2 {
 			b.Fatalf("got %v with %d bytes; want a page", err, len(out))
 		}
@@ -468,7 +468,7 @@ func BenchmarkCatalogRoute(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		if r, err := cat.Route(ctx, routeKey); err != nil || r.Knowledge == nil {
+		if r, err := cat.Route(ctx, rk(routeKey)); err != nil || r.Knowledge == nil {
 			b.Fatalf("got %+v, %v; want a route with knowledge", r, err)
 		}
 	}
@@ -540,7 +540,7 @@ func BenchmarkServiceSQL(b *testing.B) {
 	svc, reg := newSQLBenchService(b)
 	ctx := context.Background()
 	search := func() []byte {
-		out, err := svc.Search(ctx, tokA, routeKey, strings.NewReader(benchQuery))
+		out, err := svc.Search(ctx, tokA, rk(routeKey), strings.NewReader(benchQuery))
 		if err != nil || !bytes.Contains(out, []byte(`"hints":[{`)) {
 			b.Fatalf("got %v, %s; want hints", err, out)
 		}
@@ -554,7 +554,7 @@ func BenchmarkServiceSQL(b *testing.B) {
 	}
 	readBody := `{"ref":"` + res.Hints[0].Ref + `","max_bytes":32768}`
 	read := func() {
-		out, err := svc.Read(ctx, tokA, routeKey, strings.NewReader(readBody))
+		out, err := svc.Read(ctx, tokA, rk(routeKey), strings.NewReader(readBody))
 		if err != nil || len(out) < ReadMaxBytes/2 {
 			b.Fatalf("got %v with %d bytes; want a page", err, len(out))
 		}

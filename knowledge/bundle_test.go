@@ -24,7 +24,7 @@ func withBundler(o *Options) {
 	o.Catalog = &bundlingCatalog{fakeCatalog: o.Catalog.(*fakeCatalog), apart: map[string]int{}}
 }
 
-func (b *bundlingCatalog) RouteBundle(ctx context.Context, key string, kbIDs []string, docID int64) (corefacts.RouteBundle, error) {
+func (b *bundlingCatalog) RouteBundle(ctx context.Context, key corefacts.RouteKey, kbIDs []string, docID int64) (corefacts.RouteBundle, error) {
 	b.mu.Lock()
 	b.bundles++
 	b.mu.Unlock()

@@ -25,7 +25,7 @@ const (
 // bounded in-memory cache; configuration only, never identity or gate
 // decisions) answers with enabled:false; without one the answer is 503
 // knowledge_unavailable.
-func (s *Service) Capabilities(ctx context.Context, authorization, route string) (body []byte, err error) {
+func (s *Service) Capabilities(ctx context.Context, authorization string, route corefacts.RouteKey) (body []byte, err error) {
 	start := time.Now()
 	defer func() { s.m.observe("capabilities", err, time.Since(start).Seconds()) }()
 
@@ -99,11 +99,11 @@ type Delivery struct {
 // The only error is a 503 knowledge_unavailable *Error: no revision can be
 // had (the catalog is down and the route was never seen), so the turn is not
 // forwarded and no run exists the host could not be told about.
-func (s *Service) Delivery(ctx context.Context, route string) (Delivery, error) {
-	if !corefacts.ValidRouteKey(route) {
+func (s *Service) Delivery(ctx context.Context, route corefacts.RouteKey) (Delivery, error) {
+	if route.IsZero() {
 		return noKnowledge(route), nil
 	}
-	r, err := s.catalog.Route(ctx, route)
+	r, ok, err := s.routeRow(ctx, route)
 	if err != nil {
 		if errors.Is(err, corefacts.ErrNotFound) {
 			return noKnowledge(route), nil
@@ -112,18 +112,14 @@ func (s *Service) Delivery(ctx context.Context, route string) (Delivery, error) 
 			if last.Knowledge == nil {
 				return noKnowledge(route), nil
 			}
-			return Delivery{Status: StatusUnavailable, ScopeRevision: ScopeRevision(route, last.Knowledge)}, nil
+			return Delivery{Status: StatusUnavailable, ScopeRevision: ScopeRevision(route.String(), last.Knowledge)}, nil
 		}
 		return Delivery{}, errUnavailable(err)
 	}
-	if r.Key == "" {
-		r.Key = route
-	}
-	if !r.Enabled || r.Key != route {
+	if !ok {
 		return noKnowledge(route), nil
 	}
-	s.routes.Add(route, r)
-	scope := ScopeRevision(route, r.Knowledge)
+	scope := ScopeRevision(r.Key, r.Knowledge)
 	if r.Knowledge == nil {
 		return Delivery{Status: StatusDisabled, ScopeRevision: scope, route: &r}, nil
 	}
@@ -152,6 +148,6 @@ func (s *Service) Delivery(ctx context.Context, route string) (Delivery, error) 
 
 // noKnowledge is the delivery of a route without knowledge: "disabled",
 // with the scope revision of an empty configuration.
-func noKnowledge(route string) Delivery {
-	return Delivery{Status: StatusDisabled, ScopeRevision: ScopeRevision(route, nil)}
+func noKnowledge(route corefacts.RouteKey) Delivery {
+	return Delivery{Status: StatusDisabled, ScopeRevision: ScopeRevision(route.String(), nil)}
 }

@@ -146,7 +146,7 @@ func TestDelivery(t *testing.T) {
 		{"breaker open", routeKey, func(e *env) { e.ret.unusable = true }, StatusUnavailable, "", ""},
 		{"catalog unusable", routeKey, func(e *env) { e.cat.unusable = true }, StatusUnavailable, "", ""},
 		{"unknown route: disabled, forwarded", "ghost-route", nil, StatusDisabled, ScopeRevision("ghost-route", nil), ""},
-		{"malformed route: disabled", "BAD", nil, StatusDisabled, ScopeRevision("BAD", nil), ""},
+		{"no route key: disabled (the edge refuses it before)", "BAD", nil, StatusDisabled, ScopeRevision("", nil), ""},
 		{"disabled route: disabled, forwarded", "off-route", nil, StatusDisabled, ScopeRevision("off-route", nil), ""},
 		{"catalog down nothing known: not forwarded", routeKey, func(e *env) { e.cat.down = true }, "", "", CodeUnavailable},
 	}
@@ -156,7 +156,7 @@ func TestDelivery(t *testing.T) {
 			if tc.mutate != nil {
 				tc.mutate(e)
 			}
-			d, err := e.svc.Delivery(context.Background(), tc.route)
+			d, err := e.svc.Delivery(context.Background(), rk(tc.route))
 			if tc.code != "" {
 				var ke *Error
 				if !errors.As(err, &ke) || ke.Code != tc.code || ke.Status != 503 {
@@ -181,18 +181,18 @@ func TestDelivery(t *testing.T) {
 	}
 	t.Run("catalog down after a success uses last known config", func(t *testing.T) {
 		e := newEnv(t)
-		d, _ := e.svc.Delivery(context.Background(), routeKey)
+		d, _ := e.svc.Delivery(context.Background(), rk(routeKey))
 		e.cat.down = true
-		d2, err := e.svc.Delivery(context.Background(), routeKey)
+		d2, err := e.svc.Delivery(context.Background(), rk(routeKey))
 		if err != nil || d2.Status != StatusUnavailable || d2.ScopeRevision != d.ScopeRevision {
 			t.Fatalf("got %q %q %v; want unavailable with the last revision", d2.Status, d2.ScopeRevision, err)
 		}
 	})
 	t.Run("catalog down after a route without knowledge was seen", func(t *testing.T) {
 		e := newEnv(t)
-		_, _ = e.svc.Delivery(context.Background(), routeNone)
+		_, _ = e.svc.Delivery(context.Background(), rk(routeNone))
 		e.cat.down = true
-		d, err := e.svc.Delivery(context.Background(), routeNone)
+		d, err := e.svc.Delivery(context.Background(), rk(routeNone))
 		if err != nil || d.Status != StatusDisabled || d.ScopeRevision != ScopeRevision(routeNone, nil) {
 			t.Fatalf("got %q %q %v; want disabled with the empty revision", d.Status, d.ScopeRevision, err)
 		}

@@ -39,10 +39,10 @@ func (f *fakeIdentity) Session(_ context.Context, authorization string) (corefac
 	return s, nil
 }
 
-func (f *fakeIdentity) SystemInfo(_ context.Context, _, route string) error {
+func (f *fakeIdentity) SystemInfo(_ context.Context, _ string, route corefacts.RouteKey) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.sysInfo[route]
+	return f.sysInfo[route.String()]
 }
 
 type searchCall struct {
@@ -121,7 +121,7 @@ type fakeCatalog struct {
 
 var errCatalogDown = fmt.Errorf("%w: test catalog down", corefacts.ErrUnavailable)
 
-func (f *fakeCatalog) Route(_ context.Context, key string) (corefacts.Route, error) {
+func (f *fakeCatalog) Route(_ context.Context, key corefacts.RouteKey) (corefacts.Route, error) {
 	if f.onRoute != nil {
 		f.onRoute()
 	}
@@ -131,7 +131,7 @@ func (f *fakeCatalog) Route(_ context.Context, key string) (corefacts.Route, err
 	if f.down {
 		return corefacts.Route{}, errCatalogDown
 	}
-	r, ok := f.routes[key]
+	r, ok := f.routes[key.String()]
 	if !ok {
 		return corefacts.Route{}, corefacts.ErrNotFound
 	}
@@ -143,13 +143,13 @@ func (f *fakeCatalog) Route(_ context.Context, key string) (corefacts.Route, err
 	return r, nil
 }
 
-func (f *fakeCatalog) RouteGate(_ context.Context, route string, _ corefacts.Session) error {
+func (f *fakeCatalog) RouteGate(_ context.Context, route corefacts.RouteKey, _ corefacts.Session) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down {
 		return errCatalogDown
 	}
-	return f.gate[route]
+	return f.gate[route.String()]
 }
 
 func (f *fakeCatalog) KBEnabled(_ context.Context, ids []string) (map[string]bool, error) {
@@ -405,11 +405,11 @@ func (e *env) call(endpoint, auth, route, body string) (map[string]any, []byte, 
 	ctx := context.Background()
 	switch endpoint {
 	case "capabilities":
-		out, err = e.svc.Capabilities(ctx, auth, route)
+		out, err = e.svc.Capabilities(ctx, auth, rk(route))
 	case "search":
-		out, err = e.svc.Search(ctx, auth, route, strings.NewReader(body))
+		out, err = e.svc.Search(ctx, auth, rk(route), strings.NewReader(body))
 	case "read":
-		out, err = e.svc.Read(ctx, auth, route, strings.NewReader(body))
+		out, err = e.svc.Read(ctx, auth, rk(route), strings.NewReader(body))
 	default:
 		e.t.Fatalf("unknown endpoint %q", endpoint)
 	}
@@ -470,4 +470,11 @@ type failingReader struct{ t testing.TB }
 func (r failingReader) Read([]byte) (int, error) {
 	r.t.Errorf("request body was read; want it untouched")
 	return 0, io.EOF
+}
+
+// rk is the route segment s as the edge parses it (the zero key when s is
+// no route key).
+func rk(s string) corefacts.RouteKey {
+	k, _ := corefacts.ParseRouteKey(s)
+	return k
 }

@@ -24,7 +24,7 @@ type Identity interface {
 	Session(ctx context.Context, authorization string) (corefacts.Session, error)
 	// SystemInfo asks GET /agent-api/v1/workspaces/:route/system-info with the
 	// caller's header. nil means the route is allowed.
-	SystemInfo(ctx context.Context, authorization, route string) error
+	SystemInfo(ctx context.Context, authorization string, route corefacts.RouteKey) error
 }
 
 // Retriever searches one knowledge base through Core's POST /kb/search.
@@ -41,11 +41,11 @@ type Retriever interface {
 // Catalog is the read-only view of Core's database.
 type Catalog interface {
 	// Route returns the route row with its normalized knowledge config; ErrNotFound when unknown.
-	Route(ctx context.Context, key string) (corefacts.Route, error)
+	Route(ctx context.Context, key corefacts.RouteKey) (corefacts.Route, error)
 	// RouteGate is the gate for Cores without system-info: route enabled, client
 	// and session allow-lists (with "*"), client enabled with an authorize URL,
 	// audience policy. nil means allowed; otherwise a *corefacts.CoreError.
-	RouteGate(ctx context.Context, route string, s corefacts.Session) error
+	RouteGate(ctx context.Context, route corefacts.RouteKey, s corefacts.Session) error
 	// KBEnabled maps each existing KB id to its enabled flag; a missing id was deleted.
 	KBEnabled(ctx context.Context, kbIDs []string) (map[string]bool, error)
 	// KBs is KBEnabled with each KB's id as stored in bz_kb_bases, the

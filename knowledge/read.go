@@ -14,7 +14,7 @@ import (
 // identity, route, run, scope revision, KB state and the document's
 // revision; a changed document is 409 knowledge_changed, never a newer body
 // under an old reference.
-func (s *Service) Read(ctx context.Context, authorization, route string, body io.Reader) (out []byte, err error) {
+func (s *Service) Read(ctx context.Context, authorization string, route corefacts.RouteKey, body io.Reader) (out []byte, err error) {
 	start := time.Now()
 	defer func() { s.m.observe("read", err, time.Since(start).Seconds()) }()
 

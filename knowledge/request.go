@@ -242,7 +242,7 @@ func parseSearch(body []byte) (searchRequest, error) {
 	if jsstring.Trim(q) == "" {
 		return r, errInvalid("query must not be empty.")
 	}
-	if utf16Len(q) > maxQueryUnits {
+	if jsstring.UTF16Len(q) > maxQueryUnits {
 		return r, errInvalid("query must not exceed 2000 characters.")
 	}
 	for _, c := range q {

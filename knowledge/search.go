@@ -24,7 +24,7 @@ const (
 )
 
 // Search answers POST …/knowledge/search (SPEC §4).
-func (s *Service) Search(ctx context.Context, authorization, route string, body io.Reader) (out []byte, err error) {
+func (s *Service) Search(ctx context.Context, authorization string, route corefacts.RouteKey, body io.Reader) (out []byte, err error) {
 	start := time.Now()
 	defer func() { s.m.observe("search", err, time.Since(start).Seconds()) }()
 

@@ -405,7 +405,7 @@ func TestSearchCancelledContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	e.ret.hang["faq"], e.ret.hang["policy"] = true, true
-	out, err := e.svc.Search(ctx, tokA, routeKey, strings.NewReader(`{"query":"x"}`))
+	out, err := e.svc.Search(ctx, tokA, rk(routeKey), strings.NewReader(`{"query":"x"}`))
 	if err != nil {
 		t.Fatalf("got %v; want a body", err)
 	}

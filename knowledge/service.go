@@ -80,7 +80,7 @@ type Service struct {
 	limiter *limiter
 	// routes remembers the last configuration seen per route, used only
 	// to answer capabilities while the catalog is unreachable.
-	routes *lru.Cache[string, corefacts.Route]
+	routes *lru.Cache[corefacts.RouteKey, corefacts.Route]
 	// rechecks remembers hit re-checks per document revision (recheck.go).
 	rechecks *recheckMemo
 }
@@ -138,7 +138,7 @@ func New(o Options) (*Service, error) {
 	if s.limiter, err = newLimiter(s.rate, s.burst, s.now, o.SharedLimiter, s.log, o.Registerer); err != nil {
 		return nil, err
 	}
-	if s.routes, err = lru.New[string, corefacts.Route](routeCacheSize); err != nil {
+	if s.routes, err = lru.New[corefacts.RouteKey, corefacts.Route](routeCacheSize); err != nil {
 		return nil, err
 	}
 	if s.rechecks, err = newRecheckMemo(); err != nil {
@@ -205,7 +205,7 @@ type prefetch struct {
 // the route with the KB rows and the one document a request reads next, in
 // one statement. Without it the rows are read one query each, at their step.
 type RouteBundler interface {
-	RouteBundle(ctx context.Context, key string, kbIDs []string, docID int64) (corefacts.RouteBundle, error)
+	RouteBundle(ctx context.Context, key corefacts.RouteKey, kbIDs []string, docID int64) (corefacts.RouteBundle, error)
 }
 
 // kbRows is Catalog.KBs, answered from the bundle when it looked up every
@@ -245,7 +245,7 @@ func covers(asked, want []string) bool {
 // admit runs identify then admitRoute (capabilities, which has no body).
 // allowStale lets capabilities fall back to the last-known configuration when
 // the catalog is down.
-func (s *Service) admit(ctx context.Context, authorization, route string, allowStale bool) (admitted, error) {
+func (s *Service) admit(ctx context.Context, authorization string, route corefacts.RouteKey, allowStale bool) (admitted, error) {
 	sess, err := s.identify(ctx, authorization)
 	if err != nil {
 		return admitted{}, err
@@ -266,11 +266,11 @@ func (s *Service) identify(ctx context.Context, authorization string) (corefacts
 }
 
 // admitRoute is the route step of the check order (SPEC §2: after the body
-// and the managed-task rules): route syntax → route gate → route row.
-// With pf naming rows and a RouteBundler catalog, those rows are read with
-// the route.
-func (s *Service) admitRoute(ctx context.Context, authorization, route string, sess corefacts.Session, allowStale bool, pf prefetch) (admitted, error) {
-	if !corefacts.ValidRouteKey(route) {
+// and the managed-task rules): route syntax (the edge parsed it: the zero key
+// is a segment that is no route key) → route gate → route row. With pf
+// naming rows and a RouteBundler catalog, those rows are read with the route.
+func (s *Service) admitRoute(ctx context.Context, authorization string, route corefacts.RouteKey, sess corefacts.Session, allowStale bool, pf prefetch) (admitted, error) {
+	if route.IsZero() {
 		return admitted{}, errRouteUnavailable(nil)
 	}
 	if err := s.gate(ctx, authorization, route, sess); err != nil {
@@ -279,15 +279,17 @@ func (s *Service) admitRoute(ctx context.Context, authorization, route string, s
 	var (
 		r      corefacts.Route
 		bundle *corefacts.RouteBundle
+		ok     bool
 		err    error
 	)
-	if rb, ok := s.catalog.(RouteBundler); ok && len(pf.kbIDs) > 0 {
+	if rb, isBundler := s.catalog.(RouteBundler); isBundler && len(pf.kbIDs) > 0 {
 		var b corefacts.RouteBundle
 		if b, err = rb.RouteBundle(ctx, route, pf.kbIDs, pf.docID); err == nil {
-			r, bundle = b.Route, &b
+			r, ok = s.acceptRoute(route, b.Route)
+			bundle = &b
 		}
 	} else {
-		r, err = s.catalog.Route(ctx, route)
+		r, ok, err = s.routeRow(ctx, route)
 	}
 	if err != nil {
 		if errors.Is(err, corefacts.ErrNotFound) {
@@ -300,20 +302,43 @@ func (s *Service) admitRoute(ctx context.Context, authorization, route string, s
 		}
 		return admitted{}, classifyCore(err, nil)
 	}
-	if r.Key == "" {
-		r.Key = route
-	}
-	if !r.Enabled || r.Key != route {
+	if !ok {
 		return admitted{}, errRouteUnavailable(nil)
 	}
-	s.routes.Add(route, r)
 	return admitted{sess: sess, route: r, bundle: bundle, docID: pf.docID}, nil
+}
+
+// routeRow reads route's row and accepts it as Core serves a workspace:
+// enabled, and with exactly the key asked (the catalog's collation matches
+// keys case-insensitively and ignoring trailing spaces; Core's workspace
+// match is exact). An accepted row is remembered as the route's last known
+// configuration. A row without its key (a test double's) is the route
+// asked. err is the catalog's (corefacts.ErrNotFound for no row).
+func (s *Service) routeRow(ctx context.Context, route corefacts.RouteKey) (r corefacts.Route, ok bool, err error) {
+	if r, err = s.catalog.Route(ctx, route); err != nil {
+		return corefacts.Route{}, false, err
+	}
+	r, ok = s.acceptRoute(route, r)
+	return r, ok, nil
+}
+
+// acceptRoute is routeRow's acceptance of a row already read (by Route or
+// with a RouteBundle).
+func (s *Service) acceptRoute(route corefacts.RouteKey, r corefacts.Route) (corefacts.Route, bool) {
+	if r.Key == "" {
+		r.Key = route.String()
+	}
+	if !r.Enabled || r.Key != route.String() {
+		return r, false
+	}
+	s.routes.Add(route, r)
+	return r, true
 }
 
 // gate asks Core's system-info; an older Core (endpoint absent) or an
 // answer that only concerns the Agent Client Runtime or direct tools (which
 // knowledge must not require, SPEC §2) falls back to the catalog gate.
-func (s *Service) gate(ctx context.Context, authorization, route string, sess corefacts.Session) error {
+func (s *Service) gate(ctx context.Context, authorization string, route corefacts.RouteKey, sess corefacts.Session) error {
 	err := s.id.SystemInfo(ctx, authorization, route)
 	if err == nil {
 		return nil

@@ -59,8 +59,8 @@ func errTask(code string) *Error {
 // admitTask is the managed-task step and the route step of SPEC §2 for a
 // search or a read: the task check runs beside the route admission (see
 // startTask) and is answered first. runChecked is checkTask's.
-func (s *Service) admitTask(ctx context.Context, authorization, route string, sess corefacts.Session, runID string, pf prefetch) (a admitted, runChecked bool, err error) {
-	task := s.startTask(ctx, sess, route, runID)
+func (s *Service) admitTask(ctx context.Context, authorization string, route corefacts.RouteKey, sess corefacts.Session, runID string, pf prefetch) (a admitted, runChecked bool, err error) {
+	task := s.startTask(ctx, sess, route.String(), runID)
 	a, routeErr := s.admitRoute(ctx, authorization, route, sess, false, pf)
 	if runChecked, err = task.wait(); err != nil {
 		return admitted{}, false, err

@@ -131,19 +131,6 @@ func nextRune(s string) (size int, space, invalid bool) {
 	return size, false, false
 }
 
-// utf16Len is the length of s in UTF-16 code units (JavaScript's String
-// length): a character above U+FFFF counts 2. Invalid bytes count 1 each.
-func utf16Len(s string) int {
-	n := 0
-	for _, r := range s {
-		n++
-		if r > 0xFFFF {
-			n++
-		}
-	}
-	return n
-}
-
 // collapseSpace replaces every run of whitespace (JavaScript's) with one
 // space and trims the ends; each byte of invalid UTF-8 becomes U+FFFD. Runs
 // of kept bytes are copied at once. It stops once the result holds at least

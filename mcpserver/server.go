@@ -10,11 +10,11 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/bailinghub/knowledge-sidecar/corefacts/jsstring"
 	"github.com/bailinghub/knowledge-sidecar/hostclient"
 )
 
@@ -184,15 +184,13 @@ func Advice(code, retryAfter string) string {
 	}
 }
 
+// clip is s made valid UTF-8 and cut to n bytes, "…" marking a cut.
 func clip(s string, n int) string {
 	s = strings.ToValidUTF8(s, "")
 	if len(s) <= n {
 		return s
 	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
+	return jsstring.CutUTF8(s, n) + "…"
 }
 
 // Support is what a capabilities answer says about the protocol.

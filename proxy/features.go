@@ -26,7 +26,7 @@ import (
 // header: native detection for a search, read or turn that finds no
 // verdict held (a capabilities request is itself forwarded, capsProbe).
 type Prober interface {
-	ProbeCapabilities(ctx context.Context, authorization, route string) (coreclient.ProbeKind, error)
+	ProbeCapabilities(ctx context.Context, authorization string, route corefacts.RouteKey) (coreclient.ProbeKind, error)
 }
 
 // Features are the knowledge endpoints and turn interception.
@@ -107,18 +107,19 @@ func (s *Server) SetTurnHints(on bool) {
 // route itself: the workspace is rolled out and the Core is not native.
 // While no native-detection verdict is held, the first such request probes
 // Core's capabilities with its own bearer before it is decided.
-func (s *Server) decide(c echo.Context, route string) bool {
+func (s *Server) decide(c echo.Context, key corefacts.RouteKey) bool {
+	route := c.Param("route") // the rollout policy judges the segment as written
 	pol := s.feat.rollout.Load()
 	decision := decisionEnabled
 	switch {
-	case !corefacts.ValidRouteKey(route) && !s.feat.native.isNative():
+	case key.IsZero() && !s.feat.native.isNative():
 		// No workspace has this key (upper case, encoded, too long): the
 		// sidecar answers 404 route_unavailable after identity, like
 		// Core's own 404, rather than guess how Core would spell it.
 		decision = decisionInvalidRoute
 	case !pol.Enabled(route):
 		decision = decisionDisabled
-	case s.feat.native.native(c.Request().Context(), c.Request().Header.Get("Authorization"), route):
+	case s.feat.native.native(c.Request().Context(), c.Request().Header.Get("Authorization"), key):
 		// With no verdict held this probes Core first (SPEC §8.2).
 		decision = decisionNative
 	}
@@ -131,10 +132,17 @@ func (s *Server) decide(c echo.Context, route string) bool {
 	return decision == decisionEnabled || decision == decisionInvalidRoute
 }
 
+// routeKey parses the request's route segment, once, at the edge: the zero
+// key when it is no route key.
+func routeKey(c echo.Context) corefacts.RouteKey {
+	k, _ := corefacts.ParseRouteKey(c.Param("route"))
+	return k
+}
+
 func (s *Server) capabilities(c echo.Context) error {
 	route := c.Param("route")
 	pol := s.feat.rollout.Load()
-	valid := corefacts.ValidRouteKey(route)
+	key, valid := corefacts.ParseRouteKey(route)
 	if valid && !pol.Enabled(route) {
 		s.m.rollout.WithLabelValues(string(decisionDisabled)).Inc()
 		return s.passH(c)
@@ -148,31 +156,31 @@ func (s *Server) capabilities(c echo.Context) error {
 			}
 		}
 	}
-	if !s.decide(c, route) {
+	if !s.decide(c, key) {
 		return s.passH(c)
 	}
 	r := c.Request()
-	body, err := s.feat.k.Capabilities(r.Context(), r.Header.Get("Authorization"), route)
+	body, err := s.feat.k.Capabilities(r.Context(), r.Header.Get("Authorization"), key)
 	return reply(c, body, err)
 }
 
 func (s *Server) search(c echo.Context) error {
-	route := c.Param("route")
-	if !s.decide(c, route) {
+	key := routeKey(c)
+	if !s.decide(c, key) {
 		return s.passH(c)
 	}
 	r := c.Request()
-	body, err := s.feat.k.Search(r.Context(), r.Header.Get("Authorization"), route, r.Body)
+	body, err := s.feat.k.Search(r.Context(), r.Header.Get("Authorization"), key, r.Body)
 	return reply(c, body, err)
 }
 
 func (s *Server) read(c echo.Context) error {
-	route := c.Param("route")
-	if !s.decide(c, route) {
+	key := routeKey(c)
+	if !s.decide(c, key) {
 		return s.passH(c)
 	}
 	r := c.Request()
-	body, err := s.feat.k.Read(r.Context(), r.Header.Get("Authorization"), route, r.Body)
+	body, err := s.feat.k.Read(r.Context(), r.Header.Get("Authorization"), key, r.Body)
 	return reply(c, body, err)
 }
 
@@ -191,7 +199,7 @@ func reply(c echo.Context, body []byte, err error) error {
 // (a native Core, or a workspace the sidecar does not serve).
 func (s *Server) wrongMethod(allow string) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if !s.decide(c, c.Param("route")) {
+		if !s.decide(c, routeKey(c)) {
 			return s.passH(c)
 		}
 		return errMethodNotAllowed(allow)

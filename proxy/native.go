@@ -86,8 +86,8 @@ func (d *nativeDetector) isNative() bool {
 // probe that decides nothing (401/403/5xx, Core unreachable, a header or
 // route the prober refuses to send, the caller gone) answers false: the
 // request is handled as for a legacy Core and the next one probes again.
-func (d *nativeDetector) native(ctx context.Context, authorization, route string) bool {
-	if d.mode != config.NativeAuto || !corefacts.ValidRouteKey(route) {
+func (d *nativeDetector) native(ctx context.Context, authorization string, route corefacts.RouteKey) bool {
+	if d.mode != config.NativeAuto || route.IsZero() {
 		// A route outside Core's pattern is never probed (Core answers it
 		// 404 whatever its version): the state as it stands.
 		return d.isNative()
@@ -135,7 +135,7 @@ func (d *nativeDetector) claim() (*probeCall, bool) {
 // in flight; called with mu held. The probe is not cancelled by its caller
 // leaving, since others may be waiting for it: Core's per-call deadline
 // bounds it.
-func (d *nativeDetector) startLocked(ctx context.Context, start time.Time, authorization, route string) *probeCall {
+func (d *nativeDetector) startLocked(ctx context.Context, start time.Time, authorization string, route corefacts.RouteKey) *probeCall {
 	call := &probeCall{done: make(chan struct{}), start: start}
 	d.inflight = call
 	ctx = context.WithoutCancel(ctx)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 )
 
 // gatedProber answers every probe with kind once gate is closed, counting
@@ -19,7 +20,7 @@ type gatedProber struct {
 	calls atomic.Int32
 }
 
-func (p *gatedProber) ProbeCapabilities(ctx context.Context, _, _ string) (coreclient.ProbeKind, error) {
+func (p *gatedProber) ProbeCapabilities(ctx context.Context, _ string, _ corefacts.RouteKey) (coreclient.ProbeKind, error) {
 	p.calls.Add(1)
 	<-p.gate
 	return p.kind, nil
@@ -50,12 +51,12 @@ func TestNativeFirstRequestsShareOneProbe(t *testing.T) {
 				got := make([]bool, n)
 				var wg sync.WaitGroup
 				for i := range n {
-					wg.Go(func() { got[i] = d.native(t.Context(), "Bearer x", "orders") })
+					wg.Go(func() { got[i] = d.native(t.Context(), "Bearer x", rk("orders")) })
 				}
 				// A caller that leaves while the probe is in flight.
 				gone, cancel := context.WithCancel(t.Context())
 				left := make(chan bool)
-				go func() { left <- d.native(gone, "Bearer y", "orders") }()
+				go func() { left <- d.native(gone, "Bearer y", rk("orders")) }()
 				synctest.Wait() // every request is blocked on the one probe
 				if c := p.calls.Load(); c != 1 {
 					t.Fatalf("probes in flight: got %d; want 1", c)
@@ -71,7 +72,7 @@ func TestNativeFirstRequestsShareOneProbe(t *testing.T) {
 						t.Errorf("request %d: native %v; want %v", i, v, tc.wantNative)
 					}
 				}
-				d.native(t.Context(), "Bearer x", "orders")
+				d.native(t.Context(), "Bearer x", rk("orders"))
 				if c := p.calls.Load(); c != tc.wantProbes {
 					t.Errorf("probes after one more request: got %d; want %d", c, tc.wantProbes)
 				}
@@ -91,22 +92,22 @@ func TestNativeVerdictExpires(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !d.native(t.Context(), "Bearer x", "orders") || p.calls.Load() != 1 {
+		if !d.native(t.Context(), "Bearer x", rk("orders")) || p.calls.Load() != 1 {
 			t.Fatalf("first request: want native after one probe")
 		}
 		time.Sleep(59 * time.Second) // fake time inside the bubble
-		if !d.native(t.Context(), "Bearer x", "orders") || p.calls.Load() != 1 {
+		if !d.native(t.Context(), "Bearer x", rk("orders")) || p.calls.Load() != 1 {
 			t.Fatalf("within the interval: want native without a probe")
 		}
 		time.Sleep(2 * time.Second)
 		p.kind = coreclient.ProbeRelay
-		if d.native(t.Context(), "Bearer x", "orders") {
+		if d.native(t.Context(), "Bearer x", rk("orders")) {
 			t.Errorf("expired verdict, undecided probe: handled as native; want legacy")
 		}
 		if p.calls.Load() != 2 {
 			t.Errorf("probes: got %d; want 2", p.calls.Load())
 		}
-		d.native(t.Context(), "Bearer x", "Bad_Route")
+		d.native(t.Context(), "Bearer x", rk("Bad_Route"))
 		if p.calls.Load() != 2 {
 			t.Errorf("a malformed route was probed")
 		}

@@ -49,9 +49,10 @@ type turnState struct {
 	label   string
 	outcome turnOutcome
 
-	route string
-	mode  knowledge.DeliveryMode
-	key   ledger.Key
+	route    string             // the URL's route segment as written
+	routeKey corefacts.RouteKey // route parsed (zero: no route key)
+	mode     knowledge.DeliveryMode
+	key      ledger.Key
 	// res is the attempt's hold on the turn's ledger records (reserved).
 	res      ledger.Reservation
 	reserved bool
@@ -94,10 +95,11 @@ func (st *turnState) counted(err error) turnOutcome {
 // handling ends (a forwarded turn: once Core's answer was relayed).
 func (s *Server) turns(c echo.Context) (err error) {
 	route := c.Param("route")
-	if !s.decide(c, route) {
+	key, _ := corefacts.ParseRouteKey(route)
+	if !s.decide(c, key) {
 		return s.passH(c)
 	}
-	st := &turnState{label: labelUnknown, route: route}
+	st := &turnState{label: labelUnknown, route: route, routeKey: key}
 	defer func() {
 		// Also when the relay aborts (panic): the hooks set the outcome.
 		o := st.counted(err)
@@ -126,7 +128,7 @@ func (s *Server) interceptTurn(c echo.Context, st *turnState) error {
 	sess, authErr := s.feat.k.Authenticate(ctx, r.Header.Get("Authorization"))
 	ke, _ := errors.AsType[*knowledge.Error](authErr)
 	unauth := ke != nil && ke.Status == http.StatusUnauthorized
-	badRoute := !corefacts.ValidRouteKey(st.route)
+	badRoute := st.routeKey.IsZero()
 	if badRoute && encodedRoute(st.route) {
 		// Refused whatever the body, after identity (canonical.go).
 		if unauth {
@@ -197,7 +199,7 @@ func (s *Server) interceptTurn(c echo.Context, st *turnState) error {
 			return err
 		}
 	}
-	if st.delivery, err = s.feat.k.Delivery(ctx, st.route); err != nil {
+	if st.delivery, err = s.feat.k.Delivery(ctx, st.routeKey); err != nil {
 		st.outcome = outKnowledgeUnavailable
 		return err // 503: no revision, so the turn is not forwarded
 	}

@@ -82,7 +82,7 @@ func parseRoutes(kind, arg string) ([]string, error) {
 		if r == "" {
 			return nil, fmt.Errorf("rollout: %s: route %d is empty", kind, i+1)
 		}
-		if !corefacts.ValidRouteKey(r) {
+		if _, ok := corefacts.ParseRouteKey(r); !ok {
 			return nil, fmt.Errorf("rollout: %s: route %q does not match ^[a-z0-9][a-z0-9_-]{1,63}$", kind, r)
 		}
 		if _, dup := seen[r]; dup {

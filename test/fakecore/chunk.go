@@ -122,6 +122,12 @@ func Chunks(content string) []string {
 	return chunks
 }
 
+// The fake Core's JavaScript string rules (IsJSSpace, JSTrim, its UTF-16
+// counting and cuts) are its own copy on purpose, not the sidecar's
+// corefacts/jsstring: the fake Core is the independent oracle the sidecar is
+// tested against (written from CORE_FACTS, checked against Core's own chunk
+// vectors), so a mistake in the sidecar's copy cannot hide in both.
+
 // IsJSSpace reports whether u is removed by JavaScript's String.prototype.trim
 // and matched by \s: ECMAScript WhiteSpace (tab, VT, FF, space, U+00A0,
 // U+FEFF, the other Zs characters) and LineTerminator (LF, CR, U+2028,
