@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -94,6 +95,14 @@ func serveTarget(role, upstream string, stdout, stderr io.Writer) int {
 			return fail(err)
 		}
 		srv := &http.Server{Handler: h, ReadHeaderTimeout: so.ReadHeaderTimeout, IdleTimeout: so.IdleTimeout, MaxHeaderBytes: so.MaxHeaderBytes}
+		serve = func() error { return serveUntil(ctx, srv, ln) }
+	case "lean":
+		h, err := newLeanProxy(upstream)
+		if err != nil {
+			return fail(err)
+		}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: so.ReadHeaderTimeout, IdleTimeout: so.IdleTimeout, MaxHeaderBytes: so.MaxHeaderBytes,
+			TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){}} // HTTP/1.1 only
 		serve = func() error { return serveUntil(ctx, srv, ln) }
 	case "sidecar":
 		app, err := newSidecar(upstream, os.Getenv(catalogEnv), os.Getenv(noHintsEnv) == "", log)
