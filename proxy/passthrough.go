@@ -163,8 +163,8 @@ func (b *bufferPool) Put(p []byte) { b.p.Put(&p) }
 func (s *Server) newPassthrough() *httputil.ReverseProxy {
 	target, fw := s.target, s.fw
 	return &httputil.ReverseProxy{
-		Rewrite:        func(pr *httputil.ProxyRequest) { fw.rewrite(target, pr) },
-		Transport:      s.transport,
+		Rewrite:   func(pr *httputil.ProxyRequest) { fw.rewrite(target, pr) },
+		Transport: s.transport,
 		// 0: a body with a Content-Length is flushed when the handler ends
 		// (and whenever net/http's buffers fill), not after every write; the
 		// stdlib itself flushes every write of text/event-stream and of
