@@ -111,15 +111,18 @@ func (f forwarding) rewrite(target *url.URL, pr *httputil.ProxyRequest) {
 	} else {
 		// Core, or something behind it, may take any of these as the
 		// client's address; an untrusted peer must not choose it.
+		// The names are in canonical form: a map delete each, without
+		// Header.Del's canonicalization.
 		for _, h := range clientIPHeaders {
-			pr.Out.Header.Del(h)
+			delete(pr.Out.Header, h)
 		}
 	}
 }
 
 // clientIPHeaders name the client's address in the conventions of common
 // proxies and CDNs (nginx, Akamai and Cloudflare, Cloudflare, Rackspace and
-// others); only a trusted proxy's are forwarded.
+// others); only a trusted proxy's are forwarded. Canonical form (the
+// header map's keys; TestClientIPHeadersCanonical).
 var clientIPHeaders = []string{"X-Real-Ip", "X-Client-Ip", "True-Client-Ip", "Cf-Connecting-Ip", "X-Cluster-Client-Ip"}
 
 // keepRawPath sends Core the client's path bytes where url.URL would
