@@ -451,7 +451,7 @@ type edgeWriter struct {
 	http.ResponseWriter
 	resp          *echo.Response
 	id            []string // the X-Request-Id value, shared, never appended to
-	informational bool // a 1xx went out and echo now thinks it is committed
+	informational bool     // a 1xx went out and echo now thinks it is committed
 }
 
 func (w *edgeWriter) Header() http.Header {
