@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 )
 
@@ -32,6 +33,7 @@ type cpuRow struct {
 	P50         map[string]float64 `json:"p50_ms"`
 	Errors      int                `json:"errors"`
 	FirstError  string             `json:"first_error,omitempty"`
+	g           *group             // the rounds, for the variants' ratios
 }
 
 type cpuResult struct {
@@ -41,11 +43,43 @@ type cpuResult struct {
 	Nginx     string   `json:"nginx"`
 	Pass      []cpuRow `json:"passthrough"`
 	Knowledge *cpuRow  `json:"knowledge,omitempty"`
+	// Variants are the --cpu-variant children; MaxRSSMiB the peak RSS of
+	// the sidecar and of each variant over the whole run.
+	Variants  []cpuVariantInfo `json:"variants,omitempty"`
+	MaxRSSMiB []namedNum       `json:"max_rss_mib"`
+}
+
+type cpuVariantInfo struct {
+	Name string   `json:"name"`
+	Bin  string   `json:"bin,omitempty"`
+	Env  []string `json:"env,omitempty"`
+}
+
+type namedNum struct {
+	Name  string  `json:"name"`
+	Value float64 `json:"value"`
+}
+
+// maxRSS is the child's peak resident set (getrusage ru_maxrss) in MiB, or
+// -1 when its /stats does not say.
+func maxRSS(ep *endpoint) float64 {
+	resp, err := ep.client.Get("http://" + ep.stats + "/stats")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	var v struct {
+		KiB *int64 `json:"maxrss_kib"`
+	}
+	if json.NewDecoder(resp.Body).Decode(&v) != nil || v.KiB == nil {
+		return -1
+	}
+	return float64(*v.KiB*10/1024) / 10
 }
 
 func cpuRowOf(load, unit string, g *group) cpuRow {
 	row := cpuRow{Load: load, Conc: g.Conc, Unit: unit, CPU: map[string]float64{}, Ratio: map[string]float64{}, PooledRatio: map[string]float64{},
-		RPS: map[string]float64{}, P50: map[string]float64{}, Errors: g.errors(), FirstError: g.firstError()}
+		RPS: map[string]float64{}, P50: map[string]float64{}, Errors: g.errors(), FirstError: g.firstError(), g: g}
 	pooled := map[string]float64{}
 	for i, name := range g.Targets {
 		var cpu, n float64
@@ -126,11 +160,29 @@ func runCPU(c config, exe, upURL, upAddr, dir string, sc, rp *child, auth http.H
 			return nil, nil, fmt.Errorf("cpu section, %s: %w", ep.name, err)
 		}
 	}
+	var extras []*endpoint
+	for _, v := range c.cpuExtra {
+		bin := exe
+		if v.bin != "" {
+			bin = v.bin
+		}
+		ch, err := spawnEnv(bin, "sidecar", "sidecar-"+v.name, upURL, dir, v.env)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer ch.stop()
+		ep := cpuEndpoint("sidecar-"+v.name, ch)
+		if err := check(ep, passLoads["1k"]); err != nil {
+			return nil, nil, fmt.Errorf("cpu section, %s: %w", ep.name, err)
+		}
+		extras = append(extras, ep)
+		res.Variants = append(res.Variants, cpuVariantInfo{Name: ep.name, Bin: v.bin, Env: v.env})
+	}
 	var groups []*group
 	for _, l := range c.cpuLoads {
 		progress(logw, "cpu: pass-through %s, closed loop, %d connections", l, c.conc)
 		var ts []target
-		for _, ep := range eps {
+		for _, ep := range append(eps, extras...) {
 			ts = append(ts, target{ep.name, ep, passLoads[l]})
 		}
 		g := runGroup("cpu/"+l, ts, 0, c.conc, c.warm, c.cpuDur, c.pairs)
@@ -154,14 +206,23 @@ func runCPU(c config, exe, upURL, upAddr, dir string, sc, rp *child, auth http.H
 		turns := newTurnBodies()
 		turn := reqSpec{method: http.MethodPost, path: "/agent-api/v1/workspaces/" + routeTurn10 + "/turns", gen: turns.next, header: auth}
 		progress(logw, "cpu: search, read 32 KiB, turn 10 KiB on_demand vs a lean pass-through, closed loop, %d connections", c.cpuKBConc)
-		g := runGroup("cpu/knowledge", []target{
+		ts := []target{
 			{"lean", lean, passLoads["1k"]}, {"sidecar pass-through", side, passLoads["1k"]},
 			{"search", side, search}, {"read 32 KiB", side, read}, {"turn 10 KiB on_demand", side, turn},
-		}, 0, c.cpuKBConc, c.warm, c.cpuDur, c.pairs)
+		}
+		for _, ep := range extras {
+			// The ref is sealed with the bench world's keys, which every
+			// sidecar child derives alike.
+			ts = append(ts, target{ep.name + " search", ep, search}, target{ep.name + " read 32 KiB", ep, read})
+		}
+		g := runGroup("cpu/knowledge", ts, 0, c.cpuKBConc, c.warm, c.cpuDur, c.pairs)
 		groups = append(groups, g)
 		row := cpuRowOf("knowledge", "lean", g)
 		res.Knowledge = &row
 		kb = []namedSpec{{"search", search}, {"read", read}, {"turn-10k", turn}}
+	}
+	for _, ep := range append([]*endpoint{side}, extras...) {
+		res.MaxRSSMiB = append(res.MaxRSSMiB, namedNum{ep.name, maxRSS(ep)})
 	}
 	if c.profileDir != "" {
 		if err := os.MkdirAll(c.profileDir, 0o755); err != nil {
@@ -239,11 +300,68 @@ func printCPU(w io.Writer, x *cpuResult) {
 		}
 		fmt.Fprintln(w)
 	}
+	if len(x.Variants) > 0 {
+		fmt.Fprintln(w, "\nVariants (the same sidecar in another build or environment), CPU per request as a multiple of the sidecar's in the same rounds (median of per-round ratios; pooled in brackets)")
+		b.Reset()
+		fmt.Fprintln(&b, "variant\tbuild / environment\tpass-through loads\tsearch\tread 32 KiB\t")
+		for _, v := range x.Variants {
+			var pass []string
+			for _, r := range x.Pass {
+				pass = append(pass, fmt.Sprintf("%s %s", r.Load, ratioOf(r, v.Name, "sidecar")))
+			}
+			sr, rd := "—", "—"
+			if k := x.Knowledge; k != nil {
+				sr, rd = ratioOf(*k, v.Name+" search", "search"), ratioOf(*k, v.Name+" read 32 KiB", "read 32 KiB")
+			}
+			desc := strings.Join(v.Env, " ")
+			if v.Bin != "" {
+				desc = strings.TrimSpace(filepath.Base(v.Bin) + " " + desc)
+			}
+			fmt.Fprintf(&b, "%s\t%s\t%s\t%s\t%s\t\n", v.Name, desc, strings.Join(pass, ", "), sr, rd)
+		}
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
+		_, _ = tw.Write(b.Bytes())
+		tw.Flush()
+	}
+	var rss []string
+	for _, n := range x.MaxRSSMiB {
+		rss = append(rss, fmt.Sprintf("%s %.1f MiB", n.Name, n.Value))
+	}
+	fmt.Fprintf(w, "Peak RSS over the run (getrusage ru_maxrss): %s\n", strings.Join(rss, ", "))
 	for _, r := range x.Pass {
 		if r.FirstError != "" {
 			fmt.Fprintf(w, "  first error, %s: %s\n", r.Load, r.FirstError)
 		}
 	}
+}
+
+// ratioOf is the median of per-round CPU ratios a/b of row's group, with
+// the pooled ratio; both from the stored rounds.
+func ratioOf(r cpuRow, a, b string) string {
+	if r.g == nil {
+		return "—"
+	}
+	i, j := r.g.idx(a), r.g.idx(b)
+	if i < 0 || j < 0 {
+		return "—"
+	}
+	med := r.g.med(func(rep []runStats) float64 {
+		if rep[j].CPUPerReq == 0 {
+			return 0
+		}
+		return rep[i].CPUPerReq / rep[j].CPUPerReq
+	})
+	var ci, ni, cj, nj float64
+	for _, rep := range r.g.Reps {
+		ci += rep[i].CPUPerReq * float64(rep[i].Requests-rep[i].Errors)
+		ni += float64(rep[i].Requests - rep[i].Errors)
+		cj += rep[j].CPUPerReq * float64(rep[j].Requests-rep[j].Errors)
+		nj += float64(rep[j].Requests - rep[j].Errors)
+	}
+	if ni == 0 || nj == 0 || cj == 0 {
+		return fmt.Sprintf("%.3f", med)
+	}
+	return fmt.Sprintf("%.3f (%.3f)", med, (ci/ni)/(cj/nj))
 }
 
 func both(r cpuRow, name string) string {

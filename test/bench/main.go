@@ -58,6 +58,40 @@ type config struct {
 	cpuLoads  []string
 	cpuDur    time.Duration
 	cpuKBConc int
+	cpuExtra  []cpuVariant
+}
+
+// cpuVariant is an extra sidecar child of the CPU section (--cpu-variant):
+// another build of this tool (bin) and/or more environment (env).
+type cpuVariant struct {
+	name, bin string
+	env       []string
+}
+
+// cpuVariants collects --cpu-variant NAME=[bin:PATH][;ENV=VALUE...].
+type cpuVariants struct{ v *[]cpuVariant }
+
+func (f cpuVariants) String() string { return "" }
+
+func (f cpuVariants) Set(s string) error {
+	name, spec, ok := strings.Cut(s, "=")
+	if !ok || name == "" {
+		return fmt.Errorf("want NAME=[bin:PATH][;ENV=VALUE...]")
+	}
+	v := cpuVariant{name: name}
+	for _, part := range strings.Split(spec, ";") {
+		switch {
+		case part == "":
+		case strings.HasPrefix(part, "bin:"):
+			v.bin = strings.TrimPrefix(part, "bin:")
+		case strings.Contains(part, "="):
+			v.env = append(v.env, part)
+		default:
+			return fmt.Errorf("%q: want bin:PATH or ENV=VALUE", part)
+		}
+	}
+	*f.v = append(*f.v, v)
+	return nil
 }
 
 // sections of a run, for --only.
@@ -94,6 +128,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cpuLoads := fs.String("cpu-loads", "1k,64k,sse", "cpu section: pass-through loads")
 	fs.DurationVar(&c.cpuDur, "cpu-dur", 2*time.Second, "cpu section: length of each closed-loop round")
 	fs.IntVar(&c.cpuKBConc, "cpu-kb-conc", 8, "cpu section: connections of the knowledge-path rounds (search, read, turn and their lean pass-through unit)")
+	fs.Var(cpuVariants{&c.cpuExtra}, "cpu-variant", "cpu section: an extra sidecar child NAME=[bin:PATH][;ENV=VALUE...] (another build of this tool, e.g. with -pgo, and/or environment, e.g. GOGC=200), measured beside the sidecar; repeatable")
 	fs.DurationVar(&c.twDur, "tw-dur", 20*time.Second, "length of the TIME_WAIT run")
 	fs.DurationVar(&c.soak, "soak", 0, "RSS soak through the sidecar at 50% of its 1 KiB knee (e.g. 5m; 0: skip)")
 	fs.IntVar(&c.soakRate, "soak-rate", 0, "soak rate in req/s instead of half the knee (the closed-loop knee overstates what an open-loop generator sharing the cores can sustain)")

@@ -73,7 +73,7 @@ func serveTarget(role, upstream string, stdout, stderr io.Writer) int {
 		var ru syscall.Rusage
 		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 		cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-		_ = json.NewEncoder(w).Encode(map[string]int64{"goroutines": int64(runtime.NumGoroutine()), "cpu_us": cpu.Microseconds()})
+		_ = json.NewEncoder(w).Encode(map[string]int64{"goroutines": int64(runtime.NumGoroutine()), "cpu_us": cpu.Microseconds(), "maxrss_kib": ru.Maxrss})
 	})
 	stats.HandleFunc("/debug/pprof/", pprof.Index)
 	stats.HandleFunc("/debug/pprof/profile", pprof.Profile)
