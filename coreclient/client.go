@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -18,20 +17,12 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/bailinghub/knowledge-sidecar/breaker"
 	"github.com/bailinghub/knowledge-sidecar/config"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/corefacts/jsstring"
 	"github.com/bailinghub/knowledge-sidecar/telemetry"
 )
-
-// ErrKBMissing: Core does not know the knowledge base (it was deleted, or
-// never existed). It wraps ErrNotFound; the breaker counts it as a success.
-var ErrKBMissing = fmt.Errorf("knowledge base missing: %w", ErrNotFound)
-
-// ErrRateLimited: Core answered 429 to /kb/search, its per-client rate limit
-// on the sidecar's own credential (bz_clients.rate_limit_per_min, shared by
-// every session's searches and consumed once per KB). It does not wrap
-// ErrUnavailable: Core is up and answering, so the breaker counts it as a
-// success and never opens on it; the KB counts as failed for that search.
-var ErrRateLimited = errors.New("core rate limit reached")
 
 // Body size limits of Core's answers.
 const (
@@ -39,36 +30,6 @@ const (
 	searchBodyLimit   = 4 << 20  // /kb/search answers
 	probeBodyLimit    = 64 << 10 // capabilities answers relayed to the caller
 )
-
-// UnfilteredMinScore is the min_score SearchKB sends: Core accepts negative
-// values and then keeps every hit of its top k (CORE_FACTS §5.2, §5.6), so
-// an answer without any hit from a KB that holds a ready document is a
-// failure Core swallowed, not "nothing relevant" (SPEC §4).
-const UnfilteredMinScore = -1
-
-// ScoreThreshold is the threshold Core's /kb/search applies for a route's
-// min_score, the one copy of its quirks: Core parses min_score as
-// `Number(x ?? 0.35) || 0.35`, so 0 (and NaN) become 0.35; the route's value
-// is clamped to 0..1 first, as its configuration normalizer does (an
-// out-of-range value can neither lower the threshold below 0 nor raise it
-// past every score). Callers keep a hit iff KeepsScore(score, threshold).
-func ScoreThreshold(minScore float64) float64 {
-	if math.IsNaN(minScore) {
-		return DefaultMinScore
-	}
-	t := math.Min(math.Max(minScore, 0), 1)
-	if t == 0 {
-		return DefaultMinScore
-	}
-	return t
-}
-
-// KeepsScore is Core's per-KB filter (CORE_FACTS §5.6): after taking its
-// top k, a hit stays when its score is at least the threshold. Scores that
-// are not finite never pass.
-func KeepsScore(score, threshold float64) bool {
-	return !math.IsNaN(score) && !math.IsInf(score, 0) && score >= threshold
-}
 
 // Options configures a Client.
 type Options struct {
@@ -78,8 +39,8 @@ type Options struct {
 	Timeout      time.Duration     // per-call deadline, always below the caller's (default 3s)
 	// ProbeInterval is how long "system-info absent" is remembered (default 60s).
 	ProbeInterval       time.Duration
-	Identity, Retrieval BreakerSettings // zero fields take DefaultBreakerSettings
-	Metrics             *Metrics        // nil: no metrics
+	Identity, Retrieval breaker.Settings // zero fields take DefaultBreakerSettings
+	Metrics             *Metrics         // nil: no metrics
 	Now                 func() time.Time
 	// TracerProvider, when set, gives every request to Core a CLIENT span
 	// and the W3C propagation headers (SPEC §9). nil: no tracing.
@@ -97,8 +58,8 @@ type Client struct {
 	probeInterval time.Duration
 	metrics       *Metrics
 	now           func() time.Time
-	identity      *Breaker
-	retrieval     *Breaker
+	identity      *breaker.Breaker
+	retrieval     *breaker.Breaker
 	tracer        trace.Tracer // nil: tracing off
 
 	mu          sync.Mutex
@@ -148,8 +109,8 @@ func NewClient(o Options) (*Client, error) {
 		// redirect must not carry a bearer elsewhere.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	c.identity = NewBreaker(FamilyIdentity, o.Identity, o.Metrics)
-	c.retrieval = NewBreaker(FamilyRetrieval, o.Retrieval, o.Metrics)
+	c.identity = breaker.New(breaker.FamilyIdentity, o.Identity, o.Metrics.breakerMetrics())
+	c.retrieval = breaker.New(breaker.FamilyRetrieval, o.Retrieval, o.Metrics.breakerMetrics())
 	return c, nil
 }
 
@@ -197,11 +158,11 @@ type sessionBody struct {
 // GET /agent-auth/v1/session. An empty or malformed header is ErrUnauthorized
 // without a call; 401 → ErrUnauthorized; 200 with session_id, client_app_id and
 // principal.id → the Session; anything else → ErrUnavailable.
-func (c *Client) Session(ctx context.Context, authorization string) (Session, error) {
+func (c *Client) Session(ctx context.Context, authorization string) (corefacts.Session, error) {
 	if !headerValueOK(authorization) {
-		return Session{}, fmt.Errorf("coreclient: %s: %w", OpSession, ErrUnauthorized)
+		return corefacts.Session{}, fmt.Errorf("coreclient: %s: %w", OpSession, corefacts.ErrUnauthorized)
 	}
-	var s Session
+	var s corefacts.Session
 	err := c.call(ctx, c.identity, OpSession, func(ctx context.Context) error {
 		req, err := c.newRequest(ctx, http.MethodGet, "/agent-auth/v1/session", nil)
 		if err != nil {
@@ -217,12 +178,12 @@ func (c *Client) Session(ctx context.Context, authorization string) (Session, er
 		case status == http.StatusOK:
 			var b sessionBody
 			if json.Unmarshal(body, &b) != nil || b.SessionID == "" || b.ClientAppID == "" || b.Principal.ID == "" {
-				return fmt.Errorf("%w: unusable session answer", ErrUnavailable)
+				return fmt.Errorf("%w: unusable session answer", corefacts.ErrUnavailable)
 			}
-			s = Session{
+			s = corefacts.Session{
 				SessionID:   b.SessionID,
 				ClientAppID: b.ClientAppID,
-				Principal: Principal{
+				Principal: corefacts.Principal{
 					ID: b.Principal.ID, Tenant: b.Principal.Tenant, Roles: b.Principal.Roles,
 					Audience: b.Principal.Audience, Channel: b.Principal.Channel,
 				},
@@ -234,13 +195,13 @@ func (c *Client) Session(ctx context.Context, authorization string) (Session, er
 			}
 			return nil
 		case status == http.StatusUnauthorized:
-			return ErrUnauthorized
+			return corefacts.ErrUnauthorized
 		default:
 			return statusUnavailable(status)
 		}
 	})
 	if err != nil {
-		return Session{}, err
+		return corefacts.Session{}, err
 	}
 	return s, nil
 }
@@ -260,13 +221,13 @@ type agentError struct {
 // route_unavailable without a call (Core would answer a misleading 404 not_found).
 func (c *Client) SystemInfo(ctx context.Context, authorization, route string) error {
 	if !headerValueOK(authorization) {
-		return fmt.Errorf("coreclient: %s: %w", OpSystemInfo, ErrUnauthorized)
+		return fmt.Errorf("coreclient: %s: %w", OpSystemInfo, corefacts.ErrUnauthorized)
 	}
-	if !ValidRouteKey(route) {
-		return &CoreError{Status: http.StatusNotFound, Code: "route_unavailable", Message: "The configured route is unavailable."}
+	if !corefacts.ValidRouteKey(route) {
+		return &corefacts.CoreError{Status: http.StatusNotFound, Code: "route_unavailable", Message: "The configured route is unavailable."}
 	}
 	if c.systemInfoAbsent() {
-		return fmt.Errorf("coreclient: %s: %w", OpSystemInfo, ErrEndpointAbsent)
+		return fmt.Errorf("coreclient: %s: %w", OpSystemInfo, corefacts.ErrEndpointAbsent)
 	}
 	return c.call(ctx, c.identity, OpSystemInfo, func(ctx context.Context) error {
 		req, err := c.newRequest(ctx, http.MethodGet, "/agent-api/v1/workspaces/"+route+"/system-info", nil)
@@ -283,17 +244,17 @@ func (c *Client) SystemInfo(ctx context.Context, authorization, route string) er
 		case status == http.StatusOK:
 			return nil
 		case status == http.StatusUnauthorized:
-			return ErrUnauthorized
+			return corefacts.ErrUnauthorized
 		case status >= 400 && status < 500:
 			var e agentError
 			if json.Unmarshal(body, &e) != nil || e.Error == "" {
-				return fmt.Errorf("%w: unusable answer (status %d)", ErrUnavailable, status)
+				return fmt.Errorf("%w: unusable answer (status %d)", corefacts.ErrUnavailable, status)
 			}
 			if status == http.StatusNotFound && e.Error == "not_found" {
 				c.markSystemInfoAbsent()
-				return ErrEndpointAbsent
+				return corefacts.ErrEndpointAbsent
 			}
-			return &CoreError{Status: status, Code: clip(e.Error, 64), Message: clip(e.Message, 512)}
+			return &corefacts.CoreError{Status: status, Code: clip(e.Error, 64), Message: clip(e.Message, 512)}
 		default:
 			return statusUnavailable(status)
 		}
@@ -355,15 +316,15 @@ const kbUnavailablePrefix = "知识库不可用"
 // was refused: an operator problem), which counts as a breaker failure on
 // purpose: retrieval really is unusable until the operator fixes it, and the
 // open breaker stops us from hammering Core meanwhile.
-func (c *Client) SearchKB(ctx context.Context, kbID, query string, topK int) ([]Hit, error) {
-	if kbID == "" || JSTrim(query) == "" {
+func (c *Client) SearchKB(ctx context.Context, kbID, query string, topK int) ([]corefacts.Hit, error) {
+	if kbID == "" || jsstring.Trim(query) == "" {
 		return nil, errors.New("coreclient: kb search: empty kb id or query")
 	}
-	payload, err := json.Marshal(searchRequest{KBIDs: []string{kbID}, Query: query, TopK: topK, MinScore: UnfilteredMinScore})
+	payload, err := json.Marshal(searchRequest{KBIDs: []string{kbID}, Query: query, TopK: topK, MinScore: corefacts.UnfilteredMinScore})
 	if err != nil {
 		return nil, fmt.Errorf("coreclient: kb search: encode: %w", err)
 	}
-	var hits []Hit
+	var hits []corefacts.Hit
 	err = c.call(ctx, c.retrieval, OpKBSearch, func(ctx context.Context) error {
 		status, body, err := c.postKBSearch(ctx, payload)
 		if err != nil {
@@ -373,39 +334,39 @@ func (c *Client) SearchKB(ctx context.Context, kbID, query string, topK int) ([]
 		case http.StatusOK:
 			var r searchResponse
 			if err := json.Unmarshal(body, &r); err != nil {
-				return fmt.Errorf("%w: unusable search answer", ErrUnavailable)
+				return fmt.Errorf("%w: unusable search answer", corefacts.ErrUnavailable)
 			}
 			found := false
 			for _, id := range r.KBIDs {
-				if SameID(id, kbID) {
+				if corefacts.SameID(id, kbID) {
 					found = true
 					break
 				}
 			}
 			if !found {
-				return ErrKBMissing
+				return corefacts.ErrKBMissing
 			}
-			hits = make([]Hit, 0, len(r.Hits))
+			hits = make([]corefacts.Hit, 0, len(r.Hits))
 			for _, h := range r.Hits {
-				if h.KBID != "" && !SameID(h.KBID, kbID) {
+				if h.KBID != "" && !corefacts.SameID(h.KBID, kbID) {
 					continue
 				}
 				docID, err := h.DocID.Int64()
 				if err != nil {
-					return fmt.Errorf("%w: unusable search answer", ErrUnavailable)
+					return fmt.Errorf("%w: unusable search answer", corefacts.ErrUnavailable)
 				}
-				hits = append(hits, Hit{KBID: kbID, DocID: docID, Seq: h.Seq, Title: h.Title, Content: h.Content, Score: h.Score})
+				hits = append(hits, corefacts.Hit{KBID: kbID, DocID: docID, Seq: h.Seq, Title: h.Title, Content: h.Content, Score: h.Score})
 			}
 			return nil
 		case http.StatusBadRequest:
 			if kbUnavailable(body) {
-				return ErrKBMissing
+				return corefacts.ErrKBMissing
 			}
-			return fmt.Errorf("%w: search rejected (status 400)", ErrUnavailable)
+			return fmt.Errorf("%w: search rejected (status 400)", corefacts.ErrUnavailable)
 		case http.StatusUnauthorized, http.StatusForbidden:
-			return fmt.Errorf("%w: service credential refused (status %d)", ErrUnavailable, status)
+			return fmt.Errorf("%w: service credential refused (status %d)", corefacts.ErrUnavailable, status)
 		case http.StatusTooManyRequests:
-			return ErrRateLimited
+			return corefacts.ErrRateLimited
 		default:
 			return statusUnavailable(status)
 		}
@@ -433,7 +394,7 @@ func (c *Client) postKBSearch(ctx context.Context, payload []byte) (int, []byte,
 // records its metrics. Errors come back as "coreclient: <op>: …", wrapping the
 // sentinel (and context.Canceled / context.DeadlineExceeded when relevant);
 // they never carry the URL, host or a credential.
-func (c *Client) call(ctx context.Context, b *Breaker, op string, fn func(context.Context) error) error {
+func (c *Client) call(ctx context.Context, b *breaker.Breaker, op string, fn func(context.Context) error) error {
 	start := c.now()
 	sent := false
 	run := func(ctx context.Context) error {
@@ -462,24 +423,24 @@ func (c *Client) call(ctx context.Context, b *Breaker, op string, fn func(contex
 		c.metrics.observeRequest(op, OutcomeOK, d, tid)
 		return nil
 	}
-	if errors.Is(err, ErrBreakerOpen) {
+	if errors.Is(err, corefacts.ErrBreakerOpen) {
 		c.metrics.observeRequest(op, OutcomeOpen, -1, tid)
 		if c.tracer != nil {
-			breakerEvent(ctx, b)
+			breaker.MarkRefused(ctx, b)
 		}
 		return err // already "coreclient: <family>: …"
 	}
-	var ce *CoreError
+	var ce *corefacts.CoreError
 	switch {
-	case errors.Is(err, ErrUnavailable) && ctx.Err() != nil:
+	case errors.Is(err, corefacts.ErrUnavailable) && ctx.Err() != nil:
 		// The caller gave up: not Core's fault; keep both sentinels.
 		c.metrics.observeRequest(op, OutcomeCanceled, d, tid)
-		return fmt.Errorf("coreclient: %s: %w: %w", op, ErrUnavailable, ctx.Err())
-	case errors.Is(err, ErrUnauthorized):
+		return fmt.Errorf("coreclient: %s: %w: %w", op, corefacts.ErrUnavailable, ctx.Err())
+	case errors.Is(err, corefacts.ErrUnauthorized):
 		c.metrics.observeRequest(op, OutcomeUnauthorized, d, tid)
-	case errors.Is(err, ErrRateLimited):
+	case errors.Is(err, corefacts.ErrRateLimited):
 		c.metrics.observeRequest(op, OutcomeRateLimited, d, tid)
-	case errors.As(err, &ce), errors.Is(err, ErrNotFound), errors.Is(err, ErrEndpointAbsent):
+	case errors.As(err, &ce), errors.Is(err, corefacts.ErrNotFound), errors.Is(err, corefacts.ErrEndpointAbsent):
 		c.metrics.observeRequest(op, OutcomeClientError, d, tid)
 		if ce != nil {
 			return err // relayed as is
@@ -497,7 +458,7 @@ func (c *Client) newRequest(ctx context.Context, method, path string, body io.Re
 	u.Path = c.base.Path + path
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
 	if err != nil {
-		return nil, fmt.Errorf("%w: cannot build request", ErrUnavailable)
+		return nil, fmt.Errorf("%w: cannot build request", corefacts.ErrUnavailable)
 	}
 	return req, nil
 }
@@ -531,34 +492,34 @@ func (c *Client) doResponse(req *http.Request, limit int64) (resp *http.Response
 		return nil, nil, transportError(req.Context(), err)
 	}
 	if int64(len(body)) > limit {
-		return nil, nil, fmt.Errorf("%w: answer too large", ErrUnavailable)
+		return nil, nil, fmt.Errorf("%w: answer too large", corefacts.ErrUnavailable)
 	}
 	return resp, body, nil
 }
 
 func transportError(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
-		return fmt.Errorf("%w: %w", ErrUnavailable, context.DeadlineExceeded)
+		return fmt.Errorf("%w: %w", corefacts.ErrUnavailable, context.DeadlineExceeded)
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
-		return fmt.Errorf("%w: %w", ErrUnavailable, context.DeadlineExceeded)
+		return fmt.Errorf("%w: %w", corefacts.ErrUnavailable, context.DeadlineExceeded)
 	}
 	var dnsErr *net.DNSError
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED): // its text names no address
-		return fmt.Errorf("%w: transport error: %w", ErrUnavailable, syscall.ECONNREFUSED)
+		return fmt.Errorf("%w: transport error: %w", corefacts.ErrUnavailable, syscall.ECONNREFUSED)
 	case errors.As(err, &dnsErr):
-		return fmt.Errorf("%w: transport error: %w", ErrUnavailable, ErrNoSuchHost)
+		return fmt.Errorf("%w: transport error: %w", corefacts.ErrUnavailable, ErrNoSuchHost)
 	}
-	return fmt.Errorf("%w: transport error", ErrUnavailable)
+	return fmt.Errorf("%w: transport error", corefacts.ErrUnavailable)
 }
 
 // ErrNoSuchHost: Core's host name does not resolve (the name is not kept).
 var ErrNoSuchHost = errors.New("the host name does not resolve")
 
 func statusUnavailable(status int) error {
-	return fmt.Errorf("%w: status %d", ErrUnavailable, status)
+	return fmt.Errorf("%w: status %d", corefacts.ErrUnavailable, status)
 }
 
 // headerValueOK reports whether v is a non-empty header value that can be

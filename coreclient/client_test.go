@@ -14,7 +14,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bailinghub/knowledge-sidecar/breaker"
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 )
 
@@ -45,9 +47,9 @@ func newEnv(t *testing.T, fo fakecore.Options, mutate func(*coreclient.Options))
 	t.Helper()
 	fo.ServiceToken = testServiceToken
 	core := fakecore.New(fo)
-	core.AddSession(aliceToken, coreclient.Session{
+	core.AddSession(aliceToken, corefacts.Session{
 		SessionID: "s-1", ClientAppID: "app-1",
-		Principal:     coreclient.Principal{ID: "user-42", Tenant: "t-7", Roles: []string{"manager"}, Audience: "internal"},
+		Principal:     corefacts.Principal{ID: "user-42", Tenant: "t-7", Roles: []string{"manager"}, Audience: "internal"},
 		OnBehalfOf:    "t-7:user-42",
 		AllowedRoutes: []string{"orders"},
 		ExpiresAt:     time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC),
@@ -149,15 +151,15 @@ func TestSessionErrors(t *testing.T) {
 		want      error
 		wantCalls int
 	}{
-		{"empty header", "", nil, coreclient.ErrUnauthorized, 0},
-		{"header with newline", "Bearer a\nb", nil, coreclient.ErrUnauthorized, 0},
-		{"unknown token", "Bearer " + fakecore.Token("mallory"), nil, coreclient.ErrUnauthorized, 1},
-		{"5xx", aliceAuth, &fakecore.Fault{Status: 502}, coreclient.ErrUnavailable, 1},
-		{"missing fields", aliceAuth, &fakecore.Fault{Status: 200, Body: []byte(`{"session_id":"s","principal":{}}`)}, coreclient.ErrUnavailable, 1},
-		{"not json", aliceAuth, &fakecore.Fault{Status: 200, Body: []byte(`<html>`)}, coreclient.ErrUnavailable, 1},
-		{"too large", aliceAuth, &fakecore.Fault{Status: 200, Body: []byte(big)}, coreclient.ErrUnavailable, 1},
-		{"403", aliceAuth, &fakecore.Fault{Status: 403, Body: []byte(`{"error":"forbidden"}`)}, coreclient.ErrUnavailable, 1},
-		{"reset", aliceAuth, &fakecore.Fault{Reset: true}, coreclient.ErrUnavailable, 1},
+		{"empty header", "", nil, corefacts.ErrUnauthorized, 0},
+		{"header with newline", "Bearer a\nb", nil, corefacts.ErrUnauthorized, 0},
+		{"unknown token", "Bearer " + fakecore.Token("mallory"), nil, corefacts.ErrUnauthorized, 1},
+		{"5xx", aliceAuth, &fakecore.Fault{Status: 502}, corefacts.ErrUnavailable, 1},
+		{"missing fields", aliceAuth, &fakecore.Fault{Status: 200, Body: []byte(`{"session_id":"s","principal":{}}`)}, corefacts.ErrUnavailable, 1},
+		{"not json", aliceAuth, &fakecore.Fault{Status: 200, Body: []byte(`<html>`)}, corefacts.ErrUnavailable, 1},
+		{"too large", aliceAuth, &fakecore.Fault{Status: 200, Body: []byte(big)}, corefacts.ErrUnavailable, 1},
+		{"403", aliceAuth, &fakecore.Fault{Status: 403, Body: []byte(`{"error":"forbidden"}`)}, corefacts.ErrUnavailable, 1},
+		{"reset", aliceAuth, &fakecore.Fault{Reset: true}, corefacts.ErrUnavailable, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -180,14 +182,14 @@ func TestSessionErrors(t *testing.T) {
 func TestTimeoutAndCancellation(t *testing.T) {
 	e := newEnv(t, fakecore.Options{}, func(o *coreclient.Options) {
 		o.Timeout = 50 * time.Millisecond
-		o.Identity = coreclient.BreakerSettings{Failures: 1}
+		o.Identity = breaker.Settings{Failures: 1}
 	})
 	e.core.SetFault("/agent-auth/", fakecore.Fault{Hang: true})
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := e.client.Session(ctx, aliceAuth)
-	if !errors.Is(err, context.Canceled) || !errors.Is(err, coreclient.ErrUnavailable) {
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, corefacts.ErrUnavailable) {
 		t.Errorf("caller cancelled: got %v; want context.Canceled and ErrUnavailable", err)
 	}
 	if !e.client.IdentityUsable() {
@@ -198,7 +200,7 @@ func TestTimeoutAndCancellation(t *testing.T) {
 	}
 
 	_, err = e.client.Session(context.Background(), aliceAuth)
-	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, coreclient.ErrUnavailable) {
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, corefacts.ErrUnavailable) {
 		t.Errorf("own timeout: got %v; want DeadlineExceeded and ErrUnavailable", err)
 	}
 	e.assertClean(t, err)
@@ -219,7 +221,7 @@ func TestDeadCore(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = c.SearchKB(context.Background(), "faq", "q", 5)
-	if !errors.Is(err, coreclient.ErrUnavailable) {
+	if !errors.Is(err, corefacts.ErrUnavailable) {
 		t.Errorf("got %v; want ErrUnavailable", err)
 	}
 	if strings.Contains(err.Error(), addr) || strings.Contains(err.Error(), "127.0.0.1") {
@@ -236,23 +238,23 @@ func TestSystemInfo(t *testing.T) {
 		auth      string
 		fault     *fakecore.Fault
 		want      error
-		wantCore  *coreclient.CoreError
+		wantCore  *corefacts.CoreError
 		wantCalls int
 	}{
 		{name: "allowed", opts: fakecore.Options{SystemInfo: true}, route: "orders", auth: aliceAuth, wantCalls: 1},
-		{name: "unauthorized", opts: fakecore.Options{SystemInfo: true}, route: "orders", auth: "Bearer " + fakecore.Token("x"), want: coreclient.ErrUnauthorized, wantCalls: 1},
+		{name: "unauthorized", opts: fakecore.Options{SystemInfo: true}, route: "orders", auth: "Bearer " + fakecore.Token("x"), want: corefacts.ErrUnauthorized, wantCalls: 1},
 		{name: "route not allowed", opts: fakecore.Options{SystemInfo: true}, route: "orders", gate: fakecore.GateRouteNotAllowed, auth: aliceAuth,
-			wantCore: &coreclient.CoreError{Status: 403, Code: "route_not_allowed", Message: "The Agent Session is not allowed to use this route."}, wantCalls: 1},
+			wantCore: &corefacts.CoreError{Status: 403, Code: "route_not_allowed", Message: "The Agent Session is not allowed to use this route."}, wantCalls: 1},
 		{name: "audience", opts: fakecore.Options{SystemInfo: true}, route: "orders", gate: fakecore.GateAudienceNotAllowed, auth: aliceAuth,
-			wantCore: &coreclient.CoreError{Status: 403, Code: "audience_not_allowed", Message: "The business identity is not allowed to use this route."}, wantCalls: 1},
+			wantCore: &corefacts.CoreError{Status: 403, Code: "audience_not_allowed", Message: "The business identity is not allowed to use this route."}, wantCalls: 1},
 		{name: "unknown route", opts: fakecore.Options{SystemInfo: true}, route: "ghost", auth: aliceAuth,
-			wantCore: &coreclient.CoreError{Status: 404, Code: "route_unavailable", Message: "The configured route is unavailable."}, wantCalls: 1},
+			wantCore: &corefacts.CoreError{Status: 404, Code: "route_unavailable", Message: "The configured route is unavailable."}, wantCalls: 1},
 		{name: "malformed route is not sent", opts: fakecore.Options{SystemInfo: true}, route: "Bad/../x", auth: aliceAuth,
-			wantCore: &coreclient.CoreError{Status: 404, Code: "route_unavailable", Message: "The configured route is unavailable."}, wantCalls: 0},
-		{name: "old core", opts: fakecore.Options{}, route: "orders", auth: aliceAuth, want: coreclient.ErrEndpointAbsent, wantCalls: 1},
-		{name: "5xx", opts: fakecore.Options{SystemInfo: true}, route: "orders", auth: aliceAuth, fault: &fakecore.Fault{Status: 503}, want: coreclient.ErrUnavailable, wantCalls: 1},
-		{name: "4xx without agent body", opts: fakecore.Options{SystemInfo: true}, route: "orders", auth: aliceAuth, fault: &fakecore.Fault{Status: 404, Body: []byte(`nope`)}, want: coreclient.ErrUnavailable, wantCalls: 1},
-		{name: "empty header", opts: fakecore.Options{SystemInfo: true}, route: "orders", auth: "", want: coreclient.ErrUnauthorized, wantCalls: 0},
+			wantCore: &corefacts.CoreError{Status: 404, Code: "route_unavailable", Message: "The configured route is unavailable."}, wantCalls: 0},
+		{name: "old core", opts: fakecore.Options{}, route: "orders", auth: aliceAuth, want: corefacts.ErrEndpointAbsent, wantCalls: 1},
+		{name: "5xx", opts: fakecore.Options{SystemInfo: true}, route: "orders", auth: aliceAuth, fault: &fakecore.Fault{Status: 503}, want: corefacts.ErrUnavailable, wantCalls: 1},
+		{name: "4xx without agent body", opts: fakecore.Options{SystemInfo: true}, route: "orders", auth: aliceAuth, fault: &fakecore.Fault{Status: 404, Body: []byte(`nope`)}, want: corefacts.ErrUnavailable, wantCalls: 1},
+		{name: "empty header", opts: fakecore.Options{SystemInfo: true}, route: "orders", auth: "", want: corefacts.ErrUnauthorized, wantCalls: 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -266,7 +268,7 @@ func TestSystemInfo(t *testing.T) {
 			err := e.client.SystemInfo(context.Background(), tt.auth, tt.route)
 			switch {
 			case tt.wantCore != nil:
-				var ce *coreclient.CoreError
+				var ce *corefacts.CoreError
 				if !errors.As(err, &ce) || *ce != *tt.wantCore {
 					t.Errorf("got %v; want %+v", err, tt.wantCore)
 				}
@@ -291,7 +293,7 @@ func TestSystemInfo(t *testing.T) {
 func TestSystemInfoAbsenceIsRemembered(t *testing.T) {
 	e := newEnv(t, fakecore.Options{}, func(o *coreclient.Options) { o.ProbeInterval = time.Minute })
 	for i := range 3 {
-		if err := e.client.SystemInfo(context.Background(), aliceAuth, "orders"); !errors.Is(err, coreclient.ErrEndpointAbsent) {
+		if err := e.client.SystemInfo(context.Background(), aliceAuth, "orders"); !errors.Is(err, corefacts.ErrEndpointAbsent) {
 			t.Fatalf("call %d: got %v; want ErrEndpointAbsent", i, err)
 		}
 	}
@@ -321,7 +323,7 @@ func TestSearchKB(t *testing.T) {
 	if err != nil {
 		t.Fatalf("got %v; want nil", err)
 	}
-	if len(hits) != 2 || hits[0] != (coreclient.Hit{KBID: "faq", DocID: 1, Seq: 0, Title: "退款规则", Content: "退款窗口为七天。超过窗口不能退款。", Score: 1}) || hits[1].DocID != 2 {
+	if len(hits) != 2 || hits[0] != (corefacts.Hit{KBID: "faq", DocID: 1, Seq: 0, Title: "退款规则", Content: "退款窗口为七天。超过窗口不能退款。", Score: 1}) || hits[1].DocID != 2 {
 		t.Errorf("hits got %+v; want doc 1's chunk with score 1, then doc 2's (unfiltered)", hits)
 	}
 	r, _ := e.core.LastRequest("/kb/search")
@@ -398,15 +400,15 @@ func TestSearchKBErrors(t *testing.T) {
 		outcome string
 	}{
 		{name: "disabled kb is empty, not an error", kb: "off", outcome: coreclient.OutcomeOK},
-		{name: "deleted kb", kb: "ghost", want: coreclient.ErrKBMissing, outcome: coreclient.OutcomeClientError},
-		{name: "kb not listed", kb: "faq", fault: &fakecore.Fault{Status: 200, Body: []byte(`{"kb_ids":[],"hits":[]}`)}, want: coreclient.ErrKBMissing, outcome: coreclient.OutcomeClientError},
-		{name: "documented kb_id only", kb: "faq", fault: &fakecore.Fault{Status: 200, Body: []byte(`{"kb_id":"faq","hits":[]}`)}, want: coreclient.ErrKBMissing, outcome: coreclient.OutcomeClientError},
-		{name: "service token refused", kb: "faq", token: "wrong", want: coreclient.ErrUnavailable, outcome: coreclient.OutcomeUnavailable},
-		{name: "403", kb: "faq", fault: &fakecore.Fault{Status: 403, Body: []byte(`{"error":"执行器令牌只能用于执行器通道 /executor/*"}`)}, want: coreclient.ErrUnavailable, outcome: coreclient.OutcomeUnavailable},
-		{name: "rate limited", kb: "faq", fault: &fakecore.Fault{Status: 429, Body: []byte(`{"error":"超出限速（60/分钟）"}`)}, want: coreclient.ErrRateLimited, outcome: coreclient.OutcomeRateLimited},
-		{name: "other 400", kb: "faq", fault: &fakecore.Fault{Status: 400, Body: []byte(`{"error":"知识库需要 mysql 后端"}`)}, want: coreclient.ErrUnavailable, outcome: coreclient.OutcomeUnavailable},
-		{name: "5xx", kb: "faq", fault: &fakecore.Fault{Status: 500}, want: coreclient.ErrUnavailable, outcome: coreclient.OutcomeUnavailable},
-		{name: "bad hits", kb: "faq", fault: &fakecore.Fault{Status: 200, Body: []byte(`{"kb_ids":["faq"],"hits":[{"doc_id":"x"}]}`)}, want: coreclient.ErrUnavailable, outcome: coreclient.OutcomeUnavailable},
+		{name: "deleted kb", kb: "ghost", want: corefacts.ErrKBMissing, outcome: coreclient.OutcomeClientError},
+		{name: "kb not listed", kb: "faq", fault: &fakecore.Fault{Status: 200, Body: []byte(`{"kb_ids":[],"hits":[]}`)}, want: corefacts.ErrKBMissing, outcome: coreclient.OutcomeClientError},
+		{name: "documented kb_id only", kb: "faq", fault: &fakecore.Fault{Status: 200, Body: []byte(`{"kb_id":"faq","hits":[]}`)}, want: corefacts.ErrKBMissing, outcome: coreclient.OutcomeClientError},
+		{name: "service token refused", kb: "faq", token: "wrong", want: corefacts.ErrUnavailable, outcome: coreclient.OutcomeUnavailable},
+		{name: "403", kb: "faq", fault: &fakecore.Fault{Status: 403, Body: []byte(`{"error":"执行器令牌只能用于执行器通道 /executor/*"}`)}, want: corefacts.ErrUnavailable, outcome: coreclient.OutcomeUnavailable},
+		{name: "rate limited", kb: "faq", fault: &fakecore.Fault{Status: 429, Body: []byte(`{"error":"超出限速（60/分钟）"}`)}, want: corefacts.ErrRateLimited, outcome: coreclient.OutcomeRateLimited},
+		{name: "other 400", kb: "faq", fault: &fakecore.Fault{Status: 400, Body: []byte(`{"error":"知识库需要 mysql 后端"}`)}, want: corefacts.ErrUnavailable, outcome: coreclient.OutcomeUnavailable},
+		{name: "5xx", kb: "faq", fault: &fakecore.Fault{Status: 500}, want: corefacts.ErrUnavailable, outcome: coreclient.OutcomeUnavailable},
+		{name: "bad hits", kb: "faq", fault: &fakecore.Fault{Status: 200, Body: []byte(`{"kb_ids":["faq"],"hits":[{"doc_id":"x"}]}`)}, want: corefacts.ErrUnavailable, outcome: coreclient.OutcomeUnavailable},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -426,7 +428,7 @@ func TestSearchKBErrors(t *testing.T) {
 			} else if !errors.Is(err, tt.want) {
 				t.Errorf("got %v; want %v", err, tt.want)
 			}
-			if errors.Is(tt.want, coreclient.ErrKBMissing) && !errors.Is(err, coreclient.ErrNotFound) {
+			if errors.Is(tt.want, corefacts.ErrKBMissing) && !errors.Is(err, corefacts.ErrNotFound) {
 				t.Errorf("got %v; want it to wrap ErrNotFound", err)
 			}
 			if got := requests(e, coreclient.OpKBSearch, tt.outcome); got != 1 {
@@ -452,11 +454,11 @@ func TestSearchKBDropsOtherKBsHits(t *testing.T) {
 
 func TestRetrievalBreakerOpenMeansNoCoreCalls(t *testing.T) {
 	e := searchEnv(t, func(o *coreclient.Options) {
-		o.Retrieval = coreclient.BreakerSettings{Failures: 2, OpenTimeout: time.Hour}
+		o.Retrieval = breaker.Settings{Failures: 2, OpenTimeout: time.Hour}
 	})
 	e.core.SetFault("/kb/search", fakecore.Fault{Status: 503})
 	for range 2 {
-		if _, err := e.client.SearchKB(context.Background(), "faq", "q", 5); !errors.Is(err, coreclient.ErrUnavailable) {
+		if _, err := e.client.SearchKB(context.Background(), "faq", "q", 5); !errors.Is(err, corefacts.ErrUnavailable) {
 			t.Fatalf("got %v; want ErrUnavailable", err)
 		}
 	}
@@ -466,7 +468,7 @@ func TestRetrievalBreakerOpenMeansNoCoreCalls(t *testing.T) {
 	before := e.core.Calls("/kb/search")
 	for range 5 {
 		_, err := e.client.SearchKB(context.Background(), "faq", "q", 5)
-		if !errors.Is(err, coreclient.ErrBreakerOpen) || !errors.Is(err, coreclient.ErrUnavailable) {
+		if !errors.Is(err, corefacts.ErrBreakerOpen) || !errors.Is(err, corefacts.ErrUnavailable) {
 			t.Errorf("got %v; want ErrBreakerOpen (wrapping ErrUnavailable)", err)
 		}
 		e.assertClean(t, err)
@@ -484,9 +486,9 @@ func TestRetrievalBreakerOpenMeansNoCoreCalls(t *testing.T) {
 }
 
 func TestKBMissingDoesNotTripBreaker(t *testing.T) {
-	e := searchEnv(t, func(o *coreclient.Options) { o.Retrieval = coreclient.BreakerSettings{Failures: 1} })
+	e := searchEnv(t, func(o *coreclient.Options) { o.Retrieval = breaker.Settings{Failures: 1} })
 	for range 3 {
-		if _, err := e.client.SearchKB(context.Background(), "ghost", "q", 5); !errors.Is(err, coreclient.ErrKBMissing) {
+		if _, err := e.client.SearchKB(context.Background(), "ghost", "q", 5); !errors.Is(err, corefacts.ErrKBMissing) {
 			t.Fatalf("got %v; want ErrKBMissing", err)
 		}
 	}
@@ -517,7 +519,7 @@ func TestProbeCapabilities(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := newEnv(t, tt.opts, func(o *coreclient.Options) { o.Identity = coreclient.BreakerSettings{Failures: 1} })
+			e := newEnv(t, tt.opts, func(o *coreclient.Options) { o.Identity = breaker.Settings{Failures: 1} })
 			if tt.fault != nil {
 				e.core.SetFault("/agent-api/", *tt.fault)
 			}
@@ -543,7 +545,7 @@ func TestProbeCapabilities(t *testing.T) {
 	e := newEnv(t, fakecore.Options{}, nil)
 	e.core.SetFault("/agent-api/", fakecore.Fault{Reset: true})
 	_, err := e.client.ProbeCapabilities(context.Background(), aliceAuth, "orders")
-	if !errors.Is(err, coreclient.ErrUnavailable) {
+	if !errors.Is(err, corefacts.ErrUnavailable) {
 		t.Errorf("reset: got %v; want ErrUnavailable", err)
 	}
 	e.assertClean(t, err)
@@ -553,9 +555,9 @@ func TestProbeCapabilities(t *testing.T) {
 // knowledge.Retriever (not imported, so this package's tests do not depend on
 // package knowledge compiling).
 var _ interface {
-	Session(context.Context, string) (coreclient.Session, error)
+	Session(context.Context, string) (corefacts.Session, error)
 	SystemInfo(context.Context, string, string) error
-	SearchKB(context.Context, string, string, int) ([]coreclient.Hit, error)
+	SearchKB(context.Context, string, string, int) ([]corefacts.Hit, error)
 	Usable() bool
 } = (*coreclient.Client)(nil)
 
@@ -571,14 +573,14 @@ func TestDefaultTransportIgnoresEnvironmentProxy(t *testing.T) {
 // credential, here the fake Core's own bucket) is ErrRateLimited, not
 // ErrUnavailable; it is counted as rate_limited and never opens the breaker.
 func TestRateLimitDoesNotTripBreaker(t *testing.T) {
-	e := searchEnv(t, func(o *coreclient.Options) { o.Retrieval = coreclient.BreakerSettings{Failures: 1} })
+	e := searchEnv(t, func(o *coreclient.Options) { o.Retrieval = breaker.Settings{Failures: 1} })
 	e.core.SetRateLimit(1)
 	if _, err := e.client.SearchKB(context.Background(), "faq", "退款", 5); err != nil {
 		t.Fatalf("first call: got %v; want nil", err)
 	}
 	for i := range 3 {
 		_, err := e.client.SearchKB(context.Background(), "faq", "退款", 5)
-		if !errors.Is(err, coreclient.ErrRateLimited) || errors.Is(err, coreclient.ErrUnavailable) {
+		if !errors.Is(err, corefacts.ErrRateLimited) || errors.Is(err, corefacts.ErrUnavailable) {
 			t.Fatalf("call %d: got %v; want ErrRateLimited, not ErrUnavailable", i+2, err)
 		}
 		e.assertClean(t, err)

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 )
 
 // Errors of the operator probes (check-config --probe).
@@ -89,11 +91,11 @@ func (c *Client) ProbeSystemInfo(ctx context.Context, authorization string) (pre
 		return false, fmt.Errorf("%w: the session allows no route", ErrNotACore)
 	}
 	err = c.SystemInfo(ctx, authorization, s.AllowedRoutes[0])
-	var ce *CoreError
+	var ce *corefacts.CoreError
 	switch {
 	case err == nil, errors.As(err, &ce): // allowed, or Core's own gate answered
 		return true, nil
-	case errors.Is(err, ErrEndpointAbsent):
+	case errors.Is(err, corefacts.ErrEndpointAbsent):
 		return false, nil
 	default:
 		return false, err

@@ -2,7 +2,6 @@ package coreclient_test
 
 import (
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -52,30 +51,11 @@ func sameLabels(got []*dto.LabelPair, want map[string]string) bool {
 	return true
 }
 
-func TestMetricsRegistration(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	m1 := coreclient.NewMetrics(reg)
-	m2 := coreclient.NewMetrics(reg) // same registry: reuses the collectors
-	m1.ObserveCatalog("route", "ok", 2*time.Millisecond)
-	m2.ObserveCatalog("route", "ok", 3*time.Millisecond)
-	if got := metricValue(t, reg, "knowledge_sidecar_catalog_queries_total", map[string]string{"query": "route", "outcome": "ok"}); got != 2 {
-		t.Errorf("catalog queries got %v; want 2", got)
-	}
-	if got := metricValue(t, reg, "knowledge_sidecar_catalog_query_duration_seconds", map[string]string{"query": "route"}); got != 2 {
-		t.Errorf("catalog duration samples got %v; want 2", got)
-	}
-
-	var nilMetrics *coreclient.Metrics
-	nilMetrics.ObserveCatalog("route", "ok", time.Millisecond) // must not panic
-	coreclient.NewMetrics(nil).ObserveCatalog("route", "ok", time.Millisecond)
-	_ = coreclient.NewBreaker(coreclient.FamilyCatalog, coreclient.BreakerSettings{}, nil)
-}
-
 func TestMetricNamesFollowConventions(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m := coreclient.NewMetrics(reg)
-	m.ObserveCatalog("q", "ok", time.Millisecond)
-	_ = coreclient.NewBreaker(coreclient.FamilyIdentity, coreclient.BreakerSettings{}, m)
+	if _, err := coreclient.NewClient(coreclient.Options{BaseURL: "http://127.0.0.1:1", ServiceToken: "t", Metrics: coreclient.NewMetrics(reg)}); err != nil {
+		t.Fatal(err)
+	}
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

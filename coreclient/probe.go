@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-)
 
-// CapabilitiesSchema is the schema_version of a native Core's knowledge
-// capabilities answer.
-const CapabilitiesSchema = "bailing.agent-knowledge-capabilities.v1"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
+)
 
 // ProbeKind classifies Core's answer to a forwarded capabilities request.
 type ProbeKind int
@@ -66,8 +64,8 @@ var hopHeaders = []string{
 // not sent (Core would answer 404 not_found whatever its version): it is a
 // *CoreError 404 route_unavailable.
 func (c *Client) ProbeCapabilities(ctx context.Context, authorization, route string) (*Probe, error) {
-	if !ValidRouteKey(route) {
-		return nil, &CoreError{Status: http.StatusNotFound, Code: "route_unavailable", Message: "The configured route is unavailable."}
+	if !corefacts.ValidRouteKey(route) {
+		return nil, &corefacts.CoreError{Status: http.StatusNotFound, Code: "route_unavailable", Message: "The configured route is unavailable."}
 	}
 	var p *Probe
 	err := c.call(ctx, nil, OpProbe, func(ctx context.Context) error {
@@ -77,7 +75,7 @@ func (c *Client) ProbeCapabilities(ctx context.Context, authorization, route str
 		}
 		if authorization != "" {
 			if !headerValueOK(authorization) {
-				return fmt.Errorf("%w: malformed authorization header", ErrUnauthorized)
+				return fmt.Errorf("%w: malformed authorization header", corefacts.ErrUnauthorized)
 			}
 			req.Header.Set("Authorization", authorization)
 		}
@@ -120,7 +118,7 @@ func classifyProbe(status int, body []byte) ProbeKind {
 		var v struct {
 			SchemaVersion string `json:"schema_version"`
 		}
-		if json.Unmarshal(body, &v) == nil && v.SchemaVersion == CapabilitiesSchema {
+		if json.Unmarshal(body, &v) == nil && v.SchemaVersion == corefacts.CapabilitiesSchema {
 			return ProbeNative
 		}
 		return ProbeRelay

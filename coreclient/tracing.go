@@ -1,7 +1,6 @@
 package coreclient
 
 import (
-	"context"
 	"net/http"
 	"strconv"
 	"strings"
@@ -14,7 +13,8 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/telemetry"
 )
 
-// Tracing of Core calls and catalog queries (SPEC §9). Every function here
+// Tracing of Core calls (SPEC §9; the catalog's query spans are in
+// catalog/tracing.go). Every function here
 // runs only with a tracer set; attributes are constants, a method, a path
 // template, a status or a query label: never a URL with its route or
 // query, a credential, a KB or document id, a query text or SQL.
@@ -70,43 +70,6 @@ func endSpan(span trace.Span, resp *http.Response, err error) {
 			}
 		case err != nil:
 			span.SetAttributes(attribute.String("error.type", "transport"))
-			span.SetStatus(codes.Error, "")
-		}
-	}
-	span.End()
-}
-
-// breakerEvent marks, on the caller's span, a call the breaker refused
-// (no request was sent, so there is no client span).
-func breakerEvent(ctx context.Context, b *Breaker) {
-	span := trace.SpanFromContext(ctx)
-	if !span.IsRecording() {
-		return
-	}
-	family := ""
-	if b != nil {
-		family = b.family
-	}
-	span.AddEvent("breaker_open", trace.WithAttributes(attribute.String("knowledge_sidecar.breaker", family)))
-}
-
-// startQuerySpan starts the CLIENT span of one catalog query, named by its
-// label (a constant of this package): db.system.name mysql and the label as
-// db.query.summary, never the SQL or its arguments.
-func startQuerySpan(ctx context.Context, tracer trace.Tracer, query string) (context.Context, trace.Span) {
-	return tracer.Start(ctx, "catalog "+query, trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(
-			attribute.String("db.system.name", "mysql"),
-			attribute.String("db.query.summary", query),
-		))
-}
-
-// endQuerySpan records a query's outcome (not found is no error).
-func endQuerySpan(span trace.Span, outcome string) {
-	if span.IsRecording() {
-		span.SetAttributes(attribute.String("knowledge_sidecar.outcome", outcome))
-		if outcome != OutcomeOK && outcome != OutcomeNotFound {
-			span.SetAttributes(attribute.String("error.type", outcome))
 			span.SetStatus(codes.Error, "")
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/bailinghub/knowledge-sidecar/breaker"
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
 )
 
@@ -28,7 +29,7 @@ func TestCoreCallSpans(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	c, err := coreclient.NewClient(coreclient.Options{BaseURL: core.URL, ServiceToken: "svc", TracerProvider: tp,
-		Identity: coreclient.BreakerSettings{Failures: 1}})
+		Identity: breaker.Settings{Failures: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}

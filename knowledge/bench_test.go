@@ -13,7 +13,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/catalog"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 )
 
@@ -137,12 +138,12 @@ func BenchmarkReadPage32K(b *testing.B) {
 // with the documents served as the SQL catalog serves them on a revision
 // cache hit: body and revision precomputed, fenced to the requested KBs.
 type benchCatalog struct {
-	*coreclient.MemCatalog
-	docs map[int64]coreclient.Document
+	*catalog.MemCatalog
+	docs map[int64]corefacts.Document
 }
 
-func (c *benchCatalog) Documents(_ context.Context, ids []int64, kbIDs []string) (map[int64]coreclient.Document, error) {
-	out := make(map[int64]coreclient.Document, len(ids))
+func (c *benchCatalog) Documents(_ context.Context, ids []int64, kbIDs []string) (map[int64]corefacts.Document, error) {
+	out := make(map[int64]corefacts.Document, len(ids))
 	for _, id := range ids {
 		if d, ok := c.docs[id]; ok && slices.Contains(kbIDs, d.KBID) {
 			out[id] = d
@@ -151,10 +152,10 @@ func (c *benchCatalog) Documents(_ context.Context, ids []int64, kbIDs []string)
 	return out, nil
 }
 
-func (c *benchCatalog) Document(_ context.Context, id int64, kbIDs []string) (coreclient.Document, error) {
+func (c *benchCatalog) Document(_ context.Context, id int64, kbIDs []string) (corefacts.Document, error) {
 	d, ok := c.docs[id]
 	if !ok || !slices.Contains(kbIDs, d.KBID) {
-		return coreclient.Document{}, coreclient.ErrNotFound
+		return corefacts.Document{}, corefacts.ErrNotFound
 	}
 	return d, nil
 }
@@ -194,29 +195,29 @@ func benchDocText(i, size int) (title, content string) {
 // that answers 8 chunk hits spread over 6 documents.
 func newBenchService(b *testing.B) *Service {
 	b.Helper()
-	cat := &benchCatalog{MemCatalog: coreclient.NewMemCatalog(), docs: map[int64]coreclient.Document{}}
+	cat := &benchCatalog{MemCatalog: catalog.NewMemCatalog(), docs: map[int64]corefacts.Document{}}
 	cat.PutKB(benchKB, true)
 	cat.PutRoute(routeKey, true, `{"kb_ids":["`+benchKB+`"],"top_k":8,"min_score":0.01,"inject":"chunk","max_docs":4}`)
-	var hits []coreclient.Hit
+	var hits []corefacts.Hit
 	for i := 1; i <= benchDocs; i++ {
 		title, content := benchDocText(i, benchDocLen)
-		d := coreclient.Document{
-			DocMeta: coreclient.DocMeta{DocID: int64(i), KBID: benchKB, Title: title, Status: "ready", UpdatedAt: t0},
-			Content: content, Revision: coreclient.Revision(title, content),
+		d := corefacts.Document{
+			DocMeta: corefacts.DocMeta{DocID: int64(i), KBID: benchKB, Title: title, Status: "ready", UpdatedAt: t0},
+			Content: content, Revision: corefacts.Revision(title, content),
 		}
 		cat.docs[d.DocID] = d
 		if i <= 6 {
 			ch := fakecore.Chunks(content)
 			for _, j := range []int{3, 11} {
 				if len(hits) < 8 && j < len(ch) {
-					hits = append(hits, coreclient.Hit{KBID: benchKB, DocID: d.DocID, Seq: j, Title: title, Content: ch[j],
+					hits = append(hits, corefacts.Hit{KBID: benchKB, DocID: d.DocID, Seq: j, Title: title, Content: ch[j],
 						Score: 0.9 - 0.05*float64(len(hits))})
 				}
 			}
 		}
 	}
-	id := &fakeIdentity{sessions: map[string]coreclient.Session{tokA: sessionA}, sysInfo: map[string]error{}}
-	ret := &fakeRetriever{hits: map[string][]coreclient.Hit{benchKB: hits}}
+	id := &fakeIdentity{sessions: map[string]corefacts.Session{tokA: sessionA}, sysInfo: map[string]error{}}
+	ret := &fakeRetriever{hits: map[string][]corefacts.Hit{benchKB: hits}}
 	svc, err := New(Options{Identity: id, Retriever: ret, Catalog: cat, Keys: testKeys(b), Now: func() time.Time { return t0 },
 		RateLimit: 1e9, RateBurst: 1 << 30})
 	if err != nil {
@@ -480,7 +481,7 @@ func FuzzCollapseSpace(f *testing.F) {
 // query): what every search, read, capabilities and intercepted turn pays
 // for the route's configuration.
 func BenchmarkCatalogRoute(b *testing.B) {
-	cat := coreclient.NewMemCatalog()
+	cat := catalog.NewMemCatalog()
 	cat.PutRoute(routeKey, true, `{"kb_ids":["`+benchKB+`","faq"],"top_k":8,"min_score":0.01,"inject":"chunk","max_docs":4}`)
 	ctx := context.Background()
 	b.ReportAllocs()

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 )
 
 // Delivery statuses (SPEC §4).
@@ -82,8 +82,8 @@ func (m DeliveryMode) Valid() bool { return m == DeliveryInline || m == Delivery
 // do not ask again milliseconds later.
 type Delivery struct {
 	Status, ScopeRevision string
-	route                 *coreclient.Route // nil unless read from the catalog now
-	flags                 map[string]bool   // nil unless the KB flags were read
+	route                 *corefacts.Route // nil unless read from the catalog now
+	flags                 map[string]bool  // nil unless the KB flags were read
 }
 
 // Delivery is the final word on the route's delivery status (§4) and scope
@@ -100,12 +100,12 @@ type Delivery struct {
 // had (the catalog is down and the route was never seen), so the turn is not
 // forwarded and no run exists the host could not be told about.
 func (s *Service) Delivery(ctx context.Context, route string) (Delivery, error) {
-	if !coreclient.ValidRouteKey(route) {
+	if !corefacts.ValidRouteKey(route) {
 		return noKnowledge(route), nil
 	}
 	r, err := s.catalog.Route(ctx, route)
 	if err != nil {
-		if errors.Is(err, coreclient.ErrNotFound) {
+		if errors.Is(err, corefacts.ErrNotFound) {
 			return noKnowledge(route), nil
 		}
 		if last, ok := s.routes.Get(route); ok {

@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 )
 
 func TestCapabilitiesBody(t *testing.T) {
@@ -75,7 +75,7 @@ func TestCapabilitiesCatalogDown(t *testing.T) {
 }
 
 func TestScopeRevision(t *testing.T) {
-	k := coreclient.KnowledgeConfig{KBIDs: []string{"a", "b"}, TopK: 5, MinScore: 0.35, Inject: "chunk", MaxDocs: 4}
+	k := corefacts.KnowledgeConfig{KBIDs: []string{"a", "b"}, TopK: 5, MinScore: 0.35, Inject: "chunk", MaxDocs: 4}
 	canonical := `{"inject":"chunk","kb_ids":["a","b"],"max_docs":4,"min_score":0.35,"page_boost":false,"protocol":"bailing.agent-knowledge.v1","route":"order-assistant","top_k":5}`
 	if got := string(canonicalScope(routeKey, &k)); got != canonical {
 		t.Fatalf("canonical form\n got  %s\n want %s", got, canonical)
@@ -94,14 +94,14 @@ func TestScopeRevision(t *testing.T) {
 	if ScopeRevision(routeKey, &k) != ScopeRevision(routeKey, &k2) {
 		t.Fatalf("equal configs give different revisions")
 	}
-	variants := map[string]func(c *coreclient.KnowledgeConfig){
-		"kb order":   func(c *coreclient.KnowledgeConfig) { c.KBIDs = []string{"b", "a"} },
-		"kb removed": func(c *coreclient.KnowledgeConfig) { c.KBIDs = []string{"a"} },
-		"top_k":      func(c *coreclient.KnowledgeConfig) { c.TopK = 6 },
-		"min_score":  func(c *coreclient.KnowledgeConfig) { c.MinScore = 0.36 },
-		"inject":     func(c *coreclient.KnowledgeConfig) { c.Inject = "doc" },
-		"max_docs":   func(c *coreclient.KnowledgeConfig) { c.MaxDocs = 5 },
-		"page_boost": func(c *coreclient.KnowledgeConfig) { c.PageBoost = true },
+	variants := map[string]func(c *corefacts.KnowledgeConfig){
+		"kb order":   func(c *corefacts.KnowledgeConfig) { c.KBIDs = []string{"b", "a"} },
+		"kb removed": func(c *corefacts.KnowledgeConfig) { c.KBIDs = []string{"a"} },
+		"top_k":      func(c *corefacts.KnowledgeConfig) { c.TopK = 6 },
+		"min_score":  func(c *corefacts.KnowledgeConfig) { c.MinScore = 0.36 },
+		"inject":     func(c *corefacts.KnowledgeConfig) { c.Inject = "doc" },
+		"max_docs":   func(c *corefacts.KnowledgeConfig) { c.MaxDocs = 5 },
+		"page_boost": func(c *corefacts.KnowledgeConfig) { c.PageBoost = true },
 	}
 	seen := map[string]string{ScopeRevision(routeKey, &k): "base", ScopeRevision(routeNone, nil): "none", ScopeRevision(routeTwin, &k): "route"}
 	if len(seen) != 3 {
@@ -212,8 +212,8 @@ func TestAuthenticate(t *testing.T) {
 		status int
 	}{
 		{"rejected", "Bearer bha_x", nil, 401},
-		{"core down", tokA, func(e *env) { e.id.err = coreclient.ErrUnavailable }, 503},
-		{"incomplete session", tokA, func(e *env) { e.id.sessions[tokA] = coreclient.Session{SessionID: "x"} }, 503},
+		{"core down", tokA, func(e *env) { e.id.err = corefacts.ErrUnavailable }, 503},
+		{"incomplete session", tokA, func(e *env) { e.id.sessions[tokA] = corefacts.Session{SessionID: "x"} }, 503},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -249,7 +249,7 @@ func TestMetrics(t *testing.T) {
 	e.mustOK("search", tokA, routeKey, `{"query":"x"}`)
 	e.call("read", tokA, routeKey, `{"ref":"knowledge:1"}`)
 	e.call("capabilities", "Bearer nope", routeKey, "")
-	e.id.sysInfo[routeKey] = &coreclient.CoreError{Status: 403, Code: "audience_not_allowed"}
+	e.id.sysInfo[routeKey] = &corefacts.CoreError{Status: 403, Code: "audience_not_allowed"}
 	e.call("capabilities", tokA, routeKey, "")
 	for _, tc := range []struct {
 		endpoint, code string

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/config"
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 )
 
 // TestConformance has one row per MUST and per error code of SPEC §2–§6
@@ -40,10 +40,10 @@ func TestConformance(t *testing.T) {
 		}
 	}
 	coreErr := func(status int, code string) error {
-		return &coreclient.CoreError{Status: status, Code: code, Message: "The route cannot be used."}
+		return &corefacts.CoreError{Status: status, Code: code, Message: "The route cannot be used."}
 	}
 	setSys := func(err error) func(*env) { return func(e *env) { e.id.sysInfo[routeKey] = err } }
-	editRoute := func(fn func(k *coreclient.KnowledgeConfig)) func(*env) {
+	editRoute := func(fn func(k *corefacts.KnowledgeConfig)) func(*env) {
 		return func(e *env) {
 			e.cat.edit(func(c *fakeCatalog) {
 				r := c.routes[routeKey]
@@ -55,14 +55,14 @@ func TestConformance(t *testing.T) {
 			})
 		}
 	}
-	editDoc := func(fn func(d *coreclient.Document)) func(*env) {
+	editDoc := func(fn func(d *corefacts.Document)) func(*env) {
 		return func(e *env) {
 			d := e.cat.docs[docRefund]
 			fn(&d)
 			e.cat.setDoc(d)
 		}
 	}
-	editRun := func(id string, fn func(r *coreclient.Run)) func(*env) {
+	editRun := func(id string, fn func(r *corefacts.Run)) func(*env) {
 		return func(e *env) {
 			e.cat.edit(func(c *fakeCatalog) { r := c.runs[id]; fn(&r); c.runs[id] = r })
 		}
@@ -76,8 +76,8 @@ func TestConformance(t *testing.T) {
 		{name: "capabilities 401 bad bearer", endpoint: "capabilities", auth: "Bearer bha_nope", status: 401, code: CodeUnauthorized},
 		{name: "search 401 missing bearer", endpoint: "search", auth: "-", body: q(`{"query":"x"}`), status: 401, code: CodeUnauthorized},
 		{name: "read 401 bad bearer", endpoint: "read", auth: "Bearer bha_nope", body: q(`{"ref":"kr2.k1.x"}`), status: 401, code: CodeUnauthorized},
-		{name: "identity unavailable 503", endpoint: "search", body: q(`{"query":"x"}`), mutate: func(e *env) { e.id.err = coreclient.ErrUnavailable }, status: 503, code: CodeUnavailable},
-		{name: "identity breaker open 503", endpoint: "capabilities", mutate: func(e *env) { e.id.err = coreclient.ErrBreakerOpen }, status: 503, code: CodeUnavailable},
+		{name: "identity unavailable 503", endpoint: "search", body: q(`{"query":"x"}`), mutate: func(e *env) { e.id.err = corefacts.ErrUnavailable }, status: 503, code: CodeUnavailable},
+		{name: "identity breaker open 503", endpoint: "capabilities", mutate: func(e *env) { e.id.err = corefacts.ErrBreakerOpen }, status: 503, code: CodeUnavailable},
 		// §2 route
 		{name: "route uppercase 404", endpoint: "capabilities", route: "Order-assistant", status: 404, code: CodeRouteUnavailable},
 		{name: "route one char 404", endpoint: "search", route: "a", body: q(`{"query":"x"}`), status: 404, code: CodeRouteUnavailable},
@@ -90,16 +90,16 @@ func TestConformance(t *testing.T) {
 		{name: "gate route_not_allowed relayed", endpoint: "search", body: q(`{"query":"x"}`), mutate: setSys(coreErr(403, "route_not_allowed")), status: 403, code: CodeRouteNotAllowed},
 		{name: "gate audience code relayed", endpoint: "capabilities", mutate: setSys(coreErr(403, "audience_not_allowed")), status: 403, code: "audience_not_allowed"},
 		{name: "gate route_unavailable relayed", endpoint: "read", body: q(`{"ref":"x"}`), mutate: setSys(coreErr(404, "route_unavailable")), status: 404, code: CodeRouteUnavailable},
-		{name: "gate 401 from system-info", endpoint: "search", body: q(`{"query":"x"}`), mutate: setSys(coreclient.ErrUnauthorized), status: 401, code: CodeUnauthorized},
-		{name: "gate unavailable 503", endpoint: "search", body: q(`{"query":"x"}`), mutate: setSys(coreclient.ErrUnavailable), status: 503, code: CodeUnavailable},
+		{name: "gate 401 from system-info", endpoint: "search", body: q(`{"query":"x"}`), mutate: setSys(corefacts.ErrUnauthorized), status: 401, code: CodeUnauthorized},
+		{name: "gate unavailable 503", endpoint: "search", body: q(`{"query":"x"}`), mutate: setSys(corefacts.ErrUnavailable), status: 503, code: CodeUnavailable},
 		{name: "gate odd 5xx CoreError is 503", endpoint: "search", body: q(`{"query":"x"}`), mutate: setSys(coreErr(500, "boom")), status: 503, code: CodeUnavailable},
 		{name: "older core catalog gate denies", endpoint: "search", body: q(`{"query":"x"}`), mutate: func(e *env) {
-			e.id.sysInfo[routeKey] = coreclient.ErrEndpointAbsent
+			e.id.sysInfo[routeKey] = corefacts.ErrEndpointAbsent
 			e.cat.gate[routeKey] = coreErr(403, "route_not_allowed")
 		}, status: 403, code: CodeRouteNotAllowed},
-		{name: "older core catalog gate allows", endpoint: "search", body: q(`{"query":"x"}`), mutate: setSys(coreclient.ErrEndpointAbsent), status: 200},
+		{name: "older core catalog gate allows", endpoint: "search", body: q(`{"query":"x"}`), mutate: setSys(corefacts.ErrEndpointAbsent), status: 200},
 		{name: "older core catalog down 503", endpoint: "capabilities", mutate: func(e *env) {
-			e.id.sysInfo[routeKey] = coreclient.ErrEndpointAbsent
+			e.id.sysInfo[routeKey] = corefacts.ErrEndpointAbsent
 			e.cat.down = true
 		}, status: 503, code: CodeUnavailable},
 		{name: "knowledge does not require agent_direct", endpoint: "search", body: q(`{"query":"x"}`), mutate: setSys(coreErr(403, "agent_direct_disabled")), status: 200},
@@ -158,7 +158,7 @@ func TestConformance(t *testing.T) {
 		{name: "run preparing 409", endpoint: "search", body: q(`{"query":"x","run_id":"` + runPrep + `"}`), status: 409, code: CodeRunNotActive},
 		{name: "run completed 409", endpoint: "search", body: q(`{"query":"x","run_id":"` + runDone + `"}`), status: 409, code: CodeRunNotActive},
 		{name: "run context_ready but completed_at set 409", endpoint: "search", body: q(`{"query":"x","run_id":"` + runA + `"}`),
-			mutate: editRun(runA, func(r *coreclient.Run) { r.CompletedAt = &t0 }), status: 409, code: CodeRunNotActive},
+			mutate: editRun(runA, func(r *corefacts.Run) { r.CompletedAt = &t0 }), status: 409, code: CodeRunNotActive},
 		{name: "run uppercase UUID ok", endpoint: "search", body: q(`{"query":"x","run_id":"` + strings.ToUpper(runA) + `"}`), status: 200},
 		{name: "run row absent 404", endpoint: "search", body: q(`{"query":"x","run_id":"` + runA + `"}`), mutate: func(e *env) {
 			e.id.sysInfo[routeKey] = nil
@@ -168,7 +168,7 @@ func TestConformance(t *testing.T) {
 		{name: "search catalog down 503", endpoint: "search", body: q(`{"query":"x"}`), mutate: func(e *env) { e.cat.down = true }, status: 503, code: CodeUnavailable},
 		{name: "search documents down 503", endpoint: "search", body: q(`{"query":"x"}`), mutate: func(e *env) { e.cat.docsDown = true }, status: 503, code: CodeUnavailable},
 		{name: "search Core down is 200 unavailable", endpoint: "search", body: q(`{"query":"x"}`), mutate: func(e *env) {
-			e.ret.errs["faq"], e.ret.errs["policy"] = coreclient.ErrBreakerOpen, coreclient.ErrUnavailable
+			e.ret.errs["faq"], e.ret.errs["policy"] = corefacts.ErrBreakerOpen, corefacts.ErrUnavailable
 		}, status: 200},
 		// §6 read fields
 		{name: "ref missing 400", endpoint: "read", body: q(`{"max_bytes":4096}`), status: 400, code: CodeInvalidRequest},
@@ -234,26 +234,26 @@ func TestConformance(t *testing.T) {
 		}, status: 400, code: CodeReferenceInvalid},
 		// §6 run re-check
 		{name: "read run completed since 409", endpoint: "read", body: readWithRun(runA, runA),
-			mutate: editRun(runA, func(r *coreclient.Run) { r.Status = "completed"; r.CompletedAt = &t0 }), status: 409, code: CodeRunNotActive},
+			mutate: editRun(runA, func(r *corefacts.Run) { r.Status = "completed"; r.CompletedAt = &t0 }), status: 409, code: CodeRunNotActive},
 		{name: "read run no longer owned 404", endpoint: "read", body: readWithRun(runA, runA),
-			mutate: editRun(runA, func(r *coreclient.Run) { r.SessionID = "sess-z" }), status: 404, code: CodeRunNotFound},
+			mutate: editRun(runA, func(r *corefacts.Run) { r.SessionID = "sess-z" }), status: 404, code: CodeRunNotFound},
 		// §6 scope
-		{name: "scope top_k changed 409", endpoint: "read", body: readOf(""), mutate: editRoute(func(k *coreclient.KnowledgeConfig) { k.TopK = 6 }), status: 409, code: CodeScopeChanged},
-		{name: "scope min_score changed 409", endpoint: "read", body: readOf(""), mutate: editRoute(func(k *coreclient.KnowledgeConfig) { k.MinScore = 0.4 }), status: 409, code: CodeScopeChanged},
-		{name: "scope inject changed 409", endpoint: "read", body: readOf(""), mutate: editRoute(func(k *coreclient.KnowledgeConfig) { k.Inject = "doc" }), status: 409, code: CodeScopeChanged},
-		{name: "scope max_docs changed 409", endpoint: "read", body: readOf(""), mutate: editRoute(func(k *coreclient.KnowledgeConfig) { k.MaxDocs = 5 }), status: 409, code: CodeScopeChanged},
-		{name: "scope page_boost changed 409", endpoint: "read", body: readOf(""), mutate: editRoute(func(k *coreclient.KnowledgeConfig) { k.PageBoost = true }), status: 409, code: CodeScopeChanged},
-		{name: "scope kb order changed 409", endpoint: "read", body: readOf(""), mutate: editRoute(func(k *coreclient.KnowledgeConfig) { k.KBIDs = []string{"policy", "faq"} }), status: 409, code: CodeScopeChanged},
-		{name: "scope kb removed from route 409", endpoint: "read", body: readOf(""), mutate: editRoute(func(k *coreclient.KnowledgeConfig) { k.KBIDs = []string{"policy"} }), status: 409, code: CodeScopeChanged},
+		{name: "scope top_k changed 409", endpoint: "read", body: readOf(""), mutate: editRoute(func(k *corefacts.KnowledgeConfig) { k.TopK = 6 }), status: 409, code: CodeScopeChanged},
+		{name: "scope min_score changed 409", endpoint: "read", body: readOf(""), mutate: editRoute(func(k *corefacts.KnowledgeConfig) { k.MinScore = 0.4 }), status: 409, code: CodeScopeChanged},
+		{name: "scope inject changed 409", endpoint: "read", body: readOf(""), mutate: editRoute(func(k *corefacts.KnowledgeConfig) { k.Inject = "doc" }), status: 409, code: CodeScopeChanged},
+		{name: "scope max_docs changed 409", endpoint: "read", body: readOf(""), mutate: editRoute(func(k *corefacts.KnowledgeConfig) { k.MaxDocs = 5 }), status: 409, code: CodeScopeChanged},
+		{name: "scope page_boost changed 409", endpoint: "read", body: readOf(""), mutate: editRoute(func(k *corefacts.KnowledgeConfig) { k.PageBoost = true }), status: 409, code: CodeScopeChanged},
+		{name: "scope kb order changed 409", endpoint: "read", body: readOf(""), mutate: editRoute(func(k *corefacts.KnowledgeConfig) { k.KBIDs = []string{"policy", "faq"} }), status: 409, code: CodeScopeChanged},
+		{name: "scope kb removed from route 409", endpoint: "read", body: readOf(""), mutate: editRoute(func(k *corefacts.KnowledgeConfig) { k.KBIDs = []string{"policy"} }), status: 409, code: CodeScopeChanged},
 		{name: "scope knowledge removed 409", endpoint: "read", body: readOf(""), mutate: func(e *env) {
 			e.cat.edit(func(c *fakeCatalog) { r := c.routes[routeKey]; r.Knowledge = nil; c.routes[routeKey] = r })
 		}, status: 409, code: CodeScopeChanged},
 		// §6 document
-		{name: "doc content updated 409", endpoint: "read", body: readOf(""), mutate: editDoc(func(d *coreclient.Document) { d.Content += " 新增" }), status: 409, code: CodeKnowledgeChanged},
-		{name: "doc title updated 409", endpoint: "read", body: readOf(""), mutate: editDoc(func(d *coreclient.Document) { d.Title = "退款规则 v2" }), status: 409, code: CodeKnowledgeChanged},
-		{name: "doc re-embedding 409", endpoint: "read", body: readOf(""), mutate: editDoc(func(d *coreclient.Document) { d.Status = "embedding" }), status: 409, code: CodeKnowledgeChanged},
-		{name: "doc error state 409", endpoint: "read", body: readOf(""), mutate: editDoc(func(d *coreclient.Document) { d.Status = "error" }), status: 409, code: CodeKnowledgeChanged},
-		{name: "doc moved to another KB 409", endpoint: "read", body: readOf(""), mutate: editDoc(func(d *coreclient.Document) { d.KBID = "policy" }), status: 409, code: CodeKnowledgeChanged},
+		{name: "doc content updated 409", endpoint: "read", body: readOf(""), mutate: editDoc(func(d *corefacts.Document) { d.Content += " 新增" }), status: 409, code: CodeKnowledgeChanged},
+		{name: "doc title updated 409", endpoint: "read", body: readOf(""), mutate: editDoc(func(d *corefacts.Document) { d.Title = "退款规则 v2" }), status: 409, code: CodeKnowledgeChanged},
+		{name: "doc re-embedding 409", endpoint: "read", body: readOf(""), mutate: editDoc(func(d *corefacts.Document) { d.Status = "embedding" }), status: 409, code: CodeKnowledgeChanged},
+		{name: "doc error state 409", endpoint: "read", body: readOf(""), mutate: editDoc(func(d *corefacts.Document) { d.Status = "error" }), status: 409, code: CodeKnowledgeChanged},
+		{name: "doc moved to another KB 409", endpoint: "read", body: readOf(""), mutate: editDoc(func(d *corefacts.Document) { d.KBID = "policy" }), status: 409, code: CodeKnowledgeChanged},
 		{name: "doc deleted 409", endpoint: "read", body: readOf(""), mutate: func(e *env) { e.cat.edit(func(c *fakeCatalog) { delete(c.docs, docRefund) }) }, status: 409, code: CodeKnowledgeChanged},
 		{name: "kb disabled 409", endpoint: "read", body: readOf(""), mutate: func(e *env) { e.cat.edit(func(c *fakeCatalog) { c.kbs["faq"] = false }) }, status: 409, code: CodeKnowledgeChanged},
 		{name: "kb deleted 409", endpoint: "read", body: readOf(""), mutate: func(e *env) { e.cat.edit(func(c *fakeCatalog) { delete(c.kbs, "faq") }) }, status: 409, code: CodeKnowledgeChanged},
@@ -357,7 +357,7 @@ func TestCheckOrder(t *testing.T) {
 	steps := []step{
 		{name: "identity before route syntax", auth: "Bearer bha_bad", route: "BAD", code: CodeUnauthorized},
 		{name: "identity before route gate", auth: "Bearer bha_bad", mutate: func(e *env) {
-			e.id.sysInfo[routeKey] = &coreclient.CoreError{Status: 403, Code: "route_not_allowed"}
+			e.id.sysInfo[routeKey] = &corefacts.CoreError{Status: 403, Code: "route_not_allowed"}
 		}, code: CodeUnauthorized},
 		{name: "identity before body size", auth: "Bearer bha_bad", body: func(*env) string { return big }, code: CodeUnauthorized},
 		{name: "rate limit before route syntax", route: "BAD", mutate: exhaustRate, code: CodeRateLimited},
@@ -365,11 +365,11 @@ func TestCheckOrder(t *testing.T) {
 		// route, as on Core's own search endpoint.
 		{name: "body size before route syntax", route: "BAD", body: func(*env) string { return big }, code: CodePayloadTooLarge},
 		{name: "body size before route gate", body: func(*env) string { return big }, mutate: func(e *env) {
-			e.id.sysInfo[routeKey] = &coreclient.CoreError{Status: 403, Code: "route_not_allowed"}
+			e.id.sysInfo[routeKey] = &corefacts.CoreError{Status: 403, Code: "route_not_allowed"}
 		}, code: CodePayloadTooLarge},
 		{name: "body shape before route existence", route: "ghost-route", body: func(*env) string { return `{` }, code: CodeInvalidRequest},
 		{name: "run_id format before route gate", body: func(*env) string { return `{"query":"x","run_id":"nope"}` }, mutate: func(e *env) {
-			e.id.sysInfo[routeKey] = &coreclient.CoreError{Status: 403, Code: "route_not_allowed"}
+			e.id.sysInfo[routeKey] = &corefacts.CoreError{Status: 403, Code: "route_not_allowed"}
 		}, code: CodeInvalidRequest},
 		{name: "route syntax after a valid body", route: "BAD", code: CodeRouteUnavailable},
 		{name: "body size before shape", body: func(*env) string { return big[:len(big)-1] }, code: CodePayloadTooLarge},
@@ -556,8 +556,8 @@ func TestNewValidatesOptions(t *testing.T) {
 }
 
 func TestErrorString(t *testing.T) {
-	e := &Error{Status: 503, Code: CodeUnavailable, Message: "m.", Err: fmt.Errorf("x: %w", coreclient.ErrUnavailable)}
-	if !errors.Is(e, coreclient.ErrUnavailable) {
+	e := &Error{Status: 503, Code: CodeUnavailable, Message: "m.", Err: fmt.Errorf("x: %w", corefacts.ErrUnavailable)}
+	if !errors.Is(e, corefacts.ErrUnavailable) {
 		t.Fatalf("errors.Is through *Error: got false; want true")
 	}
 	if got := e.Error(); !strings.Contains(got, "503 knowledge_unavailable") {

@@ -12,11 +12,12 @@
 // or an *Error; it never imports an HTTP server framework, so the proxy layer
 // only has to copy bytes and status codes. Everything it needs from the
 // legacy Core is expressed by the three small interfaces in ports.go
-// (Identity, Retriever and Catalog), which package coreclient implements.
+// (Identity, Retriever and Catalog), written in package corefacts' values and
+// implemented by packages coreclient (Core's HTTP API) and catalog (its SQL view).
 //
 // Search asks Core for each knowledge base's unfiltered top k and applies
 // the route's threshold itself, as Core's filter would
-// (coreclient.ScoreThreshold): a knowledge base that holds a ready document
+// (core.ScoreThreshold): a knowledge base that holds a ready document
 // (Catalog.ReadyKBs, asked only for the ones that answered nothing) and
 // answers no hit at all has failed silently — an embeddings outage — and
 // makes the status partial or unavailable, never "ok" without hints.
@@ -29,7 +30,7 @@
 //	run (404/409) → scope (409) → document (409/503)
 //
 // The managed-task step (task.go) applies Core's task rules through the Tasks
-// interface, which coreclient's schema gate implements; without task tables
+// interface, which the catalog's schema gate implements; without task tables
 // it is a no-op.
 //
 // References ("kr2." prefix) and cursors ("kc2." prefix) are compact binary

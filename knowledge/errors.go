@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 )
 
 // Error codes answered by the knowledge endpoints (SPEC §2). A route gate
@@ -130,19 +130,19 @@ func errRateLimited(retryAfter time.Duration) *Error {
 
 // classifyCore maps an error from Identity, Retriever or Catalog to an
 // *Error using errors.Is/As only. notFound is the answer for
-// coreclient.ErrNotFound (it differs per call site); nil means "unavailable".
+// corefacts.ErrNotFound (it differs per call site); nil means "unavailable".
 func classifyCore(err error, notFound *Error) *Error {
 	var ke *Error
 	if errors.As(err, &ke) {
 		return ke
 	}
-	var ce *coreclient.CoreError
+	var ce *corefacts.CoreError
 	switch {
-	case errors.Is(err, coreclient.ErrUnauthorized):
+	case errors.Is(err, corefacts.ErrUnauthorized):
 		return errUnauthorized(err)
 	case errors.As(err, &ce):
 		return relayCoreError(ce)
-	case errors.Is(err, coreclient.ErrNotFound) && notFound != nil:
+	case errors.Is(err, corefacts.ErrNotFound) && notFound != nil:
 		if notFound.Err == nil {
 			notFound.Err = err
 		}
@@ -155,7 +155,7 @@ func classifyCore(err error, notFound *Error) *Error {
 // relayCoreError turns Core's gate answer into an *Error with Core's status
 // and code. Only 4xx answers are relayed; anything else means Core is not
 // usable right now.
-func relayCoreError(ce *coreclient.CoreError) *Error {
+func relayCoreError(ce *corefacts.CoreError) *Error {
 	if ce.Status < 400 || ce.Status > 499 || ce.Code == "" || !safeCode(ce.Code) {
 		return errUnavailable(ce)
 	}

@@ -6,7 +6,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 )
 
@@ -24,7 +24,7 @@ func ExampleKeyring_SealRef() {
 		Expiry:        issued.Add(knowledge.ReferenceTTL),
 		Binding:       bind.Digest(),
 		ScopeRevision: strings.Repeat("0", 64),
-		DocRevision:   coreclient.Revision("Refunds", "Refund window 0 means no refunds."),
+		DocRevision:   corefacts.Revision("Refunds", "Refund window 0 means no refunds."),
 		DocID:         101,
 		KBID:          "faq",
 	})

@@ -11,29 +11,29 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 )
 
 // Small in-memory fakes of the three ports. Each is safe for concurrent use.
 
 type fakeIdentity struct {
 	mu       sync.Mutex
-	sessions map[string]coreclient.Session // by Authorization header
-	err      error                         // Session fails with err when set
-	sysInfo  map[string]error              // SystemInfo answer per route (absent: nil)
+	sessions map[string]corefacts.Session // by Authorization header
+	err      error                        // Session fails with err when set
+	sysInfo  map[string]error             // SystemInfo answer per route (absent: nil)
 	calls    int
 }
 
-func (f *fakeIdentity) Session(_ context.Context, authorization string) (coreclient.Session, error) {
+func (f *fakeIdentity) Session(_ context.Context, authorization string) (corefacts.Session, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
 	if f.err != nil {
-		return coreclient.Session{}, f.err
+		return corefacts.Session{}, f.err
 	}
 	s, ok := f.sessions[authorization]
 	if !ok {
-		return coreclient.Session{}, coreclient.ErrUnauthorized
+		return corefacts.Session{}, corefacts.ErrUnauthorized
 	}
 	return s, nil
 }
@@ -52,7 +52,7 @@ type searchCall struct {
 
 type fakeRetriever struct {
 	mu       sync.Mutex
-	hits     map[string][]coreclient.Hit
+	hits     map[string][]corefacts.Hit
 	errs     map[string]error
 	hang     map[string]bool // block until the context ends
 	barrier  *sync.WaitGroup // when set, every call waits for all others
@@ -62,7 +62,7 @@ type fakeRetriever struct {
 
 // SearchKB answers hits[kb] as Core's unfiltered top k (the fake keeps the
 // order given; a KB absent from hits answers no hit at all).
-func (f *fakeRetriever) SearchKB(ctx context.Context, kb, query string, topK int) ([]coreclient.Hit, error) {
+func (f *fakeRetriever) SearchKB(ctx context.Context, kb, query string, topK int) ([]corefacts.Hit, error) {
 	f.mu.Lock()
 	f.calls = append(f.calls, searchCall{kb, query, topK})
 	hits, err, hang, barrier := f.hits[kb], f.errs[kb], f.hang[kb], f.barrier
@@ -74,17 +74,17 @@ func (f *fakeRetriever) SearchKB(ctx context.Context, kb, query string, topK int
 		select {
 		case <-done:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: %w", coreclient.ErrUnavailable, ctx.Err())
+			return nil, fmt.Errorf("%w: %w", corefacts.ErrUnavailable, ctx.Err())
 		}
 	}
 	if hang {
 		<-ctx.Done()
-		return nil, fmt.Errorf("%w: %w", coreclient.ErrUnavailable, ctx.Err())
+		return nil, fmt.Errorf("%w: %w", corefacts.ErrUnavailable, ctx.Err())
 	}
 	if err != nil {
 		return nil, err
 	}
-	return append([]coreclient.Hit(nil), hits...), nil
+	return append([]corefacts.Hit(nil), hits...), nil
 }
 
 func (f *fakeRetriever) Usable() bool {
@@ -101,10 +101,10 @@ func (f *fakeRetriever) callList() []searchCall {
 
 type fakeCatalog struct {
 	mu        sync.Mutex
-	routes    map[string]coreclient.Route
+	routes    map[string]corefacts.Route
 	kbs       map[string]bool
-	docs      map[int64]coreclient.Document
-	runs      map[string]coreclient.Run
+	docs      map[int64]corefacts.Document
+	runs      map[string]corefacts.Run
 	gate      map[string]error // RouteGate answer per route
 	down      bool             // every call fails with ErrUnavailable
 	docsDown  bool             // Documents/Document fail
@@ -118,9 +118,9 @@ type fakeCatalog struct {
 	onRoute   func()            // called by Route, outside the lock
 }
 
-var errCatalogDown = fmt.Errorf("%w: test catalog down", coreclient.ErrUnavailable)
+var errCatalogDown = fmt.Errorf("%w: test catalog down", corefacts.ErrUnavailable)
 
-func (f *fakeCatalog) Route(_ context.Context, key string) (coreclient.Route, error) {
+func (f *fakeCatalog) Route(_ context.Context, key string) (corefacts.Route, error) {
 	if f.onRoute != nil {
 		f.onRoute()
 	}
@@ -128,11 +128,11 @@ func (f *fakeCatalog) Route(_ context.Context, key string) (coreclient.Route, er
 	defer f.mu.Unlock()
 	f.metaCalls++
 	if f.down {
-		return coreclient.Route{}, errCatalogDown
+		return corefacts.Route{}, errCatalogDown
 	}
 	r, ok := f.routes[key]
 	if !ok {
-		return coreclient.Route{}, coreclient.ErrNotFound
+		return corefacts.Route{}, corefacts.ErrNotFound
 	}
 	if r.Knowledge != nil {
 		k := *r.Knowledge
@@ -142,7 +142,7 @@ func (f *fakeCatalog) Route(_ context.Context, key string) (coreclient.Route, er
 	return r, nil
 }
 
-func (f *fakeCatalog) RouteGate(_ context.Context, route string, _ coreclient.Session) error {
+func (f *fakeCatalog) RouteGate(_ context.Context, route string, _ corefacts.Session) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down {
@@ -169,20 +169,20 @@ func (f *fakeCatalog) KBEnabled(_ context.Context, ids []string) (map[string]boo
 
 // KBs: the fake's ids are stored as configured; storedAs overrides the
 // spelling of some.
-func (f *fakeCatalog) KBs(ctx context.Context, ids []string) (map[string]coreclient.KB, error) {
+func (f *fakeCatalog) KBs(ctx context.Context, ids []string) (map[string]corefacts.KB, error) {
 	flags, err := f.KBEnabled(ctx, ids)
 	if err != nil {
 		return nil, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := map[string]coreclient.KB{}
+	out := map[string]corefacts.KB{}
 	for id, on := range flags {
 		stored := id
 		if s, ok := f.storedAs[id]; ok {
 			stored = s
 		}
-		out[id] = coreclient.KB{ID: stored, Enabled: on}
+		out[id] = corefacts.KB{ID: stored, Enabled: on}
 	}
 	return out, nil
 }
@@ -201,7 +201,7 @@ func (f *fakeCatalog) ReadyKBs(_ context.Context, ids []string) (map[string]bool
 			continue
 		}
 		for _, d := range f.docs {
-			if d.KBID == id && d.Status == coreclient.StatusReady {
+			if d.KBID == id && d.Status == corefacts.StatusReady {
 				out[id] = true
 			}
 		}
@@ -215,13 +215,13 @@ func (f *fakeCatalog) readyCalls() [][]string {
 	return append([][]string(nil), f.readyAsks...)
 }
 
-func (f *fakeCatalog) Documents(_ context.Context, ids []int64, kbIDs []string) (map[int64]coreclient.Document, error) {
+func (f *fakeCatalog) Documents(_ context.Context, ids []int64, kbIDs []string) (map[int64]corefacts.Document, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down || f.docsDown {
 		return nil, errCatalogDown
 	}
-	out := map[int64]coreclient.Document{}
+	out := map[int64]corefacts.Document{}
 	f.docsRead = append(f.docsRead, ids...)
 	f.docCalls++
 	for _, id := range ids {
@@ -232,28 +232,28 @@ func (f *fakeCatalog) Documents(_ context.Context, ids []int64, kbIDs []string) 
 	return out, nil
 }
 
-func (f *fakeCatalog) Document(_ context.Context, id int64, kbIDs []string) (coreclient.Document, error) {
+func (f *fakeCatalog) Document(_ context.Context, id int64, kbIDs []string) (corefacts.Document, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down || f.docsDown {
-		return coreclient.Document{}, errCatalogDown
+		return corefacts.Document{}, errCatalogDown
 	}
 	d, ok := f.docs[id]
 	if !ok || !contains(kbIDs, d.KBID) {
-		return coreclient.Document{}, coreclient.ErrNotFound
+		return corefacts.Document{}, corefacts.ErrNotFound
 	}
 	return d, nil
 }
 
-func (f *fakeCatalog) Run(_ context.Context, id string) (coreclient.Run, error) {
+func (f *fakeCatalog) Run(_ context.Context, id string) (corefacts.Run, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down {
-		return coreclient.Run{}, errCatalogDown
+		return corefacts.Run{}, errCatalogDown
 	}
 	r, ok := f.runs[id]
 	if !ok {
-		return coreclient.Run{}, coreclient.ErrNotFound
+		return corefacts.Run{}, corefacts.ErrNotFound
 	}
 	return r, nil
 }
@@ -265,10 +265,10 @@ func (f *fakeCatalog) Usable() bool {
 }
 
 // setDoc stores a document with its revision computed like the catalog does.
-func (f *fakeCatalog) setDoc(d coreclient.Document) {
+func (f *fakeCatalog) setDoc(d corefacts.Document) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	d.Revision = coreclient.Revision(d.Title, d.Content)
+	d.Revision = corefacts.Revision(d.Title, d.Content)
 	if d.Status == "" {
 		d.Status = "ready"
 	}
@@ -314,10 +314,10 @@ var (
 	refundContent  = "# 退款规则\n\n退款窗口设为0时，订单不可退款。\n\n![流程图](https://cdn.example/flow.png)\n\n超过窗口的退款需要主管审批。"
 	shipContent    = "Shipping takes 3-5 days.\n\nExpress shipping takes 1 day."
 	policyContent  = "Policy: refunds over 1000 need two approvals."
-	sessionA       = coreclient.Session{SessionID: "sess-a", ClientAppID: "app-1", Principal: coreclient.Principal{ID: "user-42", Tenant: "t7"}, OnBehalfOf: "t7:user-42", AllowedRoutes: []string{routeKey}}
-	sessionB       = coreclient.Session{SessionID: "sess-b", ClientAppID: "app-1", Principal: coreclient.Principal{ID: "user-43"}, OnBehalfOf: "t7:user-43"}
-	sessionC       = coreclient.Session{SessionID: "sess-a", ClientAppID: "app-2", Principal: coreclient.Principal{ID: "user-42", Tenant: "t7"}, OnBehalfOf: "t7:user-42"}
-	defaultKBConfg = coreclient.KnowledgeConfig{KBIDs: []string{"faq", "policy"}, TopK: 5, MinScore: 0.35, Inject: "chunk", MaxDocs: 4}
+	sessionA       = corefacts.Session{SessionID: "sess-a", ClientAppID: "app-1", Principal: corefacts.Principal{ID: "user-42", Tenant: "t7"}, OnBehalfOf: "t7:user-42", AllowedRoutes: []string{routeKey}}
+	sessionB       = corefacts.Session{SessionID: "sess-b", ClientAppID: "app-1", Principal: corefacts.Principal{ID: "user-43"}, OnBehalfOf: "t7:user-43"}
+	sessionC       = corefacts.Session{SessionID: "sess-a", ClientAppID: "app-2", Principal: corefacts.Principal{ID: "user-42", Tenant: "t7"}, OnBehalfOf: "t7:user-42"}
+	defaultKBConfg = corefacts.KnowledgeConfig{KBIDs: []string{"faq", "policy"}, TopK: 5, MinScore: 0.35, Inject: "chunk", MaxDocs: 4}
 )
 
 type env struct {
@@ -357,11 +357,11 @@ func newEnv(t testing.TB, opts ...func(*Options)) *env {
 	kc := defaultKBConfg
 	twin := defaultKBConfg
 	e.id = &fakeIdentity{
-		sessions: map[string]coreclient.Session{tokA: sessionA, tokB: sessionB, tokC: sessionC},
+		sessions: map[string]corefacts.Session{tokA: sessionA, tokB: sessionB, tokC: sessionC},
 		sysInfo:  map[string]error{},
 	}
 	e.ret = &fakeRetriever{
-		hits: map[string][]coreclient.Hit{
+		hits: map[string][]corefacts.Hit{
 			"faq": {
 				{KBID: "faq", DocID: docRefund, Seq: 0, Title: "退款规则", Content: "# 退款规则\n退款窗口设为0时，订单不可退款。", Score: 0.82},
 				{KBID: "faq", DocID: docShip, Seq: 0, Title: "Shipping", Content: "Shipping takes 3-5 days.", Score: 0.61},
@@ -374,15 +374,15 @@ func newEnv(t testing.TB, opts ...func(*Options)) *env {
 		errs: map[string]error{}, hang: map[string]bool{},
 	}
 	e.cat = &fakeCatalog{
-		routes: map[string]coreclient.Route{
+		routes: map[string]corefacts.Route{
 			routeKey:    {Key: routeKey, Enabled: true, Knowledge: &kc},
 			routeTwin:   {Key: routeTwin, Enabled: true, Knowledge: &twin},
 			routeNone:   {Key: routeNone, Enabled: true},
 			"off-route": {Key: "off-route", Enabled: false, Knowledge: &kc},
 		},
 		kbs:  map[string]bool{"faq": true, "policy": true},
-		docs: map[int64]coreclient.Document{},
-		runs: map[string]coreclient.Run{
+		docs: map[int64]corefacts.Document{},
+		runs: map[string]corefacts.Run{
 			runA:     {RunID: runA, SessionID: "sess-a", ClientAppID: "app-1", RouteKey: routeKey, Status: "context_ready"},
 			runB:     {RunID: runB, SessionID: "sess-a", ClientAppID: "app-1", RouteKey: routeKey, Status: "context_ready"},
 			runDone:  {RunID: runDone, SessionID: "sess-a", ClientAppID: "app-1", RouteKey: routeKey, Status: "completed", CompletedAt: &t0},
@@ -391,9 +391,9 @@ func newEnv(t testing.TB, opts ...func(*Options)) *env {
 		},
 		gate: map[string]error{},
 	}
-	e.cat.setDoc(coreclient.Document{DocMeta: coreclient.DocMeta{DocID: docRefund, KBID: "faq", Title: "退款规则"}, Content: refundContent})
-	e.cat.setDoc(coreclient.Document{DocMeta: coreclient.DocMeta{DocID: docShip, KBID: "faq", Title: "Shipping"}, Content: shipContent})
-	e.cat.setDoc(coreclient.Document{DocMeta: coreclient.DocMeta{DocID: docPolicy, KBID: "policy", Title: "Policy"}, Content: policyContent})
+	e.cat.setDoc(corefacts.Document{DocMeta: corefacts.DocMeta{DocID: docRefund, KBID: "faq", Title: "退款规则"}, Content: refundContent})
+	e.cat.setDoc(corefacts.Document{DocMeta: corefacts.DocMeta{DocID: docShip, KBID: "faq", Title: "Shipping"}, Content: shipContent})
+	e.cat.setDoc(corefacts.Document{DocMeta: corefacts.DocMeta{DocID: docPolicy, KBID: "policy", Title: "Policy"}, Content: policyContent})
 	o := Options{Identity: e.id, Retriever: e.ret, Catalog: e.cat, Keys: testKeys(t), Now: e.clock}
 	for _, fn := range opts {
 		fn(&o)

@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"strings"
 
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 )
 
 // TurnItem is one piece of what Core retrieved for a turn (SPEC §7
@@ -53,7 +53,7 @@ var emptyHints = []byte("[]")
 // retrieval was down ("unavailable") fails, neither reading Core's answer
 // further. Best effort: every failure is "[]" with HintsFailed, never an
 // error.
-func (s *Service) TurnHintsFor(ctx context.Context, sess coreclient.Session, d Delivery, runID string, items []TurnItem) (hints []byte, outcome string) {
+func (s *Service) TurnHintsFor(ctx context.Context, sess corefacts.Session, d Delivery, runID string, items []TurnItem) (hints []byte, outcome string) {
 	switch {
 	case d.Status == StatusDisabled: // no knowledge configured
 		return emptyHints, HintsNone
@@ -70,9 +70,9 @@ func (s *Service) TurnHintsFor(ctx context.Context, sess coreclient.Session, d D
 	r := *d.route
 	kbs := uniqueStrings(r.Knowledge.KBIDs)
 	flags := d.flags
-	hits := make([]coreclient.Hit, 0, len(items))
+	hits := make([]corefacts.Hit, 0, len(items))
 	for _, it := range items {
-		hits = append(hits, coreclient.Hit{DocID: it.DocID, Title: it.Title, Content: it.Content, Score: it.Score})
+		hits = append(hits, corefacts.Hit{DocID: it.DocID, Title: it.Title, Content: it.Content, Score: it.Score})
 	}
 	groups, err := s.rank(ctx, []kbAnswer{{hits: hits}}, flags, kbs, SearchMaxResults, 0)
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 )
 
 // turnHint is a same-run hint as decoded from the serialized array.
@@ -69,8 +69,8 @@ const (
 // most 3, the summary quoting the document's hit chunks.
 func TestTurnHintsGrouping(t *testing.T) {
 	e := newEnv(t)
-	e.cat.setDoc(coreclient.Document{DocMeta: coreclient.DocMeta{DocID: 103, KBID: "faq", Title: "Warranty"}, Content: "Warranty lasts one year."})
-	e.cat.setDoc(coreclient.Document{DocMeta: coreclient.DocMeta{DocID: 202, KBID: "policy", Title: "Escalation"}, Content: "Escalate after two days."})
+	e.cat.setDoc(corefacts.Document{DocMeta: corefacts.DocMeta{DocID: 103, KBID: "faq", Title: "Warranty"}, Content: "Warranty lasts one year."})
+	e.cat.setDoc(corefacts.Document{DocMeta: corefacts.DocMeta{DocID: 202, KBID: "policy", Title: "Escalation"}, Content: "Escalate after two days."})
 	for _, tc := range []struct {
 		name        string
 		items       []TurnItem
@@ -167,14 +167,14 @@ func TestTurnHintsExcluded(t *testing.T) {
 		}, []TurnItem{refund, ship}, "Shipping", HintsMinted},
 		{"KB disabled", func(c *fakeCatalog) { c.kbs["policy"] = false }, []TurnItem{refund, policy}, "退款规则", HintsMinted},
 		{"KB not in the route", func(c *fakeCatalog) {
-			c.docs[301] = coreclient.Document{DocMeta: coreclient.DocMeta{DocID: 301, KBID: "hr", Title: "Salaries", Status: "ready"}, Content: "Salaries are secret."}
+			c.docs[301] = corefacts.Document{DocMeta: corefacts.DocMeta{DocID: 301, KBID: "hr", Title: "Salaries", Status: "ready"}, Content: "Salaries are secret."}
 			c.kbs["hr"] = true
 		}, []TurnItem{{DocID: 301, Title: "Salaries", Content: "Salaries are secret.", Score: 0.99}, ship}, "Shipping", HintsMinted},
 		{"document gone", func(c *fakeCatalog) { delete(c.docs, docShip) }, []TurnItem{ship}, "", HintsNone},
 		{"edited after Core's retrieval (stale chunk)", func(c *fakeCatalog) {
 			d := c.docs[docRefund]
 			d.Content = strings.Replace(d.Content, "订单不可退款", "订单可以退款", 1)
-			d.Revision = coreclient.Revision(d.Title, d.Content)
+			d.Revision = corefacts.Revision(d.Title, d.Content)
 			c.docs[docRefund] = d
 		}, []TurnItem{refund, policy}, "Policy", HintsMinted},
 		{"unusable items", nil, []TurnItem{{DocID: 0, Content: policyChunk, Score: 0.9}, {DocID: docPolicy, Content: policyChunk, Score: nan()}}, "", HintsNone},
@@ -221,7 +221,7 @@ func TestTurnHintsBudget(t *testing.T) {
 			var items []TurnItem
 			for i := range 3 {
 				id := int64(500 + i)
-				e.cat.setDoc(coreclient.Document{DocMeta: coreclient.DocMeta{DocID: id, KBID: "faq", Title: tc.titles[i]}, Content: tc.contents[i]})
+				e.cat.setDoc(corefacts.Document{DocMeta: corefacts.DocMeta{DocID: id, KBID: "faq", Title: tc.titles[i]}, Content: tc.contents[i]})
 				items = append(items, TurnItem{DocID: id, Title: tc.titles[i], Content: tc.contents[i], Score: 0.9 - float64(i)/10})
 			}
 			hints, outcome, raw := e.turnHints(items)

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 )
 
 // Read answers POST …/knowledge/read (SPEC §6). Every page re-checks
@@ -86,7 +86,7 @@ func (s *Service) Read(ctx context.Context, authorization, route string, body io
 	if err != nil {
 		return nil, classifyCore(err, errKnowledgeChanged(nil))
 	}
-	if doc.Status != coreclient.StatusReady || doc.KBID != rc.KBID || doc.DocID != rc.DocID || docRevision(doc) != rc.DocRevision {
+	if doc.Status != corefacts.StatusReady || doc.KBID != rc.KBID || doc.DocID != rc.DocID || docRevision(doc) != rc.DocRevision {
 		return nil, errKnowledgeChanged(errors.New("document not ready or revised"))
 	}
 	page := ReadPage{

@@ -8,7 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 )
 
 type readResp struct {
@@ -47,7 +47,7 @@ func TestReadResponseShape(t *testing.T) {
 	r, raw := e.readPage(`{"ref":"` + ref + `","run_id":"` + runA + `"}`)
 	wantPrefix := `{"schema_version":"bailing.agent-knowledge-read.v1","route":"order-assistant","run_id":"` + runA +
 		`","knowledge_scope_revision":"` + ScopeRevision(routeKey, &defaultKBConfg) + `","ref":"` + ref +
-		`","revision":"` + coreclient.Revision("退款规则", refundContent) + `","title":"退款规则","content":`
+		`","revision":"` + corefacts.Revision("退款规则", refundContent) + `","title":"退款规则","content":`
 	if !strings.HasPrefix(string(raw), wantPrefix) {
 		t.Fatalf("body %s; want prefix %s", raw, wantPrefix)
 	}
@@ -87,7 +87,7 @@ func TestReadChainThroughService(t *testing.T) {
 			d := e.cat.docs[docRefund]
 			d.Content = tc.content
 			e.cat.setDoc(d)
-			e.ret.hits["faq"] = []coreclient.Hit{{KBID: "faq", DocID: docRefund, Content: "", Score: 0.9}}
+			e.ret.hits["faq"] = []corefacts.Hit{{KBID: "faq", DocID: docRefund, Content: "", Score: 0.9}}
 			ref := e.refFor(tokA, routeKey, "", docRefund)
 			limit := ReadDefaultBytes
 			if tc.maxBytes != "" {
@@ -140,7 +140,7 @@ func TestReadNeverServesNewerBody(t *testing.T) {
 	d := e.cat.docs[docRefund]
 	d.Content = strings.Repeat("旧内容。", 4000)
 	e.cat.setDoc(d)
-	e.ret.hits["faq"] = []coreclient.Hit{{KBID: "faq", DocID: docRefund, Content: "旧内容。", Score: 0.9}}
+	e.ret.hits["faq"] = []corefacts.Hit{{KBID: "faq", DocID: docRefund, Content: "旧内容。", Score: 0.9}}
 	ref := e.refFor(tokA, routeKey, "", docRefund)
 	p, _ := e.readPage(`{"ref":"` + ref + `","max_bytes":4096}`)
 	if p.NextCursor == nil {
@@ -196,7 +196,7 @@ func TestReadDefaultMaxBytes(t *testing.T) {
 	d := e.cat.docs[docRefund]
 	d.Content = strings.Repeat("x", 100000)
 	e.cat.setDoc(d)
-	e.ret.hits["faq"] = []coreclient.Hit{{KBID: "faq", DocID: docRefund, Content: "xxx", Score: 0.9}}
+	e.ret.hits["faq"] = []corefacts.Hit{{KBID: "faq", DocID: docRefund, Content: "xxx", Score: 0.9}}
 	_, raw := e.readPage(`{"ref":"` + e.refFor(tokA, routeKey, "", docRefund) + `"}`)
 	if len(raw) != ReadDefaultBytes {
 		t.Fatalf("page of an ASCII document is %d bytes; want exactly the default %d", len(raw), ReadDefaultBytes)

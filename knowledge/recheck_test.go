@@ -7,7 +7,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts/jsstring"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 )
 
@@ -113,7 +113,7 @@ func insertEvery(s string, n int, mark string) string {
 	k := 0
 	for _, r := range s {
 		b.WriteRune(r)
-		if !coreclient.IsJSSpace(r) {
+		if !jsstring.IsSpace(r) {
 			if k++; k%n == 0 {
 				b.WriteString(mark)
 			}

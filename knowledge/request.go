@@ -10,7 +10,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts/jsstring"
 )
 
 // Request decoding: strict, never clamping or fixing input (SPEC §2).
@@ -239,7 +239,7 @@ func parseSearch(body []byte) (searchRequest, error) {
 	// Core counts and trims like JavaScript: emptiness after trim() (which
 	// also removes U+FEFF) and the length in UTF-16 code units, so a query a
 	// native Core accepts is accepted here and vice versa.
-	if coreclient.JSTrim(q) == "" {
+	if jsstring.Trim(q) == "" {
 		return r, errInvalid("query must not be empty.")
 	}
 	if utf16Len(q) > maxQueryUnits {

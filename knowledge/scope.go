@@ -5,7 +5,7 @@ import (
 	"encoding/hex"
 	"strconv"
 
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 )
 
 // Protocol is the protocol name carried by capabilities and turn blocks.
@@ -28,12 +28,12 @@ const Protocol = "bailing.agent-knowledge.v1"
 // A route without knowledge (nil config) still has a revision:
 //
 //	{"knowledge":null,"protocol":"bailing.agent-knowledge.v1","route":"order-assistant"}
-func ScopeRevision(route string, k *coreclient.KnowledgeConfig) string {
+func ScopeRevision(route string, k *corefacts.KnowledgeConfig) string {
 	sum := sha256.Sum256(canonicalScope(route, k))
 	return hex.EncodeToString(sum[:])
 }
 
-func canonicalScope(route string, k *coreclient.KnowledgeConfig) []byte {
+func canonicalScope(route string, k *corefacts.KnowledgeConfig) []byte {
 	b := make([]byte, 0, 256)
 	if k == nil {
 		b = append(b, `{"knowledge":null,"protocol":`...)

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 )
 
 const (
@@ -79,7 +79,7 @@ func (s *Service) Search(ctx context.Context, authorization, route string, body 
 	}
 	// The route's threshold, applied here exactly as Core would have (the
 	// answers are unfiltered), before any catalog work on hits.
-	threshold := coreclient.ScoreThreshold(kc.MinScore)
+	threshold := corefacts.ScoreThreshold(kc.MinScore)
 	for i := range answers {
 		answers[i].hits = aboveThreshold(answers[i].hits, threshold)
 	}
@@ -120,7 +120,7 @@ func retrievalTopK(topK, limit int) int {
 
 type kbAnswer struct {
 	kb   string
-	hits []coreclient.Hit
+	hits []corefacts.Hit
 	err  error
 }
 
@@ -175,11 +175,11 @@ func (s *Service) failSilent(ctx context.Context, answers []kbAnswer) error {
 }
 
 // aboveThreshold keeps the hits Core's own filter would have kept for the
-// threshold (coreclient.KeepsScore), in order.
-func aboveThreshold(hits []coreclient.Hit, threshold float64) []coreclient.Hit {
+// threshold (corefacts.KeepsScore), in order.
+func aboveThreshold(hits []corefacts.Hit, threshold float64) []corefacts.Hit {
 	out := hits[:0:0]
 	for _, h := range hits {
-		if coreclient.KeepsScore(h.Score, threshold) {
+		if corefacts.KeepsScore(h.Score, threshold) {
 			out = append(out, h)
 		}
 	}
@@ -193,7 +193,7 @@ func aboveThreshold(hits []coreclient.Hit, threshold float64) []coreclient.Hit {
 // spelling can return chunks up to 10 minutes old. Hits come back under the
 // route's spelling kb. Answers are Core's unfiltered top topK; the calls
 // that failed are counted here, the answered ones by failSilent.
-func (s *Service) retrieve(ctx context.Context, kbs []string, rows map[string]coreclient.KB, query string, topK int) []kbAnswer {
+func (s *Service) retrieve(ctx context.Context, kbs []string, rows map[string]corefacts.KB, query string, topK int) []kbAnswer {
 	answers := make([]kbAnswer, len(kbs))
 	var wg sync.WaitGroup
 	for i, kb := range kbs {
@@ -208,7 +208,7 @@ func (s *Service) retrieve(ctx context.Context, kbs []string, rows map[string]co
 			}
 			hits, err := s.retriever.SearchKB(cctx, stored, query, topK)
 			for j := range hits {
-				if coreclient.SameID(hits[j].KBID, stored) {
+				if corefacts.SameID(hits[j].KBID, stored) {
 					hits[j].KBID = kb
 				}
 			}
@@ -217,7 +217,7 @@ func (s *Service) retrieve(ctx context.Context, kbs []string, rows map[string]co
 			case err == nil:
 			case errors.Is(err, context.DeadlineExceeded):
 				s.m.kbCall("timeout")
-			case errors.Is(err, coreclient.ErrRateLimited):
+			case errors.Is(err, corefacts.ErrRateLimited):
 				s.m.kbCall("rate_limited")
 			default:
 				s.m.kbCall("error")
@@ -233,7 +233,7 @@ func (s *Service) retrieve(ctx context.Context, kbs []string, rows map[string]co
 }
 
 type docGroup struct {
-	doc    coreclient.Document
+	doc    corefacts.Document
 	score  float64
 	chunks []string // current hit chunk texts, best first
 }
@@ -247,7 +247,7 @@ type docGroup struct {
 // the caller's (Search filters before calling; a turn's items are what Core
 // already kept).
 func (s *Service) rank(ctx context.Context, answers []kbAnswer, flags map[string]bool, fence []string, limit, batch int) ([]docGroup, error) {
-	var hits []coreclient.Hit
+	var hits []corefacts.Hit
 	for _, ans := range answers {
 		if ans.err != nil {
 			continue
@@ -277,7 +277,7 @@ func (s *Service) rank(ctx context.Context, answers []kbAnswer, flags map[string
 	// Bodies are fetched lazily, in rank order and in small batches, until
 	// limit documents survive: a search reads a few bodies, not every
 	// candidate of every knowledge base.
-	docs := make(map[int64]coreclient.Document, len(ids))
+	docs := make(map[int64]corefacts.Document, len(ids))
 	fetched := make(map[int64]bool, len(ids))
 	next := 0
 	if batch <= 0 {
@@ -310,7 +310,7 @@ func (s *Service) rank(ctx context.Context, answers []kbAnswer, flags map[string
 		case !ok:
 			s.m.drop("missing", 1)
 			continue
-		case doc.Status != coreclient.StatusReady:
+		case doc.Status != corefacts.StatusReady:
 			s.m.drop("not_ready", 1)
 			continue
 		case h.KBID != "" && doc.KBID != h.KBID || !flags[doc.KBID]:
@@ -392,11 +392,11 @@ func summarize(chunks []string) string {
 }
 
 // docRevision is the catalog's revision when well-formed, else computed.
-func docRevision(d coreclient.Document) string {
+func docRevision(d corefacts.Document) string {
 	if _, err := decodeRevision(d.Revision); err == nil {
 		return d.Revision
 	}
-	return coreclient.Revision(d.Title, d.Content)
+	return corefacts.Revision(d.Title, d.Content)
 }
 
 func uniqueStrings(in []string) []string {
@@ -414,17 +414,17 @@ func uniqueStrings(in []string) []string {
 // errorClass names an error's class for logs without its text.
 func errorClass(err error) string {
 	switch {
-	case errors.Is(err, coreclient.ErrBreakerOpen):
+	case errors.Is(err, corefacts.ErrBreakerOpen):
 		return "breaker_open"
 	case errors.Is(err, context.DeadlineExceeded):
 		return "timeout"
 	case errors.Is(err, context.Canceled):
 		return "canceled"
-	case errors.Is(err, coreclient.ErrUnavailable):
+	case errors.Is(err, corefacts.ErrUnavailable):
 		return "unavailable"
-	case errors.Is(err, coreclient.ErrUnauthorized):
+	case errors.Is(err, corefacts.ErrUnauthorized):
 		return "unauthorized"
-	case errors.Is(err, coreclient.ErrRateLimited):
+	case errors.Is(err, corefacts.ErrRateLimited):
 		return "rate_limited"
 	default:
 		return "other"

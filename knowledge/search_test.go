@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 )
 
 func hintsOf(t *testing.T, m map[string]any) []map[string]any {
@@ -80,7 +80,7 @@ func TestSearchResponseShape(t *testing.T) {
 		t.Fatalf("titles %s; want merged by score across KBs, one per doc", titles(hs))
 	}
 	first := hs[0]
-	if first["revision"] != coreclient.Revision("退款规则", refundContent) {
+	if first["revision"] != corefacts.Revision("退款规则", refundContent) {
 		t.Errorf("revision %v; want sha256(title NUL content)", first["revision"])
 	}
 	if first["score"] != 0.82 {
@@ -117,7 +117,7 @@ func TestSearchRetrievalCalls(t *testing.T) {
 			e.cat.edit(func(c *fakeCatalog) {
 				k := *c.routes[routeKey].Knowledge
 				k.TopK, k.MinScore = tc.topK, tc.minScore
-				c.routes[routeKey] = coreclient.Route{Key: routeKey, Enabled: true, Knowledge: &k}
+				c.routes[routeKey] = corefacts.Route{Key: routeKey, Enabled: true, Knowledge: &k}
 			})
 			e.mustOK("search", tokA, routeKey, `{"query":" 退款 "`+tc.limit+`}`)
 			calls := e.ret.callList()
@@ -143,7 +143,7 @@ func TestSearchHitsBelowRouteThresholdAreDropped(t *testing.T) {
 	e.cat.edit(func(c *fakeCatalog) {
 		k := *c.routes[routeKey].Knowledge
 		k.MinScore = 0.65
-		c.routes[routeKey] = coreclient.Route{Key: routeKey, Enabled: true, Knowledge: &k}
+		c.routes[routeKey] = corefacts.Route{Key: routeKey, Enabled: true, Knowledge: &k}
 	})
 	hs := hintsOf(t, e.mustOK("search", tokA, routeKey, `{"query":"x"}`))
 	if titles(hs) != "退款规则,Policy" {
@@ -201,11 +201,11 @@ func TestSearchStatus(t *testing.T) {
 			d.Status = "embedding"
 			e.cat.docs[docPolicy] = d
 		}, routeKey, StatusOK, "退款规则,Shipping", 2},
-		{"one KB errors", func(e *env) { e.ret.errs["policy"] = coreclient.ErrUnavailable }, routeKey, StatusPartial, "退款规则,Shipping", 2},
+		{"one KB errors", func(e *env) { e.ret.errs["policy"] = corefacts.ErrUnavailable }, routeKey, StatusPartial, "退款规则,Shipping", 2},
 		{"one KB disabled is skipped", func(e *env) { e.cat.kbs["policy"] = false }, routeKey, StatusPartial, "退款规则,Shipping", 1},
 		{"one KB missing is skipped", func(e *env) { delete(e.cat.kbs, "policy") }, routeKey, StatusPartial, "退款规则,Shipping", 1},
 		{"every KB fails", func(e *env) {
-			e.ret.errs["faq"], e.ret.errs["policy"] = coreclient.ErrBreakerOpen, coreclient.ErrUnavailable
+			e.ret.errs["faq"], e.ret.errs["policy"] = corefacts.ErrBreakerOpen, corefacts.ErrUnavailable
 		}, routeKey, StatusUnavailable, "", 2},
 		{"every KB disabled", func(e *env) { e.cat.kbs["faq"], e.cat.kbs["policy"] = false, false }, routeKey, StatusUnavailable, "", 0},
 		{"no knowledge configured", nil, routeNone, StatusDisabled, "", 0},
@@ -253,8 +253,8 @@ func TestSearchRecheck(t *testing.T) {
 			e.cat.setDoc(d)
 		}, "退款规则,Policy"},
 		{"hit from a KB not asked for", func(e *env) {
-			e.ret.hits["policy"] = append(e.ret.hits["policy"], coreclient.Hit{KBID: "secret-kb", DocID: 999, Content: "x", Score: 0.99})
-			e.cat.docs[999] = coreclient.Document{DocMeta: coreclient.DocMeta{DocID: 999, KBID: "secret-kb", Title: "Secret", Status: "ready"}, Content: "x"}
+			e.ret.hits["policy"] = append(e.ret.hits["policy"], corefacts.Hit{KBID: "secret-kb", DocID: 999, Content: "x", Score: 0.99})
+			e.cat.docs[999] = corefacts.Document{DocMeta: corefacts.DocMeta{DocID: 999, KBID: "secret-kb", Title: "Secret", Status: "ready"}, Content: "x"}
 		}, "退款规则,Policy,Shipping"},
 		{"stale fragment dropped", func(e *env) {
 			d := e.cat.docs[docShip]
@@ -274,7 +274,7 @@ func TestSearchRecheck(t *testing.T) {
 			e.cat.setDoc(d)
 		}, "退款规则,Policy,Shipping"},
 		{"image with empty alt removed like Core", func(e *env) {
-			e.ret.hits["policy"] = []coreclient.Hit{{KBID: "policy", DocID: docPolicy, Content: "Policy:\nrefunds over 1000 need two approvals.", Score: 0.7}}
+			e.ret.hits["policy"] = []corefacts.Hit{{KBID: "policy", DocID: docPolicy, Content: "Policy:\nrefunds over 1000 need two approvals.", Score: 0.7}}
 			d := e.cat.docs[docPolicy]
 			d.Content = "Policy: ![](https://x/y.png)refunds over 1000 need two approvals."
 			e.cat.setDoc(d)
@@ -286,10 +286,10 @@ func TestSearchRecheck(t *testing.T) {
 			e.cat.setDoc(d)
 		}, "Policy,Shipping"},
 		{"hit claims a doc of another KB", func(e *env) {
-			e.ret.hits["faq"] = append(e.ret.hits["faq"], coreclient.Hit{KBID: "faq", DocID: docPolicy, Content: policyContent, Score: 0.99})
+			e.ret.hits["faq"] = append(e.ret.hits["faq"], corefacts.Hit{KBID: "faq", DocID: docPolicy, Content: policyContent, Score: 0.99})
 		}, "退款规则,Policy,Shipping"},
 		{"non-finite scores ignored", func(e *env) {
-			e.ret.hits["policy"] = []coreclient.Hit{{KBID: "policy", DocID: docPolicy, Content: policyContent, Score: nan()}}
+			e.ret.hits["policy"] = []corefacts.Hit{{KBID: "policy", DocID: docPolicy, Content: policyContent, Score: nan()}}
 		}, "退款规则,Shipping"},
 	}
 	for _, tc := range tests {
@@ -329,7 +329,7 @@ func TestSearchLimit(t *testing.T) {
 func TestSearchSummaryBounded(t *testing.T) {
 	e := newEnv(t)
 	long := strings.Repeat("退款窗口 规则\n\n", 300)
-	e.ret.hits = map[string][]coreclient.Hit{"faq": {{KBID: "faq", DocID: docRefund, Content: long[:2100], Score: 0.9}}}
+	e.ret.hits = map[string][]corefacts.Hit{"faq": {{KBID: "faq", DocID: docRefund, Content: long[:2100], Score: 0.9}}}
 	d := e.cat.docs[docRefund]
 	d.Content = long
 	e.cat.setDoc(d)
@@ -349,7 +349,7 @@ func TestSearchBodyBudgetEndToEnd(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
 	for i := 0; i < 150; i++ {
 		e := newEnv(t)
-		e.ret.hits = map[string][]coreclient.Hit{}
+		e.ret.hits = map[string][]corefacts.Hit{}
 		var chunks []string
 		for j := 0; j < 3; j++ {
 			id := int64(500 + j)
@@ -361,8 +361,8 @@ func TestSearchBodyBudgetEndToEnd(t *testing.T) {
 			if n := []rune(title); len(n) > 191 {
 				title = string(n[:191])
 			}
-			e.cat.setDoc(coreclient.Document{DocMeta: coreclient.DocMeta{DocID: id, KBID: kb, Title: title}, Content: content})
-			e.ret.hits[kb] = append(e.ret.hits[kb], coreclient.Hit{KBID: kb, DocID: id, Content: chunk, Score: 0.9 - float64(j)/10})
+			e.cat.setDoc(corefacts.Document{DocMeta: corefacts.DocMeta{DocID: id, KBID: kb, Title: title}, Content: content})
+			e.ret.hits[kb] = append(e.ret.hits[kb], corefacts.Hit{KBID: kb, DocID: id, Content: chunk, Score: 0.9 - float64(j)/10})
 		}
 		_, raw, ke := e.call("search", tokA, routeKey, `{"query":"x","run_id":"`+runA+`"}`)
 		if ke != nil {
@@ -419,15 +419,15 @@ func TestSearchCancelledContext(t *testing.T) {
 // survive, and for more only when some are dropped.
 func TestSearchReadsOnlyTheBodiesItNeeds(t *testing.T) {
 	e := newEnv(t)
-	var hits []coreclient.Hit
+	var hits []corefacts.Hit
 	for i := int64(0); i < 20; i++ {
 		id := 500 + i
 		content := fmt.Sprintf("Candidate document %d about refunds.", i)
-		e.cat.setDoc(coreclient.Document{DocMeta: coreclient.DocMeta{DocID: id, KBID: "faq", Title: fmt.Sprintf("Doc %d", i)}, Content: content})
-		hits = append(hits, coreclient.Hit{KBID: "faq", DocID: id, Title: fmt.Sprintf("Doc %d", i), Content: content, Score: 0.9 - float64(i)/100})
+		e.cat.setDoc(corefacts.Document{DocMeta: corefacts.DocMeta{DocID: id, KBID: "faq", Title: fmt.Sprintf("Doc %d", i)}, Content: content})
+		hits = append(hits, corefacts.Hit{KBID: "faq", DocID: id, Title: fmt.Sprintf("Doc %d", i), Content: content, Score: 0.9 - float64(i)/100})
 	}
 	e.ret.mu.Lock()
-	e.ret.hits = map[string][]coreclient.Hit{"faq": hits}
+	e.ret.hits = map[string][]corefacts.Hit{"faq": hits}
 	e.ret.mu.Unlock()
 
 	m := e.mustOK("search", tokA, routeKey, `{"query":"refunds","limit":2}`)
@@ -456,7 +456,7 @@ func TestSearchReadsOnlyTheBodiesItNeeds(t *testing.T) {
 }
 
 // coreFilter models Core's per-KB search exactly as CORE_FACTS §5.2 and
-// §5.6 describe it, independently of coreclient: min_score parsed as
+// §5.6 describe it, independently of corefacts: min_score parsed as
 // `Number(x ?? 0.35) || 0.35` (0 becomes 0.35; a negative value keeps
 // everything), the top k by score, then the filter score ≥ min_score, then
 // scores rounded to 3 decimals. raw are the unrounded scores; ties keep the
@@ -495,7 +495,7 @@ func TestSearchThresholdEqualsCoreFilter(t *testing.T) {
 		}
 		return ts
 	}
-	asScores := func(hits []coreclient.Hit) []float64 {
+	asScores := func(hits []corefacts.Hit) []float64 {
 		out := []float64{}
 		for _, h := range hits {
 			out = append(out, h.Score)
@@ -515,23 +515,23 @@ func TestSearchThresholdEqualsCoreFilter(t *testing.T) {
 		}
 		for _, s := range thresholds(rounded) {
 			// What the sidecar receives: Core's answer for min_score -1.
-			var hits []coreclient.Hit
-			for i, sc := range coreFilter(rounded, k, coreclient.UnfilteredMinScore) {
-				hits = append(hits, coreclient.Hit{KBID: "faq", DocID: int64(i + 1), Score: sc})
+			var hits []corefacts.Hit
+			for i, sc := range coreFilter(rounded, k, corefacts.UnfilteredMinScore) {
+				hits = append(hits, corefacts.Hit{KBID: "faq", DocID: int64(i + 1), Score: sc})
 			}
-			got := asScores(aboveThreshold(hits, coreclient.ScoreThreshold(s)))
+			got := asScores(aboveThreshold(hits, corefacts.ScoreThreshold(s)))
 			if want := coreFilter(rounded, k, s); fmt.Sprint(got) != fmt.Sprint(want) && !(len(got) == 0 && len(want) == 0) {
 				t.Fatalf("scores %v, k %d, min_score %v: sidecar kept %v; Core keeps %v", rounded, k, s, got, want)
 			}
 			// Against Core's unrounded scores: equal but for hits within
 			// 0.0005 of the threshold.
-			var rawHits []coreclient.Hit
-			for i, sc := range coreFilter(raw, k, coreclient.UnfilteredMinScore) {
-				rawHits = append(rawHits, coreclient.Hit{DocID: int64(i + 1), Score: sc})
+			var rawHits []corefacts.Hit
+			for i, sc := range coreFilter(raw, k, corefacts.UnfilteredMinScore) {
+				rawHits = append(rawHits, corefacts.Hit{DocID: int64(i + 1), Score: sc})
 			}
-			kept := asScores(aboveThreshold(rawHits, coreclient.ScoreThreshold(s)))
+			kept := asScores(aboveThreshold(rawHits, corefacts.ScoreThreshold(s)))
 			core := coreFilter(raw, k, s)
-			th := coreclient.ScoreThreshold(s)
+			th := corefacts.ScoreThreshold(s)
 			for _, list := range [][]float64{kept, core} {
 				for _, sc := range list {
 					inKept, inCore := slices.Contains(kept, sc), slices.Contains(core, sc)
@@ -550,11 +550,11 @@ func TestScoreThresholdQuirks(t *testing.T) {
 	for _, tc := range []struct{ in, want float64 }{
 		{0, 0.35}, {math.NaN(), 0.35}, {-0.5, 0.35}, {1e-9, 1e-9}, {0.2, 0.2}, {1, 1}, {7, 1},
 	} {
-		if got := coreclient.ScoreThreshold(tc.in); got != tc.want {
+		if got := corefacts.ScoreThreshold(tc.in); got != tc.want {
 			t.Errorf("ScoreThreshold(%v) = %v; want %v", tc.in, got, tc.want)
 		}
 	}
-	if coreclient.KeepsScore(math.NaN(), 0) || coreclient.KeepsScore(math.Inf(1), 0) || !coreclient.KeepsScore(0.35, 0.35) || coreclient.KeepsScore(0.349, 0.35) {
+	if corefacts.KeepsScore(math.NaN(), 0) || corefacts.KeepsScore(math.Inf(1), 0) || !corefacts.KeepsScore(0.35, 0.35) || corefacts.KeepsScore(0.349, 0.35) {
 		t.Error("KeepsScore: want score ≥ threshold for finite scores only")
 	}
 }

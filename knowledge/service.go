@@ -11,9 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
-
 	"github.com/bailinghub/knowledge-sidecar/config"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 )
 
 // Protocol constants (SPEC §3 limits; fixed, not configuration).
@@ -39,7 +38,7 @@ type Options struct {
 	Catalog   Catalog
 	Keys      *Keyring
 	// Tasks applies Core 0.8's managed-task rules (SPEC §4a) to search and
-	// read; nil means no task rules (the schema gate of package coreclient
+	// read; nil means no task rules (the schema gate of package catalog
 	// says absent when Core has no task tables).
 	Tasks Tasks
 	// Now is the clock (default time.Now).
@@ -79,7 +78,7 @@ type Service struct {
 	limiter *limiter
 	// routes remembers the last configuration seen per route, used only
 	// to answer capabilities while the catalog is unreachable.
-	routes *lru.Cache[string, coreclient.Route]
+	routes *lru.Cache[string, corefacts.Route]
 	// rechecks remembers hit re-checks per document revision (recheck.go).
 	rechecks *recheckMemo
 }
@@ -137,7 +136,7 @@ func New(o Options) (*Service, error) {
 	if s.limiter, err = newLimiter(s.rate, s.burst, s.now, o.SharedLimiter, s.log, o.Registerer); err != nil {
 		return nil, err
 	}
-	if s.routes, err = lru.New[string, coreclient.Route](routeCacheSize); err != nil {
+	if s.routes, err = lru.New[string, corefacts.Route](routeCacheSize); err != nil {
 		return nil, err
 	}
 	if s.rechecks, err = newRecheckMemo(); err != nil {
@@ -152,16 +151,16 @@ func New(o Options) (*Service, error) {
 // Authenticate asks Core who the bearer is (identity only: no rate limit,
 // no route check). Failures are *Error: 401 unauthorized or 503
 // knowledge_unavailable.
-func (s *Service) Authenticate(ctx context.Context, authorization string) (coreclient.Session, error) {
+func (s *Service) Authenticate(ctx context.Context, authorization string) (corefacts.Session, error) {
 	sess, err := s.id.Session(ctx, authorization)
 	if err != nil {
-		if errors.Is(err, coreclient.ErrUnauthorized) {
-			return coreclient.Session{}, errUnauthorized(err)
+		if errors.Is(err, corefacts.ErrUnauthorized) {
+			return corefacts.Session{}, errUnauthorized(err)
 		}
-		return coreclient.Session{}, errUnavailable(err)
+		return corefacts.Session{}, errUnavailable(err)
 	}
 	if sess.SessionID == "" || sess.ClientAppID == "" || sess.Principal.ID == "" {
-		return coreclient.Session{}, errUnavailable(errors.New("core returned an incomplete session"))
+		return corefacts.Session{}, errUnavailable(errors.New("core returned an incomplete session"))
 	}
 	return sess, nil
 }
@@ -180,8 +179,8 @@ func (s *Service) AllowTurn(sessionID string) error {
 // admitted is the state shared by every endpoint once identity, rate limit
 // and route gate have passed.
 type admitted struct {
-	sess  coreclient.Session
-	route coreclient.Route
+	sess  corefacts.Session
+	route corefacts.Route
 	// stale is true when route came from the last-known cache because the
 	// catalog could not be reached.
 	stale bool
@@ -199,21 +198,21 @@ func (s *Service) admit(ctx context.Context, authorization, route string, allowS
 }
 
 // identify is the first step of the check order: identity → rate limit.
-func (s *Service) identify(ctx context.Context, authorization string) (coreclient.Session, error) {
+func (s *Service) identify(ctx context.Context, authorization string) (corefacts.Session, error) {
 	sess, err := s.Authenticate(ctx, authorization)
 	if err != nil {
-		return coreclient.Session{}, err
+		return corefacts.Session{}, err
 	}
 	if ok, retry := s.limiter.allow(ctx, sess.SessionID); !ok {
-		return coreclient.Session{}, errRateLimited(retry)
+		return corefacts.Session{}, errRateLimited(retry)
 	}
 	return sess, nil
 }
 
 // admitRoute is the route step of the check order (SPEC §2: after the body
 // and the managed-task rules): route syntax → route gate → route row.
-func (s *Service) admitRoute(ctx context.Context, authorization, route string, sess coreclient.Session, allowStale bool) (admitted, error) {
-	if !coreclient.ValidRouteKey(route) {
+func (s *Service) admitRoute(ctx context.Context, authorization, route string, sess corefacts.Session, allowStale bool) (admitted, error) {
+	if !corefacts.ValidRouteKey(route) {
 		return admitted{}, errRouteUnavailable(nil)
 	}
 	if err := s.gate(ctx, authorization, route, sess); err != nil {
@@ -221,7 +220,7 @@ func (s *Service) admitRoute(ctx context.Context, authorization, route string, s
 	}
 	r, err := s.catalog.Route(ctx, route)
 	if err != nil {
-		if errors.Is(err, coreclient.ErrNotFound) {
+		if errors.Is(err, corefacts.ErrNotFound) {
 			return admitted{}, errRouteUnavailable(err)
 		}
 		if allowStale {
@@ -244,13 +243,13 @@ func (s *Service) admitRoute(ctx context.Context, authorization, route string, s
 // gate asks Core's system-info; an older Core (endpoint absent) or an
 // answer that only concerns the Agent Client Runtime or direct tools (which
 // knowledge must not require, SPEC §2) falls back to the catalog gate.
-func (s *Service) gate(ctx context.Context, authorization, route string, sess coreclient.Session) error {
+func (s *Service) gate(ctx context.Context, authorization, route string, sess corefacts.Session) error {
 	err := s.id.SystemInfo(ctx, authorization, route)
 	if err == nil {
 		return nil
 	}
-	var ce *coreclient.CoreError
-	useCatalog := errors.Is(err, coreclient.ErrEndpointAbsent) ||
+	var ce *corefacts.CoreError
+	useCatalog := errors.Is(err, corefacts.ErrEndpointAbsent) ||
 		errors.As(err, &ce) && (ce.Code == "agent_client_disabled" || ce.Code == "agent_direct_disabled")
 	if !useCatalog {
 		return classifyCore(err, errRouteUnavailable(nil))

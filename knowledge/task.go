@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 )
 
 // Managed tasks (SPEC §4a): Core's own task codes, statuses and message, so
@@ -34,15 +34,15 @@ var taskCodes = []string{CodeTaskRequired, CodeTaskRecordInvalid, CodeTaskBindin
 	CodeTaskCancelled, CodeTaskExpired, CodeTaskInvalidInput, CodeTaskUnavailable}
 
 // Tasks reads Core's task control (Core ≥ 0.8) for one request. The schema
-// gate of package coreclient satisfies it: it knows whether the task tables
+// gate of package catalog satisfies it: it knows whether the task tables
 // are absent (a snapshot with Enforced false, no I/O), partial
-// (coreclient.ErrTaskUnavailable) or present.
+// (corefacts.ErrTaskUnavailable) or present.
 //
-// Errors: wrapping coreclient.ErrTaskUnavailable → 503 TASK_UNAVAILABLE;
+// Errors: wrapping corefacts.ErrTaskUnavailable → 503 TASK_UNAVAILABLE;
 // anything else (the catalog unreachable, its breaker open) → 503
 // knowledge_unavailable. An error never lets a request through.
 type Tasks interface {
-	TaskSnapshot(ctx context.Context, sessionID, runID string) (coreclient.TaskSnapshot, error)
+	TaskSnapshot(ctx context.Context, sessionID, runID string) (corefacts.TaskSnapshot, error)
 }
 
 func errTask(code string) *Error {
@@ -59,7 +59,7 @@ func errTask(code string) *Error {
 // admitTask is the managed-task step and the route step of SPEC §2 for a
 // search or a read: the task check runs beside the route admission (see
 // startTask) and is answered first. runChecked is checkTask's.
-func (s *Service) admitTask(ctx context.Context, authorization, route string, sess coreclient.Session, runID string) (a admitted, runChecked bool, err error) {
+func (s *Service) admitTask(ctx context.Context, authorization, route string, sess corefacts.Session, runID string) (a admitted, runChecked bool, err error) {
 	task := s.startTask(ctx, sess, route, runID)
 	a, routeErr := s.admitRoute(ctx, authorization, route, sess, false)
 	if runChecked, err = task.wait(); err != nil {
@@ -85,7 +85,7 @@ type taskCheck struct {
 // its answer (wait) before the route's, which keeps SPEC §2's order: a task
 // denial wins over a route error. Without task control (absent tables) it
 // costs no goroutine.
-func (s *Service) startTask(ctx context.Context, sess coreclient.Session, route, runID string) *taskCheck {
+func (s *Service) startTask(ctx context.Context, sess corefacts.Session, route, runID string) *taskCheck {
 	tc := &taskCheck{}
 	if s.tasksAbsent() {
 		tc.runChecked, tc.err = s.checkTask(ctx, sess, route, runID)
@@ -107,9 +107,9 @@ func (s *Service) tasksAbsent() bool {
 		return true
 	}
 	st, ok := s.tasks.(interface {
-		TaskControlState() coreclient.TaskControlState
+		TaskControlState() corefacts.TaskControlState
 	})
-	return ok && st.TaskControlState() == coreclient.TaskControlAbsent
+	return ok && st.TaskControlState() == corefacts.TaskControlAbsent
 }
 
 // wait returns checkTask's answer. A panic of the check is raised again
@@ -134,13 +134,13 @@ func (tc *taskCheck) wait() (runChecked bool, err error) {
 // (this session, client and route; context_ready and not completed), so the
 // caller skips that check and its query. That keeps a managed request at one
 // catalog statement more than an unmanaged one.
-func (s *Service) checkTask(ctx context.Context, sess coreclient.Session, route, runID string) (runChecked bool, err error) {
+func (s *Service) checkTask(ctx context.Context, sess corefacts.Session, route, runID string) (runChecked bool, err error) {
 	if s.tasks == nil {
 		return false, nil
 	}
 	snap, err := s.tasks.TaskSnapshot(ctx, sess.SessionID, runID)
 	if err != nil {
-		if errors.Is(err, coreclient.ErrTaskUnavailable) {
+		if errors.Is(err, corefacts.ErrTaskUnavailable) {
 			e := errTask(CodeTaskUnavailable)
 			e.Err = err
 			s.m.taskDenied(CodeTaskUnavailable)
@@ -159,7 +159,7 @@ func (s *Service) checkTask(ctx context.Context, sess coreclient.Session, route,
 // marker and binding → record integrity → run client and route → run active
 // → caller membership → every member's revalidation → state → expiry. ""
 // means the request may go on (unmanaged, or a managed run that passes).
-func decideTask(snap coreclient.TaskSnapshot, sess coreclient.Session, route, runID string, now time.Time) string {
+func decideTask(snap corefacts.TaskSnapshot, sess corefacts.Session, route, runID string, now time.Time) string {
 	if !snap.Enforced {
 		return ""
 	}
@@ -173,8 +173,7 @@ func decideTask(snap coreclient.TaskSnapshot, sess coreclient.Session, route, ru
 	if run == nil || run.SessionID != sess.SessionID || task == nil || !knownTaskState(task.State) {
 		return CodeTaskRecordInvalid
 	}
-	expiry, err := coreclient.TaskExpiry(task.Policy)
-	if err != nil {
+	if !task.PolicyValid {
 		return CodeTaskInvalidInput
 	}
 	if !hasMember(snap.Members, "", run.ClientAppID, run.RouteKey, run.Conversation) {
@@ -202,7 +201,7 @@ func decideTask(snap coreclient.TaskSnapshot, sess coreclient.Session, route, ru
 	case "blocked":
 		return CodeTaskScopeBlocked
 	}
-	if expiry != nil && !expiry.After(now) {
+	if task.Expiry != nil && !task.Expiry.After(now) {
 		return CodeTaskExpired
 	}
 	return ""
@@ -217,7 +216,7 @@ func knownTaskState(s string) bool {
 }
 
 // hasMember looks for an exact member match; session "" matches any session.
-func hasMember(members []coreclient.TaskMember, session, client, route, conversation string) bool {
+func hasMember(members []corefacts.TaskMember, session, client, route, conversation string) bool {
 	for _, m := range members {
 		if (session == "" || m.SessionID == session) && m.ClientAppID == client &&
 			m.RouteKey == route && m.Conversation == conversation {

@@ -8,17 +8,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 )
 
 // fakeTasks answers every snapshot with snap or err.
 type fakeTasks struct {
-	snap  coreclient.TaskSnapshot
+	snap  corefacts.TaskSnapshot
 	err   error
 	calls int
 }
 
-func (f *fakeTasks) TaskSnapshot(context.Context, string, string) (coreclient.TaskSnapshot, error) {
+func (f *fakeTasks) TaskSnapshot(context.Context, string, string) (corefacts.TaskSnapshot, error) {
 	f.calls++
 	return f.snap, f.err
 }
@@ -34,11 +34,11 @@ func TestTaskStepAnswers(t *testing.T) {
 		code   string
 	}{
 		{"absent: no rules", &fakeTasks{}, 0, ""},
-		{"enforced, unmarked, no run", &fakeTasks{snap: coreclient.TaskSnapshot{Enforced: true}}, 0, ""},
-		{"enforced, marked, no run", &fakeTasks{snap: coreclient.TaskSnapshot{Enforced: true, Marked: true}}, 409, CodeTaskRequired},
-		{"partial or refused query", &fakeTasks{err: fmt.Errorf("x: %w", coreclient.ErrTaskUnavailable)}, 503, CodeTaskUnavailable},
-		{"catalog down", &fakeTasks{err: fmt.Errorf("x: %w", coreclient.ErrUnavailable)}, 503, CodeUnavailable},
-		{"breaker open", &fakeTasks{err: coreclient.ErrBreakerOpen}, 503, CodeUnavailable},
+		{"enforced, unmarked, no run", &fakeTasks{snap: corefacts.TaskSnapshot{Enforced: true}}, 0, ""},
+		{"enforced, marked, no run", &fakeTasks{snap: corefacts.TaskSnapshot{Enforced: true, Marked: true}}, 409, CodeTaskRequired},
+		{"partial or refused query", &fakeTasks{err: fmt.Errorf("x: %w", corefacts.ErrTaskUnavailable)}, 503, CodeTaskUnavailable},
+		{"catalog down", &fakeTasks{err: fmt.Errorf("x: %w", corefacts.ErrUnavailable)}, 503, CodeUnavailable},
+		{"breaker open", &fakeTasks{err: corefacts.ErrBreakerOpen}, 503, CodeUnavailable},
 		{"unexpected error", &fakeTasks{err: context.DeadlineExceeded}, 503, CodeUnavailable},
 	}
 	for _, tc := range cases {
@@ -67,7 +67,7 @@ func TestTaskStepAnswers(t *testing.T) {
 		})
 	}
 	// Capabilities has no body and no task rules.
-	ft := &fakeTasks{snap: coreclient.TaskSnapshot{Enforced: true, Marked: true}}
+	ft := &fakeTasks{snap: corefacts.TaskSnapshot{Enforced: true, Marked: true}}
 	e := newEnv(t, func(o *Options) { o.Tasks = ft })
 	if _, _, ke := e.call("capabilities", tokA, routeKey, ""); ke != nil || ft.calls != 0 {
 		t.Errorf("capabilities of a marked session: got %v after %d snapshots; want 200 without a task check", ke, ft.calls)
@@ -79,12 +79,12 @@ func TestTaskStepAnswers(t *testing.T) {
 // deadline only turns a serialized (deadlocked) check into a failure.
 type routeFirstTasks struct{ routeRead <-chan struct{} }
 
-func (f routeFirstTasks) TaskSnapshot(ctx context.Context, _, _ string) (coreclient.TaskSnapshot, error) {
+func (f routeFirstTasks) TaskSnapshot(ctx context.Context, _, _ string) (corefacts.TaskSnapshot, error) {
 	select {
 	case <-f.routeRead:
-		return coreclient.TaskSnapshot{Enforced: true, Marked: true}, nil
+		return corefacts.TaskSnapshot{Enforced: true, Marked: true}, nil
 	case <-time.After(10 * time.Second):
-		return coreclient.TaskSnapshot{}, errors.New("the route was never read while the task check ran")
+		return corefacts.TaskSnapshot{}, errors.New("the route was never read while the task check ran")
 	}
 }
 
@@ -114,7 +114,7 @@ func TestTaskCheckBesideRoute(t *testing.T) {
 // panickyTasks panics inside the task check.
 type panickyTasks struct{}
 
-func (panickyTasks) TaskSnapshot(context.Context, string, string) (coreclient.TaskSnapshot, error) {
+func (panickyTasks) TaskSnapshot(context.Context, string, string) (corefacts.TaskSnapshot, error) {
 	panic("task snapshot broke")
 }
 

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts/jsstring"
 )
 
 // Text normalization shared by the search re-check and summaries.
@@ -101,16 +101,16 @@ func stripSpace(s string) string {
 // VT, FF, CR and space are, in Go and in JavaScript alike).
 var asciiKept = func() (t [256]bool) {
 	for c := 0; c < utf8.RuneSelf; c++ {
-		t[c] = !coreclient.IsJSSpace(rune(c))
+		t[c] = !jsstring.IsSpace(rune(c))
 	}
 	return t
 }()
 
 // isSpaceRune reports whether a non-ASCII rune is whitespace as Core's
-// JavaScript sees it (coreclient.IsJSSpace). It differs from unicode.IsSpace
+// JavaScript sees it (jsstring.IsSpace). It differs from unicode.IsSpace
 // in U+FEFF (a BOM that Core's trim removes from a paragraph's start) and
 // U+0085 (kept by Core, so kept here).
-func isSpaceRune(r rune) bool { return coreclient.IsJSSpace(r) }
+func isSpaceRune(r rune) bool { return jsstring.IsSpace(r) }
 
 // nextRune returns the size of the non-ASCII character (or invalid byte,
 // size 1) at the start of s, whether it is whitespace (isSpaceRune) and

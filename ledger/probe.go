@@ -1,6 +1,8 @@
 package ledger
 
-import "context"
+import (
+	"context"
+)
 
 // Probe checks that Redis answers and accepts the ledger's Lua scripts
 // (SCRIPT LOAD: a Redis with scripting disabled or an ACL that forbids it

@@ -1,6 +1,8 @@
 package mcpserver
 
-import "encoding/json"
+import (
+	"encoding/json"
+)
 
 // The sentences a knowledge_search result carries beside its JSON, one per
 // status (docs/hosts.md quotes them; a test keeps the page equal). Only ok

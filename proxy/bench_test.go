@@ -18,7 +18,9 @@ import (
 	"testing/iotest"
 	"time"
 
+	"github.com/bailinghub/knowledge-sidecar/catalog"
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/rollout"
@@ -90,9 +92,9 @@ func newBenchWorldWith(b testing.TB, rt http.RoundTripper) *benchWorld {
 	b.Helper()
 	core := fakecore.New(fakecore.Options{ServiceToken: benchService, SystemInfo: true})
 	token := fakecore.Token("proxy-bench")
-	core.AddSession(token, coreclient.Session{
+	core.AddSession(token, corefacts.Session{
 		SessionID: "0b6f8c3e-1d2a-4c4b-8e6f-3a2b1c0d9e8f", ClientAppID: "bench-host",
-		Principal:     coreclient.Principal{ID: "bench-user", Tenant: "bench-tenant"},
+		Principal:     corefacts.Principal{ID: "bench-user", Tenant: "bench-tenant"},
 		AllowedRoutes: []string{benchRouteOn, benchRouteOff},
 	})
 	bodies := map[string][]byte{}
@@ -125,7 +127,7 @@ func newBenchWorldWith(b testing.TB, rt http.RoundTripper) *benchWorld {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cat := coreclient.NewMemCatalog()
+	cat := catalog.NewMemCatalog()
 	cat.PutKB("bench-kb", true)
 	for _, r := range []string{benchRouteOn, benchRouteOff} {
 		cat.PutRoute(r, true, `{"kb_ids":["bench-kb"],"top_k":8,"min_score":0.1,"inject":"chunk","max_docs":4}`)
@@ -223,13 +225,13 @@ func BenchmarkTurn(b *testing.B) {
 // chunks (as Core's chunker cuts them) of each of three documents of
 // bench-kb, which it adds to cat: an on_demand turn then gets 3 same-run
 // hints. Memory messages fill the rest.
-func hintsTurnAnswer(cat *coreclient.MemCatalog) []byte {
+func hintsTurnAnswer(cat *catalog.MemCatalog) []byte {
 	var items, refs []map[string]any
 	for d := range 3 {
 		title := fmt.Sprintf("Refund policy %d", d+1)
 		para := strings.Repeat(fmt.Sprintf("退款窗口设为%d天时, refunds close after the window. ", d), 12)
 		content := "# " + title + "\n\n" + para + "\n\n" + strings.Repeat("Exchanges are free within the window. ", 14)
-		id := cat.PutDoc(coreclient.Document{DocMeta: coreclient.DocMeta{KBID: "bench-kb", Title: title, Status: "ready"}, Content: content})
+		id := cat.PutDoc(corefacts.Document{DocMeta: corefacts.DocMeta{KBID: "bench-kb", Title: title, Status: "ready"}, Content: content})
 		for c, chunk := range fakecore.Chunks(content)[:2] {
 			n := fmt.Sprintf("knowledge:%d", len(items)+1)
 			items = append(items, map[string]any{"ref": n, "title": title, "content": chunk})
@@ -301,8 +303,8 @@ func BenchmarkTurnHints(b *testing.B) {
 func BenchmarkTurnRewriteHints(b *testing.B) {
 	w := newBenchWorld(b)
 	body := w.turns["hints"]
-	sess := coreclient.Session{SessionID: "0b6f8c3e-1d2a-4c4b-8e6f-3a2b1c0d9e8f", ClientAppID: "bench-host",
-		Principal: coreclient.Principal{ID: "bench-user", Tenant: "bench-tenant"}}
+	sess := corefacts.Session{SessionID: "0b6f8c3e-1d2a-4c4b-8e6f-3a2b1c0d9e8f", ClientAppID: "bench-host",
+		Principal: corefacts.Principal{ID: "bench-user", Tenant: "bench-tenant"}}
 	d, err := w.svc.Delivery(context.Background(), benchRouteOn)
 	if err != nil {
 		b.Fatal(err)

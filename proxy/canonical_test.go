@@ -1,6 +1,8 @@
 package proxy
 
-import "testing"
+import (
+	"testing"
+)
 
 func TestClassifyPath(t *testing.T) {
 	cases := []struct {

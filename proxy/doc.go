@@ -4,5 +4,6 @@
 // httputil.ReverseProxy, unchanged. It also owns the admin listener
 // (/metrics, /healthz, /readyz) and the error-to-status mapping of the edge.
 //
-// Data flows one way: proxy (HTTP) → knowledge (decisions) → coreclient (I/O).
+// Data flows one way: proxy (HTTP) → knowledge (decisions) → coreclient,
+// catalog (I/O), all speaking in package corefacts' values.
 package proxy

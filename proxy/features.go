@@ -14,6 +14,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/config"
 
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/rollout"
@@ -98,7 +99,7 @@ func (s *Server) decide(c echo.Context, route string) bool {
 	pol := s.feat.rollout.Load()
 	decision := decisionEnabled
 	switch {
-	case !coreclient.ValidRouteKey(route) && !s.feat.native.isNative():
+	case !corefacts.ValidRouteKey(route) && !s.feat.native.isNative():
 		// No workspace has this key (upper case, encoded, too long): the
 		// sidecar answers 404 route_unavailable after identity, like
 		// Core's own 404, rather than guess how Core would spell it.
@@ -121,7 +122,7 @@ func (s *Server) decide(c echo.Context, route string) bool {
 func (s *Server) capabilities(c echo.Context) error {
 	route := c.Param("route")
 	pol := s.feat.rollout.Load()
-	valid := coreclient.ValidRouteKey(route)
+	valid := corefacts.ValidRouteKey(route)
 	if valid && !pol.Enabled(route) {
 		s.m.rollout.WithLabelValues(string(decisionDisabled)).Inc()
 		return s.passH(c)

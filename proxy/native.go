@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 )
 
 // Core protocol states of native detection (SPEC §8.2).
@@ -87,7 +88,7 @@ func (d *nativeDetector) isNative() bool {
 // route the prober refuses to send, the caller gone) answers false: the
 // request is handled as for a legacy Core and the next one probes again.
 func (d *nativeDetector) native(ctx context.Context, authorization, route string) bool {
-	if d.mode != "auto" || !coreclient.ValidRouteKey(route) {
+	if d.mode != "auto" || !corefacts.ValidRouteKey(route) {
 		// A route outside Core's pattern is never probed (Core answers it
 		// 404 whatever its version): the state as it stands.
 		return d.isNative()
@@ -138,11 +139,11 @@ func (d *nativeDetector) maybeProbe(ctx context.Context, authorization, route st
 	select {
 	case <-call.done:
 	case <-ctx.Done():
-		return nil, true, fmt.Errorf("%w: %w", coreclient.ErrUnavailable, ctx.Err()) // the caller left
+		return nil, true, fmt.Errorf("%w: %w", corefacts.ErrUnavailable, ctx.Err()) // the caller left
 	}
 	p, err := call.probe, call.err
 	if err != nil {
-		if errors.Is(err, coreclient.ErrUnavailable) {
+		if errors.Is(err, corefacts.ErrUnavailable) {
 			return nil, true, err // Core unreachable: nothing learned
 		}
 		return nil, false, nil // not sent: nothing learned

@@ -24,7 +24,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/turn"
@@ -67,7 +67,7 @@ type turnState struct {
 	// and what the catalog said of the route and its knowledge bases,
 	// which the same-run hints reuse.
 	delivery knowledge.Delivery
-	sess     coreclient.Session // binds the same-run hints
+	sess     corefacts.Session // binds the same-run hints
 }
 
 type turnCtxKey struct{}
@@ -126,7 +126,7 @@ func (s *Server) interceptTurn(c echo.Context, st *turnState) error {
 	sess, authErr := s.feat.k.Authenticate(ctx, r.Header.Get("Authorization"))
 	ke, _ := errors.AsType[*knowledge.Error](authErr)
 	unauth := ke != nil && ke.Status == http.StatusUnauthorized
-	badRoute := !coreclient.ValidRouteKey(st.route)
+	badRoute := !corefacts.ValidRouteKey(st.route)
 	if badRoute && strings.Contains(st.route, "%") {
 		// A route segment spelled with percent-encoding is not a literal
 		// path: Core may decode it into a route key, so a field-less turn
@@ -226,7 +226,7 @@ func (s *Server) interceptTurn(c echo.Context, st *turnState) error {
 // attempt of the same turn is in flight in this process, which makes it
 // the mode switch SPEC §7 refuses.
 func (s *Server) oldClientTurn(c echo.Context, st *turnState, raw []byte, tr turn.Request,
-	sess coreclient.Session, authErr error, toCore bool) error {
+	sess corefacts.Session, authErr error, toCore bool) error {
 	r := c.Request()
 	r.Body = io.NopCloser(bytes.NewReader(raw))
 	if toCore || turn.PlanFor(tr) == turn.PassUnbound {

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 )
 
 // Mode values, a closed set usable as a metric label.
@@ -82,7 +82,7 @@ func parseRoutes(kind, arg string) ([]string, error) {
 		if r == "" {
 			return nil, fmt.Errorf("rollout: %s: route %d is empty", kind, i+1)
 		}
-		if !coreclient.ValidRouteKey(r) {
+		if !corefacts.ValidRouteKey(r) {
 			return nil, fmt.Errorf("rollout: %s: route %q does not match ^[a-z0-9][a-z0-9_-]{1,63}$", kind, r)
 		}
 		if _, dup := seen[r]; dup {

@@ -22,8 +22,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/bailinghub/knowledge-sidecar/breaker"
+	"github.com/bailinghub/knowledge-sidecar/catalog"
 	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
@@ -48,7 +51,7 @@ var ExtraChecks = []func(*config.Config) (string, error){
 		if c.Catalog.DSN == "" {
 			return "", nil
 		}
-		if _, err := coreclient.NormalizeDSN(c.Catalog.DSN); err != nil {
+		if _, err := catalog.NormalizeDSN(c.Catalog.DSN); err != nil {
 			return "catalog.dsn", errors.New("is not a valid go-sql-driver/mysql DSN such as user:password@tcp(host:3306)/bailinghub (value not shown)")
 		}
 		return "", nil
@@ -225,8 +228,8 @@ func (a *App) Close() {
 	}
 }
 
-func breaker(b config.Breaker) coreclient.BreakerSettings {
-	return coreclient.BreakerSettings{Failures: b.Failures, Window: b.Window, OpenTimeout: b.OpenTimeout, HalfOpenMax: b.HalfOpenMax}
+func breakerSettings(b config.Breaker) breaker.Settings {
+	return breaker.Settings{Failures: b.Failures, Window: b.Window, OpenTimeout: b.OpenTimeout, HalfOpenMax: b.HalfOpenMax}
 }
 
 // ProxyLimits are the edge's bounds of cfg (a limit of 0 in the
@@ -314,21 +317,20 @@ func Build(ctx context.Context, cfg config.Config, deps Deps) (*App, error) {
 }
 
 func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, reg prometheus.Registerer, log *slog.Logger) (*proxy.Features, error) {
-	cm := coreclient.NewMetrics(reg)
 	client, err := coreclient.NewClient(coreclient.Options{
 		BaseURL:        cfg.Core.URL,
 		ServiceToken:   cfg.Core.Token,
 		Timeout:        cfg.Core.Timeout,
 		ProbeInterval:  cfg.ProbeInterval,
-		Identity:       breaker(cfg.Core.Identity),
-		Retrieval:      breaker(cfg.Core.Retrieval),
-		Metrics:        cm,
+		Identity:       breakerSettings(cfg.Core.Identity),
+		Retrieval:      breakerSettings(cfg.Core.Retrieval),
+		Metrics:        coreclient.NewMetrics(reg),
 		TracerProvider: a.tp,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("core client: %w", err)
 	}
-	catalog, tasks, err := a.buildCatalog(ctx, cfg, deps, cm, reg, log)
+	catalog, tasks, err := a.buildCatalog(ctx, cfg, deps, reg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -410,12 +412,12 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 
 // buildCatalog opens the SQL catalog behind its schema gate, or takes the
 // one given in deps.
-func (a *App) buildCatalog(ctx context.Context, cfg config.Config, deps Deps, cm *coreclient.Metrics, reg prometheus.Registerer, log *slog.Logger) (knowledge.Catalog, knowledge.Tasks, error) {
+func (a *App) buildCatalog(ctx context.Context, cfg config.Config, deps Deps, reg prometheus.Registerer, log *slog.Logger) (knowledge.Catalog, knowledge.Tasks, error) {
 	if deps.Catalog != nil {
 		tasks, _ := deps.Catalog.(knowledge.Tasks)
 		return deps.Catalog, tasks, nil
 	}
-	catalog, err := coreclient.OpenCatalog(coreclient.CatalogOptions{
+	sqlCat, err := catalog.Open(catalog.Options{
 		DSN:             cfg.Catalog.DSN,
 		MaxOpenConns:    cfg.Catalog.MaxOpenConns,
 		MaxIdleConns:    cfg.Catalog.MaxIdleConns,
@@ -423,24 +425,24 @@ func (a *App) buildCatalog(ctx context.Context, cfg config.Config, deps Deps, cm
 		QueryTimeout:    cfg.Catalog.QueryTimeout,
 		DocCacheEntries: cfg.Catalog.DocCacheEntries,
 		DocCacheBytes:   cfg.Catalog.DocCacheBytes,
-		Breaker:         breaker(cfg.Catalog.Breaker),
-		Metrics:         cm,
+		Breaker:         breakerSettings(cfg.Catalog.Breaker),
+		Metrics:         catalog.NewMetrics(reg),
 		TracerProvider:  a.tp,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("catalog: %w", err)
 	}
-	a.closers = append(a.closers, catalog.Close)
+	a.closers = append(a.closers, sqlCat.Close)
 	// The knowledge endpoints answer 503 until Core's tables are verified;
 	// pass-through and readiness do not depend on it.
 	// A failed check is retried with backoff (1s, 2s, … up to 30s) by the
 	// knowledge requests, so a replica started before its catalog serves
 	// within seconds of the catalog becoming reachable.
-	gated := coreclient.NewSchemaGate(catalog, 30*time.Second, deps.Now, reg)
+	gated := catalog.NewSchemaGate(sqlCat, 30*time.Second, deps.Now, reg)
 	if cfg.Core.ClientAppID != "" {
 		// Core's rate limit on our own client: read, logged and exported at
 		// start-up and on each schema re-check.
-		limits := coreclient.NewRateLimitCheck(catalog, cfg.Core.ClientAppID, log, reg)
+		limits := catalog.NewRateLimitCheck(sqlCat, cfg.Core.ClientAppID, log, reg)
 		gated.AfterCheck(func(ctx context.Context) { _ = limits.Check(ctx) })
 	}
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -456,10 +458,10 @@ func (a *App) buildCatalog(ctx context.Context, cfg config.Config, deps Deps, cm
 		})
 	}
 	switch st := gated.TaskControlState(); st {
-	case coreclient.TaskControlPartial:
+	case corefacts.TaskControlPartial:
 		log.Warn("Core's task-control tables are only partly visible (migration 062 without all six tables or grants); knowledge search and read answer 503 TASK_UNAVAILABLE until fixed",
 			slog.String("task_control", string(st)))
-	case coreclient.TaskControlAbsent, coreclient.TaskControlEnforced:
+	case corefacts.TaskControlAbsent, corefacts.TaskControlEnforced:
 		log.Info("managed-task rules", slog.String("task_control", string(st)))
 	}
 	return gated, gated, nil

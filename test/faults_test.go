@@ -8,7 +8,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/breaker"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
@@ -89,7 +89,7 @@ func TestFaultIdentityDown(t *testing.T) {
 func TestFaultRetrievalDown(t *testing.T) {
 	kw := newKWorld(t, fakecore.Options{SystemInfo: true})
 	const failures = 3
-	sc := kw.start(t, kopts{FeatureOptions: FeatureOptions{Retrieval: coreclient.BreakerSettings{Failures: failures, Window: time.Minute, OpenTimeout: time.Hour}}})
+	sc := kw.start(t, kopts{FeatureOptions: FeatureOptions{Retrieval: breaker.Settings{Failures: failures, Window: time.Minute, OpenTimeout: time.Hour}}})
 	caps := func() bool {
 		r := kw.call(t, "GET", sc.WS(testdb.RouteMulti)+"/knowledge/capabilities", kw.TokenA, nil)
 		if r.Status != 200 {

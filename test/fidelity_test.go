@@ -8,7 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/breaker"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
@@ -117,7 +117,7 @@ func TestFidelityCoreRateLimit(t *testing.T) {
 	kw := newKWorld(t, fakecore.Options{SystemInfo: true})
 	reg := prometheus.NewRegistry()
 	sc := kw.start(t, kopts{FeatureOptions: FeatureOptions{
-		Registerer: reg, Retrieval: coreclient.BreakerSettings{Failures: 1},
+		Registerer: reg, Retrieval: breaker.Settings{Failures: 1},
 	}})
 	// A route over two KBs: with 3 calls a minute the first search is ok,
 	// the second gets one 429 (partial), the next ones two (unavailable).

@@ -20,7 +20,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
@@ -66,9 +66,9 @@ func newKWorld(t *testing.T, o fakecore.Options) *kworld {
 		kw.secret = append(kw.secret, u, pu.Host)
 	}
 	kw.TokenStar = fakecore.Token("session-star")
-	w.Core.AddSession(kw.TokenStar, coreclient.Session{
+	w.Core.AddSession(kw.TokenStar, corefacts.Session{
 		SessionID: "d0000000-0000-4000-8000-00000000000d", ClientAppID: testdb.AppA,
-		Principal:  coreclient.Principal{ID: "user-42", Tenant: "tenant-7", Roles: []string{"manager"}},
+		Principal:  corefacts.Principal{ID: "user-42", Tenant: "tenant-7", Roles: []string{"manager"}},
 		OnBehalfOf: "tenant-7:user-42", AllowedRoutes: []string{"*"}, ExpiresAt: time.Now().Add(15 * time.Minute),
 	})
 	kw.secret = append(kw.secret, w.ServiceToken, w.TokenA, w.TokenB, kw.TokenStar, w.DB.ReadOnlyDSN, w.DB.Name)
@@ -755,7 +755,7 @@ func TestKnowledgeSearchEndToEnd(t *testing.T) {
 		// Once Core re-indexes, the document is found again, quoting its new text.
 		kw.Core.Reindex()
 		_, h := kw.mustSearch(t, sc, testdb.RouteLegacy, kw.TokenA, map[string]any{"query": "human approver delivery dates"}, testdb.DocRefundTitle)
-		if !strings.Contains(fresh, h.Summary) || h.Revision != coreclient.Revision(testdb.DocRefundTitle, fresh) {
+		if !strings.Contains(fresh, h.Summary) || h.Revision != corefacts.Revision(testdb.DocRefundTitle, fresh) {
 			t.Errorf("re-indexed hint: summary %q revision %s; want an excerpt of the new body and its revision", h.Summary, h.Revision)
 		}
 	})

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
@@ -40,8 +40,8 @@ func sameAnswer(t testing.TB, got, direct turnResult) {
 func TestTurnOldClientsSeeCore(t *testing.T) {
 	w := NewWorld(t, WorldOptions{})
 	revoked := fakecore.Token("revoked-session")
-	w.Core.AddSession(revoked, coreclient.Session{
-		SessionID: testdb.SessionA, ClientAppID: testdb.AppA, Principal: coreclient.Principal{ID: "user-42"},
+	w.Core.AddSession(revoked, corefacts.Session{
+		SessionID: testdb.SessionA, ClientAppID: testdb.AppA, Principal: corefacts.Principal{ID: "user-42"},
 		AllowedRoutes: []string{testdb.RouteMulti}, ExpiresAt: time.Now().Add(15 * time.Minute),
 	})
 	w.Core.RevokeSession(revoked)

@@ -25,7 +25,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
@@ -573,9 +573,9 @@ func TestTurnMatrix(t *testing.T) {
 func TestTurnDeliveryStatusPerRoute(t *testing.T) {
 	w := NewWorld(t, WorldOptions{})
 	token := fakecore.Token("session-a-all-routes")
-	w.Core.AddSession(token, coreclient.Session{
+	w.Core.AddSession(token, corefacts.Session{
 		SessionID: testdb.SessionA, ClientAppID: testdb.AppA,
-		Principal:     coreclient.Principal{ID: "user-42", Tenant: "tenant-7", Roles: []string{"manager"}, Audience: "internal"},
+		Principal:     corefacts.Principal{ID: "user-42", Tenant: "tenant-7", Roles: []string{"manager"}, Audience: "internal"},
 		OnBehalfOf:    "tenant-7:user-42",
 		AllowedRoutes: []string{testdb.RouteMulti, testdb.RouteLegacy, testdb.RouteNull},
 		ExpiresAt:     time.Now().Add(15 * time.Minute),

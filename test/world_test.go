@@ -16,7 +16,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bailinghub/knowledge-sidecar/breaker"
+	"github.com/bailinghub/knowledge-sidecar/catalog"
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
@@ -52,7 +55,7 @@ func NewWorld(t testing.TB, o WorldOptions) *World {
 	w := &World{DB: db, ServiceToken: randomToken(t, "svc_")}
 	co := o.Core
 	co.ServiceToken = w.ServiceToken
-	co.OnRun = func(r coreclient.Run) {
+	co.OnRun = func(r corefacts.Run) {
 		_, err := db.Admin.Exec(`INSERT INTO bz_agent_client_runs
 			(run_id, session_id, client_app_id, route_key, status, created_at, updated_at)
 			VALUES (?, ?, ?, ?, 'context_ready', UTC_TIMESTAMP(), UTC_TIMESTAMP())`,
@@ -83,17 +86,17 @@ func NewWorld(t testing.TB, o WorldOptions) *World {
 		{DocID: testdb.DocRefund, Title: testdb.DocRefundTitle, Content: testdb.DocRefundContent, Score: 0.82},
 	})
 	w.TokenA = fakecore.Token("session-a")
-	w.Core.AddSession(w.TokenA, coreclient.Session{
+	w.Core.AddSession(w.TokenA, corefacts.Session{
 		SessionID: testdb.SessionA, ClientAppID: testdb.AppA,
-		Principal:     coreclient.Principal{ID: "user-42", Tenant: "tenant-7", Roles: []string{"manager"}, Audience: "internal"},
+		Principal:     corefacts.Principal{ID: "user-42", Tenant: "tenant-7", Roles: []string{"manager"}, Audience: "internal"},
 		OnBehalfOf:    "tenant-7:user-42",
 		AllowedRoutes: []string{testdb.RouteMulti, testdb.RouteLegacy},
 		ExpiresAt:     time.Now().Add(15 * time.Minute),
 	})
 	w.TokenB = fakecore.Token("session-b")
-	w.Core.AddSession(w.TokenB, coreclient.Session{
+	w.Core.AddSession(w.TokenB, corefacts.Session{
 		SessionID: testdb.SessionB, ClientAppID: testdb.AppB,
-		Principal:     coreclient.Principal{ID: "user-7"},
+		Principal:     corefacts.Principal{ID: "user-7"},
 		OnBehalfOf:    "user-7",
 		AllowedRoutes: []string{testdb.RouteMulti},
 		ExpiresAt:     time.Now().Add(15 * time.Minute),
@@ -151,7 +154,7 @@ type FeatureOptions struct {
 	Registerer    prometheus.Registerer
 	// CoreTimeout and the breakers tune the Core client (zero: defaults).
 	CoreTimeout         time.Duration
-	Identity, Retrieval coreclient.BreakerSettings
+	Identity, Retrieval breaker.Settings
 	// CatalogDSN replaces the world's read-only DSN; the schema check is
 	// then skipped (the catalog may be unreachable on purpose).
 	CatalogDSN string
@@ -185,9 +188,8 @@ func (w *World) Features(t testing.TB, o FeatureOptions) *proxy.Features {
 	if o.Logger == nil {
 		o.Logger = testLogger(t)
 	}
-	cm := coreclient.NewMetrics(o.Registerer)
 	client, err := coreclient.NewClient(coreclient.Options{
-		BaseURL: w.CoreURL, ServiceToken: w.ServiceToken, Metrics: cm, ProbeInterval: o.ProbeInterval,
+		BaseURL: w.CoreURL, ServiceToken: w.ServiceToken, Metrics: coreclient.NewMetrics(o.Registerer), ProbeInterval: o.ProbeInterval,
 		Now: o.Now, Timeout: o.CoreTimeout, Identity: o.Identity, Retrieval: o.Retrieval,
 	})
 	if err != nil {
@@ -197,7 +199,7 @@ func (w *World) Features(t testing.TB, o FeatureOptions) *proxy.Features {
 	if dsn == "" {
 		dsn = w.DB.ReadOnlyDSN
 	}
-	cat, err := coreclient.OpenCatalog(coreclient.CatalogOptions{DSN: dsn, Metrics: cm, QueryTimeout: 2 * time.Second})
+	cat, err := catalog.Open(catalog.Options{DSN: dsn, Metrics: catalog.NewMetrics(o.Registerer), QueryTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatalf("world: catalog: %v", err)
 	}
@@ -209,7 +211,7 @@ func (w *World) Features(t testing.TB, o FeatureOptions) *proxy.Features {
 	}
 	// Task control (Core ≥ 0.8) goes through the schema gate, as `serve`
 	// wires it: it probes the task tables (absent in the base fixtures).
-	tasks := coreclient.NewSchemaGate(cat, 0, o.Now, o.Registerer)
+	tasks := catalog.NewSchemaGate(cat, 0, o.Now, o.Registerer)
 	if o.CatalogDSN == "" {
 		if err := tasks.Check(context.Background()); err != nil {
 			t.Fatalf("world: task presence: %v", err)

@@ -22,7 +22,7 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts/jsstring"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 )
 
@@ -58,7 +58,7 @@ type Request struct {
 	Mode knowledge.DeliveryMode
 	// ConversationID, TurnID and UserMessageID are client_conversation_id,
 	// client_turn_id and user_message_id trimmed like Core trims them
-	// (ECMAScript String.prototype.trim, coreclient.JSTrim: the ledger must see the id Core sees, or one Core turn could get two records under different spellings); "" when absent or
+	// (ECMAScript String.prototype.trim, jsstring.Trim: the ledger must see the id Core sees, or one Core turn could get two records under different spellings); "" when absent or
 	// not strings. With duplicate keys the last one wins, as in Core's
 	// JSON.parse.
 	ConversationID, TurnID, UserMessageID string
@@ -163,7 +163,7 @@ func idValue(b []byte, m member) string {
 	if !ok {
 		return ""
 	}
-	return coreclient.JSTrim(s)
+	return jsstring.Trim(s)
 }
 
 // removeMember returns a copy of b without member m. prevEnd is the value

@@ -7,7 +7,7 @@ import (
 	"io"
 	"testing"
 
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts/jsstring"
 )
 
 // refMember is one top-level member located by encoding/json's decoder (an
@@ -98,11 +98,11 @@ func FuzzTurnRequestSplice(f *testing.F) {
 			}
 			switch m.key {
 			case "client_conversation_id":
-				ids[0] = coreclient.JSTrim(s)
+				ids[0] = jsstring.Trim(s)
 			case "client_turn_id":
-				ids[1] = coreclient.JSTrim(s)
+				ids[1] = jsstring.Trim(s)
 			case "user_message_id":
-				ids[2] = coreclient.JSTrim(s)
+				ids[2] = jsstring.Trim(s)
 			case "knowledge_delivery":
 				kd = i
 			}

@@ -1,6 +1,8 @@
 package turn
 
-import "encoding/json"
+import (
+	"encoding/json"
+)
 
 // FieldWatch follows a turn request body as it arrives and reports as soon
 // as a top-level "knowledge_delivery" key has gone by (escapes in the key

@@ -22,8 +22,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/bailinghub/knowledge-sidecar/catalog"
 	"github.com/bailinghub/knowledge-sidecar/config"
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/sidecar"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 )
@@ -223,12 +224,12 @@ type demoWorld struct {
 	core    *fakecore.Core
 	srv     *http.Server
 	coreURL string
-	catalog *coreclient.MemCatalog
+	catalog *catalog.MemCatalog
 	service string // the sidecar's Core service token
 }
 
 func startDemoWorld(docs []demoDoc, token string) (*demoWorld, error) {
-	w := &demoWorld{catalog: coreclient.NewMemCatalog(), service: randomToken("svc_")}
+	w := &demoWorld{catalog: catalog.NewMemCatalog(), service: randomToken("svc_")}
 	w.core = fakecore.New(fakecore.Options{
 		ServiceToken: w.service,
 		SystemInfo:   true,
@@ -243,18 +244,18 @@ func startDemoWorld(docs []demoDoc, token string) (*demoWorld, error) {
 	for i, d := range docs {
 		id := int64(i + 1)
 		w.core.AddDoc(demoKB, id, d.title, d.content)
-		w.catalog.PutDoc(coreclient.Document{
-			DocMeta: coreclient.DocMeta{DocID: id, KBID: demoKB, Title: d.title, Status: "ready", UpdatedAt: now},
+		w.catalog.PutDoc(corefacts.Document{
+			DocMeta: corefacts.DocMeta{DocID: id, KBID: demoKB, Title: d.title, Status: "ready", UpdatedAt: now},
 			Content: d.content,
 		})
 	}
 	// A turn retrieves from its user_input with the route's knowledge config,
 	// ranked like /kb/search (demoKnowledge: top_k 8, min_score 0.05).
 	w.core.SetTurnRetrieval(demoRoute, fakecore.TurnRetrieval{KBIDs: []string{demoKB}, TopK: 8, MinScore: 0.05})
-	w.core.AddSession(token, coreclient.Session{
+	w.core.AddSession(token, corefacts.Session{
 		SessionID:     "6f1c2f7e-5a53-4d52-9a0e-3f3b5f0c9d11",
 		ClientAppID:   demoClient,
-		Principal:     coreclient.Principal{ID: "demo-user", Tenant: "demo-tenant", Roles: []string{"agent"}},
+		Principal:     corefacts.Principal{ID: "demo-user", Tenant: "demo-tenant", Roles: []string{"agent"}},
 		OnBehalfOf:    "demo-tenant:demo-user",
 		AllowedRoutes: []string{demoRoute},
 	})

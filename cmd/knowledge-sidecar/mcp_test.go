@@ -20,7 +20,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/hostclient/hostclienttest"
 	"github.com/bailinghub/knowledge-sidecar/mcpserver"
 )
@@ -503,10 +503,10 @@ func (l *bearerLog) len() int {
 // rotate makes the demo's Core accept next for the demo session and reject
 // old, as Core does when an access token is refreshed.
 func rotate(d *runningDemo, old, next string) {
-	d.world.core.AddSession(next, coreclient.Session{
+	d.world.core.AddSession(next, corefacts.Session{
 		SessionID:     "6f1c2f7e-5a53-4d52-9a0e-3f3b5f0c9d11",
 		ClientAppID:   demoClient,
-		Principal:     coreclient.Principal{ID: "demo-user", Tenant: "demo-tenant", Roles: []string{"agent"}},
+		Principal:     corefacts.Principal{ID: "demo-user", Tenant: "demo-tenant", Roles: []string{"agent"}},
 		OnBehalfOf:    "demo-tenant:demo-user",
 		AllowedRoutes: []string{demoRoute},
 	})

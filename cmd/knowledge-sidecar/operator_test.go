@@ -289,7 +289,7 @@ func TestTroubleshootingCoversCodesAndLogs(t *testing.T) {
 	concat := regexp.MustCompile(`"\s*\+\s*"`)
 	var missing []string
 	seen := map[string]bool{}
-	for _, dir := range []string{"../../proxy", "../../knowledge", "../../coreclient", "../../ledger", "../../rollout", "."} {
+	for _, dir := range []string{"../../proxy", "../../knowledge", "../../coreclient", "../../catalog", "../../breaker", "../../corefacts", "../../ledger", "../../rollout", "."} {
 		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		if err != nil {
 			t.Fatal(err)

@@ -17,8 +17,11 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/bailinghub/knowledge-sidecar/breaker"
+	"github.com/bailinghub/knowledge-sidecar/catalog"
 	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 )
@@ -126,7 +129,7 @@ func (p *prober) core(ctx context.Context) {
 		p.add("system-info", verdictOK, "present (Core ≥ 0.7): Core gates routes itself")
 	case err == nil:
 		p.add("system-info", verdictOK, "absent (Core < 0.7): the catalog gates routes (bz_clients grants needed)")
-	case errors.Is(err, coreclient.ErrUnauthorized):
+	case errors.Is(err, corefacts.ErrUnauthorized):
 		p.add("system-info", verdictFail, "Core refused the Agent token of %s (expired? access tokens live 15 minutes)", probeAgentTokenEnv)
 	default:
 		p.add("system-info", verdictFail, "%s", coreProblem(err))
@@ -144,8 +147,8 @@ func coreProblem(err error) string {
 		return "connection refused"
 	case errors.Is(err, coreclient.ErrNoSuchHost):
 		return "the host name does not resolve"
-	case errors.Is(err, coreclient.ErrUnavailable):
-		return "unreachable or failing: " + strings.TrimPrefix(err.Error(), coreclient.ErrUnavailable.Error()+": ")
+	case errors.Is(err, corefacts.ErrUnavailable):
+		return "unreachable or failing: " + strings.TrimPrefix(err.Error(), corefacts.ErrUnavailable.Error()+": ")
 	}
 	return err.Error()
 }
@@ -159,10 +162,10 @@ func (p *prober) catalog(ctx context.Context) {
 	}
 	// The probe's own failures must not open the catalog breaker: each line
 	// reports its own cause, never "circuit open" because of an earlier line.
-	cat, err := coreclient.OpenCatalog(coreclient.CatalogOptions{
+	cat, err := catalog.Open(catalog.Options{
 		DSN: p.cfg.Catalog.DSN, MaxOpenConns: 2, MaxIdleConns: 2, QueryTimeout: p.timeout,
 		DocCacheEntries: 1, DocCacheBytes: 1 << 20,
-		Breaker: coreclient.BreakerSettings{Failures: math.MaxUint32},
+		Breaker: breaker.Settings{Failures: math.MaxUint32},
 	})
 	if err != nil {
 		p.add("catalog", verdictFail, "%v", err)
@@ -179,11 +182,11 @@ func (p *prober) catalog(ctx context.Context) {
 	}
 	p.add("catalog", verdictOK, "reachable at %s, database %q", dsn.Addr, dsn.DBName)
 
-	var se *coreclient.SchemaError
+	var se *catalog.SchemaError
 	switch err := cat.CheckSchema(ctx); {
 	case err == nil:
 		p.add("catalog-schema", verdictOK, "Core's migrations 008, 018, 019, 055, 056 are applied")
-	case errors.As(err, &se) && len(se.Missing) == len(coreclient.RequiredMigrations()):
+	case errors.As(err, &se) && len(se.Missing) == len(catalog.RequiredMigrations()):
 		p.add("catalog-schema", verdictFail, "no Core schema in database %q: none of Core's migrations is recorded (a different database, or Core never migrated it)", dsn.DBName)
 		for _, n := range []string{"catalog-grants", "task-control"} {
 			p.add(n, verdictSkip, "no Core schema in this database")
@@ -221,9 +224,9 @@ func (p *prober) catalog(ctx context.Context) {
 // what the catalog user sees (absent | partial | present); which of them the
 // knowledge endpoints enforce is decided by the task-control presence check
 // of the knowledge path (SPEC §4a), which this line mirrors.
-func (p *prober) taskControl(ctx context.Context, cat *coreclient.SQLCatalog) {
+func (p *prober) taskControl(ctx context.Context, cat *catalog.SQLCatalog) {
 	t, err := cat.ProbeTaskTables(ctx)
-	n := len(coreclient.TaskTables)
+	n := len(catalog.TaskTables)
 	switch {
 	case err != nil:
 		p.add("task-control", verdictFail, "%v", err)
@@ -236,7 +239,7 @@ func (p *prober) taskControl(ctx context.Context, cat *coreclient.SQLCatalog) {
 		}
 		p.add("task-control", verdictOK, "present: all %d task tables and the task query's columns are readable (Core ≥ 0.8: task rules apply)", n)
 	case len(t.Readable) == 0 && !t.Migrated:
-		p.add("task-control", verdictOK, "absent: migration %s is not applied (Core < 0.8: no task rules)", coreclient.TaskMigration)
+		p.add("task-control", verdictOK, "absent: migration %s is not applied (Core < 0.8: no task rules)", catalog.TaskMigration)
 	default:
 		var why []string
 		if len(t.Missing) > 0 {

@@ -11,7 +11,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/catalog"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
@@ -56,7 +57,7 @@ func TestCheckConfigProbe(t *testing.T) {
 	}
 	broken.Exec(t, "REVOKE SELECT (content) ON `"+broken.Name+"`.bz_kb_docs FROM '"+ro.User+"'@'%'")
 	broken.Exec(t, "DELETE FROM bz_schema_migrations WHERE filename = '056_agent_client_runtime.sql'")
-	broken.Exec(t, "INSERT INTO bz_schema_migrations (filename) VALUES ('"+coreclient.TaskMigration+"')")
+	broken.Exec(t, "INSERT INTO bz_schema_migrations (filename) VALUES ('"+catalog.TaskMigration+"')")
 	// Core 0.8 with task control, granted as documented; and the same with
 	// one task column not granted.
 	tasks := testdb.New(t)
@@ -102,9 +103,9 @@ func TestCheckConfigProbe(t *testing.T) {
 		srv := httptest.NewServer(core)
 		t.Cleanup(func() { core.Close(); srv.Close() })
 		core.SetRoute(testdb.RouteMulti, fakecore.GateAllowed)
-		core.AddSession(agentToken, coreclient.Session{
+		core.AddSession(agentToken, corefacts.Session{
 			SessionID: testdb.SessionA, ClientAppID: testdb.AppA,
-			Principal: coreclient.Principal{ID: "user-42"}, AllowedRoutes: []string{testdb.RouteMulti},
+			Principal: corefacts.Principal{ID: "user-42"}, AllowedRoutes: []string{testdb.RouteMulti},
 			ExpiresAt: time.Now().Add(15 * time.Minute),
 		})
 		return srv.URL

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
@@ -46,9 +46,9 @@ func newServeWorld(t *testing.T, seed, extraYAML string) *serveWorld {
 	w.coreURL = coreSrv.URL
 	core.SetRoute(testdb.RouteMulti, fakecore.GateAllowed)
 	w.token = fakecore.Token(seed)
-	core.AddSession(w.token, coreclient.Session{
+	core.AddSession(w.token, corefacts.Session{
 		SessionID: testdb.SessionA, ClientAppID: testdb.AppA,
-		Principal: coreclient.Principal{ID: "user-42"}, AllowedRoutes: []string{testdb.RouteMulti},
+		Principal: corefacts.Principal{ID: "user-42"}, AllowedRoutes: []string{testdb.RouteMulti},
 		ExpiresAt: time.Now().Add(15 * time.Minute),
 	})
 	w.bin = buildBinary(t)

@@ -20,8 +20,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bailinghub/knowledge-sidecar/catalog"
 	kscfg "github.com/bailinghub/knowledge-sidecar/config"
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
 	"github.com/bailinghub/knowledge-sidecar/sidecar"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
@@ -130,10 +131,10 @@ func newFakeCore() *fakecore.Core {
 		title, content := docText(i, benchDocSize)
 		core.AddDoc(benchKB, int64(i), title, content)
 	}
-	core.AddSession(benchToken, coreclient.Session{
+	core.AddSession(benchToken, corefacts.Session{
 		SessionID:     benchSession,
 		ClientAppID:   benchClient,
-		Principal:     coreclient.Principal{ID: "bench-user", Tenant: "bench-tenant", Roles: []string{"agent"}},
+		Principal:     corefacts.Principal{ID: "bench-user", Tenant: "bench-tenant", Roles: []string{"agent"}},
 		OnBehalfOf:    "bench-tenant:bench-user",
 		AllowedRoutes: routes,
 		ExpiresAt:     time.Now().Add(24 * time.Hour).UTC(),
@@ -142,8 +143,8 @@ func newFakeCore() *fakecore.Core {
 }
 
 // newMemCatalog is the catalog twin of newFakeCore.
-func newMemCatalog() *coreclient.MemCatalog {
-	cat := coreclient.NewMemCatalog()
+func newMemCatalog() *catalog.MemCatalog {
+	cat := catalog.NewMemCatalog()
 	cat.PutKB(benchKB, true)
 	routes := []string{routeKB, routeTurn10, routeTurn256, routePass10}
 	for _, r := range routes {
@@ -153,8 +154,8 @@ func newMemCatalog() *coreclient.MemCatalog {
 	now := time.Now().UTC().Truncate(time.Second)
 	for i := 1; i <= benchDocs; i++ {
 		title, content := docText(i, benchDocSize)
-		cat.PutDoc(coreclient.Document{
-			DocMeta: coreclient.DocMeta{DocID: int64(i), KBID: benchKB, Title: title, Status: "ready", UpdatedAt: now},
+		cat.PutDoc(corefacts.Document{
+			DocMeta: corefacts.DocMeta{DocID: int64(i), KBID: benchKB, Title: title, Status: "ready", UpdatedAt: now},
 			Content: content,
 		})
 	}

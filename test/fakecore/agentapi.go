@@ -14,7 +14,7 @@ import (
 	"strings"
 	"unicode/utf16"
 
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 )
 
 // agentPath matches the Agent API paths the fake implements. A workspace
@@ -72,7 +72,7 @@ func (c *Core) serveAgentAPI(w http.ResponseWriter, r *http.Request, body []byte
 }
 
 // writeGate answers the route gate's error, if any, and reports whether it did.
-func (c *Core) writeGate(w http.ResponseWriter, name string, s coreclient.Session) bool {
+func (c *Core) writeGate(w http.ResponseWriter, name string, s corefacts.Session) bool {
 	c.mu.Lock()
 	r := c.routes[name]
 	gate := GateRouteUnavailable
@@ -118,7 +118,7 @@ type capabilitiesJSON struct {
 
 func nativeCapabilities(route string) capabilitiesJSON {
 	return capabilitiesJSON{
-		SchemaVersion: coreclient.CapabilitiesSchema, Protocol: "bailing.agent-knowledge.v1",
+		SchemaVersion: corefacts.CapabilitiesSchema, Protocol: "bailing.agent-knowledge.v1",
 		Supported: true, Route: route, Enabled: true, KnowledgeScopeRevision: scopeRevision(route),
 		DeliveryModes: []string{"inline", "on_demand"},
 		Limits:        nativeLimits{3, 4096, 16384, 32768, 300, 131072},
@@ -237,7 +237,7 @@ func invalidRequest(w http.ResponseWriter, msg string) {
 }
 
 // serveTurn is POST /agent-api/v1/workspaces/:route/turns (CORE_FACTS §3).
-func (c *Core) serveTurn(w http.ResponseWriter, r *http.Request, name string, s coreclient.Session, body []byte, tooLarge bool) {
+func (c *Core) serveTurn(w http.ResponseWriter, r *http.Request, name string, s corefacts.Session, body []byte, tooLarge bool) {
 	if tooLarge || len(body) > turnBodyMax {
 		writeJSON(w, http.StatusRequestEntityTooLarge, errBody{Error: "arguments_too_large", Message: msgTooLarge})
 		return
@@ -415,7 +415,7 @@ func (c *Core) serveTurn(w http.ResponseWriter, r *http.Request, name string, s 
 	rec := &turnRecord{hash: hash, response: frozen}
 	c.turns["t\x00"+k1], c.turns["m\x00"+k2] = rec, rec
 	thread.messages = append(thread.messages, memoryMessage{Role: "user", Content: input})
-	run := coreclient.Run{RunID: runID, SessionID: s.SessionID, ClientAppID: s.ClientAppID, RouteKey: name, Status: "context_ready"}
+	run := corefacts.Run{RunID: runID, SessionID: s.SessionID, ClientAppID: s.ClientAppID, RouteKey: name, Status: "context_ready"}
 	c.runs = append(c.runs, run)
 	onRun := c.opts.OnRun
 	c.mu.Unlock()

@@ -5,23 +5,23 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 )
 
 var bearerPattern = regexp.MustCompile(`(?i)^Bearer ([^\s]+)$`)
 
 // authenticate is Core's authenticateAgentAccess: a well-formed bearer with a
 // bha_ token of a known, unexpired session.
-func (c *Core) authenticate(r *http.Request) (coreclient.Session, bool) {
+func (c *Core) authenticate(r *http.Request) (corefacts.Session, bool) {
 	m := bearerPattern.FindStringSubmatch(r.Header.Get("Authorization"))
 	if m == nil || !ValidAccessToken(m[1]) {
-		return coreclient.Session{}, false
+		return corefacts.Session{}, false
 	}
 	c.mu.Lock()
 	s, ok := c.sessions[m[1]]
 	c.mu.Unlock()
 	if !ok || (!s.ExpiresAt.IsZero() && s.ExpiresAt.Before(c.opts.Now())) {
-		return coreclient.Session{}, false
+		return corefacts.Session{}, false
 	}
 	return s, true
 }

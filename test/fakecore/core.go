@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 )
 
 // Options configures a fake Core.
@@ -37,7 +37,7 @@ type Options struct {
 	// 429 {"error":"超出限速（N/分钟）"}. 0: unlimited.
 	RateLimitPerMin int
 	// OnRun, when set, is called (outside the fake's lock) for every run a turn creates.
-	OnRun func(coreclient.Run)
+	OnRun func(corefacts.Run)
 }
 
 // Fault is an injected misbehaviour for requests whose path has a prefix.
@@ -58,7 +58,7 @@ type Core struct {
 	opts Options
 
 	mu       sync.Mutex
-	sessions map[string]coreclient.Session // by access token
+	sessions map[string]corefacts.Session // by access token
 	routes   map[string]*route
 	kbs      map[string]*kb
 	faults   map[string]Fault // by path prefix; "" matches every path
@@ -67,7 +67,7 @@ type Core struct {
 	lastSize int // sum of last[*].size
 	seq      uint64
 	turns    map[string]*turnRecord // by idempotency key
-	runs     []coreclient.Run
+	runs     []corefacts.Run
 	threads  map[string]*thread // by (session, route, conversation)
 
 	embedOutage bool // every KB's embedding call fails (SetEmbeddingsOutage)
@@ -114,7 +114,7 @@ func New(o Options) *Core {
 	}
 	return &Core{
 		opts:     o,
-		sessions: map[string]coreclient.Session{},
+		sessions: map[string]corefacts.Session{},
 		routes:   map[string]*route{},
 		kbs:      map[string]*kb{},
 		faults:   map[string]Fault{},
@@ -146,7 +146,7 @@ func ValidAccessToken(t string) bool {
 // AddSession makes token (a bearer such as Token("alice")) resolve to s. It
 // panics if token does not have Core's shape, since Core would reject it.
 // A non-zero s.ExpiresAt before Now makes the token expired (401).
-func (c *Core) AddSession(token string, s coreclient.Session) {
+func (c *Core) AddSession(token string, s corefacts.Session) {
 	if !ValidAccessToken(token) {
 		panic("fakecore: AddSession: token must look like Core's (bha_ prefix, ≥ 40 chars); use fakecore.Token")
 	}
@@ -316,10 +316,10 @@ func (c *Core) RunsCreated() int {
 }
 
 // Runs returns a copy of the runs created so far.
-func (c *Core) Runs() []coreclient.Run {
+func (c *Core) Runs() []corefacts.Run {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append([]coreclient.Run(nil), c.runs...)
+	return append([]corefacts.Run(nil), c.runs...)
 }
 
 // remember counts and records a request (c.mu held), within the bounds.

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 )
 
@@ -25,9 +25,9 @@ func newCore(t *testing.T, o fakecore.Options) (*fakecore.Core, *httptest.Server
 	t.Helper()
 	o.ServiceToken = serviceToken
 	c := fakecore.New(o)
-	c.AddSession(alice, coreclient.Session{
+	c.AddSession(alice, corefacts.Session{
 		SessionID: "s-1", ClientAppID: "app-1",
-		Principal:     coreclient.Principal{ID: "user-42", Tenant: "t-7", Roles: []string{"manager"}},
+		Principal:     corefacts.Principal{ID: "user-42", Tenant: "t-7", Roles: []string{"manager"}},
 		OnBehalfOf:    "t-7:user-42",
 		AllowedRoutes: []string{"orders"},
 	})
@@ -160,8 +160,8 @@ func TestSystemInfoAndCapabilities(t *testing.T) {
 			if tt.code != "" && tt.code != "not_found" && a.body["message"] == nil {
 				t.Errorf("gate body %s lacks message", a.raw)
 			}
-			if strings.HasSuffix(tt.path, "capabilities") && tt.want == 200 && a.body["schema_version"] != coreclient.CapabilitiesSchema {
-				t.Errorf("schema_version got %v; want %s", a.body["schema_version"], coreclient.CapabilitiesSchema)
+			if strings.HasSuffix(tt.path, "capabilities") && tt.want == 200 && a.body["schema_version"] != corefacts.CapabilitiesSchema {
+				t.Errorf("schema_version got %v; want %s", a.body["schema_version"], corefacts.CapabilitiesSchema)
 			}
 		})
 	}

@@ -1,0 +1,90 @@
+package catalog
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bailinghub/knowledge-sidecar/breaker"
+	"github.com/bailinghub/knowledge-sidecar/telemetry"
+)
+
+// Outcome labels of the catalog metrics (a closed set, outcomeOf).
+const (
+	OutcomeOK          = "ok"
+	OutcomeNotFound    = "not_found"
+	OutcomeUnavailable = "unavailable"
+	OutcomeOpen        = "open"
+	OutcomeCanceled    = "canceled"
+	// OutcomeQueryError: the database answered a task query with an error (tasks.go).
+	OutcomeQueryError = "query_error"
+)
+
+// The closed label sets, each series created with 0 when the collectors are
+// built, so alert expressions and panels read 0 rather than "no data".
+var (
+	catalogQueries = []string{QuerySchema, QueryRoute, QueryKBs, QueryDocMeta, QueryDocBody, QueryRun, QueryClient,
+		QueryClientLimit, QueryRouteKBs, QueryReadyKBs, QueryTaskPresence, QueryTask}
+	catalogOutcomes = []string{OutcomeOK, OutcomeNotFound, OutcomeUnavailable, OutcomeOpen, OutcomeCanceled, OutcomeQueryError}
+)
+
+// Metrics holds the catalog's collectors, with the gauges of its breaker
+// (package breaker). All methods are safe on a nil *Metrics.
+//
+// Series (namespace knowledge_sidecar):
+//
+//	catalog_queries_total{query,outcome}          counter
+//	catalog_query_duration_seconds{query}         histogram
+//
+// Label values come only from this package's constants.
+type Metrics struct {
+	breakers *breaker.Metrics
+	queries  *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+// NewMetrics builds the collectors and registers them on reg (nil:
+// unregistered). Registering twice on the same registry reuses them.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		breakers: breaker.NewMetrics(reg),
+		queries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: telemetry.Namespace, Subsystem: "catalog", Name: "queries_total",
+			Help: "Catalog queries by query name and outcome.",
+		}, []string{"query", "outcome"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: telemetry.Namespace, Subsystem: "catalog", Name: "query_duration_seconds",
+			Help:    "Duration of catalog queries by query name.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}, []string{"query"}),
+	}
+	if reg != nil {
+		m.queries = telemetry.Register(reg, m.queries)
+		m.duration = telemetry.Register(reg, m.duration)
+	}
+	for _, q := range catalogQueries {
+		m.duration.WithLabelValues(q)
+		for _, o := range catalogOutcomes {
+			m.queries.WithLabelValues(q, o)
+		}
+	}
+	return m
+}
+
+// Observe records one catalog query. query and outcome must come from the
+// closed sets of this package.
+func (m *Metrics) Observe(query, outcome string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.queries.WithLabelValues(query, outcome).Inc()
+	m.duration.WithLabelValues(query).Observe(d.Seconds())
+}
+
+// breakerMetrics are the breaker gauges (nil without metrics).
+func (m *Metrics) breakerMetrics() *breaker.Metrics {
+	if m == nil {
+		return nil
+	}
+	return m.breakers
+}

@@ -1,0 +1,172 @@
+package catalog_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bailinghub/knowledge-sidecar/catalog"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/test/testdb"
+)
+
+// syncBuffer is a log sink safe for the check's writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// records returns the JSON log records written so far, and forgets them.
+func (s *syncBuffer) records(t *testing.T) []map[string]any {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(s.b.String()), "\n") {
+		if line == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		out = append(out, m)
+	}
+	s.b.Reset()
+	return out
+}
+
+func gaugeValue(t *testing.T, reg prometheus.Gatherer, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("gauge %s not found", name)
+	return 0
+}
+
+// TestRateLimitCheck: the sidecar's Core client rate limit is read through
+// the read-only user (its column GRANT), logged at warn with the capacity it
+// implies (limit ÷ the most enabled KBs one enabled route searches) and
+// exported as gauges; an unlimited client is +Inf capacity and no warning.
+func TestRateLimitCheck(t *testing.T) {
+	db := testdb.New(t)
+	cat := openSQL(t, db, nil)
+	ctx := context.Background()
+	var logs syncBuffer
+	reg := prometheus.NewRegistry()
+	check := catalog.NewRateLimitCheck(cat, testdb.AppA, slog.New(slog.NewJSONHandler(&logs, nil)), reg)
+
+	// The fixtures' widest enabled route is kb-multi: faq and manuals are
+	// searched, kb-disabled and kb-missing are not. Core's default limit, 60.
+	tests := []struct {
+		name         string
+		setup        string
+		limit        float64
+		capacity     float64
+		level        string
+		maxKBs       float64
+		wantCapacity bool
+	}{
+		{name: "default limit, two KBs", limit: 60, capacity: 30, level: "WARN", maxKBs: 2, wantCapacity: true},
+		{name: "a route with three KBs", setup: `INSERT INTO bz_routes (route_key, enabled, knowledge, updated_at)
+			VALUES ('kb-three', 1, '{"kb_ids":["faq","manuals","other-kb","FAQ"]}', UTC_TIMESTAMP())`,
+			limit: 60, capacity: 20, level: "WARN", maxKBs: 3, wantCapacity: true},
+		{name: "disabled routes do not count", setup: `INSERT INTO bz_routes (route_key, enabled, knowledge, updated_at)
+			VALUES ('kb-four-off', 0, '{"kb_ids":["faq","manuals","other-kb","kb-disabled"]}', UTC_TIMESTAMP())`,
+			limit: 60, capacity: 20, level: "WARN", maxKBs: 3, wantCapacity: true},
+		{name: "sized limit", setup: `UPDATE bz_clients SET rate_limit_per_min = 600 WHERE app_id = 'app-a'`,
+			limit: 600, capacity: 200, level: "WARN", maxKBs: 3, wantCapacity: true},
+		{name: "unlimited", setup: `UPDATE bz_clients SET rate_limit_per_min = 0 WHERE app_id = 'app-a'`,
+			limit: 0, capacity: math.Inf(1), level: "INFO"},
+	}
+	for _, tt := range tests {
+		if tt.setup != "" {
+			db.Exec(t, tt.setup)
+		}
+		if err := check.Check(ctx); err != nil {
+			t.Fatalf("%s: got %v; want nil", tt.name, err)
+		}
+		if got := gaugeValue(t, reg, "knowledge_sidecar_core_client_rate_limit_per_minute"); got != tt.limit {
+			t.Errorf("%s: limit gauge got %v; want %v", tt.name, got, tt.limit)
+		}
+		if got := gaugeValue(t, reg, "knowledge_sidecar_core_search_capacity_per_minute"); got != tt.capacity {
+			t.Errorf("%s: capacity gauge got %v; want %v", tt.name, got, tt.capacity)
+		}
+		recs := logs.records(t)
+		if len(recs) != 1 || recs[0]["level"] != tt.level || recs[0]["client_app_id"] != testdb.AppA {
+			t.Fatalf("%s: logs got %v; want one %s record naming the client", tt.name, recs, tt.level)
+		}
+		if tt.wantCapacity {
+			r := recs[0]
+			if r["rate_limit_per_min"] != tt.limit || r["max_kbs_per_route"] != tt.maxKBs || r["search_capacity_per_min"] != tt.capacity {
+				t.Errorf("%s: log got %v; want limit %v, max KBs %v, capacity %v", tt.name, r, tt.limit, tt.maxKBs, tt.capacity)
+			}
+		}
+	}
+
+	t.Run("unknown client", func(t *testing.T) {
+		var logs syncBuffer
+		c := catalog.NewRateLimitCheck(cat, "no-such-app", slog.New(slog.NewJSONHandler(&logs, nil)), nil)
+		if err := c.Check(ctx); !errors.Is(err, corefacts.ErrNotFound) {
+			t.Errorf("got %v; want ErrNotFound", err)
+		}
+		if recs := logs.records(t); len(recs) != 1 || recs[0]["level"] != "WARN" {
+			t.Errorf("logs got %v; want one warning", recs)
+		}
+	})
+}
+
+// TestRateLimitCheckRunsWithSchemaChecks: hooked on the schema gate, the
+// check runs at the start-up check (and not before the schema passed).
+func TestRateLimitCheckRunsWithSchemaChecks(t *testing.T) {
+	db := testdb.New(t)
+	db.Exec(t, "UPDATE bz_clients SET rate_limit_per_min = 60 WHERE app_id = 'app-a'")
+	db.Exec(t, "DELETE FROM bz_schema_migrations WHERE filename = '056_agent_client_runtime.sql'")
+	cat := openSQL(t, db, nil)
+	var logs syncBuffer
+	reg := prometheus.NewRegistry()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	gate := catalog.NewSchemaGate(cat, time.Minute, func() time.Time { return now }, nil)
+	check := catalog.NewRateLimitCheck(cat, testdb.AppA, slog.New(slog.NewJSONHandler(&logs, nil)), reg)
+	gate.AfterCheck(func(ctx context.Context) { _ = check.Check(ctx) })
+	ctx := context.Background()
+	if err := gate.Check(ctx); err == nil {
+		t.Fatal("schema check passed without migration 056")
+	}
+	if recs := logs.records(t); len(recs) != 0 {
+		t.Errorf("logs before the schema passed: got %v; want none", recs)
+	}
+	db.Exec(t, "INSERT INTO bz_schema_migrations (filename) VALUES ('056_agent_client_runtime.sql')")
+	if err := gate.Check(ctx); err != nil {
+		t.Fatalf("schema check: got %v; want nil", err)
+	}
+	recs := logs.records(t)
+	if len(recs) != 1 || recs[0]["level"] != "WARN" || recs[0]["search_capacity_per_min"] != 30.0 {
+		t.Errorf("logs after the schema check: got %v; want the rate-limit warning with capacity 30", recs)
+	}
+	if got := gaugeValue(t, reg, "knowledge_sidecar_core_client_rate_limit_per_minute"); got != 60 {
+		t.Errorf("limit gauge got %v; want 60", got)
+	}
+}

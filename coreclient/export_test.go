@@ -1,4 +1,0 @@
-package coreclient
-
-// QTaskSnapshot is the task statement, for the plan test (tasks_test.go).
-const QTaskSnapshot = qTaskSnapshot

@@ -1,0 +1,31 @@
+// Package jsstring holds the string rules of Core's JavaScript that the
+// sidecar must apply the same way: what counts as whitespace, trim().
+// It is the one copy; the fake Core in test/fakecore keeps its own on
+// purpose, as an independent oracle.
+package jsstring
+
+import "strings"
+
+// IsSpace reports whether r is whitespace to Core's JavaScript
+// (String.prototype.trim, the regular expression \s): ECMAScript WhiteSpace
+// (tab, VT, FF, space, U+00A0, U+1680, U+2000..U+200A, U+202F, U+205F,
+// U+3000, U+FEFF) and LineTerminator (LF, CR, U+2028, U+2029). Unlike
+// unicode.IsSpace it includes U+FEFF and excludes U+0085 (CORE_FACTS
+// Addendum 2).
+func IsSpace(r rune) bool {
+	switch {
+	case r <= ' ':
+		return r == ' ' || r >= '\t' && r <= '\r'
+	case r < 0x1680:
+		return r == 0xA0
+	case r <= 0x3000:
+		return r == 0x1680 || r >= 0x2000 && r <= 0x200A || r == 0x2028 || r == 0x2029 ||
+			r == 0x202F || r == 0x205F || r == 0x3000
+	default:
+		return r == 0xFEFF
+	}
+}
+
+// Trim is JavaScript's String.prototype.trim: what Core applies to a query
+// before deciding it is empty, to KB ids and to ids in a turn.
+func Trim(s string) string { return strings.TrimFunc(s, IsSpace) }

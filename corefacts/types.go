@@ -1,0 +1,151 @@
+package corefacts
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Session is Core's answer to GET /agent-auth/v1/session (CORE_FACTS §1.2),
+// reduced to the fields the sidecar binds references to and gates on.
+type Session struct {
+	SessionID     string
+	ClientAppID   string
+	Principal     Principal
+	OnBehalfOf    string
+	AllowedRoutes []string
+	ExpiresAt     time.Time
+}
+
+// Principal is the business identity inside a Session.
+type Principal struct {
+	ID       string
+	Tenant   string
+	Roles    []string
+	Audience string
+	Channel  string
+}
+
+// Hit is one chunk returned by Core's POST /kb/search.
+type Hit struct {
+	KBID    string
+	DocID   int64
+	Seq     int
+	Title   string
+	Content string // image-stripped chunk text, about ≤ 700 characters
+	Score   float64
+}
+
+// KnowledgeConfig is a route's knowledge configuration normalized exactly as
+// Core's routeKnowledgeConfig does (CORE_SCHEMA §4). A route without knowledge
+// has a nil *KnowledgeConfig.
+type KnowledgeConfig struct {
+	KBIDs     []string // configured order, trimmed, empties dropped, never empty
+	TopK      int      // 1..20, default 5
+	MinScore  float64  // 0..1, default 0.35
+	Inject    string   // "chunk" or "doc"
+	MaxDocs   int      // 1..20, default 4
+	PageBoost bool
+}
+
+// Route is what the catalog knows about one workspace.
+type Route struct {
+	Key       string
+	Enabled   bool
+	Knowledge *KnowledgeConfig // nil: no knowledge configured
+}
+
+// KB is a knowledge base row (bz_kb_bases) as the catalog read it.
+type KB struct {
+	// ID is the kb_id as stored. Core matches ids case-insensitively but
+	// keys its vector index cache by the spelling a search sends, and a write
+	// refreshes only the stored spelling's entry (CORE_FACTS Addendum 2), so
+	// /kb/search is called with this spelling.
+	ID      string
+	Enabled bool // enabled <> 0
+}
+
+// DocMeta is a document's metadata row, without its body.
+type DocMeta struct {
+	DocID       int64
+	KBID        string
+	Title       string
+	Status      string // "embedding" | "ready" | "error"
+	ContentHash string // md5 hex, empty when NULL
+	UpdatedAt   time.Time
+}
+
+// Document is a document's current state: metadata, body and revision.
+type Document struct {
+	DocMeta
+	Content  string
+	Revision string // sha256 hex of Title + "\x00" + Content
+}
+
+// Run is an Agent run row (bz_agent_client_runs).
+type Run struct {
+	RunID       string
+	SessionID   string
+	ClientAppID string
+	RouteKey    string
+	Status      string // preparing | context_ready | completed | failed | cancelled
+	CompletedAt *time.Time
+}
+
+// Active reports whether the run may still be used: context_ready and not completed.
+func (r Run) Active() bool { return r.Status == "context_ready" && r.CompletedAt == nil }
+
+// Sentinel errors. Callers classify with errors.Is; messages never carry
+// addresses, credentials or SQL.
+var (
+	// ErrUnauthorized: Core rejected the caller's bearer (401).
+	ErrUnauthorized = errors.New("core rejected the credentials")
+	// ErrUnavailable: transport error, timeout, 5xx, unusable answer or an open breaker.
+	ErrUnavailable = errors.New("core or catalog unavailable")
+	// ErrBreakerOpen wraps ErrUnavailable when a breaker refused the call without I/O.
+	ErrBreakerOpen = fmt.Errorf("%w: circuit open", ErrUnavailable)
+	// ErrNotFound: the catalog has no such row (route, document, run, KB).
+	ErrNotFound = errors.New("not found")
+	// ErrEndpointAbsent: Core answered 404 not_found for the endpoint itself
+	// (an older Core without system-info or the knowledge protocol).
+	ErrEndpointAbsent = errors.New("core endpoint absent")
+)
+
+// CoreError is a 4xx answer from Core's Agent API that must be relayed as is
+// (e.g. 403 route_not_allowed, 404 route_unavailable), or a gate decision of
+// the catalog fallback expressed the same way.
+type CoreError struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *CoreError) Error() string {
+	return fmt.Sprintf("core answered %d %s", e.Status, e.Code)
+}
+
+// ErrKBMissing: Core does not know the knowledge base (it was deleted, or
+// never existed). It wraps ErrNotFound; the breaker counts it as a success.
+var ErrKBMissing = fmt.Errorf("knowledge base missing: %w", ErrNotFound)
+
+// ErrRateLimited: Core answered 429 to /kb/search, its per-client rate limit
+// on the sidecar's own credential (bz_clients.rate_limit_per_min, shared by
+// every session's searches and consumed once per KB). It does not wrap
+// ErrUnavailable: Core is up and answering, so the breaker counts it as a
+// success and never opens on it; the KB counts as failed for that search.
+var ErrRateLimited = errors.New("core rate limit reached")
+
+// StatusReady is the only document status whose body the catalog returns.
+const StatusReady = "ready"
+
+// SameID reports whether two ids name the same row under the database's
+// case-insensitive, PAD SPACE collation (utf8mb4_*_ci): case-folded equality
+// ignoring trailing spaces. Ids in Core are ASCII, where this is exact.
+func SameID(a, b string) bool {
+	return strings.EqualFold(strings.TrimRight(a, " "), strings.TrimRight(b, " "))
+}
+
+// CapabilitiesSchema is the schema_version of a native Core's knowledge
+// capabilities answer.
+const CapabilitiesSchema = "bailing.agent-knowledge-capabilities.v1"
