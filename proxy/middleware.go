@@ -222,6 +222,13 @@ func (s *Server) edge() echo.MiddlewareFunc {
 			// connection fail with a reset.
 			// A handler that already chose to close the connection (say, a
 			// 401 to an oversized body) is not made to read the rest.
+			if r.ContentLength != 0 && resp.Committed && !st.bodyEOF.Load() {
+				// An early answer (Core answered before the body ended). With
+				// FlushInterval 0 its tail may still sit in net/http's
+				// buffers, and the client may wait for it before it sends
+				// the rest: it goes out before the drain below.
+				_ = http.NewResponseController(resp.Writer).Flush()
+			}
 			closing := httpguts.HeaderValuesContainsToken(resp.Header()["Connection"], "close")
 			clean := r.ContentLength == 0 || closing || bodyEndsCleanly(body, drainLimit(c))
 			if r.ContentLength < 0 && !clean {
