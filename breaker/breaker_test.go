@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/bailinghub/knowledge-sidecar/breaker"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 )
 
 var (
@@ -32,7 +32,7 @@ func newTestBreaker(s breaker.Settings) (*breaker.Breaker, *prometheus.Registry)
 
 func stateGauge(t *testing.T, reg *prometheus.Registry) float64 {
 	t.Helper()
-	return metricValue(t, reg, "knowledge_sidecar_core_breaker_state", map[string]string{"family": "retrieval"})
+	return testkit.Metric(t, reg, "knowledge_sidecar_core_breaker_state", map[string]string{"family": "retrieval"})
 }
 
 func TestBreakerOpensAfterFailuresAndRefusesWithoutCalling(t *testing.T) {
@@ -62,7 +62,7 @@ func TestBreakerOpensAfterFailuresAndRefusesWithoutCalling(t *testing.T) {
 		if got := stateGauge(t, reg); got != 2 {
 			t.Errorf("state gauge got %v; want 2 (open)", got)
 		}
-		if got := metricValue(t, reg, "knowledge_sidecar_core_breaker_transitions_total", map[string]string{"family": "retrieval", "to": "open"}); got != 1 {
+		if got := testkit.Metric(t, reg, "knowledge_sidecar_core_breaker_transitions_total", map[string]string{"family": "retrieval", "to": "open"}); got != 1 {
 			t.Errorf("transitions to open got %v; want 1", got)
 		}
 	})
@@ -170,7 +170,7 @@ func TestBreakerFailedProbeReopens(t *testing.T) {
 		if !b.Open() {
 			t.Error("open got false after a failed probe; want true")
 		}
-		if got := metricValue(t, reg, "knowledge_sidecar_core_breaker_transitions_total", map[string]string{"family": "retrieval", "to": "open"}); got != 2 {
+		if got := testkit.Metric(t, reg, "knowledge_sidecar_core_breaker_transitions_total", map[string]string{"family": "retrieval", "to": "open"}); got != 2 {
 			t.Errorf("transitions to open got %v; want 2", got)
 		}
 		time.Sleep(5*time.Second + time.Nanosecond)
@@ -235,46 +235,4 @@ func TestDefaultBreakerSettings(t *testing.T) {
 			t.Error("closed after 5 failures; want open")
 		}
 	})
-}
-
-// metricValue (until the shared test kit lands) returns a counter's or gauge's value, or a histogram's sample
-// count, for the series with exactly these labels (0 when absent).
-// (prometheus/testutil would be nicer, but its godebug dependency is not in go.sum.)
-func metricValue(t *testing.T, g prometheus.Gatherer, name string, labels map[string]string) float64 {
-	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatalf("gather: %v", err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if !sameLabels(m.GetLabel(), labels) {
-				continue
-			}
-			switch {
-			case m.Counter != nil:
-				return m.GetCounter().GetValue()
-			case m.Gauge != nil:
-				return m.GetGauge().GetValue()
-			case m.Histogram != nil:
-				return float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return 0
-}
-
-func sameLabels(got []*dto.LabelPair, want map[string]string) bool {
-	if len(got) != len(want) {
-		return false
-	}
-	for _, l := range got {
-		if want[l.GetName()] != l.GetValue() {
-			return false
-		}
-	}
-	return true
 }

@@ -22,9 +22,13 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/breaker"
 	"github.com/bailinghub/knowledge-sidecar/catalog"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
+
+// TestMain prints one line when tests were skipped for want of MariaDB.
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 // Both catalogs satisfy the consumer's interface.
 var (

@@ -1,43 +1,30 @@
 package catalog_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
 	"math"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/bailinghub/knowledge-sidecar/catalog"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
 
-// syncBuffer is a log sink safe for the check's writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// records returns the JSON log records written so far, and forgets them.
-func (s *syncBuffer) records(t *testing.T) []map[string]any {
+// records returns the JSON log records written to logs so far, and forgets
+// them.
+func records(t *testing.T, logs *testkit.Buffer) []map[string]any {
 	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(s.b.String()), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(logs.Take()), "\n") {
 		if line == "" {
 			continue
 		}
@@ -47,23 +34,15 @@ func (s *syncBuffer) records(t *testing.T) []map[string]any {
 		}
 		out = append(out, m)
 	}
-	s.b.Reset()
 	return out
 }
 
 func gaugeValue(t *testing.T, reg prometheus.Gatherer, name string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	if n, err := testutil.GatherAndCount(reg, name); err != nil || n != 1 {
+		t.Fatalf("gauge %s: %d series (%v); want 1", name, n, err)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			return mf.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("gauge %s not found", name)
-	return 0
+	return testkit.Metric(t, reg, name, nil)
 }
 
 // TestRateLimitCheck: the sidecar's Core client rate limit is read through
@@ -74,7 +53,7 @@ func TestRateLimitCheck(t *testing.T) {
 	db := testdb.New(t)
 	cat := openSQL(t, db, nil)
 	ctx := context.Background()
-	var logs syncBuffer
+	var logs testkit.Buffer
 	reg := prometheus.NewRegistry()
 	check := catalog.NewRateLimitCheck(cat, testdb.AppA, slog.New(slog.NewJSONHandler(&logs, nil)), reg)
 
@@ -114,7 +93,7 @@ func TestRateLimitCheck(t *testing.T) {
 		if got := gaugeValue(t, reg, "knowledge_sidecar_core_search_capacity_per_minute"); got != tt.capacity {
 			t.Errorf("%s: capacity gauge got %v; want %v", tt.name, got, tt.capacity)
 		}
-		recs := logs.records(t)
+		recs := records(t, &logs)
 		if len(recs) != 1 || recs[0]["level"] != tt.level || recs[0]["client_app_id"] != testdb.AppA {
 			t.Fatalf("%s: logs got %v; want one %s record naming the client", tt.name, recs, tt.level)
 		}
@@ -127,12 +106,12 @@ func TestRateLimitCheck(t *testing.T) {
 	}
 
 	t.Run("unknown client", func(t *testing.T) {
-		var logs syncBuffer
+		var logs testkit.Buffer
 		c := catalog.NewRateLimitCheck(cat, "no-such-app", slog.New(slog.NewJSONHandler(&logs, nil)), nil)
 		if err := c.Check(ctx); !errors.Is(err, corefacts.ErrNotFound) {
 			t.Errorf("got %v; want ErrNotFound", err)
 		}
-		if recs := logs.records(t); len(recs) != 1 || recs[0]["level"] != "WARN" {
+		if recs := records(t, &logs); len(recs) != 1 || recs[0]["level"] != "WARN" {
 			t.Errorf("logs got %v; want one warning", recs)
 		}
 	})
@@ -145,7 +124,7 @@ func TestRateLimitCheckRunsWithSchemaChecks(t *testing.T) {
 	db.Exec(t, "UPDATE bz_clients SET rate_limit_per_min = 60 WHERE app_id = 'app-a'")
 	db.Exec(t, "DELETE FROM bz_schema_migrations WHERE filename = '056_agent_client_runtime.sql'")
 	cat := openSQL(t, db, nil)
-	var logs syncBuffer
+	var logs testkit.Buffer
 	reg := prometheus.NewRegistry()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	gate := catalog.NewSchemaGate(cat, time.Minute, func() time.Time { return now }, nil)
@@ -155,14 +134,14 @@ func TestRateLimitCheckRunsWithSchemaChecks(t *testing.T) {
 	if err := gate.Check(ctx); err == nil {
 		t.Fatal("schema check passed without migration 056")
 	}
-	if recs := logs.records(t); len(recs) != 0 {
+	if recs := records(t, &logs); len(recs) != 0 {
 		t.Errorf("logs before the schema passed: got %v; want none", recs)
 	}
 	db.Exec(t, "INSERT INTO bz_schema_migrations (filename) VALUES ('056_agent_client_runtime.sql')")
 	if err := gate.Check(ctx); err != nil {
 		t.Fatalf("schema check: got %v; want nil", err)
 	}
-	recs := logs.records(t)
+	recs := records(t, &logs)
 	if len(recs) != 1 || recs[0]["level"] != "WARN" || recs[0]["search_capacity_per_min"] != 30.0 {
 		t.Errorf("logs after the schema check: got %v; want the rate-limit warning with capacity 30", recs)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/catalog"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 )
 
@@ -48,7 +49,7 @@ func TestSchemaGate(t *testing.T) {
 	if mem.checks != 1 {
 		t.Errorf("checks: got %d; want 1 (no re-check before the backoff)", mem.checks)
 	}
-	if got := metricValue(t, reg, "knowledge_sidecar_catalog_schema_ok", nil); got != 0 {
+	if got := testkit.Metric(t, reg, "knowledge_sidecar_catalog_schema_ok", nil); got != 0 {
 		t.Errorf("schema_ok: got %v; want 0", got)
 	}
 	// The migration is applied; after the backoff the gate re-checks and opens.
@@ -61,7 +62,7 @@ func TestSchemaGate(t *testing.T) {
 	if !g.Usable() || mem.checks != 2 {
 		t.Errorf("got usable %v after %d checks; want true after 2", g.Usable(), mem.checks)
 	}
-	if got := metricValue(t, reg, "knowledge_sidecar_catalog_schema_ok", nil); got != 1 {
+	if got := testkit.Metric(t, reg, "knowledge_sidecar_catalog_schema_ok", nil); got != 1 {
 		t.Errorf("schema_ok: got %v; want 1", got)
 	}
 	// Once passed, never re-checked.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/catalog"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
@@ -176,7 +177,7 @@ func TestSchemaGateTaskPresence(t *testing.T) {
 	if _, err := g.TaskSnapshot(ctx, "s", ""); !errors.Is(err, corefacts.ErrTaskUnavailable) {
 		t.Errorf("partial: got %v; want ErrTaskUnavailable", err)
 	}
-	if got := metricValue(t, reg, "knowledge_sidecar_task_control_state", map[string]string{"state": "partial"}); got != 1 {
+	if got := testkit.Metric(t, reg, "knowledge_sidecar_task_control_state", map[string]string{"state": "partial"}); got != 1 {
 		t.Errorf("task_control_state{partial}: got %v; want 1", got)
 	}
 	mem.state = corefacts.TaskControlEnforced
@@ -184,7 +185,7 @@ func TestSchemaGateTaskPresence(t *testing.T) {
 	if snap, err := g.TaskSnapshot(ctx, "s", ""); err != nil || !snap.Enforced || mem.snapshots != 1 {
 		t.Errorf("enforced: got %+v, %v after %d snapshots; want the catalog's snapshot", snap, err, mem.snapshots)
 	}
-	if got := metricValue(t, reg, "knowledge_sidecar_task_control_state", map[string]string{"state": "partial"}); got != 0 {
+	if got := testkit.Metric(t, reg, "knowledge_sidecar_task_control_state", map[string]string{"state": "partial"}); got != 0 {
 		t.Errorf("task_control_state{partial} once enforced: got %v; want 0", got)
 	}
 

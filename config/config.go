@@ -24,8 +24,9 @@ type Config struct {
 	// what Core retrieved for the turn (SPEC §7); false answers "hints": [].
 	// Default true. Hot-reloadable.
 	TurnHints bool `yaml:"turn_hints"`
-	// NativeDetection is "auto", "never" (always serve the protocol) or
-	// "always" (assume a native Core: pass everything through). Default "auto".
+	// NativeDetection is NativeAuto, NativeNever (always serve the
+	// protocol) or NativeAlways (assume a native Core: pass everything
+	// through). Default "auto".
 	NativeDetection string `yaml:"native_detection"`
 	// ProbeInterval is how long a native/legacy probe result is kept. Default 60s.
 	ProbeInterval time.Duration `yaml:"probe_interval"`
@@ -258,6 +259,16 @@ type Reload struct {
 	WatchInterval time.Duration `yaml:"watch_interval"`
 }
 
+// The native_detection modes (SPEC §8.2), the one place they are spelled.
+const (
+	NativeAuto   = "auto"   // probe Core's capabilities and follow the verdict
+	NativeNever  = "never"  // the Core is legacy: serve the protocol
+	NativeAlways = "always" // the Core is native: pass everything through
+)
+
+// NativeDetectionModes lists the valid native_detection values.
+var NativeDetectionModes = []string{NativeAuto, NativeNever, NativeAlways}
+
 // Defaults returns the documented defaults.
 func Defaults() Config {
 	b := Breaker{Failures: 5, Window: 30 * time.Second, OpenTimeout: 10 * time.Second, HalfOpenMax: 1}
@@ -268,7 +279,7 @@ func Defaults() Config {
 		Catalog:         Catalog{MaxOpenConns: 10, MaxIdleConns: 5, ConnMaxLifetime: 5 * time.Minute, QueryTimeout: 2 * time.Second, DocCacheEntries: 512, DocCacheBytes: 64 << 20, Breaker: b},
 		Rollout:         "off",
 		TurnHints:       true,
-		NativeDetection: "auto",
+		NativeDetection: NativeAuto,
 		ProbeInterval:   60 * time.Second,
 		Ledger:          Ledger{Backend: "", RedisMode: "single", TTL: 24 * time.Hour, MaxEntries: 100000},
 		RateLimit:       RateLimit{RPS: 10, Burst: 20},

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -60,10 +61,8 @@ func (c *Config) Validate(extra ...func(*Config) (path string, err error)) error
 	p.atLeast("catalog.doc_cache_bytes", c.Catalog.DocCacheBytes, 1<<20)
 	p.breaker("catalog.breaker", c.Catalog.Breaker)
 
-	switch c.NativeDetection {
-	case "auto", "never", "always":
-	default:
-		p.add("native_detection", quote(c.NativeDetection)+" is not one of auto, never, always")
+	if !slices.Contains(NativeDetectionModes, c.NativeDetection) {
+		p.add("native_detection", quote(c.NativeDetection)+" is not one of "+strings.Join(NativeDetectionModes, ", "))
 	}
 	if c.ProbeInterval < time.Second {
 		p.outOfRange("probe_interval", c.ProbeInterval, "must be at least 1s")

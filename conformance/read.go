@@ -24,23 +24,6 @@ const (
 var readRequired = []string{"schema_version", "route", "knowledge_scope_revision", "ref", "revision", "title", "content", "trust",
 	"next_cursor", "truncated", "budget_exhausted", "total_content_bytes", "read_chain_max_bytes"}
 
-type readResp struct {
-	SchemaVersion   string  `json:"schema_version"`
-	Route           string  `json:"route"`
-	RunID           *string `json:"run_id"`
-	ScopeRevision   string  `json:"knowledge_scope_revision"`
-	Ref             string  `json:"ref"`
-	Revision        string  `json:"revision"`
-	Title           string  `json:"title"`
-	Content         string  `json:"content"`
-	Trust           string  `json:"trust"`
-	NextCursor      *string `json:"next_cursor"`
-	Truncated       bool    `json:"truncated"`
-	BudgetExhausted bool    `json:"budget_exhausted"`
-	Total           int64   `json:"total_content_bytes"`
-	ChainMax        int64   `json:"read_chain_max_bytes"`
-}
-
 // Read check names and rules, shared by the checks and their skips.
 const (
 	ruleReadOK     = "a fresh ref reads with 200"
@@ -65,7 +48,7 @@ func (r *runner) readBody(ref, cursor string, maxBytes int) map[string]any {
 }
 
 // page reads one page and notes the per-page checks.
-func (r *runner) page(ctx context.Context, ref, cursor string, maxBytes int) (*readResp, error) {
+func (r *runner) page(ctx context.Context, ref, cursor string, maxBytes int) (*hostclient.ReadAnswer, error) {
 	res, err := r.postJSON(ctx, hostclient.Read, r.readBody(ref, cursor, maxBytes))
 	if err != nil {
 		return nil, r.lost(err, "read.ok", ruleReadOK)
@@ -82,7 +65,7 @@ func (r *runner) page(ctx context.Context, ref, cursor string, maxBytes int) (*r
 	r.note("read.max_bytes", ruleMaxBytes, v)
 
 	var obj map[string]json.RawMessage
-	var p readResp
+	var p hostclient.ReadAnswer
 	if json.Unmarshal(res.Body, &obj) != nil || json.Unmarshal(res.Body, &p) != nil {
 		r.note("read.shape", ruleReadShape, "body is not a JSON object of the v1 shape")
 		return nil, nil
@@ -91,8 +74,8 @@ func (r *runner) page(ctx context.Context, ref, cursor string, maxBytes int) (*r
 	if p.Ref != ref {
 		sv = append(sv, "ref not echoed verbatim")
 	}
-	if p.ChainMax != chainMax {
-		sv = append(sv, fmt.Sprintf("read_chain_max_bytes %d", p.ChainMax))
+	if p.ReadChainMaxBytes != chainMax {
+		sv = append(sv, fmt.Sprintf("read_chain_max_bytes %d", p.ReadChainMaxBytes))
 	}
 	if !isHex64(p.Revision) || !isHex64(p.ScopeRevision) {
 		sv = append(sv, "revision or knowledge_scope_revision is not 64 lowercase hex")
@@ -120,7 +103,7 @@ func (r *runner) firstPage(ctx context.Context, d *doc) error {
 	if err != nil || p == nil {
 		return err
 	}
-	d.total = p.Total
+	d.total = p.TotalContentBytes
 	v := ""
 	if p.Title != d.title || p.Revision != d.revision {
 		v = fmt.Sprintf("page title/revision differ from the hint's for %q", d.title)
@@ -130,8 +113,8 @@ func (r *runner) firstPage(ctx context.Context, d *doc) error {
 }
 
 // chain reads a ref until next_cursor is null; it returns the pages.
-func (r *runner) chain(ctx context.Context, ref string, maxBytes int) ([]*readResp, error) {
-	var pages []*readResp
+func (r *runner) chain(ctx context.Context, ref string, maxBytes int) ([]*hostclient.ReadAnswer, error) {
+	var pages []*hostclient.ReadAnswer
 	cursor := ""
 	for len(pages) < chainPages {
 		p, err := r.page(ctx, ref, cursor, maxBytes)
@@ -150,7 +133,7 @@ func (r *runner) chain(ctx context.Context, ref string, maxBytes int) ([]*readRe
 
 // notePaging checks the paging states of a finished chain and returns the
 // content bytes served.
-func (r *runner) notePaging(pages []*readResp) int64 {
+func (r *runner) notePaging(pages []*hostclient.ReadAnswer) int64 {
 	var served int64
 	for i, p := range pages {
 		served += int64(len(p.Content))
@@ -201,9 +184,9 @@ func (r *runner) reads(ctx context.Context) error {
 			served := r.notePaging(pages)
 			last := pages[len(pages)-1]
 			v := ""
-			if served != last.Total || last.Truncated || last.BudgetExhausted || last.NextCursor != nil {
+			if served != last.TotalContentBytes || last.Truncated || last.BudgetExhausted || last.NextCursor != nil {
 				v = fmt.Sprintf("%d content bytes served of total_content_bytes %d; last page truncated %v, budget_exhausted %v",
-					served, last.Total, last.Truncated, last.BudgetExhausted)
+					served, last.TotalContentBytes, last.Truncated, last.BudgetExhausted)
 			}
 			r.note("read.complete", ruleComplete, v)
 		}

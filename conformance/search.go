@@ -30,6 +30,9 @@ type doc struct {
 	total                int64 // total_content_bytes, -1 until read
 }
 
+// searchResp and hint are the checker's own view of a search answer, not
+// hostclient.SearchAnswer: pointers and raw hints tell a missing field from a
+// zero one, which the shape checks need.
 type searchResp struct {
 	SchemaVersion string            `json:"schema_version"`
 	Route         string            `json:"route"`

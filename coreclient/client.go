@@ -28,7 +28,6 @@ import (
 const (
 	identityBodyLimit = 64 << 10 // session, system-info, error bodies
 	searchBodyLimit   = 4 << 20  // /kb/search answers
-	probeBodyLimit    = 64 << 10 // capabilities answers relayed to the caller
 )
 
 // Options configures a Client.

@@ -24,9 +24,10 @@
 //     Core's 429 (its rate limit on our client) is [corefacts.ErrRateLimited]. Callers
 //     pass the KB id as stored (catalog.SQLCatalog.KBs): Core's index cache is keyed
 //     by the spelling sent.
-//   - [Client.ProbeCapabilities] forwards a capabilities request to detect a
-//     native Core ([ProbeNative]), a legacy one ([ProbeLegacy]) or an answer to
-//     relay as is ([ProbeRelay]). No breaker.
+//   - [Client.ProbeCapabilities] sends a capabilities probe to detect a
+//     native Core ([ProbeNative]), a legacy one ([ProbeLegacy]) or neither
+//     ([ProbeRelay]). No breaker. [ClassifyProbe] is the same verdict for a
+//     capabilities answer the edge relays itself.
 //
 // Every call runs under context.WithTimeout(ctx, Options.Timeout). Errors are
 // "coreclient: <op>: …" wrapping one of the sentinels of package corefacts (plus

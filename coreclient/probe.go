@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 )
@@ -36,38 +35,20 @@ func (k ProbeKind) String() string {
 	}
 }
 
-// Probe is Core's full answer to a forwarded capabilities request, ready to
-// be relayed: status, end-to-end headers (hop-by-hop ones removed) and body.
-type Probe struct {
-	Kind   ProbeKind
-	Status int
-	Header http.Header
-	Body   []byte
-}
-
-// hopHeaders are not relayed (RFC 9110 §7.6.1 and the usual extras).
-var hopHeaders = []string{
-	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
-	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
-}
-
-// ProbeCapabilities forwards the caller's
-// GET /agent-api/v1/workspaces/:route/knowledge/capabilities to Core with the
-// caller's Authorization header (sent as is, even when empty: Core's 401 is
-// then relayed) and classifies the answer. It is not under a breaker.
-// Transport errors, timeouts and oversized answers are ErrUnavailable.
-//
-// Classification: 405 and 501 → legacy; 404 → legacy unless its body is an
-// Agent API error with a code other than "not_found" (a native Core's gate,
-// e.g. route_unavailable, which must be relayed); 200 with the native schema →
-// native; everything else → relay. A route outside Core's workspace pattern is
-// not sent (Core would answer 404 not_found whatever its version): it is a
-// *CoreError 404 route_unavailable.
-func (c *Client) ProbeCapabilities(ctx context.Context, authorization, route string) (*Probe, error) {
+// ProbeCapabilities sends a capabilities probe for route to Core with the
+// caller's Authorization header (sent as is, even when empty) and
+// classifies the answer (ClassifyProbe); nothing of it is kept: a
+// capabilities request is itself relayed by the edge's ReverseProxy, this
+// only decides the other requests that find no verdict held. It is not
+// under a breaker. Transport errors, timeouts and oversized answers are
+// ErrUnavailable. A route outside Core's workspace pattern is not sent (Core
+// would answer 404 not_found whatever its version): it is a *CoreError 404
+// route_unavailable.
+func (c *Client) ProbeCapabilities(ctx context.Context, authorization, route string) (ProbeKind, error) {
 	if !corefacts.ValidRouteKey(route) {
-		return nil, &corefacts.CoreError{Status: http.StatusNotFound, Code: "route_unavailable", Message: "The configured route is unavailable."}
+		return ProbeRelay, &corefacts.CoreError{Status: http.StatusNotFound, Code: "route_unavailable", Message: "The configured route is unavailable."}
 	}
-	var p *Probe
+	kind := ProbeRelay
 	err := c.call(ctx, nil, OpProbe, func(ctx context.Context) error {
 		req, err := c.newRequest(ctx, http.MethodGet, "/agent-api/v1/workspaces/"+route+"/knowledge/capabilities", nil)
 		if err != nil {
@@ -80,31 +61,26 @@ func (c *Client) ProbeCapabilities(ctx context.Context, authorization, route str
 			req.Header.Set("Authorization", authorization)
 		}
 		req.Header.Set("Accept", "application/json")
-		resp, body, err := c.doResponse(req, probeBodyLimit)
+		status, body, err := c.do(req, ProbeBodyLimit)
 		if err != nil {
 			return err
 		}
-		h := resp.Header.Clone()
-		for _, v := range h.Values("Connection") {
-			for _, k := range strings.Split(v, ",") {
-				if k = strings.TrimSpace(k); k != "" {
-					h.Del(k)
-				}
-			}
-		}
-		for _, k := range hopHeaders {
-			h.Del(k)
-		}
-		p = &Probe{Kind: classifyProbe(resp.StatusCode, body), Status: resp.StatusCode, Header: h, Body: body}
+		kind = ClassifyProbe(status, body)
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return p, nil
+	return kind, err
 }
 
-func classifyProbe(status int, body []byte) ProbeKind {
+// ProbeBodyLimit bounds a capabilities answer read to classify it (and, at
+// the edge, to relay it): a larger one is no capabilities document.
+const ProbeBodyLimit = 64 << 10
+
+// ClassifyProbe tells what Core's answer to a capabilities request says of
+// its version: 405 and 501 → legacy; 404 → legacy unless its body is an
+// Agent API error with a code other than "not_found" (a native Core's gate,
+// e.g. route_unavailable, which must be relayed); 200 with the native schema
+// → native; everything else → relay.
+func ClassifyProbe(status int, body []byte) ProbeKind {
 	switch status {
 	case http.StatusMethodNotAllowed, http.StatusNotImplemented:
 		return ProbeLegacy

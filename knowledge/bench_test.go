@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/catalog"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 )
 
@@ -167,29 +167,6 @@ const (
 	benchQuery  = `{"query":"refund window shipping carrier","limit":3}`
 )
 
-// benchDocText is a deterministic Markdown document of about size bytes in
-// the load tool's style (test/bench): English and CJK words, punctuation,
-// quotes and backslashes, headings every 40 words.
-func benchDocText(i, size int) (title, content string) {
-	words := strings.Fields("refund window shipping carrier order return policy customer 退款 窗口 " +
-		`operations handbook procedure escalation invoice warehouse parcel tracking damaged replacement "quoted" back\slash stop`)
-	title = fmt.Sprintf("Bench document %02d", i)
-	var b strings.Builder
-	b.WriteString("# " + title + "\n\n")
-	for n := 0; b.Len() < size; n++ {
-		if n%40 == 0 {
-			fmt.Fprintf(&b, "\n\n## Section %d\n\n", n/40)
-		}
-		b.WriteString(words[(n*7+i*13)%len(words)])
-		if n%12 == 11 {
-			b.WriteString(". ")
-		} else {
-			b.WriteByte(' ')
-		}
-	}
-	return title, b.String()
-}
-
 // newBenchService is a Service over zero-latency fakes with the load tool's
 // corpus: 12 documents of 40 KiB, a route with top_k 8, and a Core search
 // that answers 8 chunk hits spread over 6 documents.
@@ -200,7 +177,7 @@ func newBenchService(b *testing.B) *Service {
 	cat.PutRoute(routeKey, true, `{"kb_ids":["`+benchKB+`"],"top_k":8,"min_score":0.01,"inject":"chunk","max_docs":4}`)
 	var hits []corefacts.Hit
 	for i := 1; i <= benchDocs; i++ {
-		title, content := benchDocText(i, benchDocLen)
+		title, content := testkit.Document(i, benchDocLen)
 		d := corefacts.Document{
 			DocMeta: corefacts.DocMeta{DocID: int64(i), KBID: benchKB, Title: title, Status: "ready", UpdatedAt: t0},
 			Content: content, Revision: corefacts.Revision(title, content),
@@ -322,7 +299,7 @@ func TestDocMatchAgreesWithNormalizedContains(t *testing.T) {
 	docs := []string{refundContent, shipContent, policyContent, "", "a", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaab",
 		strings.Repeat("ab ", 500) + "abc", "x\xffy z\u3000w", "no 图 here? 图 yes", "[ 图 ： ] text"}
 	for i := 1; i <= 3; i++ {
-		_, d := benchDocText(i, 4<<10)
+		_, d := testkit.Document(i, 4<<10)
 		docs = append(docs, d)
 	}
 	for range 200 {

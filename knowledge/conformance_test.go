@@ -202,11 +202,11 @@ func TestConformance(t *testing.T) {
 			return `{"ref":"` + cursorOf(e, refundRef(e), 0) + `"}`
 		}, status: 400, code: CodeReferenceInvalid},
 		// §5 expiry
-		{name: "ref at 300 s still valid", endpoint: "read", body: readOf(""), mutate: func(e *env) { e.advance(300 * time.Second) }, status: 200},
-		{name: "ref after 300 s expired 410", endpoint: "read", body: readOf(""), mutate: func(e *env) { e.advance(301 * time.Second) }, status: 410, code: CodeReferenceExpired},
+		{name: "ref at 300 s still valid", endpoint: "read", body: readOf(""), mutate: func(e *env) { e.clock.Advance(300 * time.Second) }, status: 200},
+		{name: "ref after 300 s expired 410", endpoint: "read", body: readOf(""), mutate: func(e *env) { e.clock.Advance(301 * time.Second) }, status: 410, code: CodeReferenceExpired},
 		{name: "cursor expired 410", endpoint: "read", body: func(e *env) string {
 			ref := refundRef(e)
-			cur, _ := e.svc.keys.SealCursor(CursorClaims{Expiry: e.clock().Add(-time.Second), RefDigest: RefDigest(ref), NextOffset: 0})
+			cur, _ := e.svc.keys.SealCursor(CursorClaims{Expiry: e.clock.Now().Add(-time.Second), RefDigest: RefDigest(ref), NextOffset: 0})
 			return `{"ref":"` + ref + `","cursor":"` + cur + `"}`
 		}, status: 410, code: CodeReferenceExpired},
 		// §5 binding
@@ -307,7 +307,7 @@ func TestConformance(t *testing.T) {
 
 // cursorOf signs a cursor for ref at offset with the env's keys.
 func cursorOf(e *env, ref string, offset int64) string {
-	c, err := e.svc.keys.SealCursor(CursorClaims{Expiry: e.clock().Add(ReferenceTTL), RefDigest: RefDigest(ref), NextOffset: offset, Served: offset})
+	c, err := e.svc.keys.SealCursor(CursorClaims{Expiry: e.clock.Now().Add(ReferenceTTL), RefDigest: RefDigest(ref), NextOffset: offset, Served: offset})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -377,13 +377,13 @@ func TestCheckOrder(t *testing.T) {
 		{name: "shape before run", body: func(*env) string { return `{"query":"x","limit":9,"run_id":"` + runDone + `"}` }, code: CodeInvalidRequest},
 		{name: "ref MAC before expiry", body: func(e *env) string {
 			return `{"ref":"` + flipLast(e.refFor(tokA, routeKey, "", docRefund)) + `"}`
-		}, mutate: func(e *env) { e.advance(time.Hour) }, code: CodeReferenceInvalid},
+		}, mutate: func(e *env) { e.clock.Advance(time.Hour) }, code: CodeReferenceInvalid},
 		{name: "cursor MAC before ref expiry", body: func(e *env) string {
 			return `{"ref":"` + e.refFor(tokA, routeKey, "", docRefund) + `","cursor":"kc2.k1.AAAA"}`
-		}, mutate: func(e *env) { e.advance(time.Hour) }, code: CodeReferenceInvalid},
+		}, mutate: func(e *env) { e.clock.Advance(time.Hour) }, code: CodeReferenceInvalid},
 		{name: "expiry before binding", auth: tokB, body: func(e *env) string {
 			return `{"ref":"` + e.refFor(tokA, routeKey, "", docRefund) + `"}`
-		}, mutate: func(e *env) { e.advance(time.Hour) }, code: CodeReferenceExpired},
+		}, mutate: func(e *env) { e.clock.Advance(time.Hour) }, code: CodeReferenceExpired},
 		{name: "binding before run", body: func(e *env) string {
 			return `{"ref":"` + e.refFor(tokA, routeKey, runA, docRefund) + `","run_id":"` + runOther + `"}`
 		}, code: CodeReferenceInvalid},
@@ -505,7 +505,7 @@ func TestRateLimit(t *testing.T) {
 		t.Fatalf("same session_id via other token: got %v; want rate_limited", ke)
 	}
 	// 10 tokens per second refill.
-	e.advance(time.Second)
+	e.clock.Advance(time.Second)
 	for i := 0; i < int(config.Defaults().RateLimit.RPS); i++ {
 		if _, _, ke := e.call("search", tokA, routeKey, `{"query":"x"}`); ke != nil {
 			t.Fatalf("after refill request %d: got %v; want success", i+1, ke)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 )
 
 // Small in-memory fakes of the three ports. Each is safe for concurrent use.
@@ -326,20 +327,8 @@ type env struct {
 	ret *fakeRetriever
 	cat *fakeCatalog
 	svc *Service
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (e *env) clock() time.Time {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.now
-}
-
-func (e *env) advance(d time.Duration) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.now = e.now.Add(d)
+	// clock is the service's clock, standing at t0 until a test moves it.
+	clock *testkit.Clock
 }
 
 func testKeys(t testing.TB) *Keyring {
@@ -353,7 +342,7 @@ func testKeys(t testing.TB) *Keyring {
 
 func newEnv(t testing.TB, opts ...func(*Options)) *env {
 	t.Helper()
-	e := &env{t: t, now: t0}
+	e := &env{t: t, clock: testkit.NewClock(t0)}
 	kc := defaultKBConfg
 	twin := defaultKBConfg
 	e.id = &fakeIdentity{
@@ -394,7 +383,7 @@ func newEnv(t testing.TB, opts ...func(*Options)) *env {
 	e.cat.setDoc(corefacts.Document{DocMeta: corefacts.DocMeta{DocID: docRefund, KBID: "faq", Title: "退款规则"}, Content: refundContent})
 	e.cat.setDoc(corefacts.Document{DocMeta: corefacts.DocMeta{DocID: docShip, KBID: "faq", Title: "Shipping"}, Content: shipContent})
 	e.cat.setDoc(corefacts.Document{DocMeta: corefacts.DocMeta{DocID: docPolicy, KBID: "policy", Title: "Policy"}, Content: policyContent})
-	o := Options{Identity: e.id, Retriever: e.ret, Catalog: e.cat, Keys: testKeys(t), Now: e.clock}
+	o := Options{Identity: e.id, Retriever: e.ret, Catalog: e.cat, Keys: testKeys(t), Now: e.clock.Now}
 	for _, fn := range opts {
 		fn(&o)
 	}

@@ -9,22 +9,13 @@ import (
 	"unicode/utf8"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/hostclient"
 )
-
-// turnHint is a same-run hint as decoded from the serialized array.
-type turnHint struct {
-	Ref       string  `json:"ref"`
-	Title     string  `json:"title"`
-	Summary   string  `json:"summary"`
-	Revision  string  `json:"revision"`
-	Score     float64 `json:"score"`
-	ExpiresAt string  `json:"expires_at"`
-}
 
 // turnHints takes routeKey's Delivery, as a turn is before it is
 // forwarded, calls TurnHintsFor for session A with run runA and decodes the
 // array strictly (exactly the six fields of a search hint).
-func (e *env) turnHints(items []TurnItem) ([]turnHint, string, []byte) {
+func (e *env) turnHints(items []TurnItem) ([]hostclient.Hint, string, []byte) {
 	e.t.Helper()
 	d, err := e.svc.Delivery(context.Background(), routeKey)
 	if err != nil || d.ScopeRevision != ScopeRevision(routeKey, &defaultKBConfg) {
@@ -43,12 +34,12 @@ func (e *env) turnHints(items []TurnItem) ([]turnHint, string, []byte) {
 			e.t.Errorf("hint %v has %d fields; want exactly ref,title,summary,revision,score,expires_at", h, len(h))
 		}
 	}
-	var hints []turnHint
+	var hints []hostclient.Hint
 	_ = json.Unmarshal(raw, &hints)
 	return hints, outcome, raw
 }
 
-func hintTitles(hs []turnHint) string {
+func hintTitles(hs []hostclient.Hint) string {
 	var s []string
 	for _, h := range hs {
 		s = append(s, h.Title)
@@ -291,7 +282,7 @@ func TestTurnHintReadWithRun(t *testing.T) {
 		t.Errorf("another session read the hint; want it refused")
 	}
 
-	e.advance(90 * time.Second)
+	e.clock.Advance(90 * time.Second)
 	again, _, _ := e.turnHints(items)
 	if got, want := hintTitles(again), hintTitles(hints); got != want {
 		t.Errorf("replay documents: got %q; want %q", got, want)

@@ -29,7 +29,7 @@ func TestRetryAfter(t *testing.T) {
 					t.Fatalf("request %d: got %v; want success within the burst", i+1, ke)
 				}
 			}
-			e.advance(tc.advance)
+			e.clock.Advance(tc.advance)
 			_, _, ke := e.call("capabilities", tokA, routeKey, "")
 			if ke == nil || ke.Status != 429 {
 				t.Fatalf("got %v; want 429", ke)
@@ -38,7 +38,7 @@ func TestRetryAfter(t *testing.T) {
 				t.Errorf("Retry-After: got %d; want %d (retry after %v)", got, tc.want, ke.RetryAfter)
 			}
 			// Waiting that long is enough: the next request is admitted.
-			e.advance(time.Duration(ke.RetryAfterSeconds()) * time.Second)
+			e.clock.Advance(time.Duration(ke.RetryAfterSeconds()) * time.Second)
 			if _, _, ke := e.call("capabilities", tokA, routeKey, ""); ke != nil {
 				t.Errorf("after waiting Retry-After: got %v; want success", ke)
 			}

@@ -9,32 +9,16 @@ import (
 	"unicode/utf8"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/hostclient"
 )
 
-type readResp struct {
-	SchemaVersion   string  `json:"schema_version"`
-	Route           string  `json:"route"`
-	RunID           *string `json:"run_id"`
-	Scope           string  `json:"knowledge_scope_revision"`
-	Ref             string  `json:"ref"`
-	Revision        string  `json:"revision"`
-	Title           string  `json:"title"`
-	Content         string  `json:"content"`
-	Trust           string  `json:"trust"`
-	NextCursor      *string `json:"next_cursor"`
-	Truncated       bool    `json:"truncated"`
-	BudgetExhausted bool    `json:"budget_exhausted"`
-	Total           int     `json:"total_content_bytes"`
-	ChainMax        int     `json:"read_chain_max_bytes"`
-}
-
-func (e *env) readPage(body string) (readResp, []byte) {
+func (e *env) readPage(body string) (hostclient.ReadAnswer, []byte) {
 	e.t.Helper()
 	_, raw, ke := e.call("read", tokA, routeKey, body)
 	if ke != nil {
 		e.t.Fatalf("read: got %d %s (%s); want success", ke.Status, ke.Code, ke.Message)
 	}
-	var r readResp
+	var r hostclient.ReadAnswer
 	if err := json.Unmarshal(raw, &r); err != nil {
 		e.t.Fatal(err)
 	}
@@ -55,8 +39,8 @@ func TestReadResponseShape(t *testing.T) {
 	if !strings.HasSuffix(string(raw), wantSuffix) {
 		t.Fatalf("body %s; want suffix %s", raw, wantSuffix)
 	}
-	if r.Content != refundContent || r.Total != len(refundContent) {
-		t.Fatalf("content %q total %d; want the whole current document (%d bytes, images kept)", r.Content, r.Total, len(refundContent))
+	if r.Content != refundContent || r.TotalContentBytes != int64(len(refundContent)) {
+		t.Fatalf("content %q total %d; want the whole current document (%d bytes, images kept)", r.Content, r.TotalContentBytes, len(refundContent))
 	}
 	r, _ = e.readPage(`{"ref":"` + e.refFor(tokA, routeKey, "", docRefund) + `"}`)
 	if r.RunID != nil {
@@ -96,12 +80,12 @@ func TestReadChainThroughService(t *testing.T) {
 			var got strings.Builder
 			body := `{"ref":"` + ref + `"` + tc.maxBytes + `}`
 			for page := 0; ; page++ {
-				e.advance(time.Second / 10) // stay under the per-session rate limit
+				e.clock.Advance(time.Second / 10) // stay under the per-session rate limit
 				p, raw := e.readPage(body)
 				if len(raw) > limit {
 					t.Fatalf("page %d: %d bytes; want ≤ %d", page, len(raw), limit)
 				}
-				if !utf8.ValidString(p.Content) || p.Total != len(tc.content) || p.ChainMax != ReadChainMaxBytes {
+				if !utf8.ValidString(p.Content) || p.TotalContentBytes != int64(len(tc.content)) || p.ReadChainMaxBytes != ReadChainMaxBytes {
 					t.Fatalf("page %d: invalid UTF-8 or wrong totals", page)
 				}
 				got.WriteString(p.Content)
@@ -175,7 +159,7 @@ func TestReadCursorRules(t *testing.T) {
 		{"chain already spent", 0, ReadChainMaxBytes},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cur, _ := e.svc.keys.SealCursor(CursorClaims{Expiry: e.clock().Add(ReferenceTTL), RefDigest: RefDigest(ref), NextOffset: tc.offset, Served: tc.served})
+			cur, _ := e.svc.keys.SealCursor(CursorClaims{Expiry: e.clock.Now().Add(ReferenceTTL), RefDigest: RefDigest(ref), NextOffset: tc.offset, Served: tc.served})
 			_, _, ke := e.call("read", tokA, routeKey, `{"ref":"`+ref+`","cursor":"`+cur+`"}`)
 			if ke == nil || ke.Code != CodeReferenceInvalid {
 				t.Fatalf("got %v; want knowledge_reference_invalid", ke)

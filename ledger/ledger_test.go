@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
 
@@ -22,27 +23,11 @@ const (
 	onDemand = "on_demand"
 )
 
-// fakeClock is an injected clock the test moves by hand.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+// clockStart is where the tests' manual clocks start.
+var clockStart = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
-func newFakeClock() *fakeClock {
-	return &fakeClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
+// TestMain prints one line when tests were skipped for want of Redis.
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 // --- Redis test plumbing ---------------------------------------------------
 
@@ -102,7 +87,7 @@ type backend struct {
 func backends() []backend {
 	return []backend{
 		{"memory", func(t *testing.T) Ledger {
-			m := NewMemory(1000, time.Hour, newFakeClock().Now)
+			m := NewMemory(1000, time.Hour, testkit.NewClock(clockStart).Now)
 			t.Cleanup(func() { m.Close() })
 			return m
 		}},
@@ -412,7 +397,7 @@ func TestMemoryTTL(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			clock := newFakeClock()
+			clock := testkit.NewClock(clockStart)
 			m := NewMemory(100, ttl, clock.Now)
 			ctx := context.Background()
 			if _, err := m.Reserve(ctx, key("t1", "m1"), inline); err != nil {
@@ -430,7 +415,7 @@ func TestMemoryTTL(t *testing.T) {
 
 func TestMemoryRetryRefreshesTTL(t *testing.T) {
 	const ttl = 10 * time.Minute
-	clock := newFakeClock()
+	clock := testkit.NewClock(clockStart)
 	m := NewMemory(100, ttl, clock.Now)
 	ctx := context.Background()
 	if _, err := m.Reserve(ctx, key("t1", "m1"), inline); err != nil {
@@ -459,7 +444,7 @@ func TestMemoryBounded(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			m := NewMemory(tc.maxEntries, time.Hour, newFakeClock().Now)
+			m := NewMemory(tc.maxEntries, time.Hour, testkit.NewClock(clockStart).Now)
 			for i := range tc.turns {
 				if _, err := m.Reserve(context.Background(), key(fmt.Sprint("t", i), fmt.Sprint("m", i)), inline); err != nil {
 					t.Fatal(err)
@@ -777,7 +762,7 @@ func TestNewRedisRejectsBadURLWithoutEchoingIt(t *testing.T) {
 // oldest records, never another session's (the campaign: 1,200 turns of
 // one session evicted another's record from a global LRU).
 func TestMemorySessionCap(t *testing.T) {
-	m := NewMemory(1000, time.Hour, newFakeClock().Now)
+	m := NewMemory(1000, time.Hour, testkit.NewClock(clockStart).Now)
 	ctx := context.Background()
 	victim := Key{"sess-victim", "r", "c", "t", "m"}
 	if _, err := m.Reserve(ctx, victim, onDemand); err != nil {
@@ -819,7 +804,7 @@ func TestMemorySessionCapDefaults(t *testing.T) {
 // TestMemoryGlobalCapAcrossSessions: many sessions together are still
 // bounded by maxEntries.
 func TestMemoryGlobalCapAcrossSessions(t *testing.T) {
-	m := NewMemory(40, time.Hour, newFakeClock().Now) // 10 per session
+	m := NewMemory(40, time.Hour, testkit.NewClock(clockStart).Now) // 10 per session
 	for i := range 100 {
 		k := Key{fmt.Sprint("s", i%20), "r", "c", fmt.Sprint("t", i), fmt.Sprint("m", i)}
 		if _, err := m.Reserve(context.Background(), k, inline); err != nil {
@@ -834,7 +819,7 @@ func TestMemoryGlobalCapAcrossSessions(t *testing.T) {
 // TestMemoryStaleReleaseAfterExpiry: an attempt whose record expired and
 // was created anew by a later attempt does not release the new one.
 func TestMemoryStaleReleaseAfterExpiry(t *testing.T) {
-	clock := newFakeClock()
+	clock := testkit.NewClock(clockStart)
 	m := NewMemory(100, time.Minute, clock.Now)
 	ctx := context.Background()
 	k := key("t1", "m1")

@@ -18,6 +18,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 )
 
 // writePEM writes one PEM block to dir/name and returns the path.
@@ -36,12 +38,7 @@ func writePEM(t *testing.T, dir, name, typ string, der []byte) string {
 func tlsRedis(t *testing.T) (addr, caFile string) {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("redis-server is not installed (CI=true)")
-		}
-		t.Skip("redis-server is not installed")
-	}
+	testkit.RequireService(t, "redis-server (a TLS-only Redis)", err)
 	dir := t.TempDir()
 	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ks test CA"},

@@ -25,24 +25,65 @@ const (
 	pathNonCanon                    // canonicalizes to an intercepted path but is not one literally → 400
 )
 
-// interceptedTails are the segments after /agent-api/v1/workspaces/{route}/.
-var interceptedTails = [][]string{
-	{"turns"},
-	{"knowledge", "capabilities"},
-	{"knowledge", "search"},
-	{"knowledge", "read"},
+// pathTable is the intercepted paths, derived from the route table: an
+// echo parameter segment (":route") stands for the route key, every other
+// segment is fixed. Adding a route row adds its path here, so every
+// spelling of it is judged like the others'.
+type pathTable []pathPattern
+
+// pathPattern is one route path: its segments, and the fixed text either
+// side of its route segment (prefix "/agent-api/v1/workspaces/", suffix
+// "/turns"), for the literal check, which every request takes.
+type pathPattern struct {
+	segs           []string
+	prefix, suffix string
+	param          bool
 }
 
-var interceptedHead = []string{"agent-api", "v1", "workspaces"}
+// intercepted is the route table's paths: the one list canonical judges by.
+var intercepted = newPathTable(routes)
+
+func newPathTable(rows []route) pathTable {
+	var t pathTable
+	for _, rt := range rows {
+		if hasUpper(rt.path) {
+			// classify's fast path takes a path without upper case and
+			// special bytes as its own canonical form.
+			panic("proxy: route path " + rt.path + " is not lower case")
+		}
+		segs := strings.Split(strings.TrimPrefix(rt.path, "/"), "/")
+		if slices.ContainsFunc(t, func(p pathPattern) bool { return slices.Equal(p.segs, segs) }) {
+			continue // another method on a path already listed
+		}
+		p := pathPattern{segs: segs, prefix: rt.path}
+		if i := slices.IndexFunc(p.segs, isParam); i >= 0 {
+			if slices.ContainsFunc(p.segs[i+1:], isParam) {
+				panic("proxy: route path " + rt.path + " has more than the route parameter")
+			}
+			p.param = true
+			p.prefix = "/" + strings.Join(p.segs[:i], "/") + "/"
+			if i < len(segs)-1 {
+				p.suffix = "/" + strings.Join(segs[i+1:], "/")
+			}
+		}
+		t = append(t, p)
+	}
+	return t
+}
+
+func isParam(seg string) bool { return strings.HasPrefix(seg, ":") }
 
 // maxDecodeRounds bounds repeated percent-decoding (%2574 → %74 → t): a
 // chain of servers may each decode once, so the path is judged after 0, 1,
 // … maxDecodeRounds decodings.
 const maxDecodeRounds = 4
 
-// classifyPath judges the raw request path (as sent, before any decoding).
-func classifyPath(raw string) pathVerdict {
-	if isLiteral(raw) {
+// classifyPath judges the raw request path (as sent, before any decoding)
+// against the route table's paths.
+func classifyPath(raw string) pathVerdict { return intercepted.classify(raw) }
+
+func (t pathTable) classify(raw string) pathVerdict {
+	if t.isLiteral(raw) {
 		return pathExact
 	}
 	special := strings.ContainsAny(raw, "%\\;") || strings.Contains(raw, "//") || strings.Contains(raw, "/.") || strings.HasSuffix(raw, "/")
@@ -58,7 +99,7 @@ func classifyPath(raw string) pathVerdict {
 	// (none) after two.
 	p := raw
 	for round := 0; ; round++ {
-		if matchesIntercepted(canonicalSegments(p)) {
+		if t.matches(canonicalSegments(p)) {
 			return pathNonCanon
 		}
 		if round == maxDecodeRounds || !strings.Contains(p, "%") {
@@ -74,25 +115,44 @@ func classifyPath(raw string) pathVerdict {
 
 // isLiteral recognizes a path that is, byte for byte, one of the
 // intercepted paths: the fixed segments exactly and one route segment that
-// is neither empty nor a dot segment nor holds a separator (encoded or
-// not). A path that is not literal may still canonicalize to one.
-func isLiteral(raw string) bool {
-	const prefix = "/agent-api/v1/workspaces/"
-	if !strings.HasPrefix(raw, prefix) {
-		return false
+// is literal (literalRoute). A path that is not literal may still
+// canonicalize to one.
+func (t pathTable) isLiteral(raw string) bool {
+	for _, p := range t {
+		if !p.param {
+			if raw == p.prefix {
+				return true
+			}
+			continue
+		}
+		if len(raw) > len(p.prefix)+len(p.suffix) && strings.HasPrefix(raw, p.prefix) && strings.HasSuffix(raw, p.suffix) {
+			if seg := raw[len(p.prefix) : len(raw)-len(p.suffix)]; !strings.Contains(seg, "/") && literalRoute(seg) {
+				return true
+			}
+		}
 	}
-	route, tail, ok := strings.Cut(raw[len(prefix):], "/")
-	if !ok {
-		return false
-	}
-	switch tail {
-	case "turns", "knowledge/capabilities", "knowledge/search", "knowledge/read":
-	default:
-		return false
-	}
-	return route != "" && route != "." && route != ".." &&
-		!strings.ContainsAny(route, "\\;") && !hasEncodedSeparator(route)
+	return false
 }
+
+// literalRoute: a route segment as one server routes it whatever its
+// decoding: neither empty nor a dot segment, and no separator in it
+// (encoded or not). It may still be no route key (upper case, too long, or
+// percent-encoded: see encodedRoute); its handler judges that.
+func literalRoute(seg string) bool {
+	return seg != "" && seg != "." && seg != ".." &&
+		!strings.ContainsAny(seg, "\\;") && !hasEncodedSeparator(seg)
+}
+
+// encodedRoute reports a literal path's route segment spelled with
+// percent-encoding (kb%2Dmulti). The path is literal, so its handler runs
+// and identity is asked first (401 before 404), but Core may decode the
+// segment into a route key, so a turn through it never goes to Core, not
+// even an old client's field-less one: it is answered 404
+// route_unavailable after identity (SPEC §7), where a literal segment that
+// is no route key (upper case) goes to Core. This is the turn handler's
+// rule and not a classifyPath verdict because the middleware's 400 would
+// come before identity.
+func encodedRoute(seg string) bool { return strings.Contains(seg, "%") }
 
 // hasEncodedSeparator reports %2F or %5C (either case) in s.
 func hasEncodedSeparator(s string) bool {
@@ -167,20 +227,14 @@ func unhex(c byte) (byte, bool) {
 	return 0, false
 }
 
-// matchesIntercepted reports whether segs are /agent-api/v1/workspaces/
-// {any}/{an intercepted tail}, the fixed segments compared ignoring case.
-func matchesIntercepted(segs []string) bool {
-	if len(segs) < len(interceptedHead)+2 {
-		return false
-	}
-	for i, h := range interceptedHead {
-		if !strings.EqualFold(segs[i], h) {
-			return false
-		}
-	}
-	tail := segs[len(interceptedHead)+1:]
-	for _, want := range interceptedTails {
-		if len(tail) == len(want) && slices.EqualFunc(tail, want, strings.EqualFold) {
+// matches reports whether segs (already canonical) are one of the
+// intercepted paths with any route segment, the fixed segments compared
+// ignoring case.
+func (t pathTable) matches(segs []string) bool {
+	for _, p := range t {
+		if len(segs) == len(p.segs) && slices.EqualFunc(segs, p.segs, func(seg, want string) bool {
+			return isParam(want) || strings.EqualFold(seg, want)
+		}) {
 			return true
 		}
 	}

@@ -6,9 +6,17 @@ import (
 	"testing"
 )
 
-// literalIntercepted is the literal form of an intercepted path, written as
-// a pattern: the fixed segments exactly, one route segment.
-var literalIntercepted = regexp.MustCompile(`^/agent-api/v1/workspaces/([^/]+)/(turns|knowledge/capabilities|knowledge/search|knowledge/read)$`)
+// literalPattern is the literal form of the route table's paths as one
+// pattern: the fixed segments exactly, the route segment captured. The
+// oracle takes the same table as classifyPath (the list is data, not the
+// logic under test), read its own way.
+func literalPattern(rows []route) *regexp.Regexp {
+	var alts []string
+	for _, rt := range rows {
+		alts = append(alts, strings.ReplaceAll(regexp.QuoteMeta(rt.path), ":route", "([^/]+)"))
+	}
+	return regexp.MustCompile("^(?:" + strings.Join(alts, "|") + ")$")
+}
 
 // encodedSep matches a percent-encoded '/' or '\'.
 var encodedSep = regexp.MustCompile(`(?i)%(2f|5c)`)
@@ -45,9 +53,10 @@ func hexVal(c byte) byte {
 }
 
 // routesTo is the slow model of one server's routing of an already decoded
-// path: '\' is a separator, ";params" are dropped, empty and "." segments
-// vanish, ".." climbs, and the fixed segments match under Unicode case folding.
-func routesTo(p string) bool {
+// path to one of rows' paths: '\' is a separator, ";params" are dropped,
+// empty and "." segments vanish, ".." climbs, and the fixed segments match
+// under Unicode case folding.
+func routesTo(rows []route, p string) bool {
 	var segs []string
 	for _, s := range strings.FieldsFunc(p, func(r rune) bool { return r == '/' || r == '\\' }) {
 		s, _, _ = strings.Cut(s, ";")
@@ -61,33 +70,47 @@ func routesTo(p string) bool {
 			segs = append(segs, s)
 		}
 	}
-	if len(segs) < 5 {
-		return false
-	}
-	joined := strings.Join(append(segs[:3:3], segs[4:]...), "/")
-	for _, p := range []string{"agent-api/v1/workspaces/turns", "agent-api/v1/workspaces/knowledge/capabilities",
-		"agent-api/v1/workspaces/knowledge/search", "agent-api/v1/workspaces/knowledge/read"} {
-		if strings.EqualFold(joined, p) {
+	for _, rt := range rows {
+		want := strings.Split(rt.path[1:], "/")
+		if len(want) != len(segs) {
+			continue
+		}
+		match := true
+		for i := range want {
+			match = match && (want[i] == ":route" || strings.EqualFold(want[i], segs[i]))
+		}
+		if match {
 			return true
 		}
 	}
 	return false
 }
 
-// classifyPathRef is the slow reference of classifyPath: literal by the
+// pathRef is the slow reference of classifyPath: literal by the
 // pattern; otherwise non-canonical when any server of a chain — one that
 // decodes 0, 1, … maxDecodeRounds times, leniently — routes the path to an
 // intercepted one.
-func classifyPathRef(raw string) pathVerdict {
-	if m := literalIntercepted.FindStringSubmatch(raw); m != nil {
-		route := m[1]
+type pathRef struct {
+	rows    []route
+	literal *regexp.Regexp
+}
+
+func newPathRef(rows []route) pathRef { return pathRef{rows, literalPattern(rows)} }
+
+func (ref pathRef) classify(raw string) pathVerdict {
+	rows := ref.rows
+	if m := ref.literal.FindStringSubmatch(raw); m != nil {
+		var route string
+		for _, g := range m[1:] {
+			route += g // the one alternative that matched
+		}
 		if route != "." && route != ".." && !strings.ContainsAny(route, `\;`) && !encodedSep.MatchString(route) {
 			return pathExact
 		}
 	}
 	p := raw
 	for range maxDecodeRounds + 1 {
-		if routesTo(p) {
+		if routesTo(rows, p) {
 			return pathNonCanon
 		}
 		p = lenientUnescapeRef(p)
@@ -112,11 +135,12 @@ func FuzzClassifyPath(f *testing.F) {
 	} {
 		f.Add(s)
 	}
+	ref := newPathRef(routes)
 	f.Fuzz(func(t *testing.T, raw string) {
 		if !strings.HasPrefix(raw, "/") {
 			raw = "/" + raw // rawRequestPath never yields anything else
 		}
-		if got, want := classifyPath(raw), classifyPathRef(raw); got != want {
+		if got, want := classifyPath(raw), ref.classify(raw); got != want {
 			t.Fatalf("classifyPath(%q) = %d; the reference says %d", raw, got, want)
 		}
 	})

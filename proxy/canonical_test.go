@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"net/http"
+	"slices"
 	"testing"
 )
 
@@ -44,6 +46,53 @@ func TestClassifyPath(t *testing.T) {
 	for _, tc := range cases {
 		if got := classifyPath(tc.raw); got != tc.want {
 			t.Errorf("classifyPath(%q) = %d; want %d", tc.raw, got, tc.want)
+		}
+	}
+}
+
+// TestClassifyPathFollowsRouteTable: a row added to the route table is an
+// intercepted path at once, in every spelling, with nothing else changed:
+// the canonical checks read their paths from the table.
+func TestClassifyPathFollowsRouteTable(t *testing.T) {
+	extra := route{method: http.MethodPost, path: "/agent-api/v1/workspaces/:route/knowledge/summarize"}
+	other := route{method: http.MethodGet, path: "/agent-api/v2/:route/status"}
+	rows := append(slices.Clip(routes), extra, other)
+	table, ref := newPathTable(rows), newPathRef(rows)
+	cases := []struct {
+		raw           string
+		before, after pathVerdict
+	}{
+		{"/agent-api/v1/workspaces/order-assistant/knowledge/summarize", pathOther, pathExact},
+		{"/agent-api/v1/workspaces/order-assistant/knowledge/%73ummarize", pathOther, pathNonCanon},
+		{"/agent-api/v1/workspaces/order-assistant/knowledge%2Fsummarize", pathOther, pathNonCanon},
+		{"/agent-api/v1/workspaces/order-assistant/Knowledge/summarize", pathOther, pathNonCanon},
+		{"/agent-api/v1/workspaces/order-assistant/knowledge/summarize/", pathOther, pathNonCanon},
+		{"/agent-api/v1/workspaces/a/x/../knowledge/summarize", pathOther, pathNonCanon},
+		{"/agent-api/v2/order-assistant/status", pathOther, pathExact},
+		{"/agent-api/v2/order-assistant/%73tatus", pathOther, pathNonCanon},
+		{"/agent-api/v2/order%2Fassistant/status", pathOther, pathNonCanon},
+		{"/agent-api/v2/status", pathOther, pathOther},
+		// The table's own rows are judged as before.
+		{"/agent-api/v1/workspaces/order-assistant/turns", pathExact, pathExact},
+		{"/agent-api/v1/workspaces/order-assistant/%74urns", pathNonCanon, pathNonCanon},
+	}
+	for _, tc := range cases {
+		if got := classifyPath(tc.raw); got != tc.before {
+			t.Errorf("classifyPath(%q) = %d; want %d", tc.raw, got, tc.before)
+		}
+		if got := table.classify(tc.raw); got != tc.after {
+			t.Errorf("with the extra rows, classify(%q) = %d; want %d", tc.raw, got, tc.after)
+		}
+		if got := ref.classify(tc.raw); got != tc.after {
+			t.Errorf("with the extra rows, the reference says %d for %q; want %d", got, tc.raw, tc.after)
+		}
+	}
+}
+
+func TestEncodedRoute(t *testing.T) {
+	for seg, want := range map[string]bool{"kb-multi": false, "KB-MULTI": false, "kb%2Dmulti": true, "%6Bb-multi": true, "kb%zz": true} {
+		if got := encodedRoute(seg); got != want {
+			t.Errorf("encodedRoute(%q) = %v; want %v", seg, got, want)
 		}
 	}
 }

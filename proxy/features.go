@@ -1,8 +1,11 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
@@ -12,7 +15,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/bailinghub/knowledge-sidecar/config"
-
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
@@ -20,9 +22,11 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/rollout"
 )
 
-// Prober forwards a caller's capabilities request to Core (native detection).
+// Prober sends Core a capabilities probe with a caller's Authorization
+// header: native detection for a search, read or turn that finds no
+// verdict held (a capabilities request is itself forwarded, capsProbe).
 type Prober interface {
-	ProbeCapabilities(ctx context.Context, authorization, route string) (*coreclient.Probe, error)
+	ProbeCapabilities(ctx context.Context, authorization, route string) (coreclient.ProbeKind, error)
 }
 
 // Features are the knowledge endpoints and turn interception.
@@ -31,12 +35,15 @@ type Features struct {
 	Prober    Prober
 	Ledger    ledger.Ledger
 	Rollout   rollout.Policy
-	// NativeDetection is "auto" (default), "never" (always serve the
-	// protocol) or "always" (the Core is native: pass everything through).
+	// NativeDetection is one of config.NativeDetectionModes; "" is
+	// config.NativeAuto.
 	NativeDetection string
 	// ProbeInterval is how long a probe's verdict is kept. Default 60s.
 	ProbeInterval time.Duration
-	Now           func() time.Time
+	// ProbeTimeout bounds a capabilities request forwarded as the probe
+	// (config core.timeout, as for the Prober's calls). Default 3s.
+	ProbeTimeout time.Duration
+	Now          func() time.Time
 	// NoTurnHints turns same-run hints off (config turn_hints: false):
 	// on_demand turns then answer "hints": []. Default: hints on.
 	NoTurnHints bool
@@ -49,6 +56,7 @@ type features struct {
 	hints   atomic.Bool // same-run hints in on_demand turns
 	native  *nativeDetector
 	turns   *httputil.ReverseProxy
+	caps    *httputil.ReverseProxy // capabilities forwarded as the probe
 	// inflight: on_demand turn attempts awaiting Core's answer (turns.go).
 	inflight turnsInFlight
 }
@@ -63,6 +71,9 @@ func newFeatures(f *Features, s *Server) (*features, error) {
 	if f.ProbeInterval <= 0 {
 		f.ProbeInterval = config.Defaults().ProbeInterval
 	}
+	if f.ProbeTimeout <= 0 {
+		f.ProbeTimeout = config.Defaults().Core.Timeout
+	}
 	nd, err := newNativeDetector(f.NativeDetection, f.ProbeInterval, f.Prober, f.Now, s.m)
 	if err != nil {
 		return nil, err
@@ -72,6 +83,7 @@ func newFeatures(f *Features, s *Server) (*features, error) {
 	ft.rollout.Store(&p)
 	ft.hints.Store(!f.NoTurnHints)
 	ft.turns = s.newTurnProxy()
+	ft.caps = s.newCapsProxy(f.ProbeTimeout, nd)
 	return ft, nil
 }
 
@@ -127,22 +139,20 @@ func (s *Server) capabilities(c echo.Context) error {
 		s.m.rollout.WithLabelValues(string(decisionDisabled)).Inc()
 		return s.passH(c)
 	}
-	r := c.Request()
-	authz := r.Header.Get("Authorization")
-	if probe, handled, perr := s.feat.native.maybeProbe(r.Context(), authz, route); valid && handled {
-		if probe == nil {
-			// Core could not be reached for the probe: like every knowledge
-			// endpoint facing an unreachable Core, 503 knowledge_unavailable
-			// (SPEC §2); the verdict stays open for the next request.
-			return knowledge.Unavailable(perr)
+	// A route outside Core's pattern is never probed (Core answers it 404
+	// whatever its version): it is answered as any knowledge request on it.
+	if valid {
+		if call, due := s.feat.native.claim(); due {
+			if answered, err := s.capsProbe(c, call); answered {
+				return err
+			}
 		}
-		relayProbe(c.Response(), probe)
-		return nil
 	}
 	if !s.decide(c, route) {
 		return s.passH(c)
 	}
-	body, err := s.feat.k.Capabilities(r.Context(), authz, route)
+	r := c.Request()
+	body, err := s.feat.k.Capabilities(r.Context(), r.Header.Get("Authorization"), route)
 	return reply(c, body, err)
 }
 
@@ -188,16 +198,99 @@ func (s *Server) wrongMethod(allow string) echo.HandlerFunc {
 	}
 }
 
-// relayProbe sends Core's own answer to the forwarded capabilities request.
-// coreclient has already removed the hop-by-hop headers; the length is the
-// body's.
-func relayProbe(w http.ResponseWriter, p *coreclient.Probe) {
-	h := w.Header()
-	for k, vs := range p.Header {
-		if http.CanonicalHeaderKey(k) != "Content-Length" {
-			h[k] = append([]string(nil), vs...)
+// capsRelay is one capabilities request forwarded to Core as the probe.
+type capsRelay struct {
+	call   *probeCall
+	legacy bool  // Core does not know the endpoint: the sidecar answers
+	err    error // Core could not be reached, or its answer not read
+	cancel context.CancelFunc
+}
+
+type capsCtxKey struct{}
+
+func capsOf(ctx context.Context) *capsRelay {
+	cr, _ := ctx.Value(capsCtxKey{}).(*capsRelay)
+	return cr
+}
+
+var (
+	// errCapsServe: Core's answer is not relayed (legacy, or unread); the
+	// handler answers.
+	errCapsServe  = errors.New("capabilities probe answered by the sidecar")
+	errProbeLarge = errors.New("capabilities answer too large")
+	errNotProbed  = errors.New("route not probed")
+)
+
+// capsProbe forwards a capabilities request to Core as the claimed probe,
+// through the pass-through ReverseProxy like any other request, and relays
+// Core's answer unless it says legacy. answered is false for a legacy
+// answer: the sidecar then serves the request. Core unreachable (or its
+// answer unreadable) is 503 knowledge_unavailable, like every knowledge
+// endpoint facing an unreachable Core (SPEC §2); the verdict stays open.
+func (s *Server) capsProbe(c echo.Context, call *probeCall) (answered bool, err error) {
+	cr := &capsRelay{call: call}
+	defer func() {
+		// Also when the relay aborts (the ReverseProxy panics with
+		// http.ErrAbortHandler when the client's connection fails).
+		if cr.cancel != nil {
+			cr.cancel()
 		}
+		s.feat.native.settle(call, coreclient.ProbeRelay, errNotProbed) // when nothing else did
+	}()
+	r := c.Request()
+	s.feat.caps.ServeHTTP(c.Response(), r.WithContext(context.WithValue(r.Context(), capsCtxKey{}, cr)))
+	switch {
+	case cr.legacy:
+		return false, nil
+	case cr.err != nil:
+		return true, knowledge.Unavailable(fmt.Errorf("%w: %w", corefacts.ErrUnavailable, cr.err))
 	}
-	w.WriteHeader(p.Status)
-	_, _ = w.Write(p.Body)
+	return true, nil
+}
+
+// newCapsProxy is the pass-through ReverseProxy (same transport, same header
+// rules: the one relay path and hop-by-hop list) whose ModifyResponse reads
+// Core's capabilities answer to settle the probe d is waiting on.
+func (s *Server) newCapsProxy(timeout time.Duration, d *nativeDetector) *httputil.ReverseProxy {
+	rp := s.newPassthrough()
+	passRewrite := rp.Rewrite
+	rp.Rewrite = func(pr *httputil.ProxyRequest) {
+		passRewrite(pr)
+		// Other requests may wait for this probe's verdict: it does not
+		// end with its caller; the deadline bounds it.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(pr.Out.Context()), timeout)
+		capsOf(ctx).cancel = cancel
+		pr.Out = pr.Out.WithContext(ctx)
+	}
+	rp.ModifyResponse = func(res *http.Response) error {
+		cr := capsOf(res.Request.Context())
+		body, err := io.ReadAll(io.LimitReader(res.Body, coreclient.ProbeBodyLimit+1))
+		_ = res.Body.Close()
+		if err == nil && len(body) > coreclient.ProbeBodyLimit {
+			err = errProbeLarge
+		}
+		if err != nil {
+			cr.err = err
+			d.settle(cr.call, coreclient.ProbeRelay, err)
+			return errCapsServe
+		}
+		kind := coreclient.ClassifyProbe(res.StatusCode, body)
+		d.settle(cr.call, kind, nil)
+		if kind == coreclient.ProbeLegacy {
+			cr.legacy = true
+			return errCapsServe
+		}
+		res.Body = io.NopCloser(bytes.NewReader(body))
+		res.ContentLength = int64(len(body))
+		return nil
+	}
+	rp.ErrorHandler = func(_ http.ResponseWriter, r *http.Request, err error) {
+		if errors.Is(err, errCapsServe) {
+			return
+		}
+		cr := capsOf(r.Context())
+		cr.err = err
+		d.settle(cr.call, coreclient.ProbeRelay, err)
+	}
+	return rp
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 )
 
 func TestValidRequestID(t *testing.T) {
@@ -139,12 +141,7 @@ func TestEdgeInformationalThenFinal(t *testing.T) {
 	// The edge records after the handler returns, possibly just after the
 	// client has the whole answer: poll, bounded.
 	c := s.m.requests.WithLabelValues("passthrough", "201")
-	deadline := time.Now().Add(10 * time.Second)
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for testutil.ToFloat64(c) != 1 && time.Now().Before(deadline) {
-		<-tick.C
-	}
+	testkit.Poll(10*time.Second, func() bool { return testutil.ToFloat64(c) == 1 })
 	if got := testutil.ToFloat64(c); got != 1 {
 		t.Errorf("requests_total{201}: got %v; want 1", got)
 	}

@@ -2,11 +2,12 @@ package proxy
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 )
@@ -19,7 +20,7 @@ const (
 )
 
 // nativeDetector remembers whether the Core serves the knowledge protocol
-// itself. In "auto" mode a verdict is held for one probe interval. While
+// itself. In auto mode a verdict is held for one probe interval. While
 // none is held (start-up, or the interval ran out), the next knowledge or
 // turn request of a rolled-out workspace probes Core's capabilities first:
 // a capabilities request is itself forwarded as the probe (and Core's
@@ -32,7 +33,7 @@ const (
 // search, read or turn is handled as for a legacy Core, and the next request
 // probes again. Concurrent requests share one probe.
 type nativeDetector struct {
-	mode     string // auto | never | always
+	mode     string // a config.Native* mode
 	interval time.Duration
 	prober   Prober
 	now      func() time.Time
@@ -44,31 +45,29 @@ type nativeDetector struct {
 	inflight *probeCall // the probe being sent, shared by concurrent requests
 }
 
-// probeCall is one probe in flight; done is closed once probe and err are
+// probeCall is one probe in flight; done is closed once kind and err are
 // set.
 type probeCall struct {
 	done  chan struct{}
-	probe *coreclient.Probe
+	start time.Time
+	kind  coreclient.ProbeKind
 	err   error
 }
 
 func newNativeDetector(mode string, interval time.Duration, p Prober, now func() time.Time, m *metrics) (*nativeDetector, error) {
-	switch mode {
-	case "", "auto":
-		mode = "auto"
-		if p == nil {
-			return nil, fmt.Errorf("proxy: native detection auto needs a prober")
-		}
-	case "never", "always":
-	default:
-		return nil, fmt.Errorf("proxy: native detection %q: want auto, never or always", mode)
-	}
 	d := &nativeDetector{mode: mode, interval: interval, prober: p, now: now, m: m, state: stateUnknown}
 	switch mode {
-	case "never":
+	case "", config.NativeAuto:
+		d.mode = config.NativeAuto
+		if p == nil {
+			return nil, fmt.Errorf("proxy: native detection %s needs a prober", config.NativeAuto)
+		}
+	case config.NativeNever:
 		d.state = stateLegacy
-	case "always":
+	case config.NativeAlways:
 		d.state = stateNative
+	default:
+		return nil, fmt.Errorf("proxy: native detection %q: want one of %s", mode, strings.Join(config.NativeDetectionModes, ", "))
 	}
 	d.publish()
 	return d, nil
@@ -88,7 +87,7 @@ func (d *nativeDetector) isNative() bool {
 // route the prober refuses to send, the caller gone) answers false: the
 // request is handled as for a legacy Core and the next one probes again.
 func (d *nativeDetector) native(ctx context.Context, authorization, route string) bool {
-	if d.mode != "auto" || !corefacts.ValidRouteKey(route) {
+	if d.mode != config.NativeAuto || !corefacts.ValidRouteKey(route) {
 		// A route outside Core's pattern is never probed (Core answers it
 		// 404 whatever its version): the state as it stands.
 		return d.isNative()
@@ -107,81 +106,65 @@ func (d *nativeDetector) native(ctx context.Context, authorization, route string
 	d.mu.Unlock()
 	select {
 	case <-call.done:
-		return call.err == nil && call.probe.Kind == coreclient.ProbeNative
+		return call.err == nil && call.kind == coreclient.ProbeNative
 	case <-ctx.Done():
 		return false // the caller left; whatever it is answered is not read
 	}
 }
 
-// maybeProbe forwards this capabilities request to Core when a probe is due.
-// handled reports that the caller must relay probe instead of deciding
-// itself; probe is nil when Core could not be reached or the caller left
-// (err says why), and the caller answers 503 knowledge_unavailable. A legacy verdict is not handled, so the sidecar
-// serves the request. A request the prober refuses to send (a route outside
-// Core's workspace pattern, an unusable Authorization header) is not handled
-// either and decides nothing: the sidecar answers it as it answers any
-// knowledge request (404 route_unavailable, 401). While another request's
-// probe is in flight nothing is sent and the request is not handled: the
-// caller's decide then waits for that probe's verdict.
-func (d *nativeDetector) maybeProbe(ctx context.Context, authorization, route string) (probe *coreclient.Probe, handled bool, err error) {
-	if d.mode != "auto" {
-		return nil, false, nil
+// claim registers a probe the caller sends itself (a capabilities request
+// forwarded to Core, capsProbe) when one is due: auto mode, no verdict held
+// and none in flight. The caller must settle the call it gets; while it is
+// in flight other requests wait for its verdict.
+func (d *nativeDetector) claim() (*probeCall, bool) {
+	if d.mode != config.NativeAuto {
+		return nil, false
 	}
 	now := d.now()
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	if d.inflight != nil || now.Before(d.due) {
-		d.mu.Unlock()
-		return nil, false, nil
+		return nil, false
 	}
-	call := d.startLocked(ctx, now, authorization, route)
-	d.mu.Unlock()
-
-	select {
-	case <-call.done:
-	case <-ctx.Done():
-		return nil, true, fmt.Errorf("%w: %w", corefacts.ErrUnavailable, ctx.Err()) // the caller left
-	}
-	p, err := call.probe, call.err
-	if err != nil {
-		if errors.Is(err, corefacts.ErrUnavailable) {
-			return nil, true, err // Core unreachable: nothing learned
-		}
-		return nil, false, nil // not sent: nothing learned
-	}
-	if p.Kind == coreclient.ProbeLegacy {
-		return nil, false, nil
-	}
-	return p, true, nil
+	call := &probeCall{done: make(chan struct{}), start: now}
+	d.inflight = call
+	return call, true
 }
 
 // startLocked sends a probe in the background and registers it as the one
 // in flight; called with mu held. The probe is not cancelled by its caller
 // leaving, since others may be waiting for it: Core's per-call deadline
-// bounds it. Its verdict (legacy or native) is held for the interval from
-// start; then the requests waiting for it are released.
+// bounds it.
 func (d *nativeDetector) startLocked(ctx context.Context, start time.Time, authorization, route string) *probeCall {
-	call := &probeCall{done: make(chan struct{})}
+	call := &probeCall{done: make(chan struct{}), start: start}
 	d.inflight = call
 	ctx = context.WithoutCancel(ctx)
 	go func() {
-		p, err := d.prober.ProbeCapabilities(ctx, authorization, route)
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		if err == nil {
-			switch p.Kind {
-			case coreclient.ProbeLegacy:
-				d.state, d.due = stateLegacy, start.Add(d.interval)
-				d.publish()
-			case coreclient.ProbeNative:
-				d.state, d.due = stateNative, start.Add(d.interval)
-				d.publish()
-			}
-		}
-		call.probe, call.err = p, err
-		d.inflight = nil
-		close(call.done)
+		kind, err := d.prober.ProbeCapabilities(ctx, authorization, route)
+		d.settle(call, kind, err)
 	}()
 	return call
+}
+
+// settle ends a probe in flight: a legacy or native verdict is held for the
+// interval from the probe's start, anything else decides nothing; then the
+// requests waiting for it are released. A call is settled once.
+func (d *nativeDetector) settle(call *probeCall, kind coreclient.ProbeKind, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.inflight != call {
+		return // settled already
+	}
+	if err == nil && (kind == coreclient.ProbeLegacy || kind == coreclient.ProbeNative) {
+		d.state, d.due = stateLegacy, call.start.Add(d.interval)
+		if kind == coreclient.ProbeNative {
+			d.state = stateNative
+		}
+		d.publish()
+	}
+	call.kind, call.err = kind, err
+	d.inflight = nil
+	close(call.done)
 }
 
 // publish sets the state gauge; called with mu held or before sharing.

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,11 +19,10 @@ type gatedProber struct {
 	calls atomic.Int32
 }
 
-func (p *gatedProber) ProbeCapabilities(ctx context.Context, _, _ string) (*coreclient.Probe, error) {
+func (p *gatedProber) ProbeCapabilities(ctx context.Context, _, _ string) (coreclient.ProbeKind, error) {
 	p.calls.Add(1)
 	<-p.gate
-	status := map[coreclient.ProbeKind]int{coreclient.ProbeLegacy: 404, coreclient.ProbeNative: 200, coreclient.ProbeRelay: 401}[p.kind]
-	return &coreclient.Probe{Kind: p.kind, Status: status, Header: http.Header{}}, nil
+	return p.kind, nil
 }
 
 // TestNativeFirstRequestsShareOneProbe: concurrent first requests with no

@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"errors"
-	"golang.org/x/net/http/httpguts"
 	"io"
 	"log/slog"
 	"net"
@@ -177,7 +176,7 @@ func (s *Server) newPassthrough() *httputil.ReverseProxy {
 		FlushInterval:  0,
 		BufferPool:     newBufferPool(),
 		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
-		ModifyResponse: checkUpgrade,
+		ModifyResponse: noteUpgrade,
 		ErrorHandler:   s.upstreamFailed,
 	}
 }
@@ -231,18 +230,20 @@ func (b *bodyWatch) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// checkUpgrade vets a 101 before ReverseProxy opens a tunnel: Core may only
-// switch to the protocol the client asked for (a 101 to a request that asked
-// for none, or for another protocol, is refused as a protocol error). An
-// accepted switch is recorded as 101, which echo's Response never sees
-// because the connection is hijacked, and gets the request id.
-func checkUpgrade(res *http.Response) error {
+// noteUpgrade records Core's 101 before ReverseProxy opens the tunnel.
+// Vetting the switch is the stdlib's (handleUpgradeResponse, and the
+// Transport before it): it refuses a 101 to another protocol than the
+// client's Upgrade, to a non-printable one, and one whose body cannot be
+// written, which is every 101 that is not an Upgrade answer (Connection:
+// upgrade and Upgrade) to an Upgrade request; Core can switch protocols
+// only when the client asked to. What it does not do, this adds: the
+// outcome is recorded as 101 (echo's Response never sees it, the
+// connection is hijacked), which also tells upstreamFailed that a failure
+// after it is the switch's (kind protocol), and the answer gets the request
+// id.
+func noteUpgrade(res *http.Response) error {
 	if res.StatusCode != http.StatusSwitchingProtocols {
 		return nil
-	}
-	want := upgradeType(res.Request.Header)
-	if want == "" || !strings.EqualFold(want, upgradeType(res.Header)) {
-		return errUpgradeRefused
 	}
 	ctx := res.Request.Context()
 	setOutcome(ctx, http.StatusSwitchingProtocols)
@@ -250,15 +251,6 @@ func checkUpgrade(res *http.Response) error {
 		res.Header.Set("X-Request-Id", id)
 	}
 	return nil
-}
-
-// upgradeType is the protocol a message switches to: its Upgrade header when
-// Connection lists "upgrade", else "".
-func upgradeType(h http.Header) string {
-	if !httpguts.HeaderValuesContainsToken(h["Connection"], "upgrade") {
-		return ""
-	}
-	return strings.TrimSpace(h.Get("Upgrade"))
 }
 
 // statusClientClosed is nginx's code for "client closed request", used only
@@ -278,11 +270,17 @@ func classifyUpstreamError(ctx context.Context, err error) (kind string, status 
 		return "timeout", http.StatusGatewayTimeout
 	case errors.As(err, &oe) && oe.Op == "dial":
 		return "dial", http.StatusBadGateway
-	case errors.Is(err, errUpgradeRefused):
+	case switched(ctx):
+		// The stdlib refused Core's 101 (noteUpgrade): its errors are
+		// plain, the 101 noted is not.
 		return "protocol", http.StatusBadGateway
 	default:
 		return "other", http.StatusBadGateway
 	}
 }
 
-var errUpgradeRefused = errors.New("upgrade refused")
+// switched: Core answered this request 101 (noteUpgrade).
+func switched(ctx context.Context) bool {
+	st := stateOf(ctx)
+	return st != nil && st.outcome == http.StatusSwitchingProtocols
+}

@@ -1,12 +1,14 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
@@ -15,6 +17,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 type timeoutErr struct{}
@@ -44,7 +49,8 @@ func TestClassifyUpstreamError(t *testing.T) {
 		{"dial refused", live, dial, "dial", http.StatusBadGateway},
 		{"dial refused, wrapped", live, fmt.Errorf("x: %w", dial), "dial", http.StatusBadGateway},
 		{"reset while reading", live, read, "other", http.StatusBadGateway},
-		{"upgrade refused", live, errUpgradeRefused, "protocol", http.StatusBadGateway},
+		// The stdlib's refusal of Core's 101.
+		{"error after a 101", context.WithValue(live, ctxKey{}, &reqState{outcome: http.StatusSwitchingProtocols}), errors.New("backend tried to switch protocol"), "protocol", http.StatusBadGateway},
 		{"EOF", live, io.ErrUnexpectedEOF, "other", http.StatusBadGateway},
 	}
 	for _, c := range cases {
@@ -174,23 +180,21 @@ func TestJoinQuery(t *testing.T) {
 	}
 }
 
-func TestCheckUpgrade(t *testing.T) {
+// TestNoteUpgrade: a 101 is recorded and gets the request id; whether it
+// may open a tunnel is the stdlib's (TestUpgradeThroughReverseProxy).
+func TestNoteUpgrade(t *testing.T) {
 	wsReq := http.Header{"Connection": {"Upgrade"}, "Upgrade": {"websocket"}}
 	cases := []struct {
 		name    string
 		status  int
 		req     http.Header
 		res     http.Header
-		wantErr error
 		outcome int
 		id      string
 	}{
-		{"not a switch", http.StatusOK, wsReq, http.Header{}, nil, 0, ""},
-		{"matching switch", http.StatusSwitchingProtocols, wsReq, http.Header{"Connection": {"upgrade"}, "Upgrade": {"WebSocket"}}, nil, 101, "rid-1"},
-		{"core keeps its own id", http.StatusSwitchingProtocols, wsReq, http.Header{"Connection": {"Upgrade"}, "Upgrade": {"websocket"}, "X-Request-Id": {"core-1"}}, nil, 101, "core-1"},
-		{"other protocol", http.StatusSwitchingProtocols, wsReq, http.Header{"Connection": {"Upgrade"}, "Upgrade": {"h2c"}}, errUpgradeRefused, 0, ""},
-		{"switch nobody asked for", http.StatusSwitchingProtocols, http.Header{}, http.Header{"Connection": {"Upgrade"}, "Upgrade": {"websocket"}}, errUpgradeRefused, 0, ""},
-		{"upgrade without connection token", http.StatusSwitchingProtocols, wsReq, http.Header{"Upgrade": {"websocket"}}, errUpgradeRefused, 0, ""},
+		{"not a switch", http.StatusOK, wsReq, http.Header{}, 0, ""},
+		{"switch", http.StatusSwitchingProtocols, wsReq, http.Header{"Connection": {"upgrade"}, "Upgrade": {"WebSocket"}}, 101, "rid-1"},
+		{"core keeps its own id", http.StatusSwitchingProtocols, wsReq, http.Header{"Connection": {"Upgrade"}, "Upgrade": {"websocket"}, "X-Request-Id": {"core-1"}}, 101, "core-1"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -198,15 +202,88 @@ func TestCheckUpgrade(t *testing.T) {
 			req, _ := http.NewRequestWithContext(context.WithValue(context.Background(), ctxKey{}, st), http.MethodGet, "http://core/ws", nil)
 			req.Header = c.req
 			res := &http.Response{StatusCode: c.status, Header: c.res, Request: req}
-			err := checkUpgrade(res)
-			if !errors.Is(err, c.wantErr) || (c.wantErr == nil && err != nil) {
-				t.Fatalf("err: got %v; want %v", err, c.wantErr)
+			if err := noteUpgrade(res); err != nil {
+				t.Fatalf("err: got %v; want nil", err)
 			}
 			if st.outcome != c.outcome {
 				t.Errorf("outcome: got %d; want %d", st.outcome, c.outcome)
 			}
 			if got := res.Header.Get("X-Request-Id"); got != c.id {
 				t.Errorf("X-Request-Id: got %q; want %q", got, c.id)
+			}
+		})
+	}
+}
+
+// TestUpgradeThroughReverseProxy: Core's 101 through the real pass-through
+// proxy. Every switch but the asked-for one is refused (by the stdlib: this
+// pins that noteUpgrade need not check) with 502, counted as a protocol
+// error; the asked-for switch is tunnelled.
+func TestUpgradeThroughReverseProxy(t *testing.T) {
+	const ws = "Connection: Upgrade\r\nUpgrade: websocket\r\n"
+	cases := []struct {
+		name, reqHeaders, core101 string
+		tunnel                    bool
+	}{
+		{"nobody asked, none named", "", "HTTP/1.1 101 Switching Protocols\r\n\r\n", false},
+		{"nobody asked, websocket named", "", "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", false},
+		{"other protocol", ws, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: something-else\r\n\r\n", false},
+		{"upgrade without connection token", ws, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n", false},
+		{"asked-for switch", ws, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			core := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				conn, brw, err := http.NewResponseController(w).Hijack()
+				if err != nil {
+					return
+				}
+				defer conn.Close()
+				_, _ = brw.WriteString(c.core101 + "tunnelled")
+				_ = brw.Flush()
+				_, _ = io.Copy(io.Discard, brw) // until the proxy closes its side
+			}))
+			t.Cleanup(core.Close)
+			u, _ := url.Parse(core.URL)
+			s, err := New(Options{CoreURL: u, Registry: prometheus.NewRegistry()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			edge := httptest.NewServer(s.Handler())
+			t.Cleanup(edge.Close)
+			conn, err := net.Dial("tcp", edge.Listener.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if _, err := io.WriteString(conn, "GET /ws HTTP/1.1\r\nHost: ks\r\n"+c.reqHeaders+"\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			br := bufio.NewReader(conn)
+			res, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("read response: %v", err)
+			}
+			protocolErrs := testutil.ToFloat64(s.m.upstreamErrors.WithLabelValues("protocol"))
+			if c.tunnel {
+				b := make([]byte, len("tunnelled"))
+				if res.StatusCode != http.StatusSwitchingProtocols {
+					t.Fatalf("status: got %d; want 101", res.StatusCode)
+				}
+				if _, err := io.ReadFull(br, b); err != nil || string(b) != "tunnelled" {
+					t.Errorf("tunnel: got %q, %v; want Core's bytes", b, err)
+				}
+				if protocolErrs != 0 {
+					t.Errorf("upstream_errors_total{kind=protocol}: got %v; want 0", protocolErrs)
+				}
+				return
+			}
+			body, _ := io.ReadAll(res.Body)
+			if res.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), "upstream_unavailable") {
+				t.Fatalf("got %d %s; want 502 upstream_unavailable (no tunnel)", res.StatusCode, body)
+			}
+			if protocolErrs != 1 {
+				t.Errorf("upstream_errors_total{kind=protocol}: got %v; want 1", protocolErrs)
 			}
 		})
 	}

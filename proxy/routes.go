@@ -20,8 +20,10 @@ const (
 const handlerPassthrough = "passthrough"
 
 // route is one endpoint the sidecar claims: the table drives registration,
-// what other methods on the path get, the `handler` metric label, and how
-// much of an unread request body the edge drains after the answer.
+// what other methods on the path get, the `handler` metric label, the
+// server span's name, how much of an unread request body the edge drains
+// after the answer, and which paths the canonical-path check guards
+// (canonical.go: every other spelling of a row's path is refused 400).
 type route struct {
 	method, path string
 	name         string // the `handler` label

@@ -127,11 +127,8 @@ func (s *Server) interceptTurn(c echo.Context, st *turnState) error {
 	ke, _ := errors.AsType[*knowledge.Error](authErr)
 	unauth := ke != nil && ke.Status == http.StatusUnauthorized
 	badRoute := !corefacts.ValidRouteKey(st.route)
-	if badRoute && strings.Contains(st.route, "%") {
-		// A route segment spelled with percent-encoding is not a literal
-		// path: Core may decode it into a route key, so a field-less turn
-		// through it could bypass the ledger. Refused as before, whatever
-		// the body (SPEC §7: only a literal segment goes to Core).
+	if badRoute && encodedRoute(st.route) {
+		// Refused whatever the body, after identity (canonical.go).
 		if unauth {
 			return authErr
 		}

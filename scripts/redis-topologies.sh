@@ -33,12 +33,17 @@ ks_topo_down() {
 }
 trap ks_topo_down EXIT
 
-# A free port: a random high port nothing answers on, nor on its cluster
-# bus port (+10000).
+# A free port: a random port nothing answers on, nor on its cluster bus port
+# (+10000), both below the kernel's ephemeral range. An outgoing connection
+# holds its local port too, so a port in the ephemeral range can be "free" to
+# a connect probe and still fail to bind (seen under load: "bind: Address
+# already in use" three tries in a row).
+ks_eph_low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
 ks_free_port() {
-  local p
+  local p span=$(( ks_eph_low - 10000 - 12000 ))
+  [ "$span" -lt 1000 ] && span=1000
   for _ in $(seq 1 200); do
-    p=$(( 20000 + RANDOM % 25000 ))
+    p=$(( 12000 + RANDOM % span ))
     if ! (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null && ! (exec 3<>/dev/tcp/127.0.0.1/$((p + 10000))) 2>/dev/null &&
        ! grep -qw "$p" "$ks_topo_dir/ports" 2>/dev/null; then
       echo "$p" >>"$ks_topo_dir/ports"

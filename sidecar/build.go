@@ -405,6 +405,7 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 		Rollout:         pol,
 		NativeDetection: cfg.NativeDetection,
 		ProbeInterval:   cfg.ProbeInterval,
+		ProbeTimeout:    cfg.Core.Timeout,
 		NoTurnHints:     !cfg.TurnHints,
 		Now:             deps.Now,
 	}, nil

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
 )
 
@@ -46,8 +47,8 @@ func TestConnectionCap(t *testing.T) {
 	if !over.closedAfter() {
 		t.Error("connection over the cap kept open")
 	}
-	waitMetric(t, sc.Registry, "knowledge_sidecar_overload_rejections_total", map[string]string{"limit": "connections"}, 1)
-	waitMetric(t, sc.Registry, "knowledge_sidecar_open_connections", nil, max)
+	testkit.WaitMetric(t, sc.Registry, "knowledge_sidecar_overload_rejections_total", map[string]string{"limit": "connections"}, 1)
+	testkit.WaitMetric(t, sc.Registry, "knowledge_sidecar_open_connections", nil, max)
 	// The open ones still work.
 	open[0].send(t, get)
 	if res, _ := open[0].response(t); res.StatusCode != 200 {
@@ -55,7 +56,7 @@ func TestConnectionCap(t *testing.T) {
 	}
 	// A place freed (the server notices the close) is taken again.
 	open[1].Close()
-	waitMetric(t, sc.Registry, "knowledge_sidecar_open_connections", nil, max-1)
+	testkit.WaitMetric(t, sc.Registry, "knowledge_sidecar_open_connections", nil, max-1)
 	again := dialRaw(t, sc.Addr)
 	again.send(t, get)
 	if res, _ := again.response(t); res.StatusCode != 200 {
@@ -97,8 +98,8 @@ func TestInFlightCap(t *testing.T) {
 		res.Header.Get("Cache-Control") != "no-store" {
 		t.Fatalf("over the in-flight cap: got %d Retry-After %q %s; want 503 overloaded with Retry-After 1", res.StatusCode, res.Header.Get("Retry-After"), body)
 	}
-	waitMetric(t, sc.Registry, "knowledge_sidecar_overload_rejections_total", map[string]string{"limit": "in_flight"}, 1)
-	waitMetric(t, sc.Registry, "knowledge_sidecar_http_requests_total", map[string]string{"handler": "passthrough", "code": "503"}, 1)
+	testkit.WaitMetric(t, sc.Registry, "knowledge_sidecar_overload_rejections_total", map[string]string{"limit": "in_flight"}, 1)
+	testkit.WaitMetric(t, sc.Registry, "knowledge_sidecar_http_requests_total", map[string]string{"handler": "passthrough", "code": "503"}, 1)
 	close(release)
 	wg.Wait()
 	res2, err := http.Get(sc.URL + "/after")

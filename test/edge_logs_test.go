@@ -1,46 +1,21 @@
 package test
 
 import (
-	"bytes"
 	"encoding/json"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
 )
-
-// lockedBuffer is a log sink safe for the server's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (l *lockedBuffer) lines() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Split(strings.TrimRight(l.b.String(), "\n"), "\n")
-}
 
 // TestLongPathLogged: a 200 KB path that ends in a 5xx (Core is down) is
 // logged once at warn, cut to 256 bytes, and neither the query nor a token
 // in it ever reaches the log, at any level.
 func TestLongPathLogged(t *testing.T) {
-	var sink lockedBuffer
+	var sink testkit.Buffer
 	log := slog.New(slog.NewJSONHandler(&sink, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	sc := StartSidecar(t, SidecarOptions{CoreURL: "http://" + deadAddr(t), Logger: log,
 		Serve: proxy.ServeOptions{MaxHeaderBytes: 1 << 20}})
@@ -54,9 +29,9 @@ func TestLongPathLogged(t *testing.T) {
 	if res.StatusCode != http.StatusBadGateway {
 		t.Fatalf("got %d; want 502 (Core down)", res.StatusCode)
 	}
-	waitMetric(t, sc.Registry, "knowledge_sidecar_http_requests_total", map[string]string{"handler": "passthrough", "code": "502"}, 1)
+	testkit.WaitMetric(t, sc.Registry, "knowledge_sidecar_http_requests_total", map[string]string{"handler": "passthrough", "code": "502"}, 1)
 	warnWithPath := 0
-	for _, line := range sink.lines() {
+	for _, line := range sink.Lines() {
 		if strings.Contains(line, secret) || strings.Contains(line, "token=") {
 			t.Errorf("log line holds the query: %.200s…", line)
 		}

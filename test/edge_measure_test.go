@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
 )
 
@@ -64,7 +65,7 @@ func TestEdgeMemoryFigures(t *testing.T) {
 		c := dial(sc.Addr)
 		io.WriteString(c, hdr)
 	}
-	waitMetric(t, sc.Registry, "knowledge_sidecar_open_connections", nil, 2*n)
+	testkit.WaitMetric(t, sc.Registry, "knowledge_sidecar_open_connections", nil, 2*n)
 	t.Logf("30 KiB of headers pending: %.1f KiB per connection", float64(int64(memTotal())-int64(b))/n/1024)
 	// Uploads held open (16 KiB sent of 1 GiB), first straight to the
 	// upstream, then through the sidecar: the difference is the sidecar's.
@@ -76,7 +77,7 @@ func TestEdgeMemoryFigures(t *testing.T) {
 		c := dial(up)
 		io.WriteString(c, head+body)
 	}
-	poll(20*time.Second, func() bool { return entered.Load() == n })
+	testkit.Poll(20*time.Second, func() bool { return entered.Load() == n })
 	direct := float64(int64(memTotal())-int64(b)) / n / 1024
 	t.Logf("upload straight to the upstream: %.1f KiB", direct)
 	b = memTotal()
@@ -84,7 +85,7 @@ func TestEdgeMemoryFigures(t *testing.T) {
 		c := dial(sc.Addr)
 		io.WriteString(c, head+body)
 	}
-	poll(20*time.Second, func() bool { return entered.Load() == 2*n })
+	testkit.Poll(20*time.Second, func() bool { return entered.Load() == 2*n })
 	via := float64(int64(memTotal())-int64(b)) / n / 1024
 	t.Logf("upload through the sidecar: %.1f KiB, of which the sidecar %.1f KiB", via, via-direct)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/bailinghub/knowledge-sidecar/breaker"
+	"github.com/bailinghub/knowledge-sidecar/hostclient"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
@@ -101,7 +102,7 @@ func TestFaultRetrievalDown(t *testing.T) {
 		t.Fatal("capabilities: enabled false before the fault")
 	}
 	kw.Core.SetFault("/kb/search", fakecore.Fault{Status: 500})
-	search := func(route string) searchAnswer {
+	search := func(route string) hostclient.SearchAnswer {
 		t.Helper()
 		r, a := kw.search(t, sc, route, kw.TokenA, map[string]any{"query": refundQuery})
 		if r.Status != 200 || a.Status != "unavailable" || len(a.Hints) != 0 {

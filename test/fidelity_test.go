@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bailinghub/knowledge-sidecar/breaker"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
@@ -142,10 +143,10 @@ func TestFidelityCoreRateLimit(t *testing.T) {
 			t.Errorf("search %d: %d /kb/search calls; want 2 (a 429 never opens the breaker)", i+1, got)
 		}
 	}
-	if got := metricValue(t, reg, "knowledge_sidecar_core_requests_total", map[string]string{"op": "kb_search", "outcome": "rate_limited"}); got != 5 {
+	if got := testkit.Metric(t, reg, "knowledge_sidecar_core_requests_total", map[string]string{"op": "kb_search", "outcome": "rate_limited"}); got != 5 {
 		t.Errorf("core_requests_total{kb_search,rate_limited} got %v; want 5", got)
 	}
-	if got := metricValue(t, reg, "knowledge_sidecar_core_breaker_state", map[string]string{"family": "retrieval"}); got != 0 {
+	if got := testkit.Metric(t, reg, "knowledge_sidecar_core_breaker_state", map[string]string{"family": "retrieval"}); got != 0 {
 		t.Errorf("retrieval breaker state got %v; want 0 (closed)", got)
 	}
 	r := kw.call(t, "GET", sc.WS("fid-limit")+"/knowledge/capabilities", kw.TokenStar, nil)
@@ -185,10 +186,10 @@ func TestFidelityEmbeddingsOutage(t *testing.T) {
 	kw.Core.SetRoute("fid-quiet", fakecore.GateAllowed)
 
 	readyQueries := func() float64 {
-		return metricValue(t, reg, "knowledge_sidecar_catalog_queries_total", map[string]string{"query": "kb_ready", "outcome": "ok"})
+		return testkit.Metric(t, reg, "knowledge_sidecar_catalog_queries_total", map[string]string{"query": "kb_ready", "outcome": "ok"})
 	}
 	emptyFailures := func() float64 {
-		return metricValue(t, reg, "knowledge_sidecar_knowledge_search_kb_calls_total", map[string]string{"result": "empty_failure"})
+		return testkit.Metric(t, reg, "knowledge_sidecar_knowledge_search_kb_calls_total", map[string]string{"result": "empty_failure"})
 	}
 	type want struct {
 		status, titles       string

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
@@ -312,7 +313,7 @@ func TestHalfClosedClient(t *testing.T) {
 		t.Run(path, func(t *testing.T) {
 			before := map[int]float64{}
 			for _, code := range []int{200, 502} {
-				before[code] = metricValue(t, sc.Registry, "knowledge_sidecar_http_requests_total", map[string]string{"handler": "passthrough", "code": strconv.Itoa(code)})
+				before[code] = testkit.Metric(t, sc.Registry, "knowledge_sidecar_http_requests_total", map[string]string{"handler": "passthrough", "code": strconv.Itoa(code)})
 			}
 			conn := dialRaw(t, sc.Addr)
 			conn.send(t, "POST "+path+" HTTP/1.1\r\nHost: ks.example\r\nContent-Length: 2\r\n\r\n{}")
@@ -327,7 +328,7 @@ func TestHalfClosedClient(t *testing.T) {
 				t.Fatalf("got %d %q; want Core's answer or 502 upstream_unavailable", res.StatusCode, body)
 			}
 			labels := map[string]string{"handler": "passthrough", "code": strconv.Itoa(res.StatusCode)}
-			waitMetric(t, sc.Registry, "knowledge_sidecar_http_requests_total", labels, before[res.StatusCode]+1)
+			testkit.WaitMetric(t, sc.Registry, "knowledge_sidecar_http_requests_total", labels, before[res.StatusCode]+1)
 			if path == "/slow" && res.StatusCode != 502 {
 				t.Errorf("/slow: got %d; Core never answered, want 502", res.StatusCode)
 			}
@@ -393,7 +394,7 @@ func TestStalledBodies(t *testing.T) {
 			if name == "turns" {
 				handler = "turns"
 			}
-			waitMetric(t, side.Registry, "knowledge_sidecar_http_requests_total", map[string]string{"handler": handler, "code": "408"}, 1)
+			testkit.WaitMetric(t, side.Registry, "knowledge_sidecar_http_requests_total", map[string]string{"handler": handler, "code": "408"}, 1)
 		})
 	}
 	t.Run("pass-through stall", func(t *testing.T) {
@@ -492,9 +493,9 @@ func TestMalformedRequestLine(t *testing.T) {
 		t.Errorf("Core received %d requests; want none", u.count())
 	}
 	// What is recorded is what was sent: two 400s, nothing else.
-	waitMetric(t, sc.Registry, "knowledge_sidecar_http_requests_total", map[string]string{"handler": "passthrough", "code": "400"}, 2)
+	testkit.WaitMetric(t, sc.Registry, "knowledge_sidecar_http_requests_total", map[string]string{"handler": "passthrough", "code": "400"}, 2)
 	for _, code := range []string{"200", "502"} {
-		if got := metricValue(t, sc.Registry, "knowledge_sidecar_http_requests_total", map[string]string{"handler": "passthrough", "code": code}); got != 0 {
+		if got := testkit.Metric(t, sc.Registry, "knowledge_sidecar_http_requests_total", map[string]string{"handler": "passthrough", "code": code}); got != 0 {
 			t.Errorf("requests recorded with code %s: %v; want 0", code, got)
 		}
 	}

@@ -16,9 +16,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
-	"os"
 	"reflect"
-	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -28,12 +26,15 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/bailinghub/knowledge-sidecar/config"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
 )
+
+// TestMain prints one line when tests were skipped for want of MariaDB or
+// Redis (without CI=true).
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 // SidecarOptions configure StartSidecar. Every zero value means the
 // production default from config.Defaults, so a test states only what it
@@ -238,32 +239,6 @@ func newClient(t testing.TB) *http.Client {
 	}
 }
 
-// eventually polls cond until it is true or the bound passes. It is for
-// states that have no event to wait on (a listener closing, a metric the edge
-// records just after the answer went out); it never stands in for a channel.
-func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	if !poll(within, cond) {
-		t.Fatalf("%s: not true within %v", what, within)
-	}
-}
-
-// poll reports whether cond became true within the bound, checking every few
-// milliseconds on a ticker.
-func poll(within time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(within)
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		runtime.Gosched()
-		<-tick.C
-	}
-	return true
-}
-
 // waitFor receives from ch or fails the test after a generous bound.
 func waitFor[T any](t testing.TB, ch <-chan T, what string) T {
 	t.Helper()
@@ -275,82 +250,6 @@ func waitFor[T any](t testing.TB, ch <-chan T, what string) T {
 		var zero T
 		return zero
 	}
-}
-
-// metricValue returns the value of a counter or gauge series in reg with
-// exactly the given labels (0 when absent).
-func metricValue(t testing.TB, reg prometheus.Gatherer, name string, labels map[string]string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatalf("gather: %v", err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if !labelsMatch(m.GetLabel(), labels) {
-				continue
-			}
-			switch {
-			case m.Counter != nil:
-				return m.Counter.GetValue()
-			case m.Gauge != nil:
-				return m.Gauge.GetValue()
-			}
-		}
-	}
-	return 0
-}
-
-// waitMetric waits (bounded) until a series has the wanted value. The edge
-// records a request after its handler returns, which can be just after the
-// client has read the whole answer.
-func waitMetric(t testing.TB, reg prometheus.Gatherer, name string, labels map[string]string, want float64) {
-	t.Helper()
-	var got float64
-	if !poll(10*time.Second, func() bool { got = metricValue(t, reg, name, labels); return got == want }) {
-		t.Errorf("%s%v: got %v; want %v", name, labels, got, want)
-	}
-}
-
-// waitGatherAndCompare polls testutil.GatherAndCompare until it matches or
-// the bound passes, and reports the last difference.
-func waitGatherAndCompare(t testing.TB, reg prometheus.Gatherer, want string, names ...string) {
-	t.Helper()
-	var err error
-	if !poll(10*time.Second, func() bool {
-		err = testutil.GatherAndCompare(reg, strings.NewReader(want), names...)
-		return err == nil
-	}) {
-		t.Error(err)
-	}
-}
-
-func labelsMatch(got []*dto.LabelPair, want map[string]string) bool {
-	if len(got) != len(want) {
-		return false
-	}
-	for _, lp := range got {
-		if v, ok := want[lp.GetName()]; !ok || v != lp.GetValue() {
-			return false
-		}
-	}
-	return true
-}
-
-// requireService reports an unreachable real service: a failure in CI, a
-// skip elsewhere. Shared with end-to-end tests that need MariaDB or Redis.
-func requireService(t testing.TB, name string, err error) {
-	t.Helper()
-	if err == nil {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s unreachable (CI=true): %v", name, err)
-	}
-	t.Skipf("%s unreachable: %v", name, err)
 }
 
 // drainClose reads a body to the end and closes it.

@@ -15,6 +15,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/bailinghub/knowledge-sidecar/hostclient"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
@@ -22,14 +24,14 @@ import (
 // decodeTurnHints decodes a delivery block's hints strictly: an array of at
 // most 3 search-shaped hints (exactly six fields) with v2 refs, within 4096
 // bytes.
-func decodeTurnHints(t testing.TB, raw json.RawMessage) []hintAnswer {
+func decodeTurnHints(t testing.TB, raw json.RawMessage) []hostclient.Hint {
 	t.Helper()
 	if len(raw) > 4096 {
 		t.Errorf("hints: %d bytes; want ≤ 4096", len(raw))
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
-	var hints []hintAnswer
+	var hints []hostclient.Hint
 	if err := dec.Decode(&hints); err != nil || hints == nil {
 		t.Fatalf("hints %s: want a JSON array of hints (%v)", raw, err)
 	}
@@ -46,7 +48,7 @@ func decodeTurnHints(t testing.TB, raw json.RawMessage) []hintAnswer {
 	return hints
 }
 
-func hintTitlesOf(hs []hintAnswer) string {
+func hintTitlesOf(hs []hostclient.Hint) string {
 	var s []string
 	for _, h := range hs {
 		s = append(s, h.Title)
@@ -182,7 +184,7 @@ func TestTurnHints(t *testing.T) {
 	if !strings.HasPrefix(hints[2].Summary, strings.Repeat(testdb.BigDocUnit, 2)) {
 		t.Errorf("summary of the big manual: got %.60q; want an excerpt of its best chunk", hints[2].Summary)
 	}
-	if got := metricValue(t, side.Registry, "knowledge_sidecar_turn_hints_total", map[string]string{"outcome": "minted"}); got != 1 {
+	if got := testkit.Metric(t, side.Registry, "knowledge_sidecar_turn_hints_total", map[string]string{"outcome": "minted"}); got != 1 {
 		t.Errorf("turn_hints_total{outcome=minted}: got %v; want 1", got)
 	}
 
@@ -243,7 +245,7 @@ func TestTurnHints(t *testing.T) {
 		if d := deliveryOf(t, r.Body); r.Status != 200 || string(d.Hints) != "[]" {
 			t.Errorf("turn_hints off: got %d hints %s; want 200 and []", r.Status, d.Hints)
 		}
-		if got := metricValue(t, side.Registry, "knowledge_sidecar_turn_hints_total", map[string]string{"outcome": "off"}); got != 1 {
+		if got := testkit.Metric(t, side.Registry, "knowledge_sidecar_turn_hints_total", map[string]string{"outcome": "off"}); got != 1 {
 			t.Errorf("turn_hints_total{outcome=off}: got %v; want 1", got)
 		}
 		side.Server.SetTurnHints(true)
@@ -278,7 +280,7 @@ func TestTurnHintsCatalogDown(t *testing.T) {
 	c := newClient(t)
 	route := testdb.RouteMulti
 	failed := func() float64 {
-		return metricValue(t, side.Registry, "knowledge_sidecar_turn_hints_total", map[string]string{"outcome": "failed"})
+		return testkit.Metric(t, side.Registry, "knowledge_sidecar_turn_hints_total", map[string]string{"outcome": "failed"})
 	}
 
 	// Healthy first: the route is seen (its last-known configuration lets

@@ -21,6 +21,8 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/hostclient"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
@@ -38,7 +40,7 @@ import (
 type kworld struct {
 	*World
 	rec  *coreRecorder
-	logs *logSink
+	logs *testkit.Buffer
 	c    *http.Client
 	// TokenStar is a session of app-a whose allowed_routes is ["*"].
 	TokenStar string
@@ -58,7 +60,7 @@ type kworld struct {
 func newKWorld(t *testing.T, o fakecore.Options) *kworld {
 	t.Helper()
 	w := NewWorld(t, WorldOptions{Core: o})
-	kw := &kworld{World: w, logs: &logSink{}, c: newClient(t)}
+	kw := &kworld{World: w, logs: &testkit.Buffer{}, c: newClient(t)}
 	direct := w.CoreURL
 	kw.rec = recordCore(t, w)
 	for _, u := range []string{direct, w.CoreURL} {
@@ -134,24 +136,6 @@ func clip(s string) string {
 		return s[:40] + "…"
 	}
 	return s
-}
-
-// logSink collects a sidecar's JSON logs.
-type logSink struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logSink) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logSink) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // coreRecorder sits in front of the fake Core and keeps every request.
@@ -308,45 +292,6 @@ func (kw *kworld) checkErrorBody(t *testing.T, code int, raw []byte) {
 	}
 }
 
-// Protocol answers.
-
-type searchAnswer struct {
-	SchemaVersion string       `json:"schema_version"`
-	Route         string       `json:"route"`
-	RunID         *string      `json:"run_id"`
-	Scope         string       `json:"knowledge_scope_revision"`
-	Trust         string       `json:"trust"`
-	Status        string       `json:"status"`
-	Hints         []hintAnswer `json:"hints"`
-	Truncated     bool         `json:"truncated"`
-}
-
-type hintAnswer struct {
-	Ref       string  `json:"ref"`
-	Title     string  `json:"title"`
-	Summary   string  `json:"summary"`
-	Revision  string  `json:"revision"`
-	Score     float64 `json:"score"`
-	ExpiresAt string  `json:"expires_at"`
-}
-
-type readAnswer struct {
-	SchemaVersion     string  `json:"schema_version"`
-	Route             string  `json:"route"`
-	RunID             *string `json:"run_id"`
-	Scope             string  `json:"knowledge_scope_revision"`
-	Ref               string  `json:"ref"`
-	Revision          string  `json:"revision"`
-	Title             string  `json:"title"`
-	Content           string  `json:"content"`
-	Trust             string  `json:"trust"`
-	NextCursor        *string `json:"next_cursor"`
-	Truncated         bool    `json:"truncated"`
-	BudgetExhausted   bool    `json:"budget_exhausted"`
-	TotalContentBytes int     `json:"total_content_bytes"`
-	ReadChainMaxBytes int     `json:"read_chain_max_bytes"`
-}
-
 func strictDecode(t *testing.T, raw []byte, v any) {
 	t.Helper()
 	dec := json.NewDecoder(bytes.NewReader(raw))
@@ -358,10 +303,10 @@ func strictDecode(t *testing.T, raw []byte, v any) {
 
 // search posts a search; a 200 answer is decoded strictly and its refs and
 // query are registered as never-logged.
-func (kw *kworld) search(t *testing.T, sc *ksidecar, route, token string, req map[string]any) (kresp, searchAnswer) {
+func (kw *kworld) search(t *testing.T, sc *ksidecar, route, token string, req map[string]any) (kresp, hostclient.SearchAnswer) {
 	t.Helper()
 	r := kw.call(t, "POST", sc.WS(route)+"/knowledge/search", token, req)
-	var a searchAnswer
+	var a hostclient.SearchAnswer
 	if r.Status == 200 {
 		strictDecode(t, r.Body, &a)
 		if q, ok := req["query"].(string); ok {
@@ -375,7 +320,7 @@ func (kw *kworld) search(t *testing.T, sc *ksidecar, route, token string, req ma
 }
 
 // mustSearch expects 200 and at least one hint titled title; it returns that hint.
-func (kw *kworld) mustSearch(t *testing.T, sc *ksidecar, route, token string, req map[string]any, title string) (searchAnswer, hintAnswer) {
+func (kw *kworld) mustSearch(t *testing.T, sc *ksidecar, route, token string, req map[string]any, title string) (hostclient.SearchAnswer, hostclient.Hint) {
 	t.Helper()
 	r, a := kw.search(t, sc, route, token, req)
 	if r.Status != 200 {
@@ -387,13 +332,13 @@ func (kw *kworld) mustSearch(t *testing.T, sc *ksidecar, route, token string, re
 		}
 	}
 	t.Fatalf("search %s: no hint titled %q in %s", route, title, r.Body)
-	return a, hintAnswer{}
+	return a, hostclient.Hint{}
 }
 
-func (kw *kworld) read(t *testing.T, sc *ksidecar, route, token string, req map[string]any) (kresp, readAnswer) {
+func (kw *kworld) read(t *testing.T, sc *ksidecar, route, token string, req map[string]any) (kresp, hostclient.ReadAnswer) {
 	t.Helper()
 	r := kw.call(t, "POST", sc.WS(route)+"/knowledge/read", token, req)
-	var a readAnswer
+	var a hostclient.ReadAnswer
 	if r.Status == 200 {
 		strictDecode(t, r.Body, &a)
 		if a.NextCursor != nil {
@@ -409,26 +354,6 @@ func wantError(t *testing.T, what string, r kresp, status int, code string) {
 	if r.Status != status || r.errorCode() != code {
 		t.Errorf("%s: got %d %s; want %d %s", what, r.Status, clip(string(r.Body)), status, code)
 	}
-}
-
-// knClock is a settable clock for expiry and rate-limit tests.
-type knClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newKnClock() *knClock { return &knClock{now: time.Now().UTC()} }
-
-func (c *knClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *knClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
 }
 
 const refundQuery = "refunds accepted within days of delivery"
@@ -517,7 +442,7 @@ func TestKnowledgeCheckOrder(t *testing.T) {
 // TestKnowledgeErrorClasses reaches each error class end to end (429 and
 // 503 have their own tests; 409 changes too).
 func TestKnowledgeErrorClasses(t *testing.T) {
-	clock := newKnClock()
+	clock := testkit.NewClock(time.Now().UTC())
 	kw := newKWorld(t, fakecore.Options{SystemInfo: true})
 	sc := kw.start(t, kopts{FeatureOptions: FeatureOptions{Now: clock.Now}})
 	multi := testdb.RouteMulti
@@ -899,7 +824,7 @@ func TestKnowledgeReadEndToEnd(t *testing.T) {
 				if len(r.Body) > limit {
 					t.Errorf("page %d: body %d bytes; want ≤ %d", pages, len(r.Body), limit)
 				}
-				if p.TotalContentBytes != len(content) || p.ReadChainMaxBytes != knowledge.ReadChainMaxBytes ||
+				if p.TotalContentBytes != int64(len(content)) || p.ReadChainMaxBytes != knowledge.ReadChainMaxBytes ||
 					p.Title != testdb.DocBigTitle || p.Ref != h.Ref || p.Revision != h.Revision || p.Trust != "reference_only" {
 					t.Errorf("page %d envelope: total %d chain %d title %q", pages, p.TotalContentBytes, p.ReadChainMaxBytes, p.Title)
 				}
@@ -933,7 +858,7 @@ func TestKnowledgeReadEndToEnd(t *testing.T) {
 		_, h := kw.mustSearch(t, sc, testdb.RouteLegacy, kw.TokenA, map[string]any{"query": refundQuery}, testdb.DocRefundTitle)
 		r, p := kw.read(t, sc, testdb.RouteLegacy, kw.TokenA, map[string]any{"ref": h.Ref, "max_bytes": 4096})
 		if r.Status != 200 || p.Content != testdb.DocRefundContent || p.NextCursor != nil || p.Truncated || p.BudgetExhausted ||
-			p.TotalContentBytes != len(testdb.DocRefundContent) {
+			p.TotalContentBytes != int64(len(testdb.DocRefundContent)) {
 			t.Errorf("got %d %s; want the whole body, next_cursor null, not truncated", r.Status, r.Body)
 		}
 		if !bytes.Contains(r.Body, []byte(`"next_cursor":null`)) {
@@ -1104,7 +1029,7 @@ func TestKnowledgeSigningKeys(t *testing.T) {
 
 // TestKnowledgeRateLimit: per-session token bucket end to end.
 func TestKnowledgeRateLimit(t *testing.T) {
-	clock := newKnClock() // frozen: no refill between the requests
+	clock := testkit.NewClock(time.Now().UTC()) // frozen: no refill between the requests
 	kw := newKWorld(t, fakecore.Options{SystemInfo: true})
 	sc := kw.start(t, kopts{FeatureOptions: FeatureOptions{RateLimit: 1, RateBurst: 2, Now: clock.Now, NativeDetection: "never"}})
 	search := func(token string) kresp {

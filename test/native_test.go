@@ -11,10 +11,10 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
@@ -26,32 +26,12 @@ func capsPath(route string) string {
 // coreNotFound is a legacy Core's answer to the knowledge paths.
 const coreNotFound = `{"error":"not_found"}`
 
-// probeClock is an injected clock for the probe interval.
-type probeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newProbeClock() *probeClock { return &probeClock{now: time.Now()} }
-
-func (c *probeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *probeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // protocolState returns the core_protocol_state gauge values.
 func protocolState(t testing.TB, sc *Sidecar) map[string]float64 {
 	t.Helper()
 	out := map[string]float64{}
 	for _, s := range []string{"unknown", "legacy", "native"} {
-		out[s] = metricValue(t, sc.Registry, "knowledge_sidecar_core_protocol_state", map[string]string{"state": s})
+		out[s] = testkit.Metric(t, sc.Registry, "knowledge_sidecar_core_protocol_state", map[string]string{"state": s})
 	}
 	return out
 }
@@ -119,7 +99,7 @@ func TestNativeCoreTransparent(t *testing.T) {
 	}
 	wantState(t, side, "native")
 
-	decisions := metricValue(t, side.Registry, "knowledge_sidecar_rollout_decisions_total", map[string]string{"decision": "native"})
+	decisions := testkit.Metric(t, side.Registry, "knowledge_sidecar_rollout_decisions_total", map[string]string{"decision": "native"})
 	for _, tc := range []struct {
 		name, method, path string
 		body               []byte
@@ -142,10 +122,10 @@ func TestNativeCoreTransparent(t *testing.T) {
 			checkRelayed(t, r, e)
 		})
 	}
-	if got := metricValue(t, side.Registry, "knowledge_sidecar_rollout_decisions_total", map[string]string{"decision": "native"}) - decisions; got != 7 {
+	if got := testkit.Metric(t, side.Registry, "knowledge_sidecar_rollout_decisions_total", map[string]string{"decision": "native"}) - decisions; got != 7 {
 		t.Errorf("rollout_decisions_total{native}: got +%v; want +7", got)
 	}
-	if got := metricValue(t, side.Registry, "knowledge_sidecar_turns_total", map[string]string{"mode": "on_demand", "outcome": "rewritten"}); got != 0 {
+	if got := testkit.Metric(t, side.Registry, "knowledge_sidecar_turns_total", map[string]string{"mode": "on_demand", "outcome": "rewritten"}); got != 0 {
 		t.Errorf("turns were rewritten on a native Core: %v", got)
 	}
 }
@@ -174,8 +154,10 @@ func TestNativeLegacyCoreServed(t *testing.T) {
 	if code != 200 || !bytes.Contains(body, []byte(`"schema_version":"bailing.agent-knowledge-search.v1"`)) {
 		t.Errorf("search: got %d %s; want the sidecar's answer", code, body)
 	}
-	if tap.count() != 0 {
-		t.Errorf("knowledge requests reached Core's proxied path %d times; want 0", tap.count())
+	// The one probe is the first capabilities request, forwarded through
+	// the pass-through proxy; nothing else reached Core.
+	if ex := tap.since(0); len(ex) != 1 || ex[0].Method != "GET" || ex[0].Path != capsPath(route) {
+		t.Errorf("Core's proxied path got %d requests; want only the capabilities probe", len(ex))
 	}
 	n := tap.count()
 	r = send(t, c, "POST", turnsURL(side, route), w.TokenA, newTurn("legacy").body(`"on_demand"`), nil)
@@ -252,6 +234,20 @@ func TestNativeProbeRelayed(t *testing.T) {
 		})
 	}
 
+	// An answer too large to be a capabilities document is not relayed
+	// and decides nothing, like a Core that cannot be reached.
+	t.Run("oversized_answer", func(t *testing.T) {
+		side := w.StartSidecar(t, FeatureOptions{})
+		w.Core.SetFault(capsPath(route), fakecore.Fault{Status: 200, Body: []byte(`{"pad":"` + strings.Repeat("x", 64<<10) + `"}`)})
+		r := send(t, c, "GET", side.WS(route)+"/knowledge/capabilities", w.TokenA, nil, nil)
+		w.Core.ClearFaults()
+		checkErrorJSON(t, r, http.StatusServiceUnavailable, "knowledge_unavailable")
+		wantState(t, side, "unknown")
+		r = send(t, c, "GET", side.WS(route)+"/knowledge/capabilities", w.TokenA, nil, nil)
+		servedCapabilities(t, r, route)
+		wantState(t, side, "legacy")
+	})
+
 	t.Run("core_unreachable", func(t *testing.T) {
 		side := w.StartSidecar(t, FeatureOptions{})
 		w.Core.SetFault(capsPath(route), fakecore.Fault{Reset: true})
@@ -270,7 +266,7 @@ func TestNativeProbeRelayed(t *testing.T) {
 func TestNativeProbeInterval(t *testing.T) {
 	const interval = time.Minute
 	w := NewWorld(t, WorldOptions{})
-	clock := newProbeClock()
+	clock := testkit.NewClock(time.Now())
 	tap := newCoreTap(t, w.Core)
 	side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL,
 		Features: w.Features(t, FeatureOptions{Now: clock.Now, ProbeInterval: interval})})

@@ -25,6 +25,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
 )
 
@@ -655,7 +656,7 @@ func TestWebSocket(t *testing.T) {
 		t.Errorf("upstream websocket: %v", err)
 	default:
 	}
-	waitMetric(t, sc.Registry, "knowledge_sidecar_http_requests_total", map[string]string{"handler": "passthrough", "code": "101"}, 1)
+	testkit.WaitMetric(t, sc.Registry, "knowledge_sidecar_http_requests_total", map[string]string{"handler": "passthrough", "code": "101"}, 1)
 }
 
 func isTimeout(err error) bool {
@@ -684,7 +685,7 @@ func TestUpgradeMismatch(t *testing.T) {
 		t.Fatalf("status: got %d; want 502", res.StatusCode)
 	}
 	assertErrorBody(t, body, "upstream_unavailable", u.Listener.Addr().String())
-	if got := metricValue(t, sc.Registry, "knowledge_sidecar_upstream_errors_total", map[string]string{"kind": "protocol"}); got != 1 {
+	if got := testkit.Metric(t, sc.Registry, "knowledge_sidecar_upstream_errors_total", map[string]string{"kind": "protocol"}); got != 1 {
 		t.Errorf("upstream_errors_total{kind=protocol}: got %v; want 1", got)
 	}
 }
@@ -760,10 +761,10 @@ func TestClientCancelPropagates(t *testing.T) {
 		// The client's side ended before an answer; net/http cannot tell a
 		// vanished client from a half-closed one, so a 502 is offered (a
 		// half-closed client reads it) and that is what is recorded.
-		eventually(t, 10*time.Second, "502 recorded", func() bool {
-			return metricValue(t, sc.Registry, "knowledge_sidecar_http_requests_total", map[string]string{"handler": "passthrough", "code": "502"}) == 1
+		testkit.Eventually(t, 10*time.Second, "502 recorded", func() bool {
+			return testkit.Metric(t, sc.Registry, "knowledge_sidecar_http_requests_total", map[string]string{"handler": "passthrough", "code": "502"}) == 1
 		})
-		if got := metricValue(t, sc.Registry, "knowledge_sidecar_upstream_errors_total", map[string]string{"kind": "canceled"}); got != 1 {
+		if got := testkit.Metric(t, sc.Registry, "knowledge_sidecar_upstream_errors_total", map[string]string{"kind": "canceled"}); got != 1 {
 			t.Errorf("upstream_errors_total{kind=canceled}: got %v; want 1", got)
 		}
 	})
@@ -783,9 +784,9 @@ func TestClientCancelPropagates(t *testing.T) {
 		cancel()
 		res.Body.Close()
 		waitFor(t, cancelled, "upstream to see the cancellation")
-		eventually(t, 10*time.Second, "in-flight back to 0 and a 499", func() bool {
-			return metricValue(t, sc.Registry, "knowledge_sidecar_http_requests_in_flight", nil) == 0 &&
-				metricValue(t, sc.Registry, "knowledge_sidecar_http_requests_total", map[string]string{"handler": "passthrough", "code": "499"}) == 1
+		testkit.Eventually(t, 10*time.Second, "in-flight back to 0 and a 499", func() bool {
+			return testkit.Metric(t, sc.Registry, "knowledge_sidecar_http_requests_in_flight", nil) == 0 &&
+				testkit.Metric(t, sc.Registry, "knowledge_sidecar_http_requests_total", map[string]string{"handler": "passthrough", "code": "499"}) == 1
 		})
 	})
 	t.Run("mid-upload", func(t *testing.T) {
@@ -799,10 +800,10 @@ func TestClientCancelPropagates(t *testing.T) {
 		waitFor(t, cancelled, "upstream to see the upload cut")
 		// An incomplete body is answered 400 (a client that only half-closed
 		// reads it) and recorded as such.
-		eventually(t, 10*time.Second, "a 400 for the incomplete body", func() bool {
-			return metricValue(t, sc.Registry, "knowledge_sidecar_http_requests_total", map[string]string{"handler": "passthrough", "code": "400"}) == 1
+		testkit.Eventually(t, 10*time.Second, "a 400 for the incomplete body", func() bool {
+			return testkit.Metric(t, sc.Registry, "knowledge_sidecar_http_requests_total", map[string]string{"handler": "passthrough", "code": "400"}) == 1
 		})
-		if got := metricValue(t, sc.Registry, "knowledge_sidecar_upstream_errors_total", map[string]string{"kind": "other"}); got != 0 {
+		if got := testkit.Metric(t, sc.Registry, "knowledge_sidecar_upstream_errors_total", map[string]string{"kind": "other"}); got != 0 {
 			t.Errorf("upstream_errors_total{kind=other}: got %v; want 0 (the client hung up, not Core)", got)
 		}
 	})
@@ -845,7 +846,7 @@ knowledge_sidecar_upstream_errors_total{kind="timeout"} 0
 # TYPE knowledge_sidecar_http_requests_total counter
 knowledge_sidecar_http_requests_total{code="502",handler="passthrough"} 2
 `
-	waitGatherAndCompare(t, sc.Registry, want, "knowledge_sidecar_upstream_errors_total", "knowledge_sidecar_http_requests_total")
+	testkit.WaitGatherAndCompare(t, sc.Registry, want, "knowledge_sidecar_upstream_errors_total", "knowledge_sidecar_http_requests_total")
 }
 
 // TestCoreSlow: Core accepts but does not answer within the response header
@@ -871,7 +872,7 @@ func TestCoreSlow(t *testing.T) {
 		t.Fatalf("status: got %d; want 504", res.StatusCode)
 	}
 	assertErrorBody(t, body, "upstream_timeout", u.Listener.Addr().String())
-	if got := metricValue(t, sc.Registry, "knowledge_sidecar_upstream_errors_total", map[string]string{"kind": "timeout"}); got != 1 {
+	if got := testkit.Metric(t, sc.Registry, "knowledge_sidecar_upstream_errors_total", map[string]string{"kind": "timeout"}); got != 1 {
 		t.Errorf("upstream_errors_total{kind=timeout}: got %v; want 1", got)
 	}
 }
@@ -898,7 +899,7 @@ knowledge_sidecar_http_requests_total{code="404",handler="passthrough"} 1
 # TYPE knowledge_sidecar_http_requests_in_flight gauge
 knowledge_sidecar_http_requests_in_flight 0
 `
-	waitGatherAndCompare(t, sc.Registry, want, "knowledge_sidecar_http_requests_total", "knowledge_sidecar_http_requests_in_flight")
+	testkit.WaitGatherAndCompare(t, sc.Registry, want, "knowledge_sidecar_http_requests_total", "knowledge_sidecar_http_requests_in_flight")
 	if n := upstreamErrors(t, sc.Registry); n != 0 {
 		t.Errorf("upstream_errors_total: got %v; want 0", n)
 	}

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/rollout"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
@@ -49,7 +50,7 @@ func decisions(t testing.TB, sc *Sidecar) map[string]float64 {
 	t.Helper()
 	out := map[string]float64{}
 	for _, d := range []string{"enabled", "disabled", "native"} {
-		out[d] = metricValue(t, sc.Registry, "knowledge_sidecar_rollout_decisions_total", map[string]string{"decision": d})
+		out[d] = testkit.Metric(t, sc.Registry, "knowledge_sidecar_rollout_decisions_total", map[string]string{"decision": d})
 	}
 	return out
 }

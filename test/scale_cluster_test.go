@@ -8,6 +8,7 @@ package test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
@@ -30,10 +32,8 @@ func topoURL(t *testing.T, env string) string {
 	t.Helper()
 	u := os.Getenv(env)
 	if u == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is not set (CI=true): scripts/test.sh starts the Redis Cluster and Sentinel set (scripts/redis-topologies.sh)", env)
-		}
-		t.Skipf("%s is not set: run scripts/test.sh, or source scripts/redis-topologies.sh", env)
+		testkit.RequireService(t, "the Redis Cluster/Sentinel set of "+env,
+			errors.New("not set: scripts/test.sh starts it (scripts/redis-topologies.sh)"))
 	}
 	return u
 }
@@ -78,7 +78,7 @@ func topoLedgerWait(t *testing.T, mode, url, prefix string, waitReplicas int) *l
 	defer cancel()
 	if err := l.Probe(ctx); err != nil {
 		l.Close()
-		requireService(t, "redis "+mode, err)
+		testkit.RequireService(t, "redis "+mode, err)
 	}
 	t.Cleanup(func() { l.Close() })
 	return l
@@ -297,7 +297,7 @@ func failoverScenario(t *testing.T, mode, url string, waitReplicas int, lossy bo
 		t.Fatalf("failover: %v", err)
 	}
 	began := time.Now()
-	if !poll(20*time.Second, func() bool { return settled(ctx) }) {
+	if !testkit.Poll(20*time.Second, func() bool { return settled(ctx) }) {
 		t.Errorf("the failover did not complete within 20s")
 	}
 	// Recovery: a new turn is served within seconds of the new primary.
@@ -307,14 +307,14 @@ func failoverScenario(t *testing.T, mode, url string, waitReplicas int, lossy bo
 	if waitReplicas > 0 {
 		within = 30 * time.Second
 	}
-	recovered := poll(within, func() bool {
+	recovered := testkit.Poll(within, func() bool {
 		ti := newTurn(fmt.Sprintf("%s-after-%d", tag, time.Now().UnixNano()))
 		r, err := trySend(c, "POST", turnsURL(sc, testdb.RouteMulti), w.TokenA, ti.body(modeJSON("inline")), nil)
 		return err == nil && r.Status == 200
 	})
 	// The stream goes on for a while on the new primary.
 	after := total(counts())
-	poll(5*time.Second, func() bool { return total(counts()) >= after+20 })
+	testkit.Poll(5*time.Second, func() bool { return total(counts()) >= after+20 })
 	close(stop)
 	<-done
 	if !recovered {
@@ -439,13 +439,13 @@ func TestScaleClusterStoppedPrimary(t *testing.T) {
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
 	stopped := time.Now()
 	// A replica takes over after cluster-node-timeout (2s in the test set).
-	promoted := poll(30*time.Second, func() bool {
+	promoted := testkit.Poll(30*time.Second, func() bool {
 		ti := newTurn("probe-" + strconv.FormatInt(time.Now().UnixNano(), 36))
 		r, err := trySend(c, "POST", turnsURL(sc, testdb.RouteMulti), w.TokenA, ti.body(modeJSON("inline")), nil)
 		return err == nil && r.Status == 200 && time.Since(stopped) > 2*time.Second
 	})
 	after := total(counts())
-	poll(5*time.Second, func() bool { return total(counts()) >= after+10 })
+	testkit.Poll(5*time.Second, func() bool { return total(counts()) >= after+10 })
 	close(stop)
 	<-done
 	if !promoted {
@@ -457,7 +457,7 @@ func TestScaleClusterStoppedPrimary(t *testing.T) {
 	}
 	// Leave the cluster whole for later tests: the old primary back, as a
 	// replica in sync.
-	if !poll(30*time.Second, func() bool { return clusterWhole(ctx, raw) }) {
+	if !testkit.Poll(30*time.Second, func() bool { return clusterWhole(ctx, raw) }) {
 		t.Errorf("the cluster has a primary without a replica 30s after SIGCONT")
 	}
 }
@@ -512,7 +512,7 @@ func TestScaleClusterWaitReplicas(t *testing.T) {
 	deleteTopoKeys(t, rawTopo(t, ledger.ModeCluster, url), prefix)
 	l := topoLedgerWait(t, ledger.ModeCluster, url, prefix, 1)
 	strict := topoLedgerWait(t, ledger.ModeCluster, url, prefix, 2) // each primary has one replica
-	if !poll(30*time.Second, func() bool {
+	if !testkit.Poll(30*time.Second, func() bool {
 		return clusterWhole(t.Context(), rawTopo(t, ledger.ModeCluster, url).(*redis.ClusterClient))
 	}) {
 		t.Fatal("the cluster has a primary without a replica in sync")

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 )
 
@@ -48,7 +49,7 @@ func TestScaleLedgerLatency(t *testing.T) {
 
 	// After a failover test the set may still lack a replica for WAIT
 	// (Sentinel turns the old primary into one about 10s after the switch).
-	if !poll(30*time.Second, func() bool {
+	if !testkit.Poll(30*time.Second, func() bool {
 		k := ledger.Key{SessionID: "lat-ready-" + randomToken(t, "")[:8], Route: "kb-multi", ConversationID: "c", TurnID: "t", UserMessageID: "m"}
 		_, err := waited.Reserve(t.Context(), k, "inline")
 		return err == nil

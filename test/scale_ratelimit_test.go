@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bailinghub/knowledge-sidecar/config"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/sidecar"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
@@ -101,20 +102,20 @@ func TestScaleRateLimitFallback(t *testing.T) {
 	rl := sharedLimiter(t, l)
 	w := NewWorld(t, WorldOptions{})
 	reg := prometheus.NewRegistry()
-	var logs lockedBuffer
+	var logs testkit.Buffer
 	log := slog.New(slog.NewJSONHandler(&logs, nil))
 	const rps, burst = 1.0, 3
 	sc := w.StartSidecar(t, FeatureOptions{Ledger: l, SharedLimiter: rl, RateLimit: rps, RateBurst: burst, Registerer: reg, Logger: log})
 	c := newClient(t)
 	const fallback = "knowledge_sidecar_rate_limit_fallback_total"
-	if got := metricValue(t, reg, fallback, nil); got != 0 {
+	if got := testkit.Metric(t, reg, fallback, nil); got != 0 {
 		t.Fatalf("%s at start: %v; want 0", fallback, got)
 	}
 	// Through Redis: the shared bucket decides, nothing falls back.
 	if code, _ := capabilities(t, c, sc, w.TokenA); code != 200 {
 		t.Fatalf("first request: %d", code)
 	}
-	if got := metricValue(t, reg, fallback, nil); got != 0 {
+	if got := testkit.Metric(t, reg, fallback, nil); got != 0 {
 		t.Fatalf("%s with Redis up: %v; want 0", fallback, got)
 	}
 
@@ -131,7 +132,7 @@ func TestScaleRateLimitFallback(t *testing.T) {
 	if limit := burst + int(rps*elapsed.Seconds()) + 1; accepted > limit || accepted < 1 {
 		t.Errorf("with Redis gone: accepted %d of %d in %v; want 1..%d (the local bucket, never no limit)", accepted, n, elapsed, limit)
 	}
-	if got := metricValue(t, reg, fallback, nil); got != n {
+	if got := testkit.Metric(t, reg, fallback, nil); got != n {
 		t.Errorf("%s = %v; want %d (every decision while Redis is gone)", fallback, got, n)
 	}
 	out := logs.String()
@@ -206,7 +207,7 @@ func TestScaleBuildSharesRateLimit(t *testing.T) {
 		t.Errorf("accepted %d of 30 across two built replicas; want 1..%d", accepted, limit)
 	}
 	for i, app := range apps {
-		if got := metricValue(t, app.Server.Registry(), "knowledge_sidecar_rate_limit_fallback_total", nil); got != 0 {
+		if got := testkit.Metric(t, app.Server.Registry(), "knowledge_sidecar_rate_limit_fallback_total", nil); got != 0 {
 			t.Errorf("replica %d fell back %v times with Redis up", i, got)
 		}
 	}

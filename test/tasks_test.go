@@ -11,6 +11,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
@@ -244,10 +245,10 @@ func TestTaskRules(t *testing.T) {
 			}
 		})
 	}
-	if got := metricValue(t, reg, "knowledge_sidecar_knowledge_task_denials_total", map[string]string{"code": "TASK_PAUSED"}); got != 3 {
+	if got := testkit.Metric(t, reg, "knowledge_sidecar_knowledge_task_denials_total", map[string]string{"code": "TASK_PAUSED"}); got != 3 {
 		t.Errorf("task_denials_total{code=TASK_PAUSED}: got %v; want 3", got)
 	}
-	if got := metricValue(t, reg, "knowledge_sidecar_task_control_state", map[string]string{"state": "enforced"}); got != 1 {
+	if got := testkit.Metric(t, reg, "knowledge_sidecar_task_control_state", map[string]string{"state": "enforced"}); got != 1 {
 		t.Errorf("task_control_state{state=enforced}: got %v; want 1", got)
 	}
 }
@@ -311,7 +312,7 @@ func TestTaskPresence(t *testing.T) {
 		wantTaskAnswer(t, "search", search(t, kw, sc), 503, "TASK_UNAVAILABLE")
 		r, _ := kw.read(t, sc, testdb.RouteMulti, kw.TokenA, map[string]any{"ref": "kr2.x"})
 		wantTaskAnswer(t, "read", r, 503, "TASK_UNAVAILABLE")
-		if got := metricValue(t, reg, "knowledge_sidecar_task_control_state", map[string]string{"state": "partial"}); got != 1 {
+		if got := testkit.Metric(t, reg, "knowledge_sidecar_task_control_state", map[string]string{"state": "partial"}); got != 1 {
 			t.Errorf("task_control_state{state=partial}: got %v; want 1", got)
 		}
 	})
@@ -325,13 +326,13 @@ func TestTaskPresence(t *testing.T) {
 
 	t.Run("absent, then migrated while running", func(t *testing.T) {
 		kw := newKWorld(t, fakecore.Options{SystemInfo: true})
-		clock := newKnClock()
+		clock := testkit.NewClock(time.Now().UTC())
 		reg := prometheus.NewRegistry()
 		sc := kw.start(t, kopts{FeatureOptions: FeatureOptions{Now: clock.Now, Registerer: reg}})
 		if r := search(t, kw, sc); r.Status != 200 {
 			t.Fatalf("absent task tables: got %d %s; want 200", r.Status, clip(string(r.Body)))
 		}
-		if got := metricValue(t, reg, "knowledge_sidecar_task_control_state", map[string]string{"state": "absent"}); got != 1 {
+		if got := testkit.Metric(t, reg, "knowledge_sidecar_task_control_state", map[string]string{"state": "absent"}); got != 1 {
 			t.Errorf("task_control_state{state=absent}: got %v; want 1", got)
 		}
 		kw.DB.InstallTaskControl(t)
@@ -341,7 +342,7 @@ func TestTaskPresence(t *testing.T) {
 		}
 		clock.Advance(31 * time.Second)
 		wantTaskAnswer(t, "after the re-probe", search(t, kw, sc), 409, "TASK_REQUIRED")
-		if got := metricValue(t, reg, "knowledge_sidecar_task_control_state", map[string]string{"state": "enforced"}); got != 1 {
+		if got := testkit.Metric(t, reg, "knowledge_sidecar_task_control_state", map[string]string{"state": "enforced"}); got != 1 {
 			t.Errorf("task_control_state{state=enforced}: got %v; want 1", got)
 		}
 	})
@@ -425,7 +426,7 @@ func TestTaskCatalogStatements(t *testing.T) {
 	tk := tw.newTask(t)
 	is := tw.issue(t, sc, tk.Run)
 	count := func(query string) float64 {
-		return metricValue(t, reg, "knowledge_sidecar_catalog_queries_total", map[string]string{"query": query, "outcome": "ok"})
+		return testkit.Metric(t, reg, "knowledge_sidecar_catalog_queries_total", map[string]string{"query": query, "outcome": "ok"})
 	}
 
 	runs, tasks := count("run"), count("task")

@@ -16,6 +16,7 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/hostclient/hostclienttest"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/sidecar"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
@@ -28,7 +29,7 @@ type traced struct {
 	rec   *tracetest.SpanRecorder
 	ended chan sdktrace.ReadOnlySpan // every SERVER span, when it ends
 	app   *sidecar.App
-	logs  *lockedBuffer
+	logs  *testkit.Buffer
 	redis string
 }
 
@@ -59,7 +60,7 @@ func startTracedWith(t *testing.T, w *World, sampler sdktrace.Sampler, tweak fun
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	logs := &lockedBuffer{}
+	logs := &testkit.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	app, err := sidecar.Build(context.Background(), cfg, sidecar.Deps{Logger: log, TracerProvider: tp, Version: "test"})
 	if err != nil {
@@ -248,8 +249,8 @@ func TestTraceSearchTree(t *testing.T) {
 		}
 	}
 	// The access log line of the sampled request names the trace.
-	if !strings.Contains(strings.Join(tc.logs.lines(), "\n"), `"trace_id":"4bf92f3577b34da6a3ce929d0e0e4736"`) {
-		t.Errorf("no log line carries the trace id:\n%s", strings.Join(tc.logs.lines(), "\n"))
+	if !strings.Contains(strings.Join(tc.logs.Lines(), "\n"), `"trace_id":"4bf92f3577b34da6a3ce929d0e0e4736"`) {
+		t.Errorf("no log line carries the trace id:\n%s", strings.Join(tc.logs.Lines(), "\n"))
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
 
@@ -28,7 +29,7 @@ func TestTurnCountedOnce(t *testing.T) {
 	oversize = append(oversize, `"}`...)
 
 	before := turnSeries(t, side.Registry)
-	conflicts := metricValue(t, side.Registry, "knowledge_sidecar_ledger_conflicts_total", nil)
+	conflicts := testkit.Metric(t, side.Registry, "knowledge_sidecar_ledger_conflicts_total", nil)
 	for _, tc := range []struct {
 		name   string
 		route  string
@@ -57,7 +58,7 @@ func TestTurnCountedOnce(t *testing.T) {
 		// A turn is counted when its handling ends, just after its answer.
 		want := maps1(before, tc.series)
 		var got map[string]float64
-		if !poll(10*time.Second, func() bool {
+		if !testkit.Poll(10*time.Second, func() bool {
 			got = turnSeries(t, side.Registry)
 			return fmt.Sprint(got) == fmt.Sprint(want)
 		}) {
@@ -65,7 +66,7 @@ func TestTurnCountedOnce(t *testing.T) {
 		}
 		before = got
 	}
-	if got := metricValue(t, side.Registry, "knowledge_sidecar_ledger_conflicts_total", nil) - conflicts; got != 1 {
+	if got := testkit.Metric(t, side.Registry, "knowledge_sidecar_ledger_conflicts_total", nil) - conflicts; got != 1 {
 		t.Errorf("ledger_conflicts_total: got +%v; want +1", got)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
 
@@ -134,5 +135,5 @@ func TestTurnEncodedBodies(t *testing.T) {
 			}
 		})
 	}
-	waitMetric(t, side.Registry, "knowledge_sidecar_turns_total", map[string]string{"mode": "unknown", "outcome": "unsupported_encoding"}, 3)
+	testkit.WaitMetric(t, side.Registry, "knowledge_sidecar_turns_total", map[string]string{"mode": "unknown", "outcome": "unsupported_encoding"}, 3)
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/config"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
@@ -58,7 +59,7 @@ func TestTurnRefusedAttemptsLeaveNoRecord(t *testing.T) {
 	if w.Core.RunsCreated() != runs {
 		t.Errorf("Core created runs for refused attempts")
 	}
-	waitMetric(t, side.Registry, "knowledge_sidecar_ledger_releases_total", map[string]string{"reason": "refused"}, 40)
+	testkit.WaitMetric(t, side.Registry, "knowledge_sidecar_ledger_releases_total", map[string]string{"reason": "refused"}, 40)
 }
 
 // TestTurnSessionCannotEvictAnother: session A fills the memory ledger
@@ -140,7 +141,7 @@ func TestTurnClientAbort(t *testing.T) {
 	t.Run("never_sent", func(t *testing.T) {
 		ti := newTurn("abort-never-sent")
 		abort(ti, "never-sent", stuck)
-		waitMetric(t, side.Registry, "knowledge_sidecar_ledger_releases_total", map[string]string{"reason": "not_sent"}, 1)
+		testkit.WaitMetric(t, side.Registry, "knowledge_sidecar_ledger_releases_total", map[string]string{"reason": "not_sent"}, 1)
 		n := tap.count()
 		r := send(t, c, "POST", turnsURL(side, route), w.TokenA, ti.body(`"inline"`), nil)
 		if answerMode(r) != "inline" || tap.count() != n+1 {
@@ -151,7 +152,7 @@ func TestTurnClientAbort(t *testing.T) {
 		ti := newTurn("abort-sent")
 		held, release := holdMarked(tap)
 		abort(ti, "sent", held)
-		waitMetric(t, side.Registry, "knowledge_sidecar_turns_total", map[string]string{"mode": "on_demand", "outcome": "upstream_error"}, 2)
+		testkit.WaitMetric(t, side.Registry, "knowledge_sidecar_turns_total", map[string]string{"mode": "on_demand", "outcome": "upstream_error"}, 2)
 		close(release) // Core now handles it (and may create the run)
 		tap.setHold(nil)
 		n := tap.count()
@@ -159,7 +160,7 @@ func TestTurnClientAbort(t *testing.T) {
 		if r.Status != http.StatusConflict || string(r.Body) != turnConflictJSON || tap.count() != n {
 			t.Fatalf("other mode after the abort: got %d %s; want 409 from the ledger", r.Status, r.Body)
 		}
-		if got := metricValue(t, side.Registry, "knowledge_sidecar_ledger_releases_total", map[string]string{"reason": "not_sent"}); got != 1 {
+		if got := testkit.Metric(t, side.Registry, "knowledge_sidecar_ledger_releases_total", map[string]string{"reason": "not_sent"}); got != 1 {
 			t.Errorf("ledger_releases_total{not_sent}: got %v; want 1 (only the first abort)", got)
 		}
 	})
@@ -205,5 +206,5 @@ func TestTurnRecordsRateLimited(t *testing.T) {
 	if code != http.StatusTooManyRequests {
 		t.Errorf("search after the turns: got %d %s; want 429", code, body)
 	}
-	waitMetric(t, side.Registry, "knowledge_sidecar_turns_total", map[string]string{"mode": "inline", "outcome": "rate_limited"}, 1)
+	testkit.WaitMetric(t, side.Registry, "knowledge_sidecar_turns_total", map[string]string{"mode": "inline", "outcome": "rate_limited"}, 1)
 }

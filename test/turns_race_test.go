@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
@@ -229,7 +230,7 @@ func TestTurnTaskRefusalReleases(t *testing.T) {
 			}
 		})
 	}
-	waitMetric(t, side.Registry, "knowledge_sidecar_ledger_releases_total", map[string]string{"reason": "refused"}, 2)
+	testkit.WaitMetric(t, side.Registry, "knowledge_sidecar_ledger_releases_total", map[string]string{"reason": "refused"}, 2)
 }
 
 // redisRelay puts a TCP relay (the catalog tests' tcpForwarder) in front of
@@ -252,7 +253,7 @@ func redisRelay(t *testing.T) (*tcpForwarder, *ledger.Redis) {
 	}
 	if err := l.Ping(t.Context()); err != nil {
 		l.Close()
-		requireService(t, "redis at KS_TEST_REDIS_URL", err)
+		testkit.RequireService(t, "Redis at KS_TEST_REDIS_URL", err)
 	}
 	return f, l
 }
@@ -317,7 +318,7 @@ func TestTurnOutageWhileOnDemandInFlight(t *testing.T) {
 				t.Fatalf("attempt A: got %d %s; want 200 on_demand", a.Status, a.Body)
 			}
 			reason := map[string]string{"redis": "ledger", "identity": "identity"}[outage]
-			waitMetric(t, side.Registry, "knowledge_sidecar_ledger_fail_open_total", map[string]string{"reason": reason}, 1)
+			testkit.WaitMetric(t, side.Registry, "knowledge_sidecar_ledger_fail_open_total", map[string]string{"reason": reason}, 1)
 		})
 	}
 }

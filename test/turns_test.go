@@ -26,6 +26,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
@@ -638,7 +639,7 @@ func TestTurnUnusableAnswer(t *testing.T) {
 		})
 	}
 	// A turn is counted when its handling ends, just after the answer.
-	waitMetric(t, side.Registry, "knowledge_sidecar_turns_total", map[string]string{"mode": "on_demand", "outcome": "delivery_failed"}, 5)
+	testkit.WaitMetric(t, side.Registry, "knowledge_sidecar_turns_total", map[string]string{"mode": "on_demand", "outcome": "delivery_failed"}, 5)
 }
 
 // TestTurnCompressedDespiteIdentity: a Core that gzips the answer although
@@ -852,7 +853,7 @@ func TestTurnLostResponseRetry(t *testing.T) {
 		}
 	})
 
-	if got := metricValue(t, side.Registry, "knowledge_sidecar_ledger_conflicts_total", nil); got < 9 {
+	if got := testkit.Metric(t, side.Registry, "knowledge_sidecar_ledger_conflicts_total", nil); got < 9 {
 		t.Errorf("ledger_conflicts_total: got %v; want at least 9", got)
 	}
 }
@@ -960,7 +961,7 @@ func sharedRedisLedger(t *testing.T, prefix string) *ledger.Redis {
 	defer cancel()
 	if err := l.Ping(ctx); err != nil {
 		l.Close()
-		requireService(t, "redis at KS_TEST_REDIS_URL", err)
+		testkit.RequireService(t, "Redis at KS_TEST_REDIS_URL", err)
 	}
 	return l
 }
@@ -1052,7 +1053,7 @@ func TestTurnLedgerSharedRedis(t *testing.T) {
 			t.Fatalf("read on B: got %d %s; want 200", code, body)
 		}
 	})
-	if got := metricValue(t, b.Registry, "knowledge_sidecar_ledger_conflicts_total", nil); got != 2 {
+	if got := testkit.Metric(t, b.Registry, "knowledge_sidecar_ledger_conflicts_total", nil); got != 2 {
 		t.Errorf("B's ledger_conflicts_total: got %v; want 2", got)
 	}
 }
@@ -1098,14 +1099,14 @@ func TestTurnLedgerRedisDown(t *testing.T) {
 	})
 	// Three: the two turns with the field, and the field-less one, whose
 	// inline binding is attempted and skipped (it passes anyway).
-	if got := metricValue(t, side.Registry, "knowledge_sidecar_ledger_errors_total", nil); got != 3 {
+	if got := testkit.Metric(t, side.Registry, "knowledge_sidecar_ledger_errors_total", nil); got != 3 {
 		t.Errorf("ledger_errors_total: got %v; want 3", got)
 	}
-	if got := metricValue(t, side.Registry, "knowledge_sidecar_turns_total", map[string]string{"mode": "inline", "outcome": "ledger_unavailable"}); got != 1 {
+	if got := testkit.Metric(t, side.Registry, "knowledge_sidecar_turns_total", map[string]string{"mode": "inline", "outcome": "ledger_unavailable"}); got != 1 {
 		t.Errorf("turns_total{inline,ledger_unavailable}: got %v; want 1", got)
 	}
 	// The field-less turn went through unbound: counted as a fail-open.
-	if got := metricValue(t, side.Registry, "knowledge_sidecar_ledger_fail_open_total", map[string]string{"reason": "ledger"}); got != 1 {
+	if got := testkit.Metric(t, side.Registry, "knowledge_sidecar_ledger_fail_open_total", map[string]string{"reason": "ledger"}); got != 1 {
 		t.Errorf("ledger_fail_open_total{reason=ledger}: got %v; want 1", got)
 	}
 }

@@ -17,12 +17,13 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/conformance"
 	"github.com/bailinghub/knowledge-sidecar/hostclient"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 )
 
 // TestConformanceDemo: the checker is green on the demo, in process with the
 // demo's clock so the expiry checks run too, and with the turn checks.
 func TestConformanceDemo(t *testing.T) {
-	clock := &offsetClock{}
+	clock := testkit.NewRunningClock()
 	d := startSamples(t, clock.Now)
 	client, err := hostclient.New(d.base, demoRoute, d.token, nil)
 	if err != nil {

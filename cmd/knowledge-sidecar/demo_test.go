@@ -14,11 +14,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
 	"github.com/bailinghub/knowledge-sidecar/sidecar"
 )
@@ -445,7 +445,7 @@ func TestDemoLogLevel(t *testing.T) {
 	}{{"debug", true}, {"warn", false}} {
 		t.Run(tc.level, func(t *testing.T) {
 			cmd := exec.Command(bin, "demo", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", tc.level)
-			var stderr lockedBuffer
+			var stderr testkit.Buffer
 			cmd.Stderr = &stderr
 			out, err := cmd.StdoutPipe()
 			if err != nil {
@@ -487,23 +487,6 @@ func TestDemoLogLevel(t *testing.T) {
 			}
 		})
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestDemoAnswersFollowTheQuestion pins the demo's answers on the built-in

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 )
 
 // commands is every command of the CLI, as the top-level usage lists them.
@@ -190,7 +192,7 @@ func TestMCPInHostEnvironment(t *testing.T) {
 	t.Run("token file", func(t *testing.T) {
 		cmd := exec.Command(bin, "mcp", "--url", d.base, "--route", demoRoute, "--token-file", writeTokenFile(t, d.token+"\n"))
 		cmd.Env = hostEnv(t)
-		var stderr lockedBuffer
+		var stderr testkit.Buffer
 		cmd.Stderr = &stderr
 		client := mcp.NewClient(&mcp.Implementation{Name: "host-env-test", Version: "1"}, nil)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

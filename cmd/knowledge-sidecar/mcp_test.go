@@ -22,52 +22,17 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/hostclient/hostclienttest"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/mcpserver"
 )
-
-// offsetClock is the real clock plus an offset a test moves forward.
-type offsetClock struct {
-	mu  sync.Mutex
-	off time.Duration
-}
-
-func (c *offsetClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return time.Now().Add(c.off)
-}
-
-func (c *offsetClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.off += d
-	c.mu.Unlock()
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // mcpProc is `knowledge-sidecar mcp` running in process on pipes, with the
 // SDK's client connected to it.
 type mcpProc struct {
 	session *mcp.ClientSession
-	stdin   io.WriteCloser // the server's stdin, as the host holds it
-	stdout  *syncBuffer    // everything the server wrote to stdout
-	stderr  *syncBuffer
+	stdin   io.WriteCloser  // the server's stdin, as the host holds it
+	stdout  *testkit.Buffer // everything the server wrote to stdout
+	stderr  *testkit.Buffer
 	done    chan int // the exit code
 }
 
@@ -77,7 +42,7 @@ func startMCP(t *testing.T, args ...string) *mcpProc {
 	t.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	p := &mcpProc{stdin: inW, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan int, 1)}
+	p := &mcpProc{stdin: inW, stdout: &testkit.Buffer{}, stderr: &testkit.Buffer{}, done: make(chan int, 1)}
 	go func() {
 		code := cmdMCP(args, inR, outW, p.stderr)
 		_ = outW.Close()
@@ -180,7 +145,7 @@ type mcpHint struct {
 // demo: tools, search, read, paging, errors as tool results, 20 calls, and a
 // clean shutdown with nothing but JSON-RPC on stdout.
 func TestMCPAgainstDemo(t *testing.T) {
-	clock := &offsetClock{}
+	clock := testkit.NewRunningClock()
 	d := startSamples(t, clock.Now)
 	// The token file ends with a newline, as `echo $TOKEN > file` writes it.
 	p := startMCP(t, "--url", d.base, "--route", demoRoute, "--token-file", writeTokenFile(t, d.token+"\n"))

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/config"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
 
@@ -28,10 +30,7 @@ func TestProbeRedisModes(t *testing.T) {
 			url := testdb.RedisURL(t)
 			if tc.env != "" {
 				if url = os.Getenv(tc.env); url == "" {
-					if os.Getenv("CI") == "true" {
-						t.Fatalf("%s is not set (CI=true): scripts/test.sh starts it", tc.env)
-					}
-					t.Skipf("%s is not set", tc.env)
+					testkit.RequireService(t, "the Redis Cluster/Sentinel set of "+tc.env, errors.New("not set: scripts/test.sh starts it"))
 				}
 			}
 			cfg := config.Defaults()

@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 )
 
 // TestPythonExample runs the non-Go client example of docs/hosts.md
@@ -15,12 +17,7 @@ import (
 // with CI=true, where scripts/test.sh installs it and its absence fails.
 func TestPythonExample(t *testing.T) {
 	py, err := exec.LookPath("python3")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("python3 is not installed (scripts/test.sh installs it with apt-get install python3); the Python example cannot be tested")
-		}
-		t.Skip("python3 is not installed")
-	}
+	testkit.RequireService(t, "python3 (scripts/test.sh installs it)", err)
 	d := startSamples(t, nil)
 	cmd := exec.Command(py, "../../examples/python/knowledge_client.py", "--url", d.base, "--route", demoRoute,
 		"--token-file", writeTokenFile(t, d.token+"\n"), "--turn", "Can I get a refund?")

@@ -3,9 +3,9 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -19,9 +19,14 @@ import (
 	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
+
+// TestMain prints one line when tests were skipped for want of MariaDB,
+// Redis or python3 (without CI=true).
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 // serveWorld is what a `serve` process runs against: the fake Core with one
 // Agent session, a fresh catalog, the binary, its environment (secrets) and
@@ -33,7 +38,6 @@ type serveWorld struct {
 	bin, cfgPath        string
 	env                 []string
 	extraYAML           string // appended after the log section
-	listen, admin       string
 	t                   *testing.T
 }
 
@@ -67,10 +71,12 @@ func newServeWorld(t *testing.T, seed, extraYAML string) *serveWorld {
 	return w
 }
 
-// writeCfg writes the config file with the chosen listeners and rollout.
+// writeCfg writes the config file with the rollout. Both listeners are on
+// port 0: the kernel picks free ports, which the process's "listening" log
+// line names.
 func (w *serveWorld) writeCfg(rollout string) {
-	cfg := fmt.Sprintf("listen: %q\nadmin_listen: %q\ncore:\n  url: %q\nrollout: %q\nnative_detection: never\nshutdown:\n  drain_delay: 0s\n  timeout: 5s\nlog:\n  level: info\n%s",
-		w.listen, w.admin, w.coreURL, rollout, w.extraYAML)
+	cfg := fmt.Sprintf("listen: \"127.0.0.1:0\"\nadmin_listen: \"127.0.0.1:0\"\ncore:\n  url: %q\nrollout: %q\nnative_detection: never\nshutdown:\n  drain_delay: 0s\n  timeout: 5s\nlog:\n  level: info\n%s",
+		w.coreURL, rollout, w.extraYAML)
 	if err := os.WriteFile(w.cfgPath, []byte(cfg), 0o600); err != nil {
 		w.t.Fatal(err)
 	}
@@ -79,7 +85,8 @@ func (w *serveWorld) writeCfg(rollout string) {
 // start runs `serve` with rollout off and waits until it is ready.
 func (w *serveWorld) start(t *testing.T) *serveProc {
 	t.Helper()
-	return startServe(t, w.bin, w.env, func(l, a string) { w.listen, w.admin = l, a; w.writeCfg("off") })
+	w.writeCfg("off")
+	return startServe(t, w.bin, w.env)
 }
 
 // serveProc is a running `knowledge-sidecar serve` process.
@@ -91,6 +98,8 @@ type serveProc struct {
 	exitErr  error         // valid after done
 	mu       sync.Mutex
 	stderr   bytes.Buffer
+	scanned  int            // stderr bytes looked at for the listening line
+	bound    chan [2]string // the listening line's proxy and admin addresses, once
 }
 
 func (p *serveProc) logs() string {
@@ -101,30 +110,27 @@ func (p *serveProc) logs() string {
 
 type lockedWriter struct{ p *serveProc }
 
+// Write keeps the log and hands on the addresses of the first "listening"
+// line (the bound listeners, as `serve` reports them to an operator).
 func (w lockedWriter) Write(b []byte) (int, error) {
-	w.p.mu.Lock()
-	defer w.p.mu.Unlock()
-	return w.p.stderr.Write(b)
-}
-
-// freePortPair returns two distinct ports nothing listened on a moment ago.
-// Both listeners are held open while the second is chosen, so the kernel
-// cannot hand out one port twice (which the configuration rightly refuses).
-// The CLI takes addresses, not listeners, so a race with another process is
-// still possible: startServe retries when the bind fails.
-func freePortPair(t *testing.T) (string, string) {
-	t.Helper()
-	a, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	p := w.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n, err := p.stderr.Write(b)
+	for p.bound != nil {
+		rest := p.stderr.Bytes()[p.scanned:]
+		i := bytes.IndexByte(rest, '\n')
+		if i < 0 {
+			break
+		}
+		p.scanned += i + 1
+		var line struct{ Msg, Proxy, Admin string }
+		if json.Unmarshal(rest[:i], &line) == nil && line.Msg == "listening" {
+			p.bound <- [2]string{line.Proxy, line.Admin}
+			p.bound = nil
+		}
 	}
-	defer a.Close()
-	b, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	return a.Addr().String(), b.Addr().String()
+	return n, err
 }
 
 // buildBinary compiles this command into a temporary directory.
@@ -139,58 +145,60 @@ func buildBinary(t *testing.T) string {
 	return bin
 }
 
-// startServe runs `serve --config cfgPath` with env and waits for /readyz.
-// writeConfig is called with the chosen addresses (again on a retry).
-func startServe(t *testing.T, bin string, env []string, writeConfig func(listen, admin string)) *serveProc {
+// startServe runs `serve` with env (its config file listens on port 0),
+// learns the bound addresses from the "listening" log line and checks that
+// /readyz answers 200.
+func startServe(t *testing.T, bin string, env []string) *serveProc {
 	t.Helper()
-	for attempt := 1; ; attempt++ {
-		listen, admin := freePortPair(t)
-		writeConfig(listen, admin)
-		p := &serveProc{url: "http://" + listen, adminURL: "http://" + admin, done: make(chan struct{})}
-		p.cmd = exec.Command(bin, "serve")
-		p.cmd.Env = env
-		p.cmd.Stderr = lockedWriter{p}
-		if err := p.cmd.Start(); err != nil {
-			t.Fatalf("start: %v", err)
-		}
-		go func() { p.exitErr = p.cmd.Wait(); close(p.done) }()
-		if waitReady(p) {
-			t.Cleanup(func() {
-				_ = p.cmd.Process.Kill()
-				<-p.done
-			})
-			return p
-		}
+	bound := make(chan [2]string, 1)
+	p := &serveProc{done: make(chan struct{}), bound: bound}
+	p.cmd = exec.Command(bin, "serve")
+	p.cmd.Env = env
+	p.cmd.Stderr = lockedWriter{p}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	go func() { p.exitErr = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
 		_ = p.cmd.Process.Kill()
 		<-p.done
-		if attempt == 3 || !strings.Contains(p.logs(), "address already in use") {
-			t.Fatalf("serve did not become ready (attempt %d): %v\n%s", attempt, p.exitErr, p.logs())
-		}
+	})
+	select {
+	case addrs := <-bound:
+		p.url, p.adminURL = "http://"+addrs[0], "http://"+addrs[1]
+	case <-p.done:
+		t.Fatalf("serve exited before listening: %v\n%s", p.exitErr, p.logs())
+	case <-time.After(20 * time.Second):
+		t.Fatalf("serve did not log its listening line\n%s", p.logs())
 	}
+	// Both listeners are bound before the line, and a sidecar is ready from
+	// its start: no wait, one request.
+	res, err := (&http.Client{Timeout: 10 * time.Second}).Get(p.adminURL + "/readyz")
+	if err != nil {
+		t.Fatalf("readyz: %v\n%s", err, p.logs())
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("readyz: got %d; want 200\n%s", res.StatusCode, p.logs())
+	}
+	return p
 }
 
-// waitReady polls /readyz until 200, the process exits, or a bound passes.
-// A process starting has no event to wait on; polling is the only way.
-func waitReady(p *serveProc) bool {
-	c := &http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(20 * time.Second)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for time.Now().Before(deadline) {
-		select {
-		case <-p.done:
-			return false
-		case <-tick.C:
-		}
-		res, err := c.Get(p.adminURL + "/readyz")
-		if err == nil {
-			res.Body.Close()
-			if res.StatusCode == 200 {
-				return true
-			}
-		}
+// terminate sends SIGTERM and fails unless the process drains and exits 0
+// (bounded).
+func (p *serveProc) terminate(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
 	}
-	return false
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("serve did not exit after SIGTERM\n%s", p.logs())
+	}
+	if p.exitErr != nil {
+		t.Fatalf("exit after SIGTERM: %v; want 0\n%s", p.exitErr, p.logs())
+	}
 }
 
 // metricLine returns the value of one exposition line, "" when absent.
@@ -215,14 +223,8 @@ func metricLine(t *testing.T, adminURL, series string) string {
 // handled asynchronously and has no acknowledgement but the metric).
 func waitMetric(t *testing.T, adminURL, series, want string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for metricLine(t, adminURL, series) != want {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: got %q; want %q", series, metricLine(t, adminURL, series), want)
-		}
-		<-tick.C
+	if !testkit.Poll(10*time.Second, func() bool { return metricLine(t, adminURL, series) == want }) {
+		t.Fatalf("%s: got %q; want %q", series, metricLine(t, adminURL, series), want)
 	}
 }
 
@@ -311,17 +313,7 @@ func TestServeReloadAndStop(t *testing.T) {
 		t.Errorf("reload to off: no warning\n%s", p.logs())
 	}
 
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-p.done:
-	case <-time.After(20 * time.Second):
-		t.Fatalf("serve did not exit after SIGTERM\n%s", p.logs())
-	}
-	if p.exitErr != nil {
-		t.Fatalf("exit after SIGTERM: %v; want 0\n%s", p.exitErr, p.logs())
-	}
+	p.terminate(t)
 }
 
 // TestServeReloadEndpointAndWatch: POST /-/reload on the admin listener
@@ -393,14 +385,10 @@ func TestServeReloadEndpointAndWatch(t *testing.T) {
 	// The watcher: a valid change is applied with no call at all. Polling
 	// the log is the only way to observe a timer-driven reload.
 	writeCfg("deny:" + testdb.RouteMulti)
-	deadline := time.Now().Add(15 * time.Second)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for !strings.Contains(p.logs(), `"msg":"configuration reloaded","rollout":"deny:`+testdb.RouteMulti+`"`) {
-		if time.Now().After(deadline) {
-			t.Fatalf("reload.watch: the rollout change was not applied\n%s", p.logs())
-		}
-		<-tick.C
+	if !testkit.Poll(15*time.Second, func() bool {
+		return strings.Contains(p.logs(), `"msg":"configuration reloaded","rollout":"deny:`+testdb.RouteMulti+`"`)
+	}) {
+		t.Fatalf("reload.watch: the rollout change was not applied\n%s", p.logs())
 	}
 	if served() {
 		t.Error("after the watched change to deny: the sidecar still serves capabilities")

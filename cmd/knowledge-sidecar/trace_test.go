@@ -6,9 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
-	"time"
 
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
@@ -63,17 +61,7 @@ func TestServeTracingFlushedAtShutdown(t *testing.T) {
 	mu.Lock()
 	before := len(names)
 	mu.Unlock()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-p.done:
-	case <-time.After(20 * time.Second):
-		t.Fatalf("serve did not exit after SIGTERM\n%s", p.logs())
-	}
-	if p.exitErr != nil {
-		t.Fatalf("exit: %v\n%s", p.exitErr, p.logs())
-	}
+	p.terminate(t)
 	mu.Lock()
 	defer mu.Unlock()
 	if before != 0 {

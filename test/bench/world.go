@@ -23,6 +23,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/catalog"
 	kscfg "github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
 	"github.com/bailinghub/knowledge-sidecar/sidecar"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
@@ -60,30 +61,6 @@ var jsonSizes = map[string]int{"1k": 1 << 10, "10k": 10 << 10, "64k": 64 << 10}
 // turnSizes are the canned turn contexts by route.
 var turnSizes = map[string]int{routeTurn10: 10 << 10, routeTurn256: 256 << 10, routePass10: 10 << 10}
 
-// vocabulary gives the fake Core's lexical scorer something to match.
-var vocabulary = strings.Fields(`refund window shipping carrier order return policy customer
-	退款 窗口 operations handbook procedure escalation invoice warehouse parcel tracking
-	damaged replacement "quoted" back\slash tab	stop`)
-
-// docText is a deterministic document of about size bytes.
-func docText(i, size int) (title, content string) {
-	title = fmt.Sprintf("Bench document %02d", i)
-	var b strings.Builder
-	b.WriteString("# " + title + "\n\n")
-	for n := 0; b.Len() < size; n++ {
-		if n%40 == 0 {
-			fmt.Fprintf(&b, "\n\n## Section %d\n\n", n/40)
-		}
-		b.WriteString(vocabulary[(n*7+i*13)%len(vocabulary)])
-		if n%12 == 11 {
-			b.WriteString(". ")
-		} else {
-			b.WriteByte(' ')
-		}
-	}
-	return title, b.String()
-}
-
 // jsonBody is a JSON object of at least size bytes.
 func jsonBody(size int) []byte {
 	type item struct {
@@ -101,7 +78,7 @@ func jsonBody(size int) []byte {
 		}
 		n := len(items)
 		items = append(items, item{ID: n, Name: "item " + strconv.Itoa(n), Price: float64(n) * 1.25,
-			Tags: []string{"a", "b"}, Text: vocabulary[n%len(vocabulary)] + " 退款窗口 \"q\" " + strings.Repeat("x", 40)})
+			Tags: []string{"a", "b"}, Text: testkit.Vocabulary[n%len(testkit.Vocabulary)] + " 退款窗口 \"q\" " + strings.Repeat("x", 40)})
 	}
 }
 
@@ -112,7 +89,7 @@ func jsonBody(size int) []byte {
 func turnContext(size int) []byte {
 	var chunks []turntest.Chunk
 	for i := 1; i <= 3; i++ {
-		title, content := docText(i, benchDocSize)
+		title, content := testkit.Document(i, benchDocSize)
 		r := []rune(content)
 		chunks = append(chunks, turntest.Chunk{DocID: i, Title: title, Content: string(r[200:900]), Score: 0.9 - float64(i)/10})
 	}
@@ -128,7 +105,7 @@ func newFakeCore() *fakecore.Core {
 		core.SetRoute(r, fakecore.GateAllowed)
 	}
 	for i := 1; i <= benchDocs; i++ {
-		title, content := docText(i, benchDocSize)
+		title, content := testkit.Document(i, benchDocSize)
 		core.AddDoc(benchKB, int64(i), title, content)
 	}
 	core.AddSession(benchToken, corefacts.Session{
@@ -153,7 +130,7 @@ func newMemCatalog() *catalog.MemCatalog {
 	cat.PutClient(benchClient, true, routes, "http://127.0.0.1:1/callback")
 	now := time.Now().UTC().Truncate(time.Second)
 	for i := 1; i <= benchDocs; i++ {
-		title, content := docText(i, benchDocSize)
+		title, content := testkit.Document(i, benchDocSize)
 		cat.PutDoc(corefacts.Document{
 			DocMeta: corefacts.DocMeta{DocID: int64(i), KBID: benchKB, Title: title, Status: "ready", UpdatedAt: now},
 			Content: content,
@@ -315,7 +292,7 @@ func seedCatalog(ctx context.Context, db *sql.DB) error {
 	}{"INSERT INTO bz_clients (app_id, token, enabled, allowed_routes, agent_authorize_url, rate_limit_per_min) VALUES (?, ?, 1, ?, ?, 0)",
 		[]any{benchClient, strings.Repeat("b", 32), string(allowed), "http://127.0.0.1:1/callback"}})
 	for i := 1; i <= benchDocs; i++ {
-		title, content := docText(i, benchDocSize)
+		title, content := testkit.Document(i, benchDocSize)
 		stmts = append(stmts, struct {
 			q    string
 			args []any

@@ -7,13 +7,16 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 )
 
 // DefaultRedisURL is used when KS_TEST_REDIS_URL is not set.
 const DefaultRedisURL = "redis://127.0.0.1:6379/15"
 
 // RedisURL returns KS_TEST_REDIS_URL (or DefaultRedisURL) once Redis answers
-// a PING. Unreachable: t.Fatal when CI=true, else t.Skip.
+// a PING. Unreachable: t.Fatal when CI=true, else t.Skip, counted for
+// testkit.Main's line.
 func RedisURL(t testing.TB) string {
 	t.Helper()
 	u := os.Getenv("KS_TEST_REDIS_URL")
@@ -28,11 +31,6 @@ func RedisURL(t testing.TB) string {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	if err := c.Ping(ctx).Err(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("testdb: redis at KS_TEST_REDIS_URL unreachable (CI=true): %v", err)
-		}
-		t.Skipf("testdb: redis at KS_TEST_REDIS_URL unreachable, skipping: %v", err)
-	}
+	testkit.RequireService(t, "Redis at KS_TEST_REDIS_URL", c.Ping(ctx).Err())
 	return u
 }

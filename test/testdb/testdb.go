@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 )
 
 //go:embed schema.sql
@@ -255,10 +257,7 @@ func createdTable(stmt string) (string, bool) {
 
 func unreachable(t testing.TB, err error) {
 	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("testdb: MySQL/MariaDB of KS_TEST_MYSQL_DSN is unreachable (CI=true): %v", err)
-	}
-	t.Skipf("testdb: MySQL/MariaDB of KS_TEST_MYSQL_DSN is unreachable, skipping: %v", err)
+	testkit.RequireService(t, "MySQL/MariaDB at KS_TEST_MYSQL_DSN", err)
 }
 
 func randomHex(n int) string {

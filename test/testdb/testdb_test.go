@@ -11,8 +11,12 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
+
+// TestMain prints one line when tests were skipped for want of MariaDB.
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 func TestFixturesMatchConstants(t *testing.T) {
 	db := testdb.New(t)

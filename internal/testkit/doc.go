@@ -1,0 +1,10 @@
+// Package testkit is the one set of test helpers the module's tests share:
+// a manual clock, a bounded Eventually, metric reading, a deterministic
+// document generator, and the handling of tests that need a real service
+// (MariaDB, Redis) — a failure with CI=true, else a skip counted for one
+// loud line at the end of the package's run.
+//
+// It is imported only by tests (and the test-support packages under test/:
+// testdb, the load tool). It knows nothing of the protocol; the protocol's
+// answer types live in hostclient, which the conformance checker shares.
+package testkit
