@@ -84,7 +84,11 @@ type benchWorld struct {
 	turns    map[string][]byte
 }
 
-func newBenchWorld(b testing.TB) *benchWorld {
+func newBenchWorld(b testing.TB) *benchWorld { return newBenchWorldWith(b, nil) }
+
+// newBenchWorldWith is newBenchWorld with rt as the sidecar's transport to
+// Core (nil: the default tuned transport).
+func newBenchWorldWith(b testing.TB, rt http.RoundTripper) *benchWorld {
 	b.Helper()
 	core := fakecore.New(fakecore.Options{ServiceToken: benchService, SystemInfo: true})
 	token := fakecore.Token("proxy-bench")
@@ -142,7 +146,7 @@ func newBenchWorld(b testing.TB) *benchWorld {
 	}
 	turns["hints"] = hintsTurnAnswer(cat)
 	u, _ := url.Parse(up.URL)
-	s, err := New(Options{CoreURL: u, Features: &Features{
+	s, err := New(Options{CoreURL: u, Transport: rt, Features: &Features{
 		Knowledge: svc, Prober: client, Ledger: ledger.NewMemory(1<<16, time.Hour, time.Now), Rollout: pol,
 	}})
 	if err != nil {

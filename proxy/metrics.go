@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"runtime"
+	"strconv"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -25,6 +27,42 @@ type metrics struct {
 	reloads        *prometheus.CounterVec
 	turnHints      *prometheus.CounterVec
 	ledgerReleases *prometheus.CounterVec
+	// byHandler: the pre-resolved series of each handler label (read-only
+	// after newMetrics).
+	byHandler map[string]*handlerSeries
+}
+
+// handlerSeries are one handler's series, resolved once: its duration
+// histogram child at start, its request counter children by status code on
+// their first use (when the series appears, as with WithLabelValues), so a
+// request costs no label hashing or strconv.
+type handlerSeries struct {
+	name     string
+	duration prometheus.Observer
+	vec      *prometheus.CounterVec
+	codes    [600]atomic.Pointer[prometheus.Counter]
+}
+
+func (h *handlerSeries) requests(status int) prometheus.Counter {
+	if status < 0 || status >= len(h.codes) {
+		return h.vec.WithLabelValues(h.name, strconv.Itoa(status))
+	}
+	if c := h.codes[status].Load(); c != nil {
+		return *c
+	}
+	c := h.vec.WithLabelValues(h.name, strconv.Itoa(status))
+	h.codes[status].Store(&c)
+	return c
+}
+
+// handler is the series of a handler label; every label handlerName gives
+// has one.
+func (m *metrics) handler(name string) *handlerSeries {
+	if hs := m.byHandler[name]; hs != nil {
+		return hs
+	}
+	// Not reached (handlerName's set is closed); correct all the same.
+	return &handlerSeries{name: name, duration: m.duration.WithLabelValues(name), vec: m.requests}
 }
 
 const namespace = "knowledge_sidecar"
@@ -161,10 +199,10 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 	for _, o := range hintOutcomes {
 		m.turnHints.WithLabelValues(o)
 	}
-	for _, rt := range routes {
-		m.duration.WithLabelValues(rt.name)
+	m.byHandler = map[string]*handlerSeries{}
+	for _, name := range append(routeNames(), handlerPassthrough) {
+		m.byHandler[name] = &handlerSeries{name: name, duration: m.duration.WithLabelValues(name), vec: m.requests}
 	}
-	m.duration.WithLabelValues(handlerPassthrough)
 	for _, k := range upstreamKinds {
 		m.upstreamErrors.WithLabelValues(k)
 	}

@@ -25,6 +25,10 @@ import (
 type reqState struct {
 	id      string
 	outcome int
+	// w and idv live here so that a request's state, its response writer
+	// and its X-Request-Id value are one allocation.
+	w   edgeWriter
+	idv [1]string
 	// Set from the transport's goroutine while it reads the client's body.
 	bodyBad, bodyGone atomic.Bool
 	// bodyTimeout: no byte of the body arrived for the idle timeout.
@@ -70,7 +74,8 @@ func newIDSource() *idSource {
 }
 
 func (s *idSource) next() string {
-	return s.prefix + strconv.FormatUint(s.n.Add(1), 36)
+	var b [40]byte // a 12-character prefix, "-" and at most 13 digits
+	return string(strconv.AppendUint(append(b[:0], s.prefix...), s.n.Add(1), 36))
 }
 
 // maxRequestIDLen bounds an inbound X-Request-Id we are willing to echo.
@@ -102,12 +107,16 @@ func (s *Server) edge() echo.MiddlewareFunc {
 		return func(c echo.Context) error {
 			start := time.Now()
 			r := c.Request()
-			st := &reqState{id: r.Header.Get("X-Request-Id")}
-			if !validRequestID(st.id) {
+			st := &reqState{}
+			if v := r.Header["X-Request-Id"]; len(v) > 0 && validRequestID(v[0]) { // the key is canonical
+				st.id = v[0]
+			} else {
 				st.id = s.ids.next()
 			}
+			st.idv[0] = st.id
 			resp := c.Response()
-			resp.Writer = &edgeWriter{ResponseWriter: resp.Writer, resp: resp, id: st.id}
+			st.w = edgeWriter{ResponseWriter: resp.Writer, resp: resp, id: st.idv[:]}
+			resp.Writer = &st.w
 			ctx := r.Context()
 			var span trace.Span // nil unless tracing is on
 			if s.tracer != nil {
@@ -116,6 +125,7 @@ func (s *Server) edge() echo.MiddlewareFunc {
 			r = r.WithContext(context.WithValue(ctx, ctxKey{}, st))
 			c.SetRequest(r)
 			name := handlerName(c)
+			series := s.m.handler(name)
 			conn := connOf(r.Context())
 			if conn != nil {
 				conn.handling.Store(true) // net/http's own answers are done for this request
@@ -131,7 +141,7 @@ func (s *Server) edge() echo.MiddlewareFunc {
 			if !s.lim.inFlight.acquire(1) {
 				s.lim.m.rejected.WithLabelValues(limitInFlight).Inc()
 				s.writeErr(resp, r, errOverloaded)
-				s.observe(r, st.id, name, resp.Status, resp.Size, time.Since(start))
+				s.observe(r, st.id, series, resp.Status, resp.Size, time.Since(start))
 				if span != nil {
 					endServerSpan(span, resp.Status)
 				}
@@ -155,7 +165,7 @@ func (s *Server) edge() echo.MiddlewareFunc {
 				case p != nil:
 					status = http.StatusBadGateway // the response was cut short
 				}
-				s.observe(r, st.id, name, status, resp.Size, time.Since(start))
+				s.observe(r, st.id, series, status, resp.Size, time.Since(start))
 				if span != nil {
 					endServerSpan(span, status)
 				}
@@ -212,6 +222,13 @@ func (s *Server) edge() echo.MiddlewareFunc {
 			// connection fail with a reset.
 			// A handler that already chose to close the connection (say, a
 			// 401 to an oversized body) is not made to read the rest.
+			if r.ContentLength != 0 && resp.Committed && !st.bodyEOF.Load() {
+				// An early answer (Core answered before the body ended). With
+				// FlushInterval 0 its tail may still sit in net/http's
+				// buffers, and the client may wait for it before it sends
+				// the rest: it goes out before the drain below.
+				_ = http.NewResponseController(resp.Writer).Flush()
+			}
 			closing := httpguts.HeaderValuesContainsToken(resp.Header()["Connection"], "close")
 			clean := r.ContentLength == 0 || closing || bodyEndsCleanly(body, drainLimit(c))
 			if r.ContentLength < 0 && !clean {
@@ -370,16 +387,18 @@ func bodyEndsCleanly(body io.Reader, limit int64) bool {
 	return false
 }
 
-// observe records one finished request in the metrics and the access log.
-func (s *Server) observe(r *http.Request, id, handler string, status int, size int64, elapsed time.Duration) {
-	s.m.requests.WithLabelValues(handler, strconv.Itoa(status)).Inc()
+// observe records one finished request in the metrics (through the
+// handler's pre-resolved series) and the access log.
+func (s *Server) observe(r *http.Request, id string, hs *handlerSeries, status int, size int64, elapsed time.Duration) {
+	hs.requests(status).Inc()
 	if sc, ok := s.sampled(r.Context()); ok {
 		// The exemplar links this bucket to the trace (OpenMetrics only).
-		s.m.duration.WithLabelValues(handler).(prometheus.ExemplarObserver).ObserveWithExemplar(
+		hs.duration.(prometheus.ExemplarObserver).ObserveWithExemplar(
 			elapsed.Seconds(), prometheus.Labels{"trace_id": sc.TraceID().String()})
 	} else {
-		s.m.duration.WithLabelValues(handler).Observe(elapsed.Seconds())
+		hs.duration.Observe(elapsed.Seconds())
 	}
+	handler := hs.name
 	level := slog.LevelDebug
 	if s.access {
 		level = slog.LevelInfo
@@ -438,8 +457,8 @@ func durationMS(d time.Duration) float64 { return float64(d.Microseconds()) / 10
 type edgeWriter struct {
 	http.ResponseWriter
 	resp          *echo.Response
-	id            string
-	informational bool // a 1xx went out and echo now thinks it is committed
+	id            []string // the X-Request-Id value, shared, never appended to
+	informational bool     // a 1xx went out and echo now thinks it is committed
 }
 
 func (w *edgeWriter) Header() http.Header {
@@ -482,8 +501,8 @@ func (w *edgeWriter) Write(p []byte) (int, error) {
 // stampID adds the request id unless the answer already has one.
 func (w *edgeWriter) stampID() {
 	h := w.ResponseWriter.Header()
-	if len(h.Values("X-Request-Id")) == 0 {
-		h.Set("X-Request-Id", w.id)
+	if len(h["X-Request-Id"]) == 0 { // keys of a response header are canonical
+		h["X-Request-Id"] = w.id[:1:1]
 	}
 }
 

@@ -73,6 +73,15 @@ func routeOf(path string) *route {
 	return nil
 }
 
+// routeNames are the handler labels of the table's routes.
+func routeNames() []string {
+	names := make([]string, len(routes))
+	for i, rt := range routes {
+		names[i] = rt.name
+	}
+	return names
+}
+
 // handlerName labels a request by the route it matched (closed set).
 func handlerName(c echo.Context) string {
 	if rt := routeOf(c.Path()); rt != nil {

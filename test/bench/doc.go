@@ -16,13 +16,21 @@
 //   - nginx, when the nginx binary is installed (proxy_buffering off,
 //     upstream keep-alive).
 //
+// The cpu section (--only cpu, issue 22) starts a lean stdlib proxy (the
+// unit: httputil.ReverseProxy with pooled buffers, FlushInterval 0, no
+// compression, HTTP/1.1) and a one-worker nginx, and reports each proxy's
+// CPU per request (its own utime+stime over the requests it served, closed
+// loop, interleaved rounds) and the sidecar's search, read and turn as
+// multiples of one lean pass-through request; --cpu-variant adds sidecar
+// children from another build (PGO on/off) or environment (GOGC).
+//
 // The tracing section (--only tracing) starts three more sidecars that
 // differ only in tracing (off; on with OTEL_TRACES_SAMPLER=always_off; on
 // with always_on), each exporting OTLP/HTTP to a sink in this process on
 // 127.0.0.1, and compares their CPU per pass-through request.
 //
 // The Go children are this same binary re-executed in a serve-target mode
-// (--serve-target=upstream|sidecar|revproxy), so the load generator (vegeta
+// (--serve-target=upstream|sidecar|revproxy|lean), so the load generator (vegeta
 // as a library) never shares a process, a heap or a scheduler with the
 // server it measures; it still shares the machine's cores, which is why
 // only ratios and deltas measured in interleaved A/B pairs are reported.

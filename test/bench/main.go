@@ -54,10 +54,48 @@ type config struct {
 	redisSingle, redisCluster string
 	ledgerRate                int
 	ledgerDur                 time.Duration
+	// The CPU section (issue 22).
+	cpuLoads  []string
+	cpuDur    time.Duration
+	cpuKBConc int
+	cpuExtra  []cpuVariant
+}
+
+// cpuVariant is an extra sidecar child of the CPU section (--cpu-variant):
+// another build of this tool (bin) and/or more environment (env).
+type cpuVariant struct {
+	name, bin string
+	env       []string
+}
+
+// cpuVariants collects --cpu-variant NAME=[bin:PATH][;ENV=VALUE...].
+type cpuVariants struct{ v *[]cpuVariant }
+
+func (f cpuVariants) String() string { return "" }
+
+func (f cpuVariants) Set(s string) error {
+	name, spec, ok := strings.Cut(s, "=")
+	if !ok || name == "" {
+		return fmt.Errorf("want NAME=[bin:PATH][;ENV=VALUE...]")
+	}
+	v := cpuVariant{name: name}
+	for _, part := range strings.Split(spec, ";") {
+		switch {
+		case part == "":
+		case strings.HasPrefix(part, "bin:"):
+			v.bin = strings.TrimPrefix(part, "bin:")
+		case strings.Contains(part, "="):
+			v.env = append(v.env, part)
+		default:
+			return fmt.Errorf("%q: want bin:PATH or ENV=VALUE", part)
+		}
+	}
+	*f.v = append(*f.v, v)
+	return nil
 }
 
 // sections of a run, for --only.
-var sections = []string{"timewait", "latency", "saturation", "turns", "kb", "sse", "tracing", "ledger"}
+var sections = []string{"timewait", "latency", "saturation", "turns", "kb", "sse", "tracing", "ledger", "cpu"}
 
 func (c config) want(section string) bool { return len(c.only) == 0 || c.only[section] }
 
@@ -87,6 +125,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.redisCluster, "redis-cluster", os.Getenv("KS_TEST_REDIS_CLUSTER_URL"), "ledger section: Redis Cluster URL (default $KS_TEST_REDIS_CLUSTER_URL; none: the section is skipped)")
 	fs.IntVar(&c.ledgerRate, "ledger-rate", 500, "ledger section: open-loop rate of turn ledger operations (ops/s)")
 	fs.DurationVar(&c.ledgerDur, "ledger-dur", 2*time.Second, "ledger section: length of each round")
+	cpuLoads := fs.String("cpu-loads", "1k,64k,sse", "cpu section: pass-through loads")
+	fs.DurationVar(&c.cpuDur, "cpu-dur", 2*time.Second, "cpu section: length of each closed-loop round")
+	fs.IntVar(&c.cpuKBConc, "cpu-kb-conc", 8, "cpu section: connections of the knowledge-path rounds (search, read, turn and their lean pass-through unit)")
+	fs.Var(cpuVariants{&c.cpuExtra}, "cpu-variant", "cpu section: an extra sidecar child NAME=[bin:PATH][;ENV=VALUE...] (another build of this tool, e.g. with -pgo, and/or environment, e.g. GOGC=200), measured beside the sidecar; repeatable")
 	fs.DurationVar(&c.twDur, "tw-dur", 20*time.Second, "length of the TIME_WAIT run")
 	fs.DurationVar(&c.soak, "soak", 0, "RSS soak through the sidecar at 50% of its 1 KiB knee (e.g. 5m; 0: skip)")
 	fs.IntVar(&c.soakRate, "soak-rate", 0, "soak rate in req/s instead of half the knee (the closed-loop knee overstates what an open-loop generator sharing the cores can sustain)")
@@ -117,6 +159,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		def("sat-dur", &c.satDur, 200*time.Millisecond)
 		def("tw-dur", &c.twDur, 2*time.Second)
 		def("ledger-dur", &c.ledgerDur, 500*time.Millisecond)
+		def("cpu-dur", &c.cpuDur, 300*time.Millisecond)
 		if !set["sat-loads"] {
 			*satLoads = "1k,64k"
 		}
@@ -139,10 +182,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	c.loads = splitList(*loads)
 	c.satLoads = splitList(*satLoads)
 	c.traceLoads = splitList(*traceLoads)
+	c.cpuLoads = splitList(*cpuLoads)
+	if c.cpuDur <= 0 || c.cpuKBConc <= 0 {
+		fmt.Fprintln(stderr, "bench: --cpu-dur and --cpu-kb-conc must be positive")
+		return 2
+	}
 	if len(c.satLoads) == 0 {
 		c.satLoads = c.loads
 	}
-	for _, l := range append(append(append([]string(nil), c.loads...), c.satLoads...), c.traceLoads...) {
+	for _, l := range append(append(append([]string(nil), c.loads...), c.satLoads...), append(c.traceLoads, c.cpuLoads...)...) {
 		if _, ok := passLoads[l]; !ok {
 			fmt.Fprintf(stderr, "bench: unknown load %q (want 1k, 10k, 64k, sse)\n", l)
 			return 2
@@ -313,7 +361,7 @@ func orchestrate(c config, logw io.Writer) (*report, error) {
 	}}
 	var ngx *endpoint
 	if c.nginx {
-		n, why := startNginx(dir, up.info.Addr)
+		n, why := startNginx(dir, up.info.Addr, 2)
 		if n != nil {
 			defer n.stop()
 			ngx = newEndpoint("nginx", n.addr, func() []int { return withChildren(n.cmd.Process.Pid) }, "")
@@ -431,6 +479,16 @@ func orchestrate(c config, logw io.Writer) (*report, error) {
 		r.Intercepted = append(r.Intercepted, interRowOf("read 32 KiB page", g, "", "sidecar", ""))
 		kbProfiles = []namedSpec{{"search", search}, {"read", read}}
 		r.CatalogRTT = rtt.finish()
+	}
+
+	// 3b. CPU per request against the lean stdlib proxy (issue 22).
+	if c.want("cpu") {
+		x, gs, err := runCPU(c, exe, upURL, up.info.Addr, dir, sc, rp, auth, logw)
+		if err != nil {
+			return nil, err
+		}
+		r.CPU = x
+		r.Groups = append(r.Groups, gs...)
 	}
 
 	// 4. SSE event delay, direct vs sidecar, quiet machine.

@@ -18,9 +18,10 @@ type nginxProc struct {
 	version string
 }
 
-// nginxConf: two workers (one per core, like GOMAXPROCS), upstream
+// nginxConf: workers (two in the saturation section, one per core like
+// GOMAXPROCS; one in the CPU section, as issue 22 measured it), upstream
 // keep-alive, no buffering (the Go proxies stream too), no access log.
-const nginxConf = `worker_processes 2;
+const nginxConf = `worker_processes %[5]d;
 %[1]s
 pid %[2]s/nginx.pid;
 error_log %[2]s/nginx-error.log warn;
@@ -53,9 +54,10 @@ http {
 }
 `
 
-// startNginx runs nginx in the foreground from dir when the binary exists.
-// It returns (nil, reason) when nginx is not available.
-func startNginx(dir, upstreamAddr string) (*nginxProc, string) {
+// startNginx runs nginx with workers worker processes in the foreground
+// from dir when the binary exists. It returns (nil, reason) when nginx is
+// not available.
+func startNginx(dir, upstreamAddr string, workers int) (*nginxProc, string) {
 	bin, err := exec.LookPath("nginx")
 	if err != nil {
 		for _, p := range []string{"/usr/sbin/nginx", "/usr/local/sbin/nginx"} {
@@ -81,7 +83,7 @@ func startNginx(dir, upstreamAddr string) (*nginxProc, string) {
 		user = "user root;"
 	}
 	conf := filepath.Join(dir, "nginx.conf")
-	if err := os.WriteFile(conf, []byte(fmt.Sprintf(nginxConf, user, dir, upstreamAddr, addr)), 0o644); err != nil {
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf(nginxConf, user, dir, upstreamAddr, addr, workers)), 0o644); err != nil {
 		return nil, err.Error()
 	}
 	cmd := exec.Command(bin, "-p", dir, "-c", conf, "-e", filepath.Join(dir, "nginx-error.log"), "-g", "daemon off; master_process on;")

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -72,7 +73,7 @@ func serveTarget(role, upstream string, stdout, stderr io.Writer) int {
 		var ru syscall.Rusage
 		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 		cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-		_ = json.NewEncoder(w).Encode(map[string]int64{"goroutines": int64(runtime.NumGoroutine()), "cpu_us": cpu.Microseconds()})
+		_ = json.NewEncoder(w).Encode(map[string]int64{"goroutines": int64(runtime.NumGoroutine()), "cpu_us": cpu.Microseconds(), "maxrss_kib": ru.Maxrss})
 	})
 	stats.HandleFunc("/debug/pprof/", pprof.Index)
 	stats.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -94,6 +95,14 @@ func serveTarget(role, upstream string, stdout, stderr io.Writer) int {
 			return fail(err)
 		}
 		srv := &http.Server{Handler: h, ReadHeaderTimeout: so.ReadHeaderTimeout, IdleTimeout: so.IdleTimeout, MaxHeaderBytes: so.MaxHeaderBytes}
+		serve = func() error { return serveUntil(ctx, srv, ln) }
+	case "lean":
+		h, err := newLeanProxy(upstream)
+		if err != nil {
+			return fail(err)
+		}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: so.ReadHeaderTimeout, IdleTimeout: so.IdleTimeout, MaxHeaderBytes: so.MaxHeaderBytes,
+			TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){}} // HTTP/1.1 only
 		serve = func() error { return serveUntil(ctx, srv, ln) }
 	case "sidecar":
 		app, err := newSidecar(upstream, os.Getenv(catalogEnv), os.Getenv(noHintsEnv) == "", log)

@@ -19,6 +19,8 @@ type report struct {
 	Soak        *soakResult  `json:"soak,omitempty"`
 	// Tracing is the tracing section (issue 24): off, on not sampled, always on.
 	Tracing *tracingResult `json:"tracing,omitempty"`
+	// CPU is the CPU-per-request section (issue 22).
+	CPU *cpuResult `json:"cpu,omitempty"`
 	// Ledger is the ledger section (issue 23): single node vs Redis Cluster.
 	Ledger *ledgerResult `json:"ledger,omitempty"`
 	// CatalogRTT is one simple catalog round trip timed during the search
@@ -320,6 +322,9 @@ func (r *report) evaluate() {
 	} else {
 		skip("RSS stable ±10% over a 5-minute soak at 50% of the knee", "run with --soak 5m")
 	}
+	if r.CPU != nil {
+		r.CPU.evaluate(add)
+	}
 	if r.Tracing != nil {
 		note := func(target, measured string) { r.Targets = append(r.Targets, verdict{target, measured, "measured"}) }
 		r.Tracing.evaluate(add, note)
@@ -383,6 +388,9 @@ func printReport(w io.Writer, r *report) {
 	if len(r.SSE.Reps) > 0 {
 		fmt.Fprintf(w, "\nSSE event delay (%d streams × %d events, %.0f ms apart): direct p99 %.3f ms max %.3f; sidecar p99 %.3f ms max %.3f; lost %d\n",
 			r.SSE.Streams, r.SSE.EventsPerStrm, r.SSE.GapMS, r.SSE.DirectP99, r.SSE.DirectMax, r.SSE.SidecarP99, r.SSE.SidecarMax, r.SSE.Lost)
+	}
+	if r.CPU != nil {
+		printCPU(w, r.CPU)
 	}
 	if r.Tracing != nil {
 		printTracing(w, r.Tracing)

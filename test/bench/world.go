@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -363,6 +365,36 @@ func newBareProxy(coreURL string) (http.Handler, error) {
 		Rewrite:       func(pr *httputil.ProxyRequest) { pr.SetURL(u); pr.SetXForwarded() },
 		Transport:     t,
 		FlushInterval: -1,
+		BufferPool:    pool,
+	}, nil
+}
+
+// newLeanProxy is the CPU section's baseline, the "lean stdlib proxy" of
+// issue 22: httputil.ReverseProxy with Rewrite (SetURL, SetXForwarded),
+// pooled 32 KiB buffers, FlushInterval 0 (the stdlib still flushes SSE and
+// unknown-length bodies on every write), no compression and HTTP/1.1 only
+// on both sides, and nothing else. Its transport has the sidecar's pool
+// size and timeouts.
+func newLeanProxy(coreURL string) (http.Handler, error) {
+	u, err := url.Parse(coreURL)
+	if err != nil {
+		return nil, err
+	}
+	t := &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		ResponseHeaderTimeout: time.Minute,
+		DisableCompression:    true,
+		ForceAttemptHTTP2:     false,
+		TLSNextProto:          map[string]func(string, *tls.Conn) http.RoundTripper{},
+	}
+	pool := &bufPool{p: sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}}
+	return &httputil.ReverseProxy{
+		Rewrite:       func(pr *httputil.ProxyRequest) { pr.SetURL(u); pr.SetXForwarded() },
+		Transport:     t,
+		FlushInterval: 0,
 		BufferPool:    pool,
 	}, nil
 }
