@@ -12,12 +12,13 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/bailinghub/knowledge-sidecar/corefacts/jsstring"
 )
 
 // reqState travels in the request context so the ReverseProxy's error
@@ -429,11 +430,7 @@ func loggedPath(path string) string {
 		return path
 	}
 	const mark = "…"
-	cut := maxLoggedPath - len(mark)
-	for cut > 0 && !utf8.RuneStart(path[cut]) {
-		cut--
-	}
-	return path[:cut] + mark
+	return jsstring.CutUTF8(path, maxLoggedPath-len(mark)) + mark
 }
 
 // durationMS is a duration in milliseconds with microsecond precision, the
