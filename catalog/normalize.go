@@ -111,28 +111,29 @@ func decodeJSON(raw []byte) (any, error) {
 // intValue is Core's intValue(): Number(), fallback when not finite, then
 // Math.round and clamp.
 func intValue(obj map[string]any, key string, fallback, lo, hi float64) float64 {
-	v, present := obj[key]
-	if !present {
-		return fallback
+	if n, ok := finiteNumber(obj, key); ok {
+		return clamp(jsRound(n), lo, hi)
 	}
-	n := jsNumber(v)
-	if math.IsNaN(n) || math.IsInf(n, 0) {
-		return fallback
-	}
-	return clamp(jsRound(n), lo, hi)
+	return fallback
 }
 
 // numValue is Core's numValue(): like intValue without rounding.
 func numValue(obj map[string]any, key string, fallback, lo, hi float64) float64 {
+	if n, ok := finiteNumber(obj, key); ok {
+		return clamp(n, lo, hi)
+	}
+	return fallback
+}
+
+// finiteNumber is Number(obj[key]) when the key is present and the number
+// finite.
+func finiteNumber(obj map[string]any, key string) (float64, bool) {
 	v, present := obj[key]
 	if !present {
-		return fallback
+		return 0, false
 	}
 	n := jsNumber(v)
-	if math.IsNaN(n) || math.IsInf(n, 0) {
-		return fallback
-	}
-	return clamp(n, lo, hi)
+	return n, !math.IsNaN(n) && !math.IsInf(n, 0)
 }
 
 func clamp(n, lo, hi float64) float64 {
