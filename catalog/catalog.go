@@ -77,7 +77,7 @@ var requiredMigrations = []string{
 type Options struct {
 	DSN             string        // secret: never logged or in errors
 	MaxOpenConns    int           // default 10
-	MaxIdleConns    int           // default 5
+	MaxIdleConns    int           // default 10 (MaxOpenConns: see config.Catalog)
 	ConnMaxLifetime time.Duration // default 5m
 	QueryTimeout    time.Duration // per query, default 2s
 	DocCacheEntries int           // revision/body cache size, default 512, never 0
