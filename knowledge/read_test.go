@@ -1,6 +1,8 @@
 package knowledge
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"math/rand/v2"
 	"strings"
@@ -184,5 +186,34 @@ func TestReadDefaultMaxBytes(t *testing.T) {
 	_, raw := e.readPage(`{"ref":"` + e.refFor(tokA, routeKey, "", docRefund) + `"}`)
 	if len(raw) != ReadDefaultBytes {
 		t.Fatalf("page of an ASCII document is %d bytes; want exactly the default %d", len(raw), ReadDefaultBytes)
+	}
+}
+
+// TestReadInto: the answer is written into the caller's buffer when it has
+// room for max_bytes, whatever the buffer held before, and is the answer
+// Read gives; a smaller buffer is left alone.
+func TestReadInto(t *testing.T) {
+	e := newEnv(t)
+	body := `{"ref":"` + e.refFor(tokA, routeKey, runA, docRefund) + `","run_id":"` + runA + `","max_bytes":4096}`
+	_, want := e.readPage(body)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name    string
+		dst     []byte
+		inPlace bool
+	}{
+		{"room for max_bytes", bytes.Repeat([]byte{'x'}, 4096), true},
+		{"too small", make([]byte, 100, 4095), false},
+	} {
+		got, err := e.svc.ReadInto(ctx, tc.dst, tokA, rk(routeKey), strings.NewReader(body))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s: answer %s; want Read's %s", tc.name, got, want)
+		}
+		if inPlace := &got[0] == &tc.dst[:1][0]; inPlace != tc.inPlace {
+			t.Errorf("%s: written into the buffer: %v; want %v", tc.name, inPlace, tc.inPlace)
+		}
 	}
 }
