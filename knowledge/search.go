@@ -188,9 +188,10 @@ func (s *Service) failSilent(ctx context.Context, answers []kbAnswer) error {
 }
 
 // aboveThreshold keeps the hits Core's own filter would have kept for the
-// threshold (corefacts.KeepsScore), in order.
+// threshold (corefacts.KeepsScore), in order, in hits' own array (a
+// Retriever's answer belongs to the caller).
 func aboveThreshold(hits []corefacts.Hit, threshold float64) []corefacts.Hit {
-	out := hits[:0:0]
+	out := hits[:0]
 	for _, h := range hits {
 		if corefacts.KeepsScore(h.Score, threshold) {
 			out = append(out, h)
