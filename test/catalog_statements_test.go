@@ -1,9 +1,7 @@
 package test
 
 import (
-	"context"
 	"encoding/json"
-	"net/http/httptest"
 	"testing"
 
 	"github.com/bailinghub/knowledge-sidecar/config"
@@ -44,15 +42,9 @@ func testBuiltSidecarStatements(t *testing.T, systemInfo bool, wantSearch, wantR
 	if err := cfg.Validate(sidecar.ExtraChecks...); err != nil {
 		t.Fatal(err)
 	}
-	app, err := sidecar.Build(context.Background(), cfg, sidecar.Deps{Logger: testLogger(t), Version: "test"})
-	if err != nil {
-		t.Fatalf("build: %v", err)
-	}
-	t.Cleanup(app.Close)
-	srv := httptest.NewServer(app.Server.Handler())
-	t.Cleanup(srv.Close)
+	app, url := serveBuilt(t, cfg, sidecar.Deps{})
 	c := newClient(t)
-	ws := srv.URL + "/agent-api/v1/workspaces/" + testdb.RouteMulti
+	ws := url + "/agent-api/v1/workspaces/" + testdb.RouteMulti
 
 	// statements sums knowledge_sidecar_catalog_queries_total over every
 	// query name and outcome.

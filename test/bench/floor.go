@@ -3,18 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -51,18 +48,9 @@ type floor struct {
 }
 
 func newFloor(coreURL, dsn string) (http.Handler, func(), error) {
-	t := &http.Transport{
-		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   256,
-		IdleConnTimeout:       90 * time.Second,
-		ResponseHeaderTimeout: time.Minute,
-		DisableCompression:    true,
-		TLSNextProto:          map[string]func(string, *tls.Conn) http.RoundTripper{},
-	}
 	// The sidecar's top_k for the bench route: max(route top_k 8, 4 × limit 3), at most 20.
 	payload, _ := json.Marshal(map[string]any{"kb_ids": []string{benchKB}, "query": searchQuery, "top_k": 12, "min_score": corefacts.UnfilteredMinScore})
-	f := &floor{core: strings.TrimRight(coreURL, "/"), client: &http.Client{Transport: t}, payload: payload}
+	f := &floor{core: strings.TrimRight(coreURL, "/"), client: &http.Client{Transport: leanTransport()}, payload: payload}
 	closer := func() {}
 	if dsn != "" {
 		cfg, err := mysql.ParseDSN(dsn)
