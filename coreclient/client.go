@@ -282,19 +282,6 @@ type searchRequest struct {
 	MinScore float64  `json:"min_score"`
 }
 
-// searchResponse is Core's answer; Core sends kb_ids (its docs say kb_id).
-type searchResponse struct {
-	KBIDs []string `json:"kb_ids"`
-	Hits  []struct {
-		Score   float64     `json:"score"`
-		Content string      `json:"content"`
-		DocID   json.Number `json:"doc_id"`
-		Title   string      `json:"title"`
-		Seq     int         `json:"seq"`
-		KBID    string      `json:"kb_id"`
-	} `json:"hits"`
-}
-
 // kbUnavailablePrefix starts Core's 400 answer when none of the requested KBs
 // exists ("知识库不可用：<ids>"). /kb/search has no error codes, only this
 // human text, so the protocol forces a prefix test on Core's body.
@@ -333,8 +320,8 @@ func (c *Client) SearchKB(ctx context.Context, kbID, query string, topK int) ([]
 		}
 		switch status {
 		case http.StatusOK:
-			var r searchResponse
-			if err := json.Unmarshal(body, &r); err != nil {
+			r, err := decodeSearch(body)
+			if err != nil {
 				return fmt.Errorf("%w: unusable search answer", corefacts.ErrUnavailable)
 			}
 			found := false
