@@ -157,6 +157,12 @@ func (c *benchCatalog) Documents(_ context.Context, ids []int64, kbIDs []string)
 	return out, nil
 }
 
+// RouteBundle reads through benchCatalog's own methods: MemCatalog's,
+// promoted, would read MemCatalog's documents, not these.
+func (c *benchCatalog) RouteBundle(ctx context.Context, key corefacts.RouteKey, kbIDs []string, docID int64) (corefacts.RouteBundle, error) {
+	return composeBundle(ctx, c, key, kbIDs, docID)
+}
+
 func (c *benchCatalog) Document(_ context.Context, id int64, kbIDs []string) (corefacts.Document, error) {
 	d, ok := c.docs[id]
 	if !ok || !slices.Contains(kbIDs, d.KBID) {

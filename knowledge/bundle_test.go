@@ -28,17 +28,22 @@ func (b *bundlingCatalog) RouteBundle(ctx context.Context, key corefacts.RouteKe
 	b.mu.Lock()
 	b.bundles++
 	b.mu.Unlock()
-	r, err := b.fakeCatalog.Route(ctx, key)
+	return composeBundle(ctx, b.fakeCatalog, key, kbIDs, docID)
+}
+
+// composeBundle is a RouteBundle of c's own answers, read one by one.
+func composeBundle(ctx context.Context, c Catalog, key corefacts.RouteKey, kbIDs []string, docID int64) (corefacts.RouteBundle, error) {
+	r, err := c.Route(ctx, key)
 	if err != nil {
 		return corefacts.RouteBundle{}, err
 	}
-	kbs, err := b.fakeCatalog.KBs(ctx, kbIDs)
+	kbs, err := c.KBs(ctx, kbIDs)
 	if err != nil {
 		return corefacts.RouteBundle{}, err
 	}
 	out := corefacts.RouteBundle{Route: r, KBs: kbs, Asked: kbIDs}
 	if docID > 0 {
-		out.Doc, out.DocErr = b.fakeCatalog.Document(ctx, docID, kbIDs)
+		out.Doc, out.DocErr = c.Document(ctx, docID, kbIDs)
 		out.DocFound = out.DocErr == nil
 		if errors.Is(out.DocErr, corefacts.ErrNotFound) {
 			out.DocErr = nil
