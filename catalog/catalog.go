@@ -77,7 +77,7 @@ var requiredMigrations = []string{
 type Options struct {
 	DSN             string        // secret: never logged or in errors
 	MaxOpenConns    int           // default 10
-	MaxIdleConns    int           // default 5
+	MaxIdleConns    int           // default 10 (MaxOpenConns: see config.Catalog)
 	ConnMaxLifetime time.Duration // default 5m
 	QueryTimeout    time.Duration // per query, default 2s
 	DocCacheEntries int           // revision/body cache size, default 512, never 0
@@ -316,7 +316,7 @@ func (c *SQLCatalog) route(ctx context.Context, key corefacts.RouteKey) (routeRo
 func (c *SQLCatalog) RouteBundle(ctx context.Context, key corefacts.RouteKey, kbIDs []string, docID int64) (corefacts.RouteBundle, error) {
 	kbs := uniqueIDs(kbIDs)
 	if len(kbs) == 0 || len(kbs) > MaxIDsPerQuery {
-		return c.routeBundleApart(ctx, key, kbIDs, docID)
+		return bundleApart(ctx, c, key, kbIDs, docID)
 	}
 	var (
 		row     routeRow
@@ -391,9 +391,16 @@ func (c *SQLCatalog) RouteBundle(ctx context.Context, key corefacts.RouteKey, kb
 	return b, nil
 }
 
-// routeBundleApart is RouteBundle in separate queries (no KB asked, or more
-// than one IN list holds).
-func (c *SQLCatalog) routeBundleApart(ctx context.Context, key corefacts.RouteKey, kbIDs []string, docID int64) (corefacts.RouteBundle, error) {
+// bundleSource is what a bundle read apart needs: SQLCatalog and MemCatalog.
+type bundleSource interface {
+	Route(ctx context.Context, key corefacts.RouteKey) (corefacts.Route, error)
+	KBs(ctx context.Context, kbIDs []string) (map[string]corefacts.KB, error)
+	Document(ctx context.Context, docID int64, kbIDs []string) (corefacts.Document, error)
+}
+
+// bundleApart is RouteBundle in separate reads: the SQL catalog's when no KB
+// is asked or more than one IN list holds, and the whole of MemCatalog's.
+func bundleApart(ctx context.Context, c bundleSource, key corefacts.RouteKey, kbIDs []string, docID int64) (corefacts.RouteBundle, error) {
 	r, err := c.Route(ctx, key)
 	if err != nil {
 		return corefacts.RouteBundle{}, err

@@ -182,6 +182,12 @@ func (m *MemCatalog) Route(_ context.Context, key corefacts.RouteKey) (corefacts
 }
 
 // RouteGate implements knowledge.Catalog (see decideGate).
+// RouteBundle reads the route and the rows after it one by one (the SQL
+// catalog's single statement has no in-memory equivalent to save).
+func (m *MemCatalog) RouteBundle(ctx context.Context, key corefacts.RouteKey, kbIDs []string, docID int64) (corefacts.RouteBundle, error) {
+	return bundleApart(ctx, m, key, kbIDs, docID)
+}
+
 func (m *MemCatalog) RouteGate(_ context.Context, route corefacts.RouteKey, s corefacts.Session) error {
 	if err := m.rlock(); err != nil {
 		return err

@@ -24,7 +24,12 @@ type schemaMem struct {
 
 func (s *schemaMem) CheckSchema(context.Context) error { s.checks++; return s.err }
 
-var _ knowledge.Catalog = (*catalog.SchemaGate)(nil)
+var (
+	_ knowledge.Catalog = (*catalog.SchemaGate)(nil)
+	// The gate keeps the SQL catalog's one-statement route read
+	// (TestBuiltSidecarStatements counts what losing it costs).
+	_ knowledge.RouteBundler = (*catalog.SchemaGate)(nil)
+)
 
 func TestSchemaGate(t *testing.T) {
 	ctx := context.Background()

@@ -94,7 +94,10 @@ type Catalog struct {
 	DSNFile string `yaml:"dsn_file"`
 	// MaxOpenConns caps open connections. Default 10.
 	MaxOpenConns int `yaml:"max_open_conns"`
-	// MaxIdleConns caps idle connections. Default 5.
+	// MaxIdleConns caps idle connections. Default 10, max_open_conns: a
+	// request that finds more statements in flight than idle slots would
+	// otherwise close a connection on release and the next one open it again
+	// (a TCP and MySQL handshake per burst).
 	MaxIdleConns int `yaml:"max_idle_conns"`
 	// ConnMaxLifetime recycles connections. Default 5m.
 	ConnMaxLifetime time.Duration `yaml:"conn_max_lifetime"`
@@ -278,7 +281,7 @@ func Defaults() Config {
 		Listen:          ":8080",
 		AdminListen:     "127.0.0.1:9090",
 		Core:            Core{Timeout: 3 * time.Second, Identity: b, Retrieval: b},
-		Catalog:         Catalog{MaxOpenConns: 10, MaxIdleConns: 5, ConnMaxLifetime: 5 * time.Minute, QueryTimeout: 2 * time.Second, DocCacheEntries: 512, DocCacheBytes: 64 << 20, Breaker: b},
+		Catalog:         Catalog{MaxOpenConns: 10, MaxIdleConns: 10, ConnMaxLifetime: 5 * time.Minute, QueryTimeout: 2 * time.Second, DocCacheEntries: 512, DocCacheBytes: 64 << 20, Breaker: b},
 		Rollout:         "off",
 		TurnHints:       true,
 		NativeDetection: NativeAuto,

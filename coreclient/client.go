@@ -53,7 +53,7 @@ type Options struct {
 type Client struct {
 	base          *url.URL
 	serviceToken  string
-	hc            *http.Client
+	rt            http.RoundTripper
 	timeout       time.Duration
 	probeInterval time.Duration
 	metrics       *Metrics
@@ -103,12 +103,12 @@ func NewClient(o Options) (*Client, error) {
 	if rt == nil {
 		rt = newCoreTransport()
 	}
-	c.hc = &http.Client{
-		Transport: rt,
-		// Never follow redirects: Core does not redirect these calls, and a
-		// redirect must not carry a bearer elsewhere.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
+	// Requests go to the RoundTripper itself, not through an http.Client:
+	// redirects are never followed (Core does not redirect these calls, and
+	// a redirect must not carry a bearer elsewhere), so the client's
+	// redirect bookkeeping — a copy of every request's headers — would be
+	// pure cost.
+	c.rt = rt
 	c.identity = breaker.New(breaker.FamilyIdentity, o.Identity, o.Metrics.breakerMetrics())
 	c.retrieval = breaker.New(breaker.FamilyRetrieval, o.Retrieval, o.Metrics.breakerMetrics())
 	return c, nil
@@ -282,19 +282,6 @@ type searchRequest struct {
 	MinScore float64  `json:"min_score"`
 }
 
-// searchResponse is Core's answer; Core sends kb_ids (its docs say kb_id).
-type searchResponse struct {
-	KBIDs []string `json:"kb_ids"`
-	Hits  []struct {
-		Score   float64     `json:"score"`
-		Content string      `json:"content"`
-		DocID   json.Number `json:"doc_id"`
-		Title   string      `json:"title"`
-		Seq     int         `json:"seq"`
-		KBID    string      `json:"kb_id"`
-	} `json:"hits"`
-}
-
 // kbUnavailablePrefix starts Core's 400 answer when none of the requested KBs
 // exists ("知识库不可用：<ids>"). /kb/search has no error codes, only this
 // human text, so the protocol forces a prefix test on Core's body.
@@ -333,8 +320,8 @@ func (c *Client) SearchKB(ctx context.Context, kbID, query string, topK int) ([]
 		}
 		switch status {
 		case http.StatusOK:
-			var r searchResponse
-			if err := json.Unmarshal(body, &r); err != nil {
+			r, err := decodeSearch(body)
+			if err != nil {
 				return fmt.Errorf("%w: unusable search answer", corefacts.ErrUnavailable)
 			}
 			found := false
@@ -489,19 +476,56 @@ func (c *Client) doResponse(req *http.Request, limit int64) (resp *http.Response
 		req, span = c.startSpan(req)
 		defer func() { endSpan(span, resp, err) }()
 	}
-	resp, err = c.hc.Do(req)
+	resp, err = c.rt.RoundTrip(req)
+	if err == nil && resp == nil {
+		err = errors.New("no response")
+	}
 	if err != nil {
 		return nil, nil, transportError(req.Context(), err)
 	}
 	defer resp.Body.Close()
-	body, err = io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if resp.ContentLength > limit {
+		return nil, nil, errTooLarge
+	}
+	body, err = readAnswer(resp.Body, resp.ContentLength, limit)
 	if err != nil {
 		return nil, nil, transportError(req.Context(), err)
 	}
 	if int64(len(body)) > limit {
-		return nil, nil, fmt.Errorf("%w: answer too large", corefacts.ErrUnavailable)
+		return nil, nil, errTooLarge
 	}
 	return resp, body, nil
+}
+
+var errTooLarge = fmt.Errorf("%w: answer too large", corefacts.ErrUnavailable)
+
+// readAnswer reads r to its end, or to one byte past limit. An answer of
+// known length (n ≥ 0) is read into one buffer of that size plus the byte
+// the read that sees the end needs (the transports hand a connection back
+// only once its answer was read to the end); io.ReadAll would grow a buffer
+// from 512 bytes, about twice the answer in garbage.
+func readAnswer(r io.Reader, n, limit int64) ([]byte, error) {
+	size := int64(4 << 10)
+	if n >= 0 {
+		size = n + 1
+	}
+	b := make([]byte, 0, min(size, limit+1))
+	for {
+		if int64(len(b)) > limit {
+			return b, nil
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // grow, as io.ReadAll does
+		}
+		m, err := r.Read(b[len(b):min(int64(cap(b)), limit+1)])
+		b = b[:len(b)+m]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 }
 
 func transportError(ctx context.Context, err error) error {

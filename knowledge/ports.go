@@ -32,7 +32,8 @@ type Retriever interface {
 	// SearchKB returns Core's unfiltered top topK hits of one KB (it sends
 	// min_score -1): the route's threshold is the caller's to apply
 	// (corefacts.ScoreThreshold), and an answer with no hit at all from a KB
-	// that holds a ready document is a silent failure (SPEC §4).
+	// that holds a ready document is a silent failure (SPEC §4). The slice
+	// is the caller's: the service edits and filters it in place.
 	SearchKB(ctx context.Context, kbID, query string, topK int) ([]corefacts.Hit, error)
 	// Usable is false while the retrieval breaker is open.
 	Usable() bool

@@ -14,7 +14,15 @@ import (
 // identity, route, run, scope revision, KB state and the document's
 // revision; a changed document is 409 knowledge_changed, never a newer body
 // under an old reference.
-func (s *Service) Read(ctx context.Context, authorization string, route corefacts.RouteKey, body io.Reader) (out []byte, err error) {
+func (s *Service) Read(ctx context.Context, authorization string, route corefacts.RouteKey, body io.Reader) ([]byte, error) {
+	return s.ReadInto(ctx, nil, authorization, route, body)
+}
+
+// ReadInto is Read with the answer written into dst's memory when it has
+// room for the page asked (max_bytes), so that a caller that writes the
+// answer out and reuses its buffer does not allocate a page per read. The
+// answer is never retained by the service.
+func (s *Service) ReadInto(ctx context.Context, dst []byte, authorization string, route corefacts.RouteKey, body io.Reader) (out []byte, err error) {
 	start := time.Now()
 	defer func() { s.m.observe("read", err, time.Since(start).Seconds()) }()
 
@@ -126,7 +134,10 @@ func (s *Service) Read(ctx context.Context, authorization string, route corefact
 			return nil, errUnavailable(err)
 		}
 	}
-	out = page.AppendJSON(make([]byte, 0, req.maxBytes), plan, cursor)
+	if cap(dst) < req.maxBytes {
+		dst = make([]byte, 0, req.maxBytes)
+	}
+	out = page.AppendJSON(dst[:0], plan, cursor)
 	s.m.served(n)
 	if plan.Truncated() {
 		s.m.truncate("read")

@@ -1,8 +1,12 @@
 package knowledge
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"math/rand/v2"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -184,5 +188,58 @@ func TestReadDefaultMaxBytes(t *testing.T) {
 	_, raw := e.readPage(`{"ref":"` + e.refFor(tokA, routeKey, "", docRefund) + `"}`)
 	if len(raw) != ReadDefaultBytes {
 		t.Fatalf("page of an ASCII document is %d bytes; want exactly the default %d", len(raw), ReadDefaultBytes)
+	}
+}
+
+// TestAnswerInto: search and read answers are written into the caller's
+// buffer when it has room for the largest answer of the endpoint, whatever
+// the buffer held before, and are the answers Search and Read give; a
+// smaller buffer is left alone. Refs are sealed with a fresh nonce each
+// time, so they are compared by length.
+func TestAnswerInto(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	refs := regexp.MustCompile(`"ref":"[^"]*"`)
+	same := func(a, b []byte) bool {
+		blank := func(m []byte) []byte { return []byte(strconv.Itoa(len(m))) }
+		return len(a) == len(b) && bytes.Equal(refs.ReplaceAllFunc(a, blank), refs.ReplaceAllFunc(b, blank))
+	}
+	readBody := `{"ref":"` + e.refFor(tokA, routeKey, runA, docRefund) + `","run_id":"` + runA + `","max_bytes":4096}`
+	searchBody := `{"query":"退款"}`
+	_, wantRead := e.readPage(readBody)
+	_, wantSearch, ke := e.call("search", tokA, routeKey, searchBody)
+	if ke != nil {
+		t.Fatalf("search: %d %s", ke.Status, ke.Code)
+	}
+	for _, tc := range []struct {
+		name    string
+		dst     []byte
+		inPlace bool
+		call    func(dst []byte) ([]byte, error)
+		want    []byte
+	}{
+		{"read, room for max_bytes", bytes.Repeat([]byte{'x'}, 4096), true, func(dst []byte) ([]byte, error) {
+			return e.svc.ReadInto(ctx, dst, tokA, rk(routeKey), strings.NewReader(readBody))
+		}, wantRead},
+		{"read, too small", make([]byte, 100, 4095), false, func(dst []byte) ([]byte, error) {
+			return e.svc.ReadInto(ctx, dst, tokA, rk(routeKey), strings.NewReader(readBody))
+		}, wantRead},
+		{"search, room for the largest answer", bytes.Repeat([]byte{'x'}, SearchMaxBytes), true, func(dst []byte) ([]byte, error) {
+			return e.svc.SearchInto(ctx, dst, tokA, rk(routeKey), strings.NewReader(searchBody))
+		}, wantSearch},
+		{"search, too small", make([]byte, 10, SearchMaxBytes-1), false, func(dst []byte) ([]byte, error) {
+			return e.svc.SearchInto(ctx, dst, tokA, rk(routeKey), strings.NewReader(searchBody))
+		}, wantSearch},
+	} {
+		got, err := tc.call(tc.dst)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if !same(got, tc.want) {
+			t.Errorf("%s: answer %s; want %s", tc.name, got, tc.want)
+		}
+		if inPlace := &got[0] == &tc.dst[:1][0]; inPlace != tc.inPlace {
+			t.Errorf("%s: written into the buffer: %v; want %v", tc.name, inPlace, tc.inPlace)
+		}
 	}
 }

@@ -24,7 +24,13 @@ const (
 )
 
 // Search answers POST …/knowledge/search (SPEC §4).
-func (s *Service) Search(ctx context.Context, authorization string, route corefacts.RouteKey, body io.Reader) (out []byte, err error) {
+func (s *Service) Search(ctx context.Context, authorization string, route corefacts.RouteKey, body io.Reader) ([]byte, error) {
+	return s.SearchInto(ctx, nil, authorization, route, body)
+}
+
+// SearchInto is Search with the answer written into dst's memory when it
+// has room for SearchMaxBytes (see ReadInto).
+func (s *Service) SearchInto(ctx context.Context, dst []byte, authorization string, route corefacts.RouteKey, body io.Reader) (out []byte, err error) {
 	start := time.Now()
 	defer func() { s.m.observe("search", err, time.Since(start).Seconds()) }()
 
@@ -64,7 +70,7 @@ func (s *Service) Search(ctx context.Context, authorization string, route corefa
 	}
 	kc := a.route.Knowledge
 	if kc == nil {
-		return res.body(), nil
+		return res.appendTo(dst), nil
 	}
 	kbs := uniqueStrings(kc.KBIDs)
 	rows, err := s.kbRows(ctx, a, kbs)
@@ -117,7 +123,7 @@ func (s *Service) Search(ctx context.Context, authorization string, route corefa
 	if res.Truncated {
 		s.m.truncate("search")
 	}
-	return res.body(), nil
+	return res.appendTo(dst), nil
 }
 
 // retrievalTopK is k = max(route top_k, 4 × limit) capped at 20.
@@ -182,9 +188,10 @@ func (s *Service) failSilent(ctx context.Context, answers []kbAnswer) error {
 }
 
 // aboveThreshold keeps the hits Core's own filter would have kept for the
-// threshold (corefacts.KeepsScore), in order.
+// threshold (corefacts.KeepsScore), in order, in hits' own array (a
+// Retriever's answer belongs to the caller).
 func aboveThreshold(hits []corefacts.Hit, threshold float64) []corefacts.Hit {
-	out := hits[:0:0]
+	out := hits[:0]
 	for _, h := range hits {
 		if corefacts.KeepsScore(h.Score, threshold) {
 			out = append(out, h)

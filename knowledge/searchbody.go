@@ -27,7 +27,14 @@ type SearchBody struct {
 	Truncated     bool
 }
 
-func (r *SearchBody) body() []byte { return r.AppendJSON(make([]byte, 0, SearchMaxBytes)) }
+// appendTo is the body in dst's memory when it has room for
+// SearchMaxBytes, else in a new buffer of that size.
+func (r *SearchBody) appendTo(dst []byte) []byte {
+	if cap(dst) < SearchMaxBytes {
+		dst = make([]byte, 0, SearchMaxBytes)
+	}
+	return r.AppendJSON(dst[:0])
+}
 
 // AppendJSON appends the response body with keys in protocol order:
 // schema_version, route, run_id (only when set), knowledge_scope_revision,

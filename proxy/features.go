@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -170,7 +171,9 @@ func (s *Server) search(c echo.Context) error {
 		return s.passH(c)
 	}
 	r := c.Request()
-	body, err := s.feat.k.Search(r.Context(), r.Header.Get("Authorization"), key, r.Body)
+	buf := answerBuffers.Get().(*[]byte)
+	defer answerBuffers.Put(buf)
+	body, err := s.feat.k.SearchInto(r.Context(), *buf, r.Header.Get("Authorization"), key, r.Body)
 	return reply(c, body, err)
 }
 
@@ -180,9 +183,18 @@ func (s *Server) read(c echo.Context) error {
 		return s.passH(c)
 	}
 	r := c.Request()
-	body, err := s.feat.k.Read(r.Context(), r.Header.Get("Authorization"), key, r.Body)
+	buf := answerBuffers.Get().(*[]byte)
+	defer answerBuffers.Put(buf)
+	body, err := s.feat.k.ReadInto(r.Context(), *buf, r.Header.Get("Authorization"), key, r.Body)
 	return reply(c, body, err)
 }
+
+// answerBuffers hold search and read answers while they are written: a
+// read page is up to 32 KiB, and allocating one per request made the
+// collector run for them (knowledge.Service.ReadInto, SearchInto). net/http
+// has copied the answer into the connection's buffer or the socket when
+// Write returns.
+var answerBuffers = sync.Pool{New: func() any { b := make([]byte, 0, knowledge.ReadMaxBytes); return &b }}
 
 // reply writes a knowledge endpoint's success; an error goes back to the
 // edge, which answers it (writeErr).

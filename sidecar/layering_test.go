@@ -24,9 +24,10 @@ func TestLayering(t *testing.T) {
 	}{
 		{dir: "corefacts", stdOnly: true},
 		{dir: "corefacts/jsstring", stdOnly: true},
+		{dir: "internal/jsonscan", stdOnly: true},
 		{dir: "knowledge", ours: []string{"config", "corefacts", "corefacts/jsstring"},
 			forbidden: []string{"github.com/labstack/echo/", "net/http/httputil"}},
-		{dir: "turn", ours: []string{"corefacts/jsstring", "knowledge", "ledger"},
+		{dir: "turn", ours: []string{"corefacts/jsstring", "internal/jsonscan", "knowledge", "ledger"},
 			forbidden: []string{"github.com/labstack/echo/", "net/http/httputil"}},
 		{dir: "coreclient", forbidden: []string{mod + "catalog", mod + "knowledge", mod + "proxy", mod + "turn", mod + "ledger", mod + "sidecar"}},
 		{dir: "catalog", forbidden: []string{mod + "coreclient", mod + "knowledge", mod + "proxy", mod + "turn", mod + "ledger", mod + "sidecar"}},

@@ -30,6 +30,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
+	"github.com/bailinghub/knowledge-sidecar/sidecar"
 )
 
 // TestMain prints one line when tests were skipped for want of MariaDB or
@@ -603,4 +604,24 @@ func (f *tcpForwarder) shut() {
 	for _, c := range f.conns {
 		c.Close()
 	}
+}
+
+// serveBuilt builds a sidecar from cfg as `serve` does (sidecar.Build) and
+// serves its edge on a test server; both are closed by t.Cleanup (the
+// server first). A zero deps.Logger or deps.Version is the test's.
+func serveBuilt(t testing.TB, cfg config.Config, deps sidecar.Deps) (*sidecar.App, string) {
+	t.Helper()
+	if deps.Logger == nil {
+		deps.Logger = testLogger(t)
+	}
+	if deps.Version == "" {
+		deps.Version = "test"
+	}
+	app, err := sidecar.Build(context.Background(), cfg, deps)
+	if err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	srv := httptest.NewServer(app.Server.Handler())
+	t.Cleanup(func() { srv.Close(); app.Close() })
+	return app, srv.URL
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/http/httptrace"
 	"strings"
 	"sync/atomic"
@@ -412,15 +411,9 @@ func TestCatalogLateAtStart(t *testing.T) {
 	if err := cfg.Validate(sidecar.ExtraChecks...); err != nil {
 		t.Fatal(err)
 	}
-	app, err := sidecar.Build(context.Background(), cfg, sidecar.Deps{Logger: testLogger(t), Version: "test", Now: clock.Now})
-	if err != nil {
-		t.Fatalf("build: %v", err)
-	}
-	t.Cleanup(app.Close)
-	srv := httptest.NewServer(app.Server.Handler())
-	t.Cleanup(srv.Close)
+	app, url := serveBuilt(t, cfg, sidecar.Deps{Now: clock.Now})
 	c := newClient(t)
-	search := srv.URL + "/agent-api/v1/workspaces/" + testdb.RouteMulti + "/knowledge/search"
+	search := url + "/agent-api/v1/workspaces/" + testdb.RouteMulti + "/knowledge/search"
 	body := []byte(`{"query": "refund window"}`)
 	schemaOK := func() float64 {
 		return testkit.Metric(t, app.Server.Registry(), "knowledge_sidecar_catalog_schema_ok", nil)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -180,14 +179,8 @@ func TestScaleBuildSharesRateLimit(t *testing.T) {
 	var urls []string
 	var apps []*sidecar.App
 	for range 2 {
-		app, err := sidecar.Build(context.Background(), cfg, sidecar.Deps{Logger: testLogger(t), Version: "test"})
-		if err != nil {
-			t.Fatalf("build: %v", err)
-		}
-		t.Cleanup(app.Close)
-		srv := httptest.NewServer(app.Server.Handler())
-		t.Cleanup(srv.Close)
-		urls, apps = append(urls, srv.URL), append(apps, app)
+		app, url := serveBuilt(t, cfg, sidecar.Deps{})
+		urls, apps = append(urls, url), append(apps, app)
 	}
 	c := newClient(t)
 	start := time.Now()

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -62,13 +61,8 @@ func startTracedWith(t *testing.T, w *World, sampler sdktrace.Sampler, tweak fun
 	}
 	logs := &testkit.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	app, err := sidecar.Build(context.Background(), cfg, sidecar.Deps{Logger: log, TracerProvider: tp, Version: "test"})
-	if err != nil {
-		t.Fatalf("build: %v", err)
-	}
-	srv := httptest.NewServer(app.Server.Handler())
-	t.Cleanup(func() { srv.Close(); app.Close() })
-	return &traced{URL: srv.URL, rec: rec, ended: ended, app: app, logs: logs, redis: cfg.Ledger.RedisURL}
+	app, url := serveBuilt(t, cfg, sidecar.Deps{Logger: log, TracerProvider: tp})
+	return &traced{URL: url, rec: rec, ended: ended, app: app, logs: logs, redis: cfg.Ledger.RedisURL}
 }
 
 // serverEnds passes on every SERVER span as it ends: the edge ends it after

@@ -209,11 +209,12 @@ func (w *World) Features(t testing.TB, o FeatureOptions) *proxy.Features {
 			t.Fatalf("world: schema: %v", err)
 		}
 	}
-	// Task control (Core ≥ 0.8) goes through the schema gate, as `serve`
-	// wires it: it probes the task tables (absent in the base fixtures).
-	tasks := catalog.NewSchemaGate(cat, 0, o.Now, o.Registerer)
+	// The catalog and task control (Core ≥ 0.8) go through the schema gate,
+	// as `serve` wires them: it probes the task tables (absent in the base
+	// fixtures).
+	gated := catalog.NewSchemaGate(cat, 0, o.Now, o.Registerer)
 	if o.CatalogDSN == "" {
-		if err := tasks.Check(context.Background()); err != nil {
+		if err := gated.Check(context.Background()); err != nil {
 			t.Fatalf("world: task presence: %v", err)
 		}
 	}
@@ -222,7 +223,7 @@ func (w *World) Features(t testing.TB, o FeatureOptions) *proxy.Features {
 		t.Fatalf("world: keys: %v", err)
 	}
 	svc, err := knowledge.New(knowledge.Options{
-		Identity: client, Retriever: client, Catalog: cat, Tasks: tasks, Keys: keys, Now: o.Now,
+		Identity: client, Retriever: client, Catalog: gated, Tasks: gated, Keys: keys, Now: o.Now,
 		RateLimit: o.RateLimit, RateBurst: o.RateBurst, SharedLimiter: o.SharedLimiter, Logger: o.Logger, Registerer: o.Registerer,
 	})
 	if err != nil {

@@ -55,38 +55,38 @@ func parseAnswer(body []byte) (*parsed, error) {
 		schemaN, ctxN int
 		schemaOK      bool
 	)
-	isContext := func(m member) bool { return m.keyIs(body, "context") }
+	isContext := func(m member) bool { return m.KeyIs(body, "context") }
 	inContext := func(m member) {
 		switch {
-		case m.keyIs(body, "knowledge"):
+		case m.KeyIs(body, "knowledge"):
 			p.kN++
 			p.kM = m
-		case m.keyIs(body, "knowledge_refs"):
+		case m.KeyIs(body, "knowledge_refs"):
 			p.rN++
 			p.rM = m
 		}
-		p.ctxLastEnd = m.valEnd
+		p.ctxLastEnd = m.ValEnd
 	}
 	end, err := scanMembers(body, i, 1, func(m member) {
 		switch {
-		case m.keyIs(body, "schema_version"):
+		case m.KeyIs(body, "schema_version"):
 			schemaN++
 			s, ok := stringOf(body, m)
 			schemaOK = ok && s == contextSchema
-		case m.keyIs(body, "context"):
+		case m.KeyIs(body, "context"):
 			ctxN++
 			p.ctxM = m
-		case m.keyIs(body, "knowledge_delivery"):
+		case m.KeyIs(body, "knowledge_delivery"):
 			p.kdN++
 			p.kdM = m
-		case m.keyIs(body, "run_id"):
+		case m.KeyIs(body, "run_id"):
 			p.runN++
 			p.runM = m
 		}
-		p.lastEnd = m.valEnd
+		p.lastEnd = m.ValEnd
 	}, isContext, inContext)
 	if err != nil || skipWS(body, end) != len(body) ||
-		schemaN != 1 || !schemaOK || ctxN != 1 || p.kdN > 1 || body[p.ctxM.valStart] != '{' {
+		schemaN != 1 || !schemaOK || ctxN != 1 || p.kdN > 1 || body[p.ctxM.ValStart] != '{' {
 		return nil, ErrUnexpectedAnswer
 	}
 	return p, nil
@@ -164,20 +164,20 @@ var (
 // of keys[i], by unescaped key, the last one winning; a zero member when
 // absent). b must have been scanned.
 func eachObject(b []byte, arr member, keys []string, fn func(vals []member)) {
-	i := arr.valStart
+	i := arr.ValStart
 	if b[i] != '[' {
 		return
 	}
 	vals := make([]member, len(keys))
 	i = skipWS(b, i+1)
-	for i < arr.valEnd && b[i] != ']' {
+	for i < arr.ValEnd && b[i] != ']' {
 		var end int
 		var err error
 		if b[i] == '{' {
 			clear(vals)
 			end, err = scanObject(b, i, 2, func(m member) {
 				for k, name := range keys {
-					if m.keyIs(b, name) {
+					if m.KeyIs(b, name) {
 						vals[k] = m
 						return
 					}
@@ -202,6 +202,7 @@ func eachObject(b []byte, arr member, keys []string, fn func(vals []member)) {
 // isNumber reports whether v is a JSON number (not a string or literal).
 func isNumber(v []byte) bool { return len(v) > 0 && (v[0] == '-' || v[0] >= '0' && v[0] <= '9') }
 
+// Rewrite rewrites the scanned 2xx bailing.agent-turn-context.v1 answer
 // (SPEC §7):
 //
 //   - mode "on_demand": context.knowledge and context.knowledge_refs become []
@@ -236,17 +237,17 @@ func (p *parsed) Rewrite(mode knowledge.DeliveryMode, deliveryBlock []byte) ([]b
 		}
 		ctxLastEnd := p.ctxLastEnd
 		if ctxLastEnd < 0 {
-			ctxLastEnd = p.ctxM.valStart + 1 // empty context
+			ctxLastEnd = p.ctxM.ValStart + 1 // empty context
 		}
 		if p.kN == 1 {
-			edits = append(edits, edit{p.kM.valStart, p.kM.valEnd, "[]", nil})
+			edits = append(edits, edit{p.kM.ValStart, p.kM.ValEnd, "[]", nil})
 		}
 		if p.rN == 1 {
-			edits = append(edits, edit{p.rM.valStart, p.rM.valEnd, "[]", nil})
+			edits = append(edits, edit{p.rM.ValStart, p.rM.ValEnd, "[]", nil})
 		}
 		if p.kN == 0 || p.rN == 0 {
 			var add strings.Builder
-			sep := ctxLastEnd != p.ctxM.valStart+1 // context has members
+			sep := ctxLastEnd != p.ctxM.ValStart+1 // context has members
 			for _, name := range [...]string{"knowledge", "knowledge_refs"} {
 				if (name == "knowledge" && p.kN == 1) || (name == "knowledge_refs" && p.rN == 1) {
 					continue
@@ -261,7 +262,7 @@ func (p *parsed) Rewrite(mode knowledge.DeliveryMode, deliveryBlock []byte) ([]b
 		}
 	}
 	if p.kdN == 1 {
-		edits = append(edits, edit{p.kdM.valStart, p.kdM.valEnd, "", block})
+		edits = append(edits, edit{p.kdM.ValStart, p.kdM.ValEnd, "", block})
 	} else {
 		prefix := `"knowledge_delivery":`
 		if p.lastEnd != p.start+1 {

@@ -80,19 +80,19 @@ func ParseRequest(body []byte) (Request, error) {
 	)
 	end, err := scanObject(body, i, 1, func(m member) {
 		switch {
-		case m.keyIs(body, "knowledge_delivery"):
+		case m.KeyIs(body, "knowledge_delivery"):
 			kdCount++
 			if kdCount == 1 {
 				kd, kdPrev = m, prevEnd
 			}
-		case m.keyIs(body, "client_conversation_id"):
+		case m.KeyIs(body, "client_conversation_id"):
 			convRaw, haveConv = m, true
-		case m.keyIs(body, "client_turn_id"):
+		case m.KeyIs(body, "client_turn_id"):
 			raw, haveTurn = m, true
-		case m.keyIs(body, "user_message_id"):
+		case m.KeyIs(body, "user_message_id"):
 			msgRaw, haveMsg = m, true
 		}
-		prevEnd = m.valEnd
+		prevEnd = m.ValEnd
 	})
 	if err == nil && skipWS(body, end) != len(body) {
 		err = errJSON
@@ -149,10 +149,10 @@ func removeMember(b []byte, m member, prevEnd int) []byte {
 	switch {
 	case prevEnd >= 0:
 		// Not first: drop the comma before it, from the previous value's end.
-		from, to = prevEnd, m.valEnd
+		from, to = prevEnd, m.ValEnd
 	default:
-		from, to = m.keyStart, m.valEnd
-		if j := skipWS(b, m.valEnd); j < len(b) && b[j] == ',' {
+		from, to = m.KeyStart, m.ValEnd
+		if j := skipWS(b, m.ValEnd); j < len(b) && b[j] == ',' {
 			// First of several: drop through the comma and the blanks after it.
 			to = skipWS(b, j+1)
 		}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 )
@@ -113,6 +114,28 @@ func cpuRowOf(load, unit string, g *group) cpuRow {
 	return row
 }
 
+// answerLen sends rq to ep once and returns the length of its 200 answer.
+func answerLen(ep *endpoint, rq reqSpec) (int, error) {
+	req, err := http.NewRequest(rq.method, ep.base+rq.path, bytes.NewReader(rq.body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header = rq.header.Clone()
+	resp, err := ep.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("%s %s answered %d", rq.method, rq.path, resp.StatusCode)
+	}
+	return len(b), nil
+}
+
 // cpuEndpoint is ep again, with CPU read from the child's own getrusage
 // (µs) instead of /proc ticks (10 ms).
 func cpuEndpoint(name string, ch *child) *endpoint {
@@ -205,10 +228,29 @@ func runCPU(c config, exe, upURL, upAddr, dir string, sc, rp *child, auth http.H
 		read := reqSpec{method: http.MethodPost, path: kbPath + "read", body: readBody, header: auth}
 		turns := newTurnBodies()
 		turn := reqSpec{method: http.MethodPost, path: "/agent-api/v1/workspaces/" + routeTurn10 + "/turns", gen: turns.next, header: auth}
+		// The floor answers with bodies of the sidecar's sizes.
+		fc, err := spawn(exe, "floor", upURL, dir)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer fc.stop()
+		fl := cpuEndpoint("floor", fc)
+		floorSearch, floorRead := search, read
+		for _, p := range []*reqSpec{&floorSearch, &floorRead} {
+			n, err := answerLen(side, *p)
+			if err != nil {
+				return nil, nil, err
+			}
+			p.path = "/floor/" + p.path[strings.LastIndexByte(p.path, '/')+1:] + "?bytes=" + strconv.Itoa(n)
+			if _, err := answerLen(fl, *p); err != nil {
+				return nil, nil, fmt.Errorf("cpu section, floor: %w", err)
+			}
+		}
 		progress(logw, "cpu: search, read 32 KiB, turn 10 KiB on_demand vs a lean pass-through, closed loop, %d connections", c.cpuKBConc)
 		ts := []target{
 			{"lean", lean, passLoads["1k"]}, {"sidecar pass-through", side, passLoads["1k"]},
 			{"search", side, search}, {"read 32 KiB", side, read}, {"turn 10 KiB on_demand", side, turn},
+			{"floor search", fl, floorSearch}, {"floor read 32 KiB", fl, floorRead},
 		}
 		for _, ep := range extras {
 			// The ref is sealed with the bench world's keys, which every
@@ -288,12 +330,18 @@ func printCPU(w io.Writer, x *cpuResult) {
 		fmt.Fprintf(w, "\nKnowledge paths through the sidecar as multiples of one lean 1 KiB pass-through request (same rounds, closed loop, %d connections)\n", k.Conc)
 		b.Reset()
 		fmt.Fprintln(&b, "request\tCPU µs\t×lean\tpooled ×lean\treq/s\tp50 ms\t")
-		for _, name := range []string{"lean", "sidecar pass-through", "search", "read 32 KiB", "turn 10 KiB on_demand"} {
+		for _, name := range []string{"lean", "sidecar pass-through", "search", "read 32 KiB", "turn 10 KiB on_demand", "floor search", "floor read 32 KiB"} {
 			fmt.Fprintf(&b, "%s\t%.1f\t%s\t%s\t%.0f\t%.3f\t\n", name, k.CPU[name], ratio(k.Ratio, name), ratio(k.PooledRatio, name), k.RPS[name], k.P50[name])
 		}
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
 		_, _ = tw.Write(b.Bytes())
 		tw.Flush()
+		fmt.Fprintln(w, "floor: the same round trips to Core and the catalog made with net/http's client and database/sql, and a canned answer of the same size; nothing else (test/bench/floor.go)")
+		for _, t := range []string{"search", "read 32 KiB"} {
+			if f := k.CPU["floor "+t]; f > 0 {
+				fmt.Fprintf(w, "  %s: the sidecar spends %.1f µs above the floor (%.2f× the floor)\n", t, k.CPU[t]-f, k.CPU[t]/f)
+			}
+		}
 		fmt.Fprintf(w, "errors %d", k.Errors)
 		if k.FirstError != "" {
 			fmt.Fprintf(w, " (first: %s)", k.FirstError)

@@ -104,6 +104,15 @@ func serveTarget(role, upstream string, stdout, stderr io.Writer) int {
 		srv := &http.Server{Handler: h, ReadHeaderTimeout: so.ReadHeaderTimeout, IdleTimeout: so.IdleTimeout, MaxHeaderBytes: so.MaxHeaderBytes,
 			TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){}} // HTTP/1.1 only
 		serve = func() error { return serveUntil(ctx, srv, ln) }
+	case "floor":
+		h, closeDB, err := newFloor(upstream, os.Getenv(catalogEnv))
+		if err != nil {
+			return fail(err)
+		}
+		defer closeDB()
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: so.ReadHeaderTimeout, IdleTimeout: so.IdleTimeout, MaxHeaderBytes: so.MaxHeaderBytes,
+			TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){}} // HTTP/1.1 only
+		serve = func() error { return serveUntil(ctx, srv, ln) }
 	case "sidecar":
 		app, err := newSidecar(upstream, os.Getenv(catalogEnv), os.Getenv(noHintsEnv) == "", log)
 		if err != nil {

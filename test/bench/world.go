@@ -380,7 +380,20 @@ func newLeanProxy(coreURL string) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &http.Transport{
+	pool := &bufPool{p: sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}}
+	return &httputil.ReverseProxy{
+		Rewrite:       func(pr *httputil.ProxyRequest) { pr.SetURL(u); pr.SetXForwarded() },
+		Transport:     leanTransport(),
+		FlushInterval: 0,
+		BufferPool:    pool,
+	}, nil
+}
+
+// leanTransport is net/http's Transport with the sidecar's pool size and
+// timeouts, no compression, HTTP/1.1 only: the lean proxy's and the
+// floor's.
+func leanTransport() *http.Transport {
+	return &http.Transport{
 		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConns:          1024,
 		MaxIdleConnsPerHost:   256,
@@ -390,13 +403,6 @@ func newLeanProxy(coreURL string) (http.Handler, error) {
 		ForceAttemptHTTP2:     false,
 		TLSNextProto:          map[string]func(string, *tls.Conn) http.RoundTripper{},
 	}
-	pool := &bufPool{p: sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}}
-	return &httputil.ReverseProxy{
-		Rewrite:       func(pr *httputil.ProxyRequest) { pr.SetURL(u); pr.SetXForwarded() },
-		Transport:     t,
-		FlushInterval: 0,
-		BufferPool:    pool,
-	}, nil
 }
 
 type bufPool struct{ p sync.Pool }
