@@ -136,6 +136,65 @@ func BenchmarkReadPage32K(b *testing.B) {
 	}
 }
 
+// jsonBenchTexts are 32 KiB page texts: the load tool's Markdown document
+// (mostly ASCII, a few CJK words, quotes and a backslash), the same with
+// every non-ASCII character dropped, and Chinese prose; all with newlines.
+func jsonBenchTexts() []struct{ name, text string } {
+	const size = 32 << 10
+	_, md := testkit.Document(1, 2*size)
+	ascii := strings.Map(func(r rune) rune {
+		if r >= utf8.RuneSelf {
+			return -1
+		}
+		return r
+	}, md)
+	var cjk strings.Builder
+	for n := 0; cjk.Len() < 2*size; n++ {
+		if n%8 == 0 {
+			fmt.Fprintf(&cjk, "\n\n## 第%d节 退货政策\n\n", n/8)
+		}
+		cjk.WriteString("顾客在收到商品后三十天内可以申请退款，仓库收到退回的包裹并检查无损后，客服会在两个工作日内处理。")
+	}
+	cut := func(s string) string { return s[:boundaryAtOrBefore(s, size)] }
+	return []struct{ name, text string }{{"markdown", cut(md)}, {"ascii", cut(ascii)}, {"cjk", cut(cjk.String())}}
+}
+
+// BenchmarkJSONText measures the three text passes of a read page over a
+// 32 KiB text: fitting it to a budget, sizing it and writing it.
+func BenchmarkJSONText(b *testing.B) {
+	for _, tt := range jsonBenchTexts() {
+		budget := JSONStringLen(tt.text) - 2
+		buf := make([]byte, 0, budget+2)
+		b.Run(tt.name+"/FitPrefix", func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(tt.text)))
+			for b.Loop() {
+				if n, _ := FitPrefix(tt.text, budget); n != len(tt.text) {
+					b.Fatalf("FitPrefix took %d of %d bytes", n, len(tt.text))
+				}
+			}
+		})
+		b.Run(tt.name+"/JSONStringLen", func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(tt.text)))
+			for b.Loop() {
+				if JSONStringLen(tt.text) != budget+2 {
+					b.Fatal("length changed")
+				}
+			}
+		})
+		b.Run(tt.name+"/AppendJSONString", func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(tt.text)))
+			for b.Loop() {
+				if out := AppendJSONString(buf[:0], tt.text); len(out) != budget+2 {
+					b.Fatalf("wrote %d bytes; want %d", len(out), budget+2)
+				}
+			}
+		})
+	}
+}
+
 // ---- end-to-end search and read with zero-latency fakes ----
 
 // benchCatalog is the in-memory catalog (the route's knowledge column is

@@ -1,7 +1,9 @@
 package knowledge
 
 import (
+	"encoding/binary"
 	"math"
+	"math/bits"
 	"strconv"
 	"unicode/utf8"
 )
@@ -36,6 +38,50 @@ var asciiEscLen = func() (t [utf8.RuneSelf]uint8) {
 
 const hexDigits = "0123456789abcdef"
 
+// Most of a page is runs of plain bytes: ASCII that is written as it is
+// (asciiEscLen 1). The three passes over a page (FitPrefix, JSONStringLen,
+// AppendJSONString) skip such runs eight bytes at a time.
+
+const (
+	swarLo = 0x0101010101010101
+	swarHi = 0x8080808080808080
+)
+
+// plainBytes8 sets the high bit of each byte of x (eight bytes, packed
+// little-endian) that is plain: at least 0x20, below 0x80, neither '"' nor
+// '\\'. For a byte b below 0x80 each test is an addition that cannot carry
+// into the next byte: b+0x60 reaches 0x80 exactly when b >= 0x20, and
+// q+0x7F exactly when q (b with '"' or '\\' xored out) is not zero. A byte
+// of 0x80 or more fails one of the first two tests (b+0x60 wraps for
+// b >= 0xA0, and q+0x7F for the others, whose q is 0xA0..0xBF), and its
+// carry may spoil the answers above it. So the answers are exact up to and
+// including the first byte that is not plain, which is all plainEnd
+// needs: the word is all plain when the result is swarHi, and otherwise its
+// lowest clear high bit marks the first byte that needs a decision.
+func plainBytes8(x uint64) uint64 {
+	q := x ^ (swarLo * '"')
+	s := x ^ (swarLo * '\\')
+	return (x + swarLo*(0x80-0x20)) & (q + swarLo*0x7F) & (s + swarLo*0x7F) & swarHi
+}
+
+// plainEnd returns the end of the run of plain bytes that starts at s[i],
+// which is plain. Whole words are tested in a loop whose next load does not
+// wait for the test (only a predictable branch does), so a long run costs
+// about an eighth of a byte-at-a-time loop; the first byte that is not plain
+// is found in the word that holds it. Fewer than eight bytes before the end
+// of s are left to the caller's byte-at-a-time loop.
+func plainEnd(s string, i int) int {
+	j := i
+	for ; j+8 <= len(s); j += 8 {
+		// The conversion does not copy: the compiler loads the eight bytes
+		// of the string directly.
+		if m := ^plainBytes8(binary.LittleEndian.Uint64([]byte(s[j:j+8]))) & swarHi; m != 0 {
+			return j + bits.TrailingZeros64(m)/8
+		}
+	}
+	return max(j, i+1)
+}
+
 // AppendJSONString appends s to dst as a JSON string literal, quotes
 // included, using the escaping rules above.
 func AppendJSONString(dst []byte, s string) []byte {
@@ -45,7 +91,7 @@ func AppendJSONString(dst []byte, s string) []byte {
 		b := s[i]
 		if b < utf8.RuneSelf {
 			if asciiEscLen[b] == 1 {
-				i++
+				i = plainEnd(s, i) // copied with the rest of the run below
 				continue
 			}
 			dst = append(dst, s[start:i]...)
@@ -94,6 +140,12 @@ func JSONStringLen(s string) int {
 	for i := 0; i < len(s); {
 		b := s[i]
 		if b < utf8.RuneSelf {
+			if asciiEscLen[b] == 1 {
+				j := plainEnd(s, i)
+				n += j - i
+				i = j
+				continue
+			}
 			n += int(asciiEscLen[b])
 			i++
 			continue
@@ -140,16 +192,24 @@ func runeEscLen(s string) (escaped, size int) {
 func FitPrefix(s string, budget int) (n, escaped int) {
 	for n < len(s) {
 		b := s[n]
-		if b < utf8.RuneSelf {
-			w := int(asciiEscLen[b])
-			if escaped+w > budget {
+		w, size := 0, 1
+		switch {
+		case b >= utf8.RuneSelf:
+			w, size = runeEscLen(s[n:])
+		case asciiEscLen[b] == 1:
+			// Plain bytes cost one each: take the run, as far as the budget
+			// goes, in one step.
+			room := budget - escaped
+			if room <= 0 {
 				return n, escaped
 			}
-			escaped += w
-			n++
+			k := plainEnd(s[:n+min(len(s)-n, room)], n) - n
+			n += k
+			escaped += k
 			continue
+		default:
+			w = int(asciiEscLen[b])
 		}
-		w, size := runeEscLen(s[n:])
 		if escaped+w > budget {
 			return n, escaped
 		}

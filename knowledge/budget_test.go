@@ -467,3 +467,14 @@ func TestRuneEscLenMatchesUTF8(t *testing.T) {
 		check(string(b[:1+r.IntN(4)]))
 	}
 }
+
+// TestPlanAllocatesNothing: Plan measures the body's fixed part on the
+// stack, for the longest reference and a long title.
+func TestPlanAllocatesNothing(t *testing.T) {
+	k := testKeys(t)
+	p := ReadPage{Route: routeKey, RunID: runA, ScopeRevision: strings.Repeat("a", 64), Ref: strings.Repeat("r", maxRefLen),
+		Revision: strings.Repeat("b", 64), Title: strings.Repeat("标题", 20), Content: strings.Repeat("plain text\n", 4000)}
+	if n := testing.AllocsPerRun(10, func() { p.Plan(ReadMaxBytes, k.cursorLen()) }); n != 0 {
+		t.Fatalf("Plan: %v allocations; want 0", n)
+	}
+}

@@ -37,20 +37,37 @@ func (p *ReadPage) Plan(maxBytes, cursorLen int) (plan PagePlan, ok bool) {
 	rest := p.Content[p.Offset:]
 	chainRoom := ReadChainMaxBytes - p.Served
 	fixed := p.fixedLen()
+	// room is what the content may escape to on a page that continues (a
+	// next_cursor, truncated true).
+	room := maxBytes - fixed - (cursorLen + 2) - len("true") - len("false")
+	limit := boundaryAtOrBefore(p.Content, p.Offset+min(len(rest), max(chainRoom, 0))) - p.Offset
+	n := 0
 	if len(rest) <= chainRoom {
-		// The final page: the whole rest, with next_cursor null.
-		room := maxBytes - fixed - len("null") - len("false") - len("false")
-		if room >= 0 {
-			if n, _ := FitPrefix(rest, room); n == len(rest) {
+		// This may be the final page: the whole rest (limit is len(rest)),
+		// with next_cursor null, in finalRoom. One scan answers both that
+		// and how much fits in room, because fitting is additive: the
+		// longest prefix within the larger budget is the longest prefix
+		// within the smaller one, continued from there with what is left
+		// of the larger. (A negative budget fits nothing, so a negative
+		// smaller one leaves all of the larger to the second step.) With a
+		// real cursor room is the smaller, and the second step only goes
+		// the few bytes a null saves over the cursor.
+		finalRoom := maxBytes - fixed - len("null") - len("false") - len("false")
+		var escaped int
+		n, escaped = FitPrefix(rest, min(room, finalRoom))
+		if finalRoom < room {
+			if finalRoom >= 0 && n == len(rest) {
+				return PagePlan{End: len(p.Content)}, true
+			}
+			more, _ := FitPrefix(rest[n:], room-escaped)
+			n += more
+		} else if finalRoom >= 0 {
+			if more, _ := FitPrefix(rest[n:], finalRoom-escaped); n+more == len(rest) {
 				return PagePlan{End: len(p.Content)}, true
 			}
 		}
-	}
-	limit := boundaryAtOrBefore(p.Content, p.Offset+min(len(rest), max(chainRoom, 0))) - p.Offset
-	room := maxBytes - fixed - (cursorLen + 2) - len("true") - len("false")
-	n := 0
-	if room >= 0 {
-		n, _ = FitPrefix(rest[:limit], room)
+	} else {
+		n, _ = FitPrefix(rest[:limit], room) // nothing when room is negative
 	}
 	if n == limit && limit < len(rest) {
 		// The chain budget, not the body, ends this page.
@@ -69,7 +86,10 @@ func (p *ReadPage) Plan(maxBytes, cursorLen int) (plan PagePlan, ok bool) {
 // fixedLen is the body size without the content characters (its quotes
 // included) and without the next_cursor/truncated/budget_exhausted values.
 func (p *ReadPage) fixedLen() int {
-	return len(p.appendHead(nil)) + 2 + len(p.appendTail(nil, PagePlan{}, "", true))
+	// Measured on the stack: a head with the usual ref and title fits in
+	// buf, and Plan then allocates nothing.
+	var buf [1024]byte
+	return len(p.appendHead(buf[:0])) + 2 + len(p.appendTail(buf[:0], PagePlan{}, "", true))
 }
 
 // AppendJSON appends the response body for plan, with keys in protocol
