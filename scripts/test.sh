@@ -72,6 +72,10 @@ mariadb -uroot -h127.0.0.1 -e "CREATE DATABASE IF NOT EXISTS ks_test CHARACTER S
 go mod download
 go vet ./...
 go test -race -count=1 -timeout 20m ./... "$@"
+# Every benchmark once: they are the performance evidence (docs/performance.md),
+# and one whose setup broke would otherwise only be found by the next person
+# to measure (BenchmarkServiceRead answered 409 for a while).
+go test -run '^$' -bench . -benchtime 1x ./...
 # A short run of every fuzz target (2 s each: 14 targets took 35-60 s on a
 # loaded 2-core machine); a finding fails the suite. Longer sessions:
 # ./scripts/fuzz.sh [duration] (docs/reliability.md, "Fuzzing").
