@@ -23,7 +23,7 @@ var uuidPattern = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]
 
 // requestFields is a request body's members, located by one scan:
 // vals[i] is the value (its JSON text) of the member named names[i], nil
-// when the body has no such member.
+// when the body has no such member. Four is the most members a body has.
 type requestFields struct {
 	names []string
 	vals  [4][]byte
