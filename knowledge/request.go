@@ -2,15 +2,13 @@ package knowledge
 
 import (
 	"bytes"
-	"encoding/json"
-	"errors"
-	"io"
 	"regexp"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts/jsstring"
+	"github.com/bailinghub/knowledge-sidecar/internal/jsonscan"
 )
 
 // Request decoding: strict, never clamping or fixing input (SPEC §2).
@@ -21,72 +19,117 @@ import (
 // String length, as Core counts it): a character above U+FFFF counts 2.
 const maxQueryUnits = 2000
 
+var uuidPattern = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+
+// requestFields is a request body's members, located by one scan:
+// vals[i] is the value (its JSON text) of the member named names[i], nil
+// when the body has no such member. Four is the most members a body has.
+type requestFields struct {
+	names []string
+	vals  [4][]byte
+}
+
+// get returns the value of the member name and whether the body has it.
+func (f *requestFields) get(name string) ([]byte, bool) {
+	for i, n := range f.names {
+		if n == name {
+			return f.vals[i], f.vals[i] != nil
+		}
+	}
+	return nil, false
+}
+
+// Member names of the two bodies, in the order the values are kept.
 var (
-	uuidPattern       = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
-	jsonIntegerSyntax = regexp.MustCompile(`^-?(0|[1-9][0-9]{0,15})$`)
+	searchFields = []string{"query", "limit", "run_id"}
+	readFields   = []string{"ref", "run_id", "max_bytes", "cursor"}
 )
 
-// decodeObject splits a JSON object into its members, rejecting anything
-// but exactly one object, duplicate members and members not in allowed.
-func decodeObject(body []byte, allowed ...string) (map[string]json.RawMessage, error) {
+// decodeObject locates the members of a JSON object in one pass over
+// internal/jsonscan, rejecting anything but exactly one object, duplicate
+// members and members not in allowed, without reflection. Its answers are
+// those of encoding/json's Decoder reading the object token by token (Token
+// for '{' and each key, Decode of each value into a RawMessage), which
+// request_ref_test.go keeps as the oracle: the same checks in the same
+// order, each member's key and whole value scanned before its name is
+// judged, and a member name with escapes unescaped before it is.
+func decodeObject(body []byte, allowed []string) (requestFields, error) {
+	f := requestFields{names: allowed}
 	if !utf8.Valid(body) {
-		return nil, errInvalid("The request body must be valid UTF-8.")
+		return f, errInvalid("The request body must be valid UTF-8.")
 	}
 	// Only JSON's own whitespace (RFC 8259 §2: space, tab, LF, CR) may
 	// surround the object; bytes.TrimSpace would also take \v, \f, U+0085,
 	// U+00A0 and the other Unicode spaces, silently fixing the body.
 	trimmed := bytes.Trim(body, jsonSpace)
 	if len(trimmed) == 0 || trimmed[0] != '{' {
-		if len(trimmed) > 0 && json.Valid(trimmed) {
-			return nil, errInvalid("The request body must be a JSON object.")
+		if end, err := jsonscan.SkipValue(trimmed, 0, 0); err == nil && end == len(trimmed) {
+			return f, errInvalid("The request body must be a JSON object.")
 		}
-		return nil, errInvalid("The request body must be valid JSON.")
+		return f, errInvalid("The request body must be valid JSON.")
 	}
 	// encoding/json replaces an unpaired UTF-16 surrogate escape with
 	// U+FFFD; that would be a silent fix of the client's text (SPEC §2).
-	if loneSurrogateEscape(trimmed) {
-		return nil, errInvalid("The request body contains an unpaired UTF-16 surrogate escape (\\ud800-\\udfff).")
+	// This refusal comes before any other of the body's, wherever the
+	// escape is; a body without a backslash has no escape to look at.
+	if bytes.IndexByte(trimmed, '\\') >= 0 && loneSurrogateEscape(trimmed) {
+		return f, errInvalid("The request body contains an unpaired UTF-16 surrogate escape (\\ud800-\\udfff).")
 	}
-	dec := json.NewDecoder(bytes.NewReader(trimmed))
-	if _, err := dec.Token(); err != nil { // '{'
-		return nil, errInvalid("The request body must be valid JSON.")
-	}
-	out := map[string]json.RawMessage{}
-	for dec.More() {
-		tok, err := dec.Token()
+	// The object is scanned at depth 0, its values as held at depth 0: the
+	// Decoder took the '{' as a token and scanned each value afresh, so a
+	// value may nest as deeply as a whole document may (encoding/json's
+	// limit), one level more than in a document holding it.
+	var memberErr error
+	end, err := jsonscan.Object(trimmed, 0, 0, func(m jsonscan.Member) (int, error) {
+		end, err := jsonscan.SkipValue(trimmed, m.ValStart, 0)
 		if err != nil {
-			return nil, errInvalid("The request body must be valid JSON.")
+			return 0, err
 		}
-		key, ok := tok.(string)
-		if !ok {
-			return nil, errInvalid("The request body must be valid JSON.")
+		i := fieldIndex(trimmed, m, allowed)
+		if i < 0 {
+			key, _ := jsonscan.Unquote(trimmed[m.KeyStart:m.KeyEnd])
+			memberErr = errInvalid("Unknown field " + strconv.Quote(safeFieldName(key)) + ".")
+			return 0, memberErr
 		}
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return nil, errInvalid("The request body must be valid JSON.")
+		if f.vals[i] != nil {
+			memberErr = errInvalid("Field " + allowed[i] + " appears more than once.")
+			return 0, memberErr
 		}
-		known := false
-		for _, a := range allowed {
-			if a == key {
-				known = true
-				break
+		f.vals[i] = trimmed[m.ValStart:end]
+		return end, nil
+	})
+	switch {
+	case memberErr != nil:
+		return requestFields{names: allowed}, memberErr
+	case err != nil:
+		return requestFields{names: allowed}, errInvalid("The request body must be valid JSON.")
+	case end != len(trimmed):
+		// The body is trimmed, so whatever follows the object is more than
+		// whitespace: another value, or bytes that are none.
+		return requestFields{names: allowed}, errInvalid("The request body must contain exactly one JSON object.")
+	}
+	return f, nil
+}
+
+// fieldIndex returns the index in allowed of the member's name, unescaped,
+// or -1.
+func fieldIndex(b []byte, m jsonscan.Member, allowed []string) int {
+	if !m.KeyEsc {
+		key := b[m.KeyStart+1 : m.KeyEnd-1]
+		for i, a := range allowed {
+			if string(key) == a {
+				return i
 			}
 		}
-		if !known {
-			return nil, errInvalid("Unknown field " + strconv.Quote(safeFieldName(key)) + ".")
+		return -1
+	}
+	key, _ := jsonscan.Unquote(b[m.KeyStart:m.KeyEnd])
+	for i, a := range allowed {
+		if key == a {
+			return i
 		}
-		if _, dup := out[key]; dup {
-			return nil, errInvalid("Field " + key + " appears more than once.")
-		}
-		out[key] = raw
 	}
-	if _, err := dec.Token(); err != nil { // '}'
-		return nil, errInvalid("The request body must be valid JSON.")
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, errInvalid("The request body must contain exactly one JSON object.")
-	}
-	return out, nil
+	return -1
 }
 
 // jsonSpace is the whitespace JSON allows between tokens (RFC 8259 §2).
@@ -169,55 +212,97 @@ func safeFieldName(k string) string {
 	return k
 }
 
-func isNull(raw json.RawMessage) bool { return string(raw) == "null" }
+func isNull(raw []byte) bool { return string(raw) == "null" }
 
 // stringField decodes a JSON string member. present is false when the
 // member is absent or (for optional members) null.
-func stringField(m map[string]json.RawMessage, name string, required bool) (v string, present bool, err error) {
-	raw, ok := m[name]
+func stringField(f *requestFields, name string, required bool) (v string, present bool, err error) {
+	raw, ok := f.get(name)
 	if !ok || (!required && isNull(raw)) {
 		if required {
 			return "", false, errInvalid(name + " is required.")
 		}
 		return "", false, nil
 	}
-	if len(raw) == 0 || raw[0] != '"' {
+	if raw[0] != '"' {
 		return "", false, errInvalid(name + " must be a string.")
 	}
-	if err := json.Unmarshal(raw, &v); err != nil {
-		return "", false, errInvalid(name + " must be a string.")
-	}
+	// The value was scanned and the body has no lone surrogate escape, so
+	// Unquote decodes it exactly as encoding/json did.
+	v, _ = jsonscan.Unquote(raw)
 	return v, true, nil
 }
 
 // intField decodes an optional JSON integer member written without fraction
 // or exponent, within [lo, hi].
-func intField(m map[string]json.RawMessage, name string, lo, hi, def int) (int, error) {
-	raw, ok := m[name]
+func intField(f *requestFields, name string, lo, hi, def int) (int, error) {
+	raw, ok := f.get(name)
 	if !ok || isNull(raw) {
 		return def, nil
 	}
-	rangeMsg := name + " must be an integer from " + strconv.Itoa(lo) + " to " + strconv.Itoa(hi) + "."
-	if !jsonIntegerSyntax.Match(raw) {
-		return 0, errInvalid(rangeMsg)
+	n, ok := jsonInteger(raw)
+	if !ok || n < int64(lo) || n > int64(hi) {
+		return 0, errInvalid(name + " must be an integer from " + strconv.Itoa(lo) + " to " + strconv.Itoa(hi) + ".")
 	}
-	n, err := strconv.Atoi(string(raw))
-	if err != nil || n < lo || n > hi {
-		return 0, errInvalid(rangeMsg)
+	return int(n), nil
+}
+
+// jsonInteger decodes -?(0|[1-9][0-9]{0,15}): an integer without fraction
+// or exponent, of at most 16 digits, which is always within int64 (and so
+// never a case of its own, on any platform).
+func jsonInteger(b []byte) (int64, bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
 	}
-	return n, nil
+	if len(b) == 0 || len(b) > 16 || b[0] < '0' || b[0] > '9' || (b[0] == '0' && len(b) > 1) {
+		return 0, false
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
 }
 
 // runIDField decodes the optional run_id and returns it lowercased.
-func runIDField(m map[string]json.RawMessage) (string, error) {
-	v, present, err := stringField(m, "run_id", false)
+func runIDField(f *requestFields) (string, error) {
+	v, present, err := stringField(f, "run_id", false)
 	if err != nil || !present {
 		return "", err
 	}
-	if !uuidPattern.MatchString(v) {
+	if !isUUID(v) {
 		return "", errInvalid("run_id must be a UUID.")
 	}
 	return strings.ToLower(v), nil
+}
+
+// isUUID is uuidPattern.MatchString without the regular expression: 36
+// characters, hyphens at 8, 13, 18 and 23 and hexadecimal digits elsewhere.
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 type searchRequest struct {
@@ -227,12 +312,12 @@ type searchRequest struct {
 }
 
 func parseSearch(body []byte) (searchRequest, error) {
-	m, err := decodeObject(body, "query", "limit", "run_id")
+	f, err := decodeObject(body, searchFields)
 	if err != nil {
 		return searchRequest{}, err
 	}
 	var r searchRequest
-	q, _, err := stringField(m, "query", true)
+	q, _, err := stringField(&f, "query", true)
 	if err != nil {
 		return r, err
 	}
@@ -251,10 +336,10 @@ func parseSearch(body []byte) (searchRequest, error) {
 		}
 	}
 	r.query = q
-	if r.limit, err = intField(m, "limit", 1, SearchMaxResults, SearchMaxResults); err != nil {
+	if r.limit, err = intField(&f, "limit", 1, SearchMaxResults, SearchMaxResults); err != nil {
 		return r, err
 	}
-	if r.runID, err = runIDField(m); err != nil {
+	if r.runID, err = runIDField(&f); err != nil {
 		return r, err
 	}
 	return r, nil
@@ -269,24 +354,24 @@ type readRequest struct {
 }
 
 func parseRead(body []byte) (readRequest, error) {
-	m, err := decodeObject(body, "ref", "run_id", "max_bytes", "cursor")
+	f, err := decodeObject(body, readFields)
 	if err != nil {
 		return readRequest{}, err
 	}
 	var r readRequest
-	if r.ref, _, err = stringField(m, "ref", true); err != nil {
+	if r.ref, _, err = stringField(&f, "ref", true); err != nil {
 		return r, err
 	}
 	if r.ref == "" {
 		return r, errInvalid("ref must not be empty.")
 	}
-	if r.runID, err = runIDField(m); err != nil {
+	if r.runID, err = runIDField(&f); err != nil {
 		return r, err
 	}
-	if r.maxBytes, err = intField(m, "max_bytes", ReadMinBytes, ReadMaxBytes, ReadDefaultBytes); err != nil {
+	if r.maxBytes, err = intField(&f, "max_bytes", ReadMinBytes, ReadMaxBytes, ReadDefaultBytes); err != nil {
 		return r, err
 	}
-	if r.cursor, r.hasCursor, err = stringField(m, "cursor", false); err != nil {
+	if r.cursor, r.hasCursor, err = stringField(&f, "cursor", false); err != nil {
 		return r, err
 	}
 	if r.hasCursor && r.cursor == "" {

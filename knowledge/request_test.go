@@ -198,3 +198,28 @@ func FuzzRequestStrict(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkParseRequest decodes the bodies a host sends: a read with every
+// member (a reference and a cursor of their sealed lengths) and a search.
+func BenchmarkParseRequest(b *testing.B) {
+	ref := "kr2.k1." + strings.Repeat("Qx7_b-Z9", 17)
+	cursor := "kc2.k1." + strings.Repeat("m4Tq_8wE", 19)
+	read := []byte(`{"ref":"` + ref + `","run_id":"3F2504E0-4F89-11D3-9A0C-0305E82C3301","max_bytes":32768,"cursor":"` + cursor + `"}`)
+	search := []byte(`{"query":"How do I get a refund for a cancelled order?","limit":3,"run_id":"3f2504e0-4f89-11d3-9a0c-0305e82c3301"}`)
+	b.Run("read", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := parseRead(read); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("search", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := parseSearch(search); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
