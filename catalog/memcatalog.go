@@ -181,13 +181,13 @@ func (m *MemCatalog) Route(_ context.Context, key corefacts.RouteKey) (corefacts
 	return routeOf(r.key, r.enabled, r.knowledge)
 }
 
-// RouteGate implements knowledge.Catalog (see decideGate).
 // RouteBundle reads the route and the rows after it one by one (the SQL
 // catalog's single statement has no in-memory equivalent to save).
 func (m *MemCatalog) RouteBundle(ctx context.Context, key corefacts.RouteKey, kbIDs []string, docID int64) (corefacts.RouteBundle, error) {
 	return bundleApart(ctx, m, key, kbIDs, docID)
 }
 
+// RouteGate implements knowledge.Catalog (see decideGate).
 func (m *MemCatalog) RouteGate(_ context.Context, route corefacts.RouteKey, s corefacts.Session) error {
 	if err := m.rlock(); err != nil {
 		return err
