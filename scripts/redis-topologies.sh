@@ -56,8 +56,10 @@ ks_free_port() {
 ks_redis() { # port, extra args...
   local p=$1; shift
   mkdir -p "$ks_topo_dir/$p"
+  # repl-diskless-sync-delay 0: a replica's first sync starts at once, not
+  # after Redis's default 5 s wait for more replicas to share it.
   redis-server --port "$p" --bind 127.0.0.1 --daemonize yes --dir "$ks_topo_dir/$p" --save "" --appendonly no \
-    --pidfile "$ks_topo_dir/$p.pid" --logfile "$ks_topo_dir/$p.log" "$@"
+    --repl-diskless-sync-delay 0 --pidfile "$ks_topo_dir/$p.pid" --logfile "$ks_topo_dir/$p.log" "$@"
 }
 
 ks_wait() { # what, command...
@@ -79,6 +81,13 @@ ks_topo_up() {
     --cluster-replicas 1 --cluster-yes >"$ks_topo_dir/cluster-create.log" 2>&1 || return 1
   for p in "${ports[@]}"; do
     ks_wait "cluster state on $p" sh -c "redis-cli -p $p cluster info | grep -q cluster_state:ok" || return 1
+  done
+  # Up means replicated, as every node sees it: CLUSTER SLOTS lists a
+  # replica only once it has synced, and a client that loaded the topology
+  # before then knows no replica at all (a test of CLUSTER FAILOVER then
+  # fails over nothing); a test may start the moment this script returns.
+  for p in "${ports[@]}"; do
+    ks_wait "cluster replicas seen by $p" sh -c "[ \$(redis-cli -p $p cluster slots | grep -c '^127.0.0.1\$') -eq 6 ]" || return 1
   done
   for p in "${ports[@]:1}"; do addrs+="&addr=127.0.0.1:$p"; done
   export KS_TEST_REDIS_CLUSTER_URL="redis://127.0.0.1:${ports[0]}?${addrs#&}"

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -338,6 +339,18 @@ func TestScaleClusterFailover(t *testing.T) {
 	raw := rawTopo(t, ledger.ModeCluster, url).(*redis.ClusterClient)
 	var oldPrimaries []string
 	failover := func(ctx context.Context) error {
+		// The client's view of the cluster must hold every replica: one
+		// that loaded the topology before a replica's first sync finished
+		// does not list it (CLUSTER SLOTS leaves it out), and would fail
+		// over nothing.
+		if !testkit.Poll(10*time.Second, func() bool {
+			raw.ReloadState(ctx)
+			var replicas atomic.Int32
+			_ = raw.ForEachSlave(ctx, func(context.Context, *redis.Client) error { replicas.Add(1); return nil })
+			return replicas.Load() == 3
+		}) {
+			return errors.New("the cluster client did not see three replicas within 10s")
+		}
 		var mu sync.Mutex
 		_ = raw.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
 			mu.Lock()
