@@ -48,6 +48,11 @@ func TestSchemaGate(t *testing.T) {
 	if _, err := g.Route(ctx, rk("orders")); !errors.Is(err, corefacts.ErrUnavailable) || !errors.Is(err, catalog.ErrSchemaUnverified) {
 		t.Fatalf("Route before the schema passed: got %v; want ErrSchemaUnverified (ErrUnavailable)", err)
 	}
+	// The one-statement route read is what every read and most searches
+	// use: it is held back too.
+	if _, err := g.RouteBundle(ctx, rk("orders"), []string{"faq"}, 1); !errors.Is(err, catalog.ErrSchemaUnverified) {
+		t.Fatalf("RouteBundle before the schema passed: got %v; want ErrSchemaUnverified", err)
+	}
 	if g.Usable() {
 		t.Error("Usable: got true before the schema passed")
 	}
