@@ -28,6 +28,18 @@ func (c cannedCore) RoundTrip(r *http.Request) (*http.Response, error) {
 	}, nil
 }
 
+// leanProxy is the lean stdlib proxy the edge is measured against: a
+// ReverseProxy with Rewrite (SetURL, SetXForwarded), pooled buffers and
+// FlushInterval 0, over rt.
+func leanProxy(target string, rt http.RoundTripper) *httputil.ReverseProxy {
+	u, _ := url.Parse(target)
+	return &httputil.ReverseProxy{
+		Rewrite:    func(pr *httputil.ProxyRequest) { pr.SetURL(u); pr.SetXForwarded() },
+		Transport:  rt,
+		BufferPool: newBufferPool(),
+	}
+}
+
 // passAllocs is the allocations per pass-through GET of h (request
 // construction and the canned answer included, both the same for every
 // handler).
@@ -65,12 +77,7 @@ func TestPassthroughAllocs(t *testing.T) {
 	body := bytes.Repeat([]byte("x"), 1<<10)
 	core := cannedCore{body: body}
 	w := newBenchWorldWith(t, core)
-	u, _ := url.Parse(w.upstream.URL)
-	lean := &httputil.ReverseProxy{
-		Rewrite:    func(pr *httputil.ProxyRequest) { pr.SetURL(u); pr.SetXForwarded() },
-		Transport:  core,
-		BufferPool: newBufferPool(),
-	}
+	lean := leanProxy(w.upstream.URL, core)
 	h := w.server.Handler()
 	passAllocs(t, h, len(body)) // warm: pools, lazily built label children
 	edge := passAllocs(t, h, len(body))
@@ -91,12 +98,7 @@ func BenchmarkPassthroughCanned(b *testing.B) {
 	body := bytes.Repeat([]byte("x"), 1<<10)
 	core := cannedCore{body: body}
 	w := newBenchWorldWith(b, core)
-	u, _ := url.Parse(w.upstream.URL)
-	lean := &httputil.ReverseProxy{
-		Rewrite:    func(pr *httputil.ProxyRequest) { pr.SetURL(u); pr.SetXForwarded() },
-		Transport:  core,
-		BufferPool: newBufferPool(),
-	}
+	lean := leanProxy(w.upstream.URL, core)
 	for _, h := range []struct {
 		name string
 		h    http.Handler

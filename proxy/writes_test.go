@@ -7,8 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -35,12 +33,7 @@ func TestPassthroughWrites(t *testing.T) {
 	w := newBenchWorldWith(t, side)
 	leanTransport := &http.Transport{DialContext: dial, DisableCompression: true}
 	t.Cleanup(leanTransport.CloseIdleConnections)
-	u, _ := url.Parse(w.upstream.URL)
-	lean := &httputil.ReverseProxy{
-		Rewrite:    func(pr *httputil.ProxyRequest) { pr.SetURL(u); pr.SetXForwarded() },
-		Transport:  leanTransport,
-		BufferPool: newBufferPool(),
-	}
+	lean := leanProxy(w.upstream.URL, leanTransport)
 	writes := func(h http.Handler) int64 {
 		t.Helper()
 		srv := httptest.NewUnstartedServer(h)

@@ -83,14 +83,8 @@ func cpuRowOf(load, unit string, g *group) cpuRow {
 		RPS: map[string]float64{}, P50: map[string]float64{}, Errors: g.errors(), FirstError: g.firstError(), g: g}
 	pooled := map[string]float64{}
 	for i, name := range g.Targets {
-		var cpu, n float64
-		for _, r := range g.Reps {
-			ok := float64(r[i].Requests - r[i].Errors)
-			cpu += r[i].CPUPerReq * ok
-			n += ok
-		}
-		if n > 0 {
-			pooled[name] = cpu / n
+		if p, ok := g.pooledCPU(i); ok {
+			pooled[name] = p
 		}
 		row.CPU[name] = g.med(func(r []runStats) float64 { return r[i].CPUPerReq })
 		row.RPS[name] = g.med(func(r []runStats) float64 { return r[i].Throughput })
@@ -399,17 +393,12 @@ func ratioOf(r cpuRow, a, b string) string {
 		}
 		return rep[i].CPUPerReq / rep[j].CPUPerReq
 	})
-	var ci, ni, cj, nj float64
-	for _, rep := range r.g.Reps {
-		ci += rep[i].CPUPerReq * float64(rep[i].Requests-rep[i].Errors)
-		ni += float64(rep[i].Requests - rep[i].Errors)
-		cj += rep[j].CPUPerReq * float64(rep[j].Requests-rep[j].Errors)
-		nj += float64(rep[j].Requests - rep[j].Errors)
-	}
-	if ni == 0 || nj == 0 || cj == 0 {
+	pi, iok := r.g.pooledCPU(i)
+	pj, jok := r.g.pooledCPU(j)
+	if !iok || !jok || pj == 0 {
 		return fmt.Sprintf("%.3f", med)
 	}
-	return fmt.Sprintf("%.3f (%.3f)", med, (ci/ni)/(cj/nj))
+	return fmt.Sprintf("%.3f (%.3f)", med, pi/pj)
 }
 
 func both(r cpuRow, name string) string {

@@ -230,3 +230,18 @@ func (g *group) firstError() string {
 }
 
 func (g *group) idx(label string) int { return slices.Index(g.Targets, label) }
+
+// pooledCPU is target i's CPU per successful request over every round
+// (Σ CPU / Σ requests); ok is false when it served none.
+func (g *group) pooledCPU(i int) (cpu float64, ok bool) {
+	var total, n float64
+	for _, r := range g.Reps {
+		served := float64(r[i].Requests - r[i].Errors)
+		total += r[i].CPUPerReq * served
+		n += served
+	}
+	if n == 0 {
+		return 0, false
+	}
+	return total / n, true
+}

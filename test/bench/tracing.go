@@ -217,14 +217,8 @@ func tracingRowOf(load string, g *group) tracingRow {
 	row := tracingRow{Load: load, Rate: g.Rate, CPU: map[string]float64{}, Ratio: map[string]float64{},
 		P50: map[string]float64{}, P99: map[string]float64{}, Errors: g.errors(), Pooled: map[string]float64{}, PooledRatio: map[string]float64{}}
 	for i, name := range g.Targets {
-		var cpu, n float64
-		for _, r := range g.Reps {
-			ok := float64(r[i].Requests - r[i].Errors)
-			cpu += r[i].CPUPerReq * ok
-			n += ok
-		}
-		if n > 0 {
-			row.Pooled[name] = cpu / n
+		if p, ok := g.pooledCPU(i); ok {
+			row.Pooled[name] = p
 		}
 		row.CPU[name] = g.med(func(r []runStats) float64 { return r[i].CPUPerReq })
 		row.P50[name] = g.med(func(r []runStats) float64 { return r[i].P50 })
