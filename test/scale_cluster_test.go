@@ -485,12 +485,36 @@ func clusterWhole(ctx context.Context, c *redis.ClusterClient) bool {
 		mu.Lock()
 		defer mu.Unlock()
 		n++
-		if err != nil || !strings.Contains(info, "role:master") || !strings.Contains(info, "connected_slaves:1") || !strings.Contains(info, ",state=online,") {
+		if err != nil || !strings.Contains(info, "role:master") || !strings.Contains(info, "connected_slaves:1") || !strings.Contains(info, ",state=online,") || !replicaCaughtUp(info) {
 			whole = false
 		}
 		return nil
 	})
 	return err == nil && whole && n == 3
+}
+
+// replicaCaughtUp: in a primary's INFO replication, its replica has
+// acknowledged the primary's whole stream (slave0's offset = the primary's
+// master_repl_offset). "state=online" alone is not enough: a replica the
+// primary calls online can still be loading the snapshot of its resync
+// (the old primary after TestScaleClusterStoppedPrimary's SIGCONT) and
+// answers no WAIT until it has — seen in CI as WAIT 1 timing out.
+func replicaCaughtUp(info string) bool {
+	var primary, acked string
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		if v, ok := strings.CutPrefix(line, "master_repl_offset:"); ok {
+			primary = v
+		}
+		if v, ok := strings.CutPrefix(line, "slave0:"); ok {
+			for _, kv := range strings.Split(v, ",") {
+				if o, ok := strings.CutPrefix(kv, "offset="); ok {
+					acked = o
+				}
+			}
+		}
+	}
+	return acked != "" && acked == primary
 }
 
 // processID is the pid of the Redis server at addr (INFO server).
