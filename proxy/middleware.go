@@ -22,8 +22,12 @@ import (
 )
 
 // reqState travels in the request context so the ReverseProxy's error
-// handler can report an outcome (499) the response writer never saw.
+// handler can report an outcome (499) the response writer never saw. It is
+// that context too: the parent's, answering ctxKey with itself (Value), so
+// the state and its context are one allocation, not two as with
+// context.WithValue.
 type reqState struct {
+	context.Context
 	id      string
 	outcome int
 	// w and idv live here so that a request's state, its response writer
@@ -42,6 +46,14 @@ type reqState struct {
 }
 
 type ctxKey struct{}
+
+// Value is the embedded context's, but for ctxKey: the state itself.
+func (s *reqState) Value(key any) any {
+	if _, ok := key.(ctxKey); ok {
+		return s
+	}
+	return s.Context.Value(key)
+}
 
 func stateOf(ctx context.Context) *reqState {
 	s, _ := ctx.Value(ctxKey{}).(*reqState)
@@ -123,7 +135,8 @@ func (s *Server) edge() echo.MiddlewareFunc {
 			if s.tracer != nil {
 				ctx, span = s.startServerSpan(ctx, r, c.Path(), st.id)
 			}
-			r = r.WithContext(context.WithValue(ctx, ctxKey{}, st))
+			st.Context = ctx
+			r = r.WithContext(st)
 			c.SetRequest(r)
 			name := handlerName(c)
 			series := s.m.handler(name)

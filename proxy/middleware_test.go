@@ -83,8 +83,9 @@ func TestIsH2CUpgrade(t *testing.T) {
 	}
 }
 
-// edgeServer is a Server with extra test routes on its echo instance, so the
-// edge middleware runs exactly as in production.
+// edgeServer is a Server with extra test routes on its echo instance (every
+// request goes through echo's router), so the edge middleware runs exactly
+// as in production.
 func edgeServer(t *testing.T, routes func(e *echo.Echo)) *Server {
 	t.Helper()
 	core, _ := url.Parse("http://core.invalid")
@@ -93,6 +94,7 @@ func edgeServer(t *testing.T, routes func(e *echo.Echo)) *Server {
 		t.Fatal(err)
 	}
 	routes(s.echo)
+	s.claim = "/" // the test's routes may claim any path
 	return s
 }
 

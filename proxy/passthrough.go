@@ -109,7 +109,7 @@ func (f forwarding) rewrite(target *url.URL, pr *httputil.ProxyRequest) {
 			pr.Out.Header["X-Forwarded-For"] = append([]string(nil), v...)
 		}
 	}
-	pr.SetXForwarded()
+	setXForwarded(pr)
 	if trusted {
 		for _, h := range []string{"X-Forwarded-Host", "X-Forwarded-Proto"} {
 			if v := pr.In.Header.Get(h); v != "" {
@@ -128,6 +128,32 @@ func (f forwarding) rewrite(target *url.URL, pr *httputil.ProxyRequest) {
 			delete(pr.Out.Header, h)
 		}
 	}
+}
+
+// setXForwarded is httputil.ProxyRequest.SetXForwarded (X-Forwarded-For
+// appended to what Out already holds, X-Forwarded-Host, X-Forwarded-Proto)
+// with the three values in one allocation and the keys, canonical already,
+// set without Header.Set's canonicalization: three allocations and three
+// key scans less per request (TestSetXForwarded holds it to the stdlib's).
+func setXForwarded(pr *httputil.ProxyRequest) {
+	h := pr.Out.Header
+	v := make([]string, 3)
+	if ip, _, err := net.SplitHostPort(pr.In.RemoteAddr); err == nil {
+		if prior := h["X-Forwarded-For"]; len(prior) > 0 {
+			ip = strings.Join(prior, ", ") + ", " + ip
+		}
+		v[0] = ip
+		h["X-Forwarded-For"] = v[0:1:1]
+	} else {
+		delete(h, "X-Forwarded-For")
+	}
+	v[1] = pr.In.Host
+	h["X-Forwarded-Host"] = v[1:2:2]
+	v[2] = "http"
+	if pr.In.TLS != nil {
+		v[2] = "https"
+	}
+	h["X-Forwarded-Proto"] = v[2:3:3]
 }
 
 // clientIPHeaders name the client's address in the conventions of common

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net/http"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -18,6 +19,9 @@ const (
 
 // handlerPassthrough labels every request no route below claims.
 const handlerPassthrough = "passthrough"
+
+// passRoute is echo's route for everything the table does not claim.
+const passRoute = "/*"
 
 // route is one endpoint the sidecar claims: the table drives registration,
 // what other methods on the path get, the `handler` metric label, the
@@ -61,6 +65,28 @@ func (s *Server) register(e *echo.Echo) {
 		serve := rt.serve
 		e.Add(rt.method, rt.path, func(c echo.Context) error { return serve(s, c) })
 	}
+}
+
+// claimPrefix is what every path of the table starts with before its
+// route segment: a request path without it is never routed to a row
+// (Server.ServeHTTP skips echo's router for it).
+var claimPrefix = commonPrefix(routes)
+
+func commonPrefix(rows []route) string {
+	var p string
+	for i, rt := range rows {
+		fixed, _, _ := strings.Cut(rt.path, ":")
+		if i == 0 {
+			p = fixed
+			continue
+		}
+		n := 0
+		for n < len(p) && n < len(fixed) && p[n] == fixed[n] {
+			n++
+		}
+		p = p[:n]
+	}
+	return p
 }
 
 // routeOf is the table row of the path echo matched, or nil.

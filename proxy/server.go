@@ -7,6 +7,7 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -76,9 +77,16 @@ func newEdgeLimits(l Limits, m *limitMetrics) *edgeLimits {
 
 // Server is the sidecar's edge.
 type Server struct {
-	echo     *echo.Echo
-	pass     *httputil.ReverseProxy
-	passH    echo.HandlerFunc
+	echo  *echo.Echo
+	pass  *httputil.ReverseProxy
+	passH echo.HandlerFunc
+	// passEdge is the edge around passH, built once: what a request no
+	// route can claim runs (ServeHTTP), without echo's routing and its
+	// per-request middleware chain.
+	passEdge echo.HandlerFunc
+	// claim: a request whose path starts with it goes through echo's
+	// router (claimPrefix with features on; "" claims nothing).
+	claim    string
 	log      *slog.Logger
 	m        *metrics
 	registry *prometheus.Registry
@@ -144,10 +152,11 @@ func New(o Options) (*Server, error) {
 	// No HTTPErrorHandler: the edge answers a handler's error itself
 	// (writeErr) and returns nil, so echo's is never called.
 	e.Use(s.edge())
+	s.passEdge = s.edge()(s.passH)
 	// Everything, whatever the method, goes to Core unless a route below
 	// claims it. RouteNotFound also catches methods echo does not know.
-	e.Any("/*", s.passH)
-	e.RouteNotFound("/*", s.passH)
+	e.Any(passRoute, s.passH)
+	e.RouteNotFound(passRoute, s.passH)
 
 	if o.Features != nil {
 		f, err := newFeatures(o.Features, s)
@@ -156,6 +165,7 @@ func New(o Options) (*Server, error) {
 		}
 		s.feat = f
 		s.register(e)
+		s.claim = claimPrefix
 	}
 	s.echo = e
 	s.SetReady(true)
@@ -163,7 +173,23 @@ func New(o Options) (*Server, error) {
 }
 
 // Handler is the proxy listener's handler.
-func (s *Server) Handler() http.Handler { return s.echo }
+func (s *Server) Handler() http.Handler { return s }
+
+// ServeHTTP routes a request echo could match to a route of the table
+// through echo; every other request, which echo could only route to "/*",
+// goes straight to the edge around the pass-through, in an echo context of
+// echo's pool, as echo itself would run it.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.claim != "" && strings.HasPrefix(r.URL.Path, s.claim) {
+		s.echo.ServeHTTP(w, r)
+		return
+	}
+	c := s.echo.AcquireContext()
+	c.Reset(r, w)
+	c.SetPath(passRoute)
+	_ = s.passEdge(c) // the edge answers errors itself and returns nil
+	s.echo.ReleaseContext(c)
+}
 
 // SetReady flips /readyz; it goes false before a drain.
 func (s *Server) SetReady(ok bool) {
