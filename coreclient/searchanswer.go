@@ -108,21 +108,7 @@ func (d *searchDecoder) at(i int) byte {
 // hits decodes the array of hits the way encoding/json decodes into a
 // slice (see the top of this file).
 func (d *searchDecoder) hits(i, depth int, dst *[]searchHit) (int, error) {
-	if d.at(i) == 'n' {
-		*dst = nil
-		return jsonscan.SkipValue(d.b, i, depth)
-	}
-	if d.at(i) != '[' {
-		return 0, errSearchAnswer
-	}
-	s, n := *dst, 0
-	end, err := jsonscan.Array(d.b, i, depth+1, func(j int) (int, error) {
-		s = extend(s, n, 20) // Core sends at most 20 hits (CORE_FACTS §5.6)
-		n++
-		return d.hit(j, depth+1, &s[n-1])
-	})
-	*dst = truncate(s, n)
-	return end, err
+	return decodeArray(d, i, depth, dst, 20, d.hit) // Core sends at most 20 hits (CORE_FACTS §5.6)
 }
 
 // hit decodes one hit, keeping the fields the object does not set.
@@ -164,6 +150,16 @@ func (d *searchDecoder) hit(i, depth int, h *searchHit) (int, error) {
 
 // strs decodes an array of strings like hits.
 func (d *searchDecoder) strs(i, depth int, dst *[]string) (int, error) {
+	return decodeArray(d, i, depth, dst, 1, func(j, depth int, v *string) (int, error) { // the one KB asked for
+		return d.str(j, depth, v, nil)
+	})
+}
+
+// decodeArray decodes the array at b[i] into *dst the way encoding/json
+// decodes into a slice: null sets it to nil, each element is decoded by
+// elem into the slot extend makes for it (room for hint elements at first),
+// and the slice ends at the array's length.
+func decodeArray[T any](d *searchDecoder, i, depth int, dst *[]T, hint int, elem func(j, depth int, v *T) (int, error)) (int, error) {
 	if d.at(i) == 'n' {
 		*dst = nil
 		return jsonscan.SkipValue(d.b, i, depth)
@@ -173,9 +169,9 @@ func (d *searchDecoder) strs(i, depth int, dst *[]string) (int, error) {
 	}
 	s, n := *dst, 0
 	end, err := jsonscan.Array(d.b, i, depth+1, func(j int) (int, error) {
-		s = extend(s, n, 1) // the one KB asked for
+		s = extend(s, n, hint)
 		n++
-		return d.str(j, depth+1, &s[n-1], nil)
+		return elem(j, depth+1, &s[n-1])
 	})
 	*dst = truncate(s, n)
 	return end, err

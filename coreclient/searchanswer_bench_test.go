@@ -1,11 +1,13 @@
 package coreclient
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 )
 
 // coreSearchAnswer is a /kb/search answer as Core writes it (CORE_FACTS
@@ -13,39 +15,20 @@ import (
 // about 1 KiB of mixed Chinese and English chunk text each, newlines and
 // quotes included, from two documents of one KB.
 func coreSearchAnswer(n int) []byte {
-	type hit struct {
-		Score   float64 `json:"score"`
-		Content string  `json:"content"`
-		DocID   int64   `json:"doc_id"`
-		Title   string  `json:"title"`
-		Seq     int     `json:"seq"`
-		KBID    string  `json:"kb_id"`
-	}
-	var r struct {
-		KBIDs []string `json:"kb_ids"`
-		Hits  []hit    `json:"hits"`
-	}
-	r.KBIDs = []string{"cs-faq"}
-	r.Hits = []hit{}
 	para := "退款窗口设为0时，订单一旦签收即不可申请退款。Refunds are issued to the original payment method within 7 business days; " +
 		"\"express\" orders ship the same day.\n客服可在后台查看每笔订单的物流状态与售后记录，并按规则处理争议。"
+	hits := make([]corefacts.Hit, 0, n)
 	for i := range n {
 		var c strings.Builder
 		for c.Len() < 1000 {
 			fmt.Fprintf(&c, "%d. %s\n", c.Len()/len(para)+1, para)
 		}
-		r.Hits = append(r.Hits, hit{
+		hits = append(hits, corefacts.Hit{
 			Score: 0.912 - float64(i)*0.013, Content: c.String(), DocID: int64(101 + i%2),
 			Title: []string{"退款与售后政策", "Shipping & delivery FAQ"}[i%2], Seq: i / 2, KBID: "cs-faq",
 		})
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(r); err != nil {
-		panic(err)
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	return fakecore.KBSearchAnswer([]string{"cs-faq"}, hits)
 }
 
 // BenchmarkKBSearchDecode: Core's 200 answer to /kb/search with 20 hits

@@ -458,14 +458,18 @@ type errBody struct {
 	Message string `json:"message,omitempty"`
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
+func writeJSON(w http.ResponseWriter, status int, v any) { writeRaw(w, status, encodeJSON(v)) }
+
+// encodeJSON is v as Core's JSON.stringify writes it: no HTML escaping, no
+// trailing newline.
+func encodeJSON(v any) []byte {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false) // like JSON.stringify
 	if err := enc.Encode(v); err != nil {
 		panic(fmt.Sprintf("fakecore: encode: %v", err))
 	}
-	writeRaw(w, status, bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 }
 
 func writeRaw(w http.ResponseWriter, status int, b []byte) {

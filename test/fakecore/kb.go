@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 )
 
 // kb is one knowledge base: its documents (the database) and its index (the
@@ -217,6 +219,17 @@ type kbHit struct {
 type kbSearchResponse struct {
 	KBIDs []string `json:"kb_ids"`
 	Hits  []kbHit  `json:"hits"`
+}
+
+// KBSearchAnswer is the body of Core's 200 answer to POST /kb/search with
+// these KB ids and hits, byte for byte as serveKBSearch writes it: for tests
+// and benchmarks that need Core's wire bytes without a server.
+func KBSearchAnswer(kbIDs []string, hits []corefacts.Hit) []byte {
+	r := kbSearchResponse{KBIDs: kbIDs, Hits: make([]kbHit, 0, len(hits))}
+	for _, h := range hits {
+		r.Hits = append(r.Hits, kbHit{Score: h.Score, Content: h.Content, DocID: h.DocID, Title: h.Title, Seq: h.Seq, KBID: h.KBID})
+	}
+	return encodeJSON(r)
 }
 
 // serveKBSearch is POST /kb/search (CORE_FACTS §5.2, §5.6).
