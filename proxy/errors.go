@@ -57,15 +57,6 @@ var (
 		message: "The request body must be a valid JSON object."}
 	errTurnTooDeep = &edgeError{status: http.StatusBadRequest, code: "invalid_request",
 		message: "The request body nests JSON too deeply to be checked."}
-	// Turn bodies with a Content-Encoding (SPEC §7, docs/protocol.md): gzip
-	// and deflate are decoded and intercepted; anything else cannot be
-	// checked for knowledge_delivery, so it is refused.
-	errTurnEncoding = &edgeError{status: http.StatusUnsupportedMediaType, code: "unsupported_media_type",
-		message: "A turn body may be encoded with gzip or deflate only."}
-	errTurnUndecodable = &edgeError{status: http.StatusBadRequest, code: "invalid_request",
-		message: "The turn body could not be decoded as its Content-Encoding says."}
-	errTurnDecodedTooLarge = &edgeError{status: http.StatusRequestEntityTooLarge, code: "payload_too_large",
-		message: "The decoded turn body exceeds 524288 bytes."}
 	errUpstream = &edgeError{status: http.StatusBadGateway, code: "upstream_unavailable",
 		message: "Core could not be reached."}
 	// errUpstreamGone: the client's side ended before Core answered (it
@@ -160,8 +151,6 @@ func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 // bodyFailure is the answer for a request whose own body failed, or nil.
 func bodyFailure(st *reqState, ctx context.Context) error {
 	switch {
-	case st.overBudget.Load():
-		return errOverloaded
 	case st.bodyTimeout.Load():
 		return errBodyTimeout
 	case st.bodyBad.Load() && ctx.Err() == nil:

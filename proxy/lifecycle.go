@@ -25,9 +25,13 @@ type ServeOptions struct {
 	MaxHeaderBytes          int
 	// MaxConnections caps the proxy listener's open connections (0: the
 	// default of config.Defaults; negative: no cap).
-	MaxConnections  int
-	DrainDelay      time.Duration
-	ShutdownTimeout time.Duration
+	MaxConnections int
+	// MaxConnectionsPerClient is one peer address's share of them (0: a
+	// quarter of MaxConnections; negative: no share). Trusted proxies have
+	// none: only MaxConnections applies to them.
+	MaxConnectionsPerClient int
+	DrainDelay              time.Duration
+	ShutdownTimeout         time.Duration
 	// OnListening is called once both listeners are bound.
 	OnListening func(proxyAddr, adminAddr net.Addr)
 }
@@ -71,7 +75,7 @@ func (s *Server) Run(ctx context.Context, o ServeOptions) error {
 	if maxConns == 0 {
 		maxConns = config.Defaults().Proxy.MaxConnections
 	}
-	ln = newLimitListener(ln, maxConns, s.lim.m)
+	ln = newLimitListener(ln, maxConns, o.MaxConnectionsPerClient, s.fw, s.lim.m)
 	base, cancelBase := context.WithCancel(context.Background())
 	defer cancelBase()
 	srv := NewHTTPServer(s.Handler(), o, base, s.log)

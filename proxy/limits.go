@@ -32,22 +32,36 @@ type Limits struct {
 	MaxInFlight int
 	// TurnBodyBudget caps the bytes of turn bodies buffered at once.
 	TurnBodyBudget int64
+	// InFlightPerClient and TurnBodyPerClient are one client's shares of
+	// MaxInFlight and TurnBodyBudget (0: a quarter of the cap; negative:
+	// no share, one client may take the whole cap).
+	InFlightPerClient int
+	TurnBodyPerClient int64
 }
 
 // limitMetrics count what the bounds refused.
 type limitMetrics struct {
-	rejected *prometheus.CounterVec // reason: connections, in_flight, turn_body_budget
-	open     prometheus.Gauge
-	turnBody prometheus.Gauge
-	ambig    prometheus.Counter
+	rejected   *prometheus.CounterVec // reason: connections, in_flight, turn_body_budget
+	share      *prometheus.CounterVec // the same, refused by one client's share
+	idleClosed prometheus.Counter
+	open       prometheus.Gauge
+	idle       prometheus.Gauge
+	turnBody   prometheus.Gauge
+	ambig      prometheus.Counter
 }
 
 func newLimitMetrics(reg prometheus.Registerer) *limitMetrics {
 	m := &limitMetrics{
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "knowledge_sidecar", Name: "overload_rejections_total",
-			Help: "Requests and connections answered 503 because a bound was reached, by bound."}, []string{"limit"}),
+			Help: "Requests and connections answered 503 because a bound was reached, by bound (one client's share included)."}, []string{"limit"}),
+		share: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "knowledge_sidecar", Name: "client_share_rejections_total",
+			Help: "Requests and connections answered 503 because their client address held its whole share of a bound, by bound."}, []string{"limit"}),
+		idleClosed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "knowledge_sidecar", Name: "idle_connections_closed_total",
+			Help: "Idle keep-alive connections closed to make room for a new connection under the connection caps."}),
 		open: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "knowledge_sidecar", Name: "open_connections",
 			Help: "Client connections open on the proxy listener."}),
+		idle: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "knowledge_sidecar", Name: "idle_connections",
+			Help: "Client connections open on the proxy listener and idle between keep-alive requests (the first closed when a connection cap is short)."}),
 		turnBody: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "knowledge_sidecar", Name: "turn_body_budget_used_bytes",
 			Help: "Bytes of the turn body budget held by turns being read or intercepted."}),
 		ambig: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "knowledge_sidecar", Name: "ambiguous_framing_total",
@@ -55,8 +69,9 @@ func newLimitMetrics(reg prometheus.Registerer) *limitMetrics {
 	}
 	for _, l := range []string{limitConnections, limitInFlight, limitTurnBody} {
 		m.rejected.WithLabelValues(l)
+		m.share.WithLabelValues(l)
 	}
-	reg.MustRegister(m.rejected, m.open, m.turnBody, m.ambig)
+	reg.MustRegister(m.rejected, m.share, m.idleClosed, m.open, m.idle, m.turnBody, m.ambig)
 	return m
 }
 
@@ -72,45 +87,32 @@ const retryAfterSeconds = 1
 // overloadBody is the JSON body of an overload 503.
 const overloadBody = `{"error":"overloaded","message":"The sidecar is at capacity; retry later."}`
 
-// counter is a counting semaphore without waiting: acquire fails past max.
-type counter struct {
-	n   atomic.Int64
-	max int64 // ≤ 0: no bound
-}
-
-func (c *counter) acquire(k int64) bool {
-	if c.max <= 0 {
-		return true
-	}
-	if c.n.Add(k) > c.max {
-		c.n.Add(-k)
-		return false
-	}
-	return true
-}
-
-func (c *counter) release(k int64) {
-	if c.max > 0 {
-		c.n.Add(-k)
-	}
-}
-
-// limitListener caps the open connections of a listener. A connection over
-// the cap is answered a minimal 503 on the raw socket and closed, by a
-// bounded set of goroutines (beyond them it is closed at once), so Accept
-// keeps going and the process never piles up work for refused clients.
+// limitListener caps the open connections of a listener, all clients
+// together and per peer address (a trusted proxy's connections carry many
+// clients: only the global cap applies to them). When a cap has no room,
+// the oldest idle keep-alive connection is closed first (anyone's for the
+// global cap, the peer's own for its share) and the new one takes its
+// place; only when none is idle is the new connection answered a minimal
+// 503 on the raw socket and closed, by a bounded set of goroutines (beyond
+// them it is closed at once), so Accept keeps going and the process never
+// piles up work for refused clients.
 type limitListener struct {
 	net.Listener
-	open    counter
+	open    *shares
+	fw      forwarding
 	m       *limitMetrics
 	refuser chan struct{}
+
+	mu   sync.Mutex
+	idle map[*edgeConn]struct{} // keep-alive connections waiting for a request
 }
 
 // maxRefusing bounds the goroutines answering refused connections.
 const maxRefusing = 64
 
-func newLimitListener(ln net.Listener, max int, m *limitMetrics) *limitListener {
-	return &limitListener{Listener: ln, open: counter{max: int64(max)}, m: m, refuser: make(chan struct{}, maxRefusing)}
+func newLimitListener(ln net.Listener, total, perPeer int, fw forwarding, m *limitMetrics) *limitListener {
+	return &limitListener{Listener: ln, open: newShares(int64(total), perClient(int64(perPeer), int64(total))),
+		fw: fw, m: m, refuser: make(chan struct{}, maxRefusing), idle: map[*edgeConn]struct{}{}}
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -119,13 +121,78 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		if !l.open.acquire(1) {
+		var key clientKey
+		unshared := false
+		if a, ok := peerAddr(c.RemoteAddr().String()); ok {
+			key, unshared = keyOf(a), l.fw.trustedAddr(a)
+		}
+		if ok, global := l.admit(key, unshared); !ok {
 			l.m.rejected.WithLabelValues(limitConnections).Inc()
+			if !global {
+				l.m.share.WithLabelValues(limitConnections).Inc()
+			}
 			l.refuse(c)
 			continue
 		}
 		l.m.open.Inc()
-		return &edgeConn{Conn: c, ln: l}, nil
+		return &edgeConn{Conn: c, ln: l, key: key}, nil
+	}
+}
+
+// admit takes a place for a connection from key, closing idle keep-alive
+// connections to make room when a cap is full.
+// global reports which cap refused it, as shares.acquire does.
+func (l *limitListener) admit(key clientKey, unshared bool) (ok, global bool) {
+	for range 3 { // the global cap, then the peer's own share, then give up
+		if unshared {
+			ok, global = l.open.acquireUnshared(key, 1)
+		} else {
+			ok, global = l.open.acquire(key, 1)
+		}
+		if ok || !l.closeIdle(key, global) {
+			return ok, global
+		}
+	}
+	return false, global
+}
+
+// closeIdle closes the oldest idle keep-alive connection: anyone's when
+// anyone is true, else one of key's. Closing releases its place at once.
+func (l *limitListener) closeIdle(key clientKey, anyone bool) bool {
+	l.mu.Lock()
+	var oldest *edgeConn
+	for c := range l.idle {
+		if (anyone || c.key == key) && (oldest == nil || c.idleSince.Before(oldest.idleSince)) {
+			oldest = c
+		}
+	}
+	if oldest != nil {
+		delete(l.idle, oldest)
+		l.m.idle.Dec()
+	}
+	l.mu.Unlock()
+	if oldest == nil {
+		return false
+	}
+	l.m.idleClosed.Inc()
+	_ = oldest.Close()
+	return true
+}
+
+// setIdle records whether c waits for its next request (net/http's
+// ConnState hook).
+func (l *limitListener) setIdle(c *edgeConn, idle bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, was := l.idle[c]
+	switch {
+	case idle && !was:
+		c.idleSince = time.Now()
+		l.idle[c] = struct{}{}
+		l.m.idle.Inc()
+	case !idle && was:
+		delete(l.idle, c)
+		l.m.idle.Dec()
 	}
 }
 
@@ -174,6 +241,8 @@ func (l *limitListener) refuse(c net.Conn) {
 type edgeConn struct {
 	net.Conn
 	ln        *limitListener
+	key       clientKey // the peer, whose connection share this holds
+	idleSince time.Time // guarded by ln.mu
 	closeOnce sync.Once
 	scan      framingScan // touched by net/http's reading goroutine only
 	ambiguous atomic.Bool
@@ -185,7 +254,8 @@ type edgeConn struct {
 func (c *edgeConn) Close() error {
 	err := c.Conn.Close()
 	c.closeOnce.Do(func() {
-		c.ln.open.release(1)
+		c.ln.setIdle(c, false)
+		c.ln.open.release(c.key, 1)
 		c.ln.m.open.Dec()
 	})
 	return err
@@ -253,8 +323,16 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 }
 
 func connState(c net.Conn, s http.ConnState) {
-	if ec, ok := c.(*edgeConn); ok && s == http.StateIdle {
+	ec, ok := c.(*edgeConn)
+	if !ok {
+		return
+	}
+	switch s {
+	case http.StateIdle:
 		ec.handling.Store(false)
+		ec.ln.setIdle(ec, true)
+	case http.StateActive, http.StateHijacked, http.StateClosed:
+		ec.ln.setIdle(ec, false)
 	}
 }
 

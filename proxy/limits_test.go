@@ -73,29 +73,6 @@ func TestLoggedPath(t *testing.T) {
 	}
 }
 
-func TestTurnReservation(t *testing.T) {
-	for _, tc := range []struct{ cl, want int64 }{{-1, coreTurnBodyMax}, {10, 10}, {coreTurnBodyMax, coreTurnBodyMax}, {coreTurnBodyMax * 4, coreTurnBodyMax}} {
-		if got := turnReservation(tc.cl); got != tc.want {
-			t.Errorf("turnReservation(%d): got %d; want %d", tc.cl, got, tc.want)
-		}
-	}
-}
-
-func TestCounter(t *testing.T) {
-	c := counter{max: 3}
-	if !c.acquire(2) || c.acquire(2) || !c.acquire(1) || c.acquire(1) {
-		t.Fatal("acquire past max succeeded, or within it failed")
-	}
-	c.release(3)
-	if !c.acquire(3) {
-		t.Error("released room not reusable")
-	}
-	unbounded := counter{}
-	if !unbounded.acquire(1 << 40) {
-		t.Error("max 0 must not bound")
-	}
-}
-
 // BenchmarkFramingScan: the cost of watching a body go by (32 KiB reads of
 // text with a line break every 80 bytes, the scanner's worst ordinary case).
 func BenchmarkFramingScan(b *testing.B) {

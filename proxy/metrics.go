@@ -83,7 +83,6 @@ const (
 	outDeliveryFailed       turnOutcome = "delivery_failed"
 	outUpstreamError        turnOutcome = "upstream_error"
 	outRateLimited          turnOutcome = "rate_limited"
-	outUnsupportedEncoding  turnOutcome = "unsupported_encoding"
 
 	decisionEnabled      rolloutDecision = "enabled"
 	decisionDisabled     rolloutDecision = "disabled"
@@ -117,7 +116,7 @@ var hintOutcomes = []string{knowledge.HintsMinted, knowledge.HintsNone, knowledg
 var (
 	upstreamKinds  = []string{"dial", "timeout", "canceled", "protocol", "other"} // classifyUpstreamError
 	turnModes      = []string{labelAbsent, labelInvalid, labelUnknown, string(knowledge.DeliveryInline), string(knowledge.DeliveryOnDemand)}
-	turnOutcomes   = []turnOutcome{outPassed, outRewritten, outRejected, outConflict, outKnowledgeUnavailable, outLedgerUnavailable, outRateLimited, outUnsupportedEncoding, outDeliveryFailed, outUpstreamError, coreOutcome(100), coreOutcome(200), coreOutcome(300), coreOutcome(400), coreOutcome(500)}
+	turnOutcomes   = []turnOutcome{outPassed, outRewritten, outRejected, outConflict, outKnowledgeUnavailable, outLedgerUnavailable, outRateLimited, outDeliveryFailed, outUpstreamError, coreOutcome(100), coreOutcome(200), coreOutcome(300), coreOutcome(400), coreOutcome(500)}
 	failOpenReason = []string{failOpenIdentity, failOpenLedger}
 	decisions      = []rolloutDecision{decisionEnabled, decisionDisabled, decisionNative, decisionInvalidRoute}
 	reloadResults  = []string{"ok", "rejected"} // ObserveReload

@@ -39,10 +39,12 @@ type reqState struct {
 	// bodyTimeout: no byte of the body arrived for the idle timeout.
 	// bodyEOF: the body was read to its end.
 	bodyTimeout, bodyEOF atomic.Bool
-	// overBudget: the turn body budget had no room for this body.
-	overBudget atomic.Bool
-	// turnBytes is what this request holds of the turn body budget.
-	turnBytes atomic.Int64
+	// client is the address the request is counted under (shares.go).
+	client clientKey
+	// turnBytes is what this request holds of the turn body budget
+	// (charged as a turn body is buffered, turns.go; given back when the
+	// request ends).
+	turnBytes int64
 }
 
 type ctxKey struct{}
@@ -152,8 +154,12 @@ func (s *Server) edge() echo.MiddlewareFunc {
 					s.lim.m.ambig.Inc()
 				}
 			}
-			if !s.lim.inFlight.acquire(1) {
+			st.client = s.fw.clientOf(r)
+			if ok, global := s.lim.inFlight.acquire(st.client, 1); !ok {
 				s.lim.m.rejected.WithLabelValues(limitInFlight).Inc()
+				if !global {
+					s.lim.m.share.WithLabelValues(limitInFlight).Inc()
+				}
 				s.writeErr(resp, r, errOverloaded)
 				s.observe(r, st.id, series, resp.Status, resp.Size, time.Since(start))
 				if span != nil {
@@ -165,9 +171,10 @@ func (s *Server) edge() echo.MiddlewareFunc {
 			defer func() {
 				p := recover()
 				s.m.inFlight.Dec()
-				s.lim.inFlight.release(1)
-				if n := st.turnBytes.Swap(0); n > 0 {
-					s.lim.turnBody.release(n)
+				s.lim.inFlight.release(st.client, 1)
+				if n := st.turnBytes; n > 0 {
+					st.turnBytes = 0
+					s.lim.turnBody.release(st.client, n)
 					s.lim.m.turnBody.Sub(float64(n))
 				}
 				status := resp.Status
@@ -212,14 +219,6 @@ func (s *Server) edge() echo.MiddlewareFunc {
 				ib := &idleBody{ReadCloser: r.Body, ctl: ctl, idle: s.bodyIdle, st: st, rate: s.lim.rate, window: s.lim.window}
 				if s.lim.bodyTimeout > 0 {
 					ib.end = start.Add(s.lim.bodyTimeout)
-				}
-				if name == "turns" {
-					// Turn bodies are buffered to be intercepted: they count
-					// against the turn body budget from their first read on
-					// (an unauthenticated caller, answered before the body
-					// is read, never holds any of it).
-					ib.budget, ib.size = &s.lim.turnBody, turnReservation(r.ContentLength)
-					ib.refused, ib.used = s.lim.m.rejected.WithLabelValues(limitTurnBody), s.lim.m.turnBody
 				}
 				r.Body = ib
 			}
@@ -302,26 +301,10 @@ type idleBody struct {
 	window time.Duration // grace and most credit of the minimum rate
 	credit time.Time     // the minimum-rate deadline; zero until the first read
 	end    time.Time     // whole-body deadline; zero: none
-	// budget, when set, is charged size bytes at the first read (turns).
-	budget  *counter
-	size    int64
-	refused prometheus.Counter
-	used    prometheus.Gauge
 }
 
 func (b *idleBody) Read(p []byte) (int, error) {
 	now := time.Now()
-	if b.budget != nil {
-		if !b.budget.acquire(b.size) {
-			b.budget = nil
-			b.st.overBudget.Store(true)
-			b.refused.Inc()
-			return 0, errOverloaded
-		}
-		b.st.turnBytes.Store(b.size)
-		b.used.Add(float64(b.size))
-		b.budget = nil
-	}
 	var deadline time.Time
 	if b.idle > 0 {
 		deadline = now.Add(b.idle)
@@ -372,17 +355,6 @@ func earliest(a, b time.Time) time.Time {
 		return a
 	}
 	return b
-}
-
-// turnReservation is what a turn body counts against the turn body budget:
-// its announced length, at most Core's limit (a larger one is passed
-// through for Core to refuse, never buffered whole), or Core's limit when
-// the length is not announced.
-func turnReservation(contentLength int64) int64 {
-	if contentLength < 0 || contentLength > coreTurnBodyMax {
-		return coreTurnBodyMax
-	}
-	return contentLength
 }
 
 // bodyEndsCleanly reads what is left of a request body (bounded) and

@@ -49,8 +49,8 @@ type edgeLimits struct {
 	rate        int64
 	window      time.Duration
 	bodyTimeout time.Duration
-	inFlight    counter
-	turnBody    counter
+	inFlight    *shares
+	turnBody    *shares
 	m           *limitMetrics
 }
 
@@ -65,12 +65,14 @@ func newEdgeLimits(l Limits, m *limitMetrics) *edgeLimits {
 		}
 		return v
 	}
+	inFlight := pick(int64(l.MaxInFlight), int64(d.MaxInFlight))
+	turnBody := pick(l.TurnBodyBudget, d.TurnBodyBudget)
 	return &edgeLimits{
 		rate:        pick(l.BodyMinRate, d.BodyMinRate),
 		window:      time.Duration(pick(int64(l.BodyMinRateWindow), int64(d.BodyMinRateWindow))),
 		bodyTimeout: max(l.BodyTimeout, 0),
-		inFlight:    counter{max: pick(int64(l.MaxInFlight), int64(d.MaxInFlight))},
-		turnBody:    counter{max: pick(l.TurnBodyBudget, d.TurnBodyBudget)},
+		inFlight:    newShares(inFlight, perClient(int64(l.InFlightPerClient), inFlight)),
+		turnBody:    newShares(turnBody, perClient(l.TurnBodyPerClient, turnBody)),
 		m:           m,
 	}
 }

@@ -3,7 +3,6 @@ package proxy
 import (
 	"bytes"
 	"compress/gzip"
-	"compress/zlib"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -15,7 +14,6 @@ import (
 	"net/http/httptrace"
 	"net/http/httputil"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,8 +82,6 @@ func (st *turnState) counted(err error) turnOutcome {
 		return outPassed
 	case errors.Is(err, ledger.ErrConflict):
 		return outConflict
-	case errors.Is(err, errTurnEncoding):
-		return outUnsupportedEncoding
 	}
 	return outRejected
 }
@@ -114,14 +110,18 @@ func (s *Server) turns(c echo.Context) (err error) {
 // interceptTurn takes a turn from its bearer and body to Core. Without
 // knowledge_delivery the request passes byte for byte.
 //
-// Identity is asked before the body is read, so a turn with the field gets
-// the check order of SPEC §2 (401 before anything about its body). A turn
-// without the field is an old client's: whatever the sidecar cannot decide
-// for it (a bearer Core rejects, a route segment that is no route key, a
-// failed identity or ledger call) goes to Core untouched, and the sidecar
-// answers it itself only with 409 turn_conflict. Telling the two apart
-// takes the body, so it is read (bounded by Core's own limit, under the
-// edge's body deadlines) even when identity refused the bearer.
+// Identity is asked before the body is read. A caller whose bearer is
+// missing or refused holds nothing here (SPEC §8.3): its turn goes to Core
+// as sent, unread, and Core's own answer (Core authenticates first)
+// reaches it byte for byte. Any other turn is read as Core reads it — the
+// raw bytes parsed as JSON, Content-Encoding ignored (CORE_FACTS Addendum
+// 3) — into a buffer charged to the turn body budget as it fills, and the
+// decision is made on those bytes: a body that is not a JSON object (a
+// compressed one, say) has no field Core could act on and goes on as
+// sent. A turn without the field is an old client's: whatever the sidecar
+// cannot decide for it (a route segment that is no route key, a failed
+// identity or ledger call) goes to Core untouched, and the sidecar answers
+// it itself only with 409 turn_conflict.
 func (s *Server) interceptTurn(c echo.Context, st *turnState) error {
 	r := c.Request()
 	ctx := r.Context()
@@ -129,51 +129,35 @@ func (s *Server) interceptTurn(c echo.Context, st *turnState) error {
 	ke, _ := errors.AsType[*knowledge.Error](authErr)
 	unauth := ke != nil && ke.Status == http.StatusUnauthorized
 	badRoute := st.routeKey.IsZero()
-	if badRoute && encodedRoute(st.route) {
+	switch {
+	case badRoute && encodedRoute(st.route):
 		// Refused whatever the body, after identity (canonical.go).
 		if unauth {
 			return authErr
 		}
 		return knowledge.RouteUnavailable()
+	case unauth:
+		return s.passH(c)
 	}
 
-	var watch func([]byte) bool
-	if unauth && len(r.Header.Values("Content-Encoding")) == 0 {
-		// Identity refused the bearer: a turn with the field gets its 401
-		// as soon as the field's key has arrived, not after a body the
-		// caller may trickle.
-		watch = new(turn.FieldWatch).Write
-	}
-	raw, seen, err := readSizedWatch(r.Body, r.ContentLength, coreTurnBodyMax, turnRequestPrealloc, watch)
+	raw, err := s.readTurn(r, coreTurnBodyMax)
 	switch {
-	case seen:
-		return authErr
 	case err != nil:
-		return errBodyUnreadable // or what the body's own failure was
+		return err
 	case len(raw) > coreTurnBodyMax:
 		// Too large for Core anyway: let Core answer, byte for byte
 		// (counted as mode "unknown", passed).
 		r.Body = readCloser{io.MultiReader(bytes.NewReader(raw), r.Body), r.Body}
 		return s.passH(c)
 	}
-	body, err := decodeTurnRequest(raw, r.Header.Values("Content-Encoding"))
-	if err != nil {
-		// Undecidable: whether the field is there cannot be told.
-		if unauth {
-			return authErr
-		}
-		return err
-	}
-	tr, perr := turn.ParseRequest(body)
+	tr, perr := turn.ParseRequest(raw)
 	if perr == nil && tr.Mode == "" {
 		st.label = labelAbsent
-		return s.oldClientTurn(c, st, raw, tr, sess, authErr, unauth || badRoute)
+		return s.oldClientTurn(c, st, raw, tr, sess, authErr, badRoute)
 	}
 
 	// knowledge_delivery is there (or the body nests too deeply to tell).
 	switch {
-	case unauth:
-		return authErr
 	case badRoute:
 		return knowledge.RouteUnavailable()
 	case perr != nil:
@@ -189,6 +173,10 @@ func (s *Server) interceptTurn(c echo.Context, st *turnState) error {
 	st.label, st.mode = string(tr.Mode), tr.Mode
 	if authErr != nil {
 		return authErr
+	}
+	// The stripped copy is held beside the body until Core has it.
+	if err := s.chargeTurnBody(stateOf(ctx), int64(len(tr.Body))); err != nil {
+		return err
 	}
 	st.keyed = tr.Keyed()
 	if st.keyed {
@@ -212,7 +200,6 @@ func (s *Server) interceptTurn(c echo.Context, st *turnState) error {
 			return err // 409 turn_conflict, or 503 knowledge_unavailable
 		}
 	}
-	r.Header.Del("Content-Encoding") // the body goes on decoded
 	return s.forwardTurn(c, r, st, tr.Body)
 }
 
@@ -324,50 +311,6 @@ func (s *Server) forwardTurn(c echo.Context, r *http.Request, st *turnState, bod
 	return nil
 }
 
-// decodeTurnRequest undoes a turn body's Content-Encoding: none or
-// identity (the body as is), gzip (x-gzip) or deflate (zlib, RFC 9110
-// §8.4.1.2), one coding only, decoded to at most Core's turn limit
-// (a small body that inflates past it is refused: no zip bomb is ever
-// held). Anything else is errTurnEncoding (415): whether such a body
-// carries knowledge_delivery cannot be told.
-func decodeTurnRequest(raw []byte, encodings []string) ([]byte, error) {
-	if len(encodings) > 1 {
-		return nil, errTurnEncoding
-	}
-	enc := ""
-	if len(encodings) == 1 {
-		enc = strings.ToLower(strings.TrimSpace(encodings[0]))
-	}
-	var (
-		zr  io.ReadCloser
-		err error
-	)
-	switch enc {
-	case "", "identity":
-		return raw, nil
-	case "gzip", "x-gzip":
-		// Every member, as a decoder at Core would read them: a field in a
-		// second member is still the field.
-		zr, err = gzip.NewReader(bytes.NewReader(raw))
-	case "deflate":
-		zr, err = zlib.NewReader(bytes.NewReader(raw))
-	default:
-		return nil, errTurnEncoding
-	}
-	if err != nil {
-		return nil, errTurnUndecodable
-	}
-	defer zr.Close()
-	body, err := readSized(zr, -1, coreTurnBodyMax, turnRequestPrealloc)
-	switch {
-	case len(body) > coreTurnBodyMax:
-		return nil, errTurnDecodedTooLarge
-	case err != nil:
-		return nil, errTurnUndecodable
-	}
-	return body, nil
-}
-
 type readCloser struct {
 	io.Reader
 	io.Closer
@@ -386,10 +329,10 @@ func (s *Server) newTurnProxy() *httputil.ReverseProxy {
 			return // a turn without the field goes to Core as the client sent it
 		}
 		// pr.Out.Header is the ReverseProxy's copy of the client's headers.
-		// The body was re-sliced: its length is pr.Out.ContentLength.
+		// The body was re-sliced: its length is pr.Out.ContentLength. A
+		// Content-Encoding label stays: Core ignores it, as the sidecar did.
 		pr.Out.Header.Del("Content-Length")
 		pr.Out.Header.Del("Transfer-Encoding")
-		pr.Out.Header.Del("Content-Encoding") // the body was decoded
 		// Ask for an identity-encoded answer so it can be rewritten.
 		pr.Out.Header.Set("Accept-Encoding", "identity")
 	}
@@ -500,7 +443,7 @@ func readTurnBody(resp *http.Response) ([]byte, error) {
 	if r != resp.Body {
 		size = -1 // the decoded length is unknown
 	}
-	body, err := readSized(r, size, turnResponseMax, turnResponseMax)
+	body, err := readSized(r, size, turnResponseMax)
 	if err != nil {
 		return nil, err
 	}
@@ -510,44 +453,100 @@ func readTurnBody(resp *http.Response) ([]byte, error) {
 	return body, nil
 }
 
-// turnRequestPrealloc bounds the buffer reserved for a client's turn body
-// before its bytes arrive: a client may announce a large Content-Length and
-// then send slowly, and must not make the sidecar hold coreTurnBodyMax per
-// connection for that. Larger bodies grow as they arrive.
-const turnRequestPrealloc = 64 << 10
+// turnReadFirst is the buffer a turn body is first read into; it grows
+// as bytes arrive (doubling, to the announced length at most), each
+// growth charged to the turn body budget before it is made. A client that
+// announces a large Content-Length and sends nothing holds this much.
+const turnReadFirst = 4 << 10
+
+// readTurn reads a turn body to its end, but at most limit+1 bytes (the
+// caller passes a longer body through), into a buffer charged to the turn
+// body budget as it grows: the bytes held, never a Content-Length in
+// advance. errOverloaded when the budget (everyone's, or this client's
+// share) has no room for the next growth; errBodyUnreadable when the body
+// itself failed (the edge's own answer for that, bodyFailure, wins).
+func (s *Server) readTurn(r *http.Request, limit int64) ([]byte, error) {
+	st := stateOf(r.Context())
+	size := r.ContentLength
+	grow := func(b []byte) ([]byte, error) {
+		n := int64(max(2*cap(b), turnReadFirst))
+		if size >= int64(cap(b)) {
+			n = min(n, size+1) // one byte more than the body sees its EOF
+		}
+		n = min(n, limit+1) // > len(b): the caller stops past limit
+		if err := s.chargeTurnBody(st, n-int64(cap(b))); err != nil {
+			return nil, err
+		}
+		nb := make([]byte, len(b), n)
+		copy(nb, b)
+		return nb, nil
+	}
+	b, err := grow(nil)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		m, rerr := r.Body.Read(b[len(b):cap(b)])
+		b = b[:len(b)+m]
+		switch {
+		case rerr == nil:
+		case errors.Is(rerr, io.EOF):
+			return b, nil
+		default:
+			return nil, errBodyUnreadable
+		}
+		if int64(len(b)) > limit {
+			return b, nil
+		}
+		if len(b) == cap(b) {
+			if b, err = grow(b); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+// chargeTurnBody charges n more bytes held for the request to the turn
+// body budget, under its client's share; the edge gives them back when the
+// request ends.
+func (s *Server) chargeTurnBody(st *reqState, n int64) error {
+	if st == nil || n <= 0 {
+		return nil
+	}
+	if ok, global := s.lim.turnBody.acquire(st.client, n); !ok {
+		s.lim.m.rejected.WithLabelValues(limitTurnBody).Inc()
+		if !global {
+			s.lim.m.share.WithLabelValues(limitTurnBody).Inc()
+		}
+		return errOverloaded
+	}
+	st.turnBytes += n
+	s.lim.m.turnBody.Add(float64(n))
+	return nil
+}
 
 // readSized reads r to EOF, but at most limit+1 bytes, like
 // io.ReadAll(io.LimitReader(r, limit+1)). size is the expected length (a
 // Content-Length, -1 when unknown): the buffer starts at that size (bounded
-// by limit and by prealloc), so a body whose length is announced is read
-// into one allocation instead of a doubling series of them.
-func readSized(r io.Reader, size, limit, prealloc int64) ([]byte, error) {
-	b, _, err := readSizedWatch(r, size, limit, prealloc, nil)
-	return b, err
-}
-
-// readSizedWatch is readSized that shows every chunk read to watch (when
-// not nil) and stops early, stopped = true, once watch returns true.
-func readSizedWatch(r io.Reader, size, limit, prealloc int64, watch func([]byte) bool) (b []byte, stopped bool, err error) {
+// by limit), so a body whose length is announced is read into one
+// allocation instead of a doubling series of them.
+func readSized(r io.Reader, size, limit int64) ([]byte, error) {
 	n := int64(512)
 	if size >= 0 {
 		// One byte more than the body, so the read that sees EOF needs no
 		// room of its own.
-		n = min(size, limit, prealloc) + 1
+		n = min(size, limit) + 1
 	}
 	lr := io.LimitedReader{R: r, N: limit + 1}
-	b = make([]byte, 0, n)
+	b := make([]byte, 0, n)
 	for {
 		m, err := lr.Read(b[len(b):cap(b)])
 		b = b[:len(b)+m]
-		if watch != nil && m > 0 && watch(b[len(b)-m:]) {
-			return b, true, nil
-		}
 		if err != nil {
 			if errors.Is(err, io.EOF) {
-				return b, false, nil
+				return b, nil
 			}
-			return b, false, err
+			return b, err
 		}
 		if len(b) == cap(b) {
 			b = append(b, 0)[:len(b)] // let append pick the next size

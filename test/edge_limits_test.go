@@ -20,20 +20,31 @@ import (
 )
 
 // TestConnectionCap: past proxy.max_connections a new connection gets a
-// minimal 503 with Retry-After and is closed; the connections already open
-// keep working, and a freed place is taken again.
+// minimal 503 with Retry-After and is closed when no connection is idle;
+// the connections already open keep working, and a freed place is taken
+// again. (One client here: its share is switched off; the shares have
+// their own tests in edge_fairness_test.go.)
 func TestConnectionCap(t *testing.T) {
-	u := startUpstream(t, func(u *upstream, w http.ResponseWriter, r *http.Request) { u.readAndRecord(r) })
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+	entered := make(chan struct{}, 8)
+	u := startUpstream(t, func(u *upstream, w http.ResponseWriter, r *http.Request) {
+		u.readAndRecord(r)
+		if r.URL.Path == "/hold" {
+			entered <- struct{}{}
+			<-release
+		}
+	})
 	const max = 3
-	sc := StartSidecar(t, SidecarOptions{CoreURL: u.URL, Serve: proxy.ServeOptions{MaxConnections: max}})
+	sc := StartSidecar(t, SidecarOptions{CoreURL: u.URL, Serve: proxy.ServeOptions{MaxConnections: max, MaxConnectionsPerClient: -1}})
 	get := "GET /x HTTP/1.1\r\nHost: ks\r\n\r\n"
+	// Every connection busy with a held request: none is idle.
 	var open []*rawConn
 	for range max {
 		c := dialRaw(t, sc.Addr)
-		c.send(t, get)
-		if res, _ := c.response(t); res.StatusCode != 200 {
-			t.Fatalf("connection within the cap: got %d; want 200", res.StatusCode)
-		}
+		c.send(t, "GET /hold HTTP/1.1\r\nHost: ks\r\n\r\n")
+		waitFor(t, entered, "held request")
 		open = append(open, c)
 	}
 	over := dialRaw(t, sc.Addr)
@@ -49,7 +60,13 @@ func TestConnectionCap(t *testing.T) {
 	}
 	testkit.WaitMetric(t, sc.Registry, "knowledge_sidecar_overload_rejections_total", map[string]string{"limit": "connections"}, 1)
 	testkit.WaitMetric(t, sc.Registry, "knowledge_sidecar_open_connections", nil, max)
-	// The open ones still work.
+	// The open ones still work once their held requests end.
+	releaseOnce.Do(func() { close(release) })
+	for _, c := range open {
+		if res, _ := c.response(t); res.StatusCode != 200 {
+			t.Fatalf("held request: got %d; want 200", res.StatusCode)
+		}
+	}
 	open[0].send(t, get)
 	if res, _ := open[0].response(t); res.StatusCode != 200 {
 		t.Fatalf("open connection after a refusal: got %d; want 200", res.StatusCode)
@@ -61,6 +78,46 @@ func TestConnectionCap(t *testing.T) {
 	again.send(t, get)
 	if res, _ := again.response(t); res.StatusCode != 200 {
 		t.Fatalf("after a place was freed: got %d; want 200", res.StatusCode)
+	}
+}
+
+// TestConnectionCapClosesIdleFirst: with every place taken by idle
+// keep-alive connections, a new connection is served and the oldest idle
+// one is closed to make room (SPEC §8.3); the busy ones are never touched.
+func TestConnectionCapClosesIdleFirst(t *testing.T) {
+	u := startUpstream(t, func(u *upstream, w http.ResponseWriter, r *http.Request) { u.readAndRecord(r) })
+	const max = 3
+	sc := StartSidecar(t, SidecarOptions{CoreURL: u.URL, Serve: proxy.ServeOptions{MaxConnections: max, MaxConnectionsPerClient: -1}})
+	get := "GET /x HTTP/1.1\r\nHost: ks\r\n\r\n"
+	var idle []*rawConn
+	for range max {
+		c := dialRaw(t, sc.Addr)
+		c.send(t, get)
+		if res, _ := c.response(t); res.StatusCode != 200 {
+			t.Fatalf("within the cap: got %d; want 200", res.StatusCode)
+		}
+		idle = append(idle, c)
+	}
+	for range 2 { // two newcomers: the two oldest idle connections go
+		testkit.WaitMetric(t, sc.Registry, "knowledge_sidecar_idle_connections", nil, max)
+		c := dialRaw(t, sc.Addr)
+		c.send(t, get)
+		if res, _ := c.response(t); res.StatusCode != 200 {
+			t.Fatalf("a newcomer while every place is idle: got %d; want 200", res.StatusCode)
+		}
+	}
+	testkit.WaitMetric(t, sc.Registry, "knowledge_sidecar_idle_connections_closed_total", nil, 2)
+	for i, c := range idle[:2] {
+		if !c.closedAfter() {
+			t.Errorf("idle connection %d (of the oldest): still open; want closed for the newcomer", i)
+		}
+	}
+	idle[2].send(t, get)
+	if res, _ := idle[2].response(t); res.StatusCode != 200 {
+		t.Errorf("the youngest idle connection: got %d; want it kept and served", res.StatusCode)
+	}
+	if got := testkit.Metric(t, sc.Registry, "knowledge_sidecar_overload_rejections_total", map[string]string{"limit": "connections"}); got != 0 {
+		t.Errorf("connections refused: %v; want 0 while idle ones could make room", got)
 	}
 }
 
@@ -77,7 +134,7 @@ func TestInFlightCap(t *testing.T) {
 			<-release
 		}
 	})
-	sc := StartSidecar(t, SidecarOptions{CoreURL: u.URL, Limits: proxy.Limits{MaxInFlight: 2}})
+	sc := StartSidecar(t, SidecarOptions{CoreURL: u.URL, Limits: proxy.Limits{MaxInFlight: 2, InFlightPerClient: -1}})
 	var wg sync.WaitGroup
 	for range 2 {
 		wg.Go(func() {

@@ -40,7 +40,7 @@ func TestEdgeMemoryFigures(t *testing.T) {
 			io.Copy(io.Discard, r.Body)
 		}
 	})
-	sc := StartSidecar(t, SidecarOptions{CoreURL: u.URL, Serve: proxy.ServeOptions{MaxConnections: 10 * n}, Limits: proxy.Limits{MaxInFlight: 10 * n}})
+	sc := StartSidecar(t, SidecarOptions{CoreURL: u.URL, Serve: proxy.ServeOptions{MaxConnections: 10 * n, MaxConnectionsPerClient: -1}, Limits: proxy.Limits{MaxInFlight: 10 * n, InFlightPerClient: -1}})
 	dial := func(addr string) net.Conn {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {

@@ -40,9 +40,10 @@ func TestTurnCountedOnce(t *testing.T) {
 		series string // mode/outcome
 	}{
 		{"over Core's limit", route, w.TokenA, oversize, nil, http.StatusRequestEntityTooLarge, "unknown/passed"},
-		{"401 with the field", route, "bha_not-a-session", newTurn("count-401").body(`"on_demand"`), nil, http.StatusUnauthorized, "unknown/rejected"},
-		{"401 without the field goes to Core", route, "bha_not-a-session", newTurn("count-401-old").body(""), nil, http.StatusUnauthorized, "absent/passed"},
-		{"undecodable encoding", route, w.TokenA, newTurn("count-br").body(`"inline"`), map[string]string{"Content-Encoding": "br"}, http.StatusUnsupportedMediaType, "unknown/unsupported_encoding"},
+		{"401 with the field goes to Core, unread", route, "bha_not-a-session", newTurn("count-401").body(`"on_demand"`), nil, http.StatusUnauthorized, "unknown/passed"},
+		{"401 without the field goes to Core, unread", route, "bha_not-a-session", newTurn("count-401-old").body(""), nil, http.StatusUnauthorized, "unknown/passed"},
+		{"compressed body: no field Core could see", route, w.TokenA, gzipBytes(t, newTurn("count-gz").body(`"inline"`)), map[string]string{"Content-Encoding": "gzip"}, http.StatusBadRequest, "absent/passed"},
+		{"plain body labelled br: intercepted", route, w.TokenA, newTurn("count-br").body(`"inline"`), map[string]string{"Content-Encoding": "br"}, http.StatusOK, "inline/rewritten"},
 		{"invalid field", route, w.TokenA, newTurn("count-invalid").body(`"sometimes"`), nil, http.StatusBadRequest, "invalid/rejected"},
 		{"old client without ids", route, w.TokenA, []byte(`{"user_input":"hi"}`), nil, http.StatusBadRequest, "absent/passed"},
 		{"old client bound inline", route, w.TokenA, newTurn("count-old").body(""), nil, http.StatusOK, "absent/passed"},

@@ -6,13 +6,16 @@ package test
 
 import (
 	"bytes"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
@@ -35,8 +38,10 @@ func sameAnswer(t testing.TB, got, direct turnResult) {
 
 // TestTurnOldClientsSeeCore: for each thing the sidecar cannot decide for a
 // field-less turn, Core receives the client's exact bytes and the client
-// gets exactly what Core answers that request directly. The same turns
-// with the field are the sidecar's (401, 404) and never reach Core.
+// gets exactly what Core answers that request directly. A caller whose
+// bearer is missing or refused gets the same with the field too (SPEC
+// §8.3: it holds nothing of the sidecar's; Core authenticates first). An
+// authenticated turn with the field on a bad route is the sidecar's 404.
 func TestTurnOldClientsSeeCore(t *testing.T) {
 	w := NewWorld(t, WorldOptions{})
 	revoked := fakecore.Token("revoked-session")
@@ -64,58 +69,68 @@ func TestTurnOldClientsSeeCore(t *testing.T) {
 		// replay: Core's direct answer is its replay of the run the
 		// forwarded turn created (same bytes).
 		replay bool
+		// unauth: the bearer is missing or refused, so the turn with the
+		// field goes to Core too.
+		unauth bool
 	}{
-		{name: "unknown_bearer", side: side, route: route, token: fakecore.Token("nobody")},
-		{name: "no_bearer", side: side, route: route, token: ""},
-		{name: "malformed_bearer", side: side, route: route, token: "not-a-token"},
-		{name: "revoked_session", side: side, route: route, token: revoked},
+		{name: "unknown_bearer", side: side, route: route, token: fakecore.Token("nobody"), unauth: true},
+		{name: "no_bearer", side: side, route: route, token: "", unauth: true},
+		{name: "malformed_bearer", side: side, route: route, token: "not-a-token", unauth: true},
+		{name: "revoked_session", side: side, route: route, token: revoked, unauth: true},
 		{name: "route_upper_case", side: side, route: "Alpha", token: w.TokenA},
 		{name: "route_too_short", side: side, route: "a", token: w.TokenA},
-		{name: "route_bad_and_unauthenticated", side: side, route: "Alpha", token: fakecore.Token("nobody")},
+		{name: "route_bad_and_unauthenticated", side: side, route: "Alpha", token: fakecore.Token("nobody"), unauth: true},
 		{name: "identity_down", side: side, route: route, token: w.TokenA, replay: true,
 			prepare: func() { w.Core.SetFault("/agent-auth/v1/session", fakecore.Fault{Status: 503}) }},
 		{name: "ledger_down", side: sideNoLedger, route: route, token: w.TokenA, replay: true},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			defer w.Core.ClearFaults()
-			if tc.prepare != nil {
-				tc.prepare()
+		fields := []string{""}
+		if tc.unauth {
+			fields = append(fields, `"on_demand"`, `"sometimes"`)
+		}
+		for _, field := range fields {
+			name := tc.name
+			if field != "" {
+				name += "/field_" + strings.Trim(field, `"`)
 			}
-			ti := newTurn("old-" + tc.name)
-			sent := ti.body("")
-			n := tap.count()
-			got := send(t, c, "POST", turnsURL(tc.side, tc.route), tc.token, sent, nil)
-			e := tap.oneSince(t, n)
-			if e.Path != turnsPath(tc.route) || !bytes.Equal(e.ReqBody, sent) {
-				t.Fatalf("Core received %s %q; want the client's %s %q", e.Path, e.ReqBody, turnsPath(tc.route), sent)
-			}
-			if g, w := e.ReqHeader.Get("Authorization"), tc.token; (w == "" && g != "") || (w != "" && g != "Bearer "+w) {
-				t.Errorf("Core's Authorization: got %q", g)
-			}
-			checkRelayed(t, got, e)
-			w.Core.ClearFaults()
-			direct := send(t, c, "POST", w.CoreURL+turnsPath(tc.route), tc.token, sent, nil)
-			sameAnswer(t, got, direct)
-			if tc.replay && got.Status != 200 {
-				t.Fatalf("got %d %s; want Core's 200", got.Status, got.Body)
-			}
-			if !tc.replay && got.Status/100 != 4 {
-				t.Fatalf("got %d %s; want Core's refusal", got.Status, got.Body)
-			}
-		})
+			t.Run(name, func(t *testing.T) {
+				defer w.Core.ClearFaults()
+				if tc.prepare != nil {
+					tc.prepare()
+				}
+				ti := newTurn("old-" + name)
+				sent := ti.body(field)
+				n := tap.count()
+				got := send(t, c, "POST", turnsURL(tc.side, tc.route), tc.token, sent, nil)
+				e := tap.oneSince(t, n)
+				if e.Path != turnsPath(tc.route) || !bytes.Equal(e.ReqBody, sent) {
+					t.Fatalf("Core received %s %q; want the client's %s %q", e.Path, e.ReqBody, turnsPath(tc.route), sent)
+				}
+				if g, w := e.ReqHeader.Get("Authorization"), tc.token; (w == "" && g != "") || (w != "" && g != "Bearer "+w) {
+					t.Errorf("Core's Authorization: got %q", g)
+				}
+				checkRelayed(t, got, e)
+				w.Core.ClearFaults()
+				direct := send(t, c, "POST", w.CoreURL+turnsPath(tc.route), tc.token, sent, nil)
+				sameAnswer(t, got, direct)
+				if tc.replay && got.Status != 200 {
+					t.Fatalf("got %d %s; want Core's 200", got.Status, got.Body)
+				}
+				if !tc.replay && got.Status/100 != 4 {
+					t.Fatalf("got %d %s; want Core's refusal", got.Status, got.Body)
+				}
+			})
+		}
 	}
 
-	// The same turns with the field are the protocol's: the sidecar
-	// answers them, and the turn never reaches Core.
+	// An authenticated turn with the field on a bad route is the
+	// protocol's: the sidecar answers it, and it never reaches Core.
 	for _, tc := range []struct {
 		name, route, token, code string
 		status                   int
 	}{
-		{"field_unknown_bearer", route, fakecore.Token("nobody"), "unauthorized", 401},
-		{"field_no_bearer", route, "", "unauthorized", 401},
 		{"field_route_upper_case", "Alpha", w.TokenA, "route_unavailable", 404},
-		{"field_route_bad_and_unauthenticated", "Alpha", fakecore.Token("nobody"), "unauthorized", 401},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := tap.count()
@@ -152,37 +167,39 @@ func TestTurnOldClientsSeeCore(t *testing.T) {
 	})
 }
 
-// TestTurnUnauthenticatedFieldAnswersEarly: a turn whose bearer Core
-// rejects and whose knowledge_delivery key has arrived gets 401 at once,
-// though the rest of its body never comes; a field-less one is read to the
-// end and goes to Core (whose 401 the client then gets).
-func TestTurnUnauthenticatedFieldAnswersEarly(t *testing.T) {
+// TestTurnUnauthenticatedStreamsToCore: a turn whose bearer Core rejects
+// is never read by the sidecar (SPEC §8.3): its body streams to Core as it
+// arrives, holding none of the turn body budget, and Core's own 401 comes
+// back byte for byte — with or without the field.
+func TestTurnUnauthenticatedStreamsToCore(t *testing.T) {
 	w := NewWorld(t, WorldOptions{})
-	tap := newCoreTap(t, w.Core)
-	side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{}), BodyIdleTimeout: time.Minute})
+	first := make(chan struct{}, 1)
+	core := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/turns") {
+			var b [1]byte
+			if _, err := io.ReadFull(r.Body, b[:]); err == nil {
+				first <- struct{}{} // Core has the body's first byte while the client still sends
+			}
+			r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(b[:]), r.Body))
+		}
+		w.Core.ServeHTTP(rw, r)
+	}))
+	t.Cleanup(core.Close)
+	side := StartSidecar(t, SidecarOptions{CoreURL: core.URL, Features: w.Features(t, FeatureOptions{}), BodyIdleTimeout: time.Minute})
 	path := turnsPath(testdb.RouteMulti)
-	conn := dialRaw(t, side.Addr)
-	start := `{"client_turn_id":"t1","knowledge_delivery":"on_demand","user_input":"`
-	conn.send(t, "POST "+path+" HTTP/1.1\r\nHost: ks\r\nContent-Type: application/json\r\nContent-Length: 8000\r\nAuthorization: Bearer "+fakecore.Token("nobody")+"\r\n\r\n"+start)
-	res, body := conn.response(t)
-	if res.StatusCode != 401 || errorCode(body) != "unauthorized" {
-		t.Fatalf("got %d %s; want the sidecar's 401 without the rest of the body", res.StatusCode, body)
-	}
-	if tap.count() != 0 {
-		t.Errorf("Core was called")
-	}
-
-	full := newTurn("early-absent").body("")
-	conn = dialRaw(t, side.Addr)
-	conn.send(t, "POST "+path+" HTTP/1.1\r\nHost: ks\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(full))+"\r\nAuthorization: Bearer "+fakecore.Token("nobody")+"\r\n\r\n")
-	for i := 0; i < len(full); i += 64 {
-		conn.send(t, string(full[i:min(i+64, len(full))]))
-	}
-	res, body = conn.response(t)
-	if res.StatusCode != 401 || string(body) != `{"error":"unauthorized"}` {
-		t.Fatalf("field-less: got %d %s; want Core's own 401", res.StatusCode, body)
-	}
-	if e := tap.oneSince(t, 0); !bytes.Equal(e.ReqBody, full) {
-		t.Errorf("Core received %q; want the client's bytes", e.ReqBody)
+	for _, field := range []string{`"on_demand"`, ""} {
+		full := newTurn("unauth-stream-" + strings.Trim(field, `"`)).body(field)
+		conn := dialRaw(t, side.Addr)
+		conn.send(t, "POST "+path+" HTTP/1.1\r\nHost: ks\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(full))+
+			"\r\nAuthorization: Bearer "+fakecore.Token("nobody")+"\r\n\r\n"+string(full[:40]))
+		waitFor(t, first, "Core receiving the first bytes of the unauthenticated turn")
+		if used := testkit.Metric(t, side.Registry, "knowledge_sidecar_turn_body_budget_used_bytes", nil); used != 0 {
+			t.Errorf("field %q: the unauthenticated turn holds %v bytes of the turn body budget; want 0", field, used)
+		}
+		conn.send(t, string(full[40:]))
+		res, body := conn.response(t)
+		if res.StatusCode != 401 || string(body) != `{"error":"unauthorized"}` {
+			t.Fatalf("field %q: got %d %s; want Core's own 401", field, res.StatusCode, body)
+		}
 	}
 }

@@ -1,0 +1,192 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"strings"
+	"testing"
+	"testing/iotest"
+
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
+)
+
+func ck(s string) clientKey { return keyOf(netip.MustParseAddr(s)) }
+
+func TestShares(t *testing.T) {
+	s := newShares(10, 4)
+	a, b := ck("192.0.2.1"), ck("192.0.2.2")
+	step := func(c clientKey, k int64, wantOK, wantGlobal bool) {
+		t.Helper()
+		if ok, global := s.acquire(c, k); ok != wantOK || (!ok && global != wantGlobal) {
+			t.Fatalf("acquire(%v, %d): got ok=%v global=%v; want ok=%v global=%v", c, k, ok, global, wantOK, wantGlobal)
+		}
+	}
+	step(a, 4, true, false)
+	step(a, 1, false, false) // a's share is full
+	step(b, 4, true, false)
+	step(ck("192.0.2.3"), 3, false, true) // 8 + 3 > 10
+	if ok, _ := s.acquireUnshared(a, 2); !ok {
+		t.Fatal("acquireUnshared within the global cap: refused")
+	}
+	step(b, 1, false, true) // the global cap is full
+	s.release(a, 6)
+	if c, all := s.held(a); c != 0 || all != 4 {
+		t.Fatalf("after release: a holds %d of %d; want 0 of 4", c, all)
+	}
+	step(a, 4, true, false)
+	if len(s.by) != 2 {
+		t.Fatalf("%d clients tracked; want 2 (a client holding nothing is forgotten)", len(s.by))
+	}
+	none := newShares(0, 0)
+	if ok, _ := none.acquire(a, 1<<40); !ok {
+		t.Fatal("no caps: refused")
+	}
+}
+
+func TestPerClient(t *testing.T) {
+	for _, tc := range []struct{ per, total, want int64 }{
+		{0, 1024, 256}, {0, 3, 1}, {0, 0, 0}, {0, -1, 0}, {-1, 1024, 0}, {100, 1024, 100}, {2000, 1024, 2000},
+	} {
+		if got := perClient(tc.per, tc.total); got != tc.want {
+			t.Errorf("perClient(%d, %d): got %d; want %d", tc.per, tc.total, got, tc.want)
+		}
+	}
+}
+
+func TestKeyOf(t *testing.T) {
+	if ck("2001:db8::1") != ck("2001:db8::ffff:1") {
+		t.Error("two addresses of one /64: different keys; want one")
+	}
+	if ck("2001:db8:0:1::1") == ck("2001:db8::1") {
+		t.Error("two /64s: one key; want two")
+	}
+	if keyOf(netip.MustParseAddr("::ffff:192.0.2.1")) != ck("192.0.2.1") {
+		t.Error("an IPv4-mapped address: not its IPv4 key")
+	}
+}
+
+func TestClientOf(t *testing.T) {
+	fw := forwarding{trusted: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
+	for _, tc := range []struct {
+		name, peer string
+		xff        []string
+		want       string
+	}{
+		{"untrusted peer, its XFF ignored", "192.0.2.9:1234", []string{"198.51.100.1"}, "192.0.2.9"},
+		{"trusted peer without XFF", "10.0.0.1:1234", nil, "10.0.0.1"},
+		{"trusted peer, one hop", "10.0.0.1:1234", []string{"198.51.100.1"}, "198.51.100.1"},
+		{"the rightmost untrusted entry, not what the client wrote", "10.0.0.1:1", []string{"6.6.6.6, 198.51.100.1"}, "198.51.100.1"},
+		{"trusted hops skipped", "10.0.0.1:1", []string{"198.51.100.1, 10.0.0.7", "10.0.0.8"}, "198.51.100.1"},
+		{"all trusted: the first hop", "10.0.0.1:1", []string{"10.0.0.5, 10.0.0.6"}, "10.0.0.5"},
+		{"a malformed hop: the last trusted address", "10.0.0.1:1", []string{"198.51.100.1, garbage, 10.0.0.2"}, "10.0.0.2"},
+		{"IPv6 client through a trusted proxy", "10.0.0.1:1", []string{"2001:db8::5"}, "2001:db8::"},
+		{"mapped peer", "[::ffff:192.0.2.9]:1", nil, "192.0.2.9"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			r.RemoteAddr = tc.peer
+			for _, v := range tc.xff {
+				r.Header.Add("X-Forwarded-For", v)
+			}
+			if got := fw.clientOf(r); got != ck(tc.want) {
+				t.Fatalf("got %v; want %v", got.a, tc.want)
+			}
+		})
+	}
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.RemoteAddr = "@unix"
+	if got := fw.clientOf(r); got != (clientKey{}) {
+		t.Fatalf("an unparsable peer: got %v; want the zero key", got.a)
+	}
+}
+
+// turnReadServer is a Server with only the turn body budget set, and a
+// request state (as the edge makes one) for client.
+func turnReadServer(t *testing.T, budget, share int64) (*Server, *reqState) {
+	t.Helper()
+	s, err := New(Options{CoreURL: &url.URL{Scheme: "http", Host: "127.0.0.1:1"}, Limits: Limits{TurnBodyBudget: budget, TurnBodyPerClient: share}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, &reqState{client: ck("192.0.2.1")}
+}
+
+func turnRequest(st *reqState, body io.Reader, size int64) *http.Request {
+	r := httptest.NewRequest(http.MethodPost, "/t", body)
+	r.ContentLength = size
+	st.Context = r.Context()
+	return r.WithContext(st)
+}
+
+// TestReadTurn: the same bytes as io.ReadAll over a LimitReader of limit+1
+// however the body is split and whatever length was announced, and the
+// budget charged with the buffer actually held — never the announced
+// length before the bytes arrive.
+func TestReadTurn(t *testing.T) {
+	const limit = 20000
+	for _, n := range []int{0, 1, 4095, 4096, 4097, 19999, 20000, 20001, 30000} {
+		data := bytes.Repeat([]byte("0123456789abcdef"), n/16+1)[:n]
+		for _, size := range []int64{-1, int64(n)} {
+			for _, wrap := range []struct {
+				name string
+				fn   func(io.Reader) io.Reader
+			}{
+				{"plain", func(r io.Reader) io.Reader { return r }},
+				{"one-byte", iotest.OneByteReader},
+				{"half", iotest.HalfReader},
+				{"data-err", iotest.DataErrReader},
+			} {
+				t.Run(fmt.Sprintf("%d/%d/%s", n, size, wrap.name), func(t *testing.T) {
+					s, st := turnReadServer(t, 1<<20, -1)
+					want, _ := io.ReadAll(io.LimitReader(bytes.NewReader(data), limit+1))
+					got, err := s.readTurn(turnRequest(st, wrap.fn(bytes.NewReader(data)), size), limit)
+					if err != nil || !bytes.Equal(got, want) {
+						t.Fatalf("got %d bytes, %v; want %d bytes", len(got), err, len(want))
+					}
+					if st.turnBytes != int64(cap(got)) {
+						t.Fatalf("charged %d bytes for a buffer of %d; want the buffer", st.turnBytes, cap(got))
+					}
+					if c, _ := s.lim.turnBody.held(st.client); c != st.turnBytes {
+						t.Fatalf("the client's share holds %d; want %d", c, st.turnBytes)
+					}
+					if cap(got) > max(2*len(got), turnReadFirst)+1 {
+						t.Fatalf("a buffer of %d bytes for %d read; want at most twice what arrived", cap(got), len(got))
+					}
+				})
+			}
+		}
+	}
+	t.Run("announced but not sent", func(t *testing.T) {
+		s, st := turnReadServer(t, 1<<20, -1)
+		pr, pw := io.Pipe()
+		errc := make(chan error, 1)
+		go func() { _, err := s.readTurn(turnRequest(st, pr, coreTurnBodyMax), coreTurnBodyMax); errc <- err }()
+		if _, err := pw.Write([]byte("{")); err != nil { // the reader is past its first growth
+			t.Fatal(err)
+		}
+		_, all := s.lim.turnBody.held(st.client)
+		if all != turnReadFirst {
+			t.Errorf("a 512 KiB Content-Length with 1 byte sent holds %d bytes of the budget; want %d", all, turnReadFirst)
+		}
+		pw.CloseWithError(errors.New("client gone"))
+		if err := <-errc; !errors.Is(err, errBodyUnreadable) {
+			t.Errorf("a failed body: got %v; want errBodyUnreadable", err)
+		}
+	})
+	t.Run("over the client's share", func(t *testing.T) {
+		s, st := turnReadServer(t, 1<<20, 10000)
+		_, err := s.readTurn(turnRequest(st, strings.NewReader(strings.Repeat("x", 20000)), -1), limit)
+		if !errors.Is(err, errOverloaded) {
+			t.Fatalf("got %v; want errOverloaded", err)
+		}
+		if got := testkit.Metric(t, s.registry, "knowledge_sidecar_client_share_rejections_total", map[string]string{"limit": limitTurnBody}); got != 1 {
+			t.Errorf("client_share_rejections_total{limit=turn_body_budget}: got %v; want 1", got)
+		}
+	})
+}
