@@ -47,6 +47,13 @@ type Tracing struct {
 	// OTEL_* variables say (endpoint, protocol, headers, service name,
 	// sampler; OTEL_SDK_DISABLED=true wins). Default false. Restart-only.
 	Enabled bool `yaml:"enabled"`
+	// TrustInbound is whose W3C traceparent/tracestate the sidecar honours
+	// (parent-based sampling follows them) and forwards: "trusted_proxies"
+	// (peers in proxy.trusted_proxies, the trust X-Forwarded-* get), "all"
+	// or "none". Anyone else's request starts a new trace decided by the
+	// sampler, and their trace headers do not reach Core (also with tracing
+	// off). Default "trusted_proxies". Restart-only.
+	TrustInbound string `yaml:"trust_inbound"`
 }
 
 // Core is the legacy Core the sidecar fronts.
@@ -177,6 +184,12 @@ type Proxy struct {
 	// PreserveHost forwards the client's Host header (X-Forwarded-Host is set
 	// either way). Default true.
 	PreserveHost bool `yaml:"preserve_host"`
+	// ClientAddressHeadersExtra names headers to add to the built-in list of
+	// client-address and original-URL headers (X-Forwarded-*, Forwarded,
+	// X-Real-IP, True-Client-IP, … docs/architecture.md) that an untrusted
+	// peer's request loses before it reaches Core. Matched in any case and
+	// with '_' for '-'; a name ending in '*' is a prefix. Default none.
+	ClientAddressHeadersExtra []string `yaml:"client_address_headers_extra"`
 	// ReadHeaderTimeout bounds reading request headers (slowloris). Default 10s.
 	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
 	// IdleTimeout closes idle keep-alive connections. Default 120s.
@@ -306,7 +319,7 @@ func Defaults() Config {
 		Shutdown: Shutdown{DrainDelay: 5 * time.Second, Timeout: 30 * time.Second},
 		Log:      Log{Level: "info"},
 		Reload:   Reload{WatchInterval: 10 * time.Second},
-		Tracing:  Tracing{Enabled: false}, // off unless asked for
+		Tracing:  Tracing{Enabled: false, TrustInbound: "trusted_proxies"}, // off unless asked for
 	}
 }
 

@@ -62,20 +62,22 @@ func TestGoodFileValues(t *testing.T) {
 
 func TestEnvOverridesFileAndDefaults(t *testing.T) {
 	env := envOf(map[string]string{
-		"KNOWLEDGE_SIDECAR_LISTEN":                          ":7000",
-		"KNOWLEDGE_SIDECAR_ADMIN_LISTEN":                    "127.0.0.1:7001",
-		"KNOWLEDGE_SIDECAR_CORE_URL":                        "http://127.0.0.1:3000",
-		"KNOWLEDGE_SIDECAR_CORE_TOKEN":                      "svc-token-123",
-		"KNOWLEDGE_SIDECAR_CATALOG_DSN":                     "ro:pw@tcp(db:3306)/bz",
-		"KNOWLEDGE_SIDECAR_SIGNING_KEYS":                    "k1:c2VjcmV0",
-		"KNOWLEDGE_SIDECAR_ROLLOUT":                         "percent:25",
-		"KNOWLEDGE_SIDECAR_LEDGER_REDIS_URL":                "redis://127.0.0.1:6379/2",
-		"KNOWLEDGE_SIDECAR_CORE_RETRIEVAL_BREAKER_FAILURES": "9",
-		"KNOWLEDGE_SIDECAR_PROXY_TRUSTED_PROXIES":           "10.0.0.0/8, 192.168.1.1",
-		"KNOWLEDGE_SIDECAR_PROXY_PRESERVE_HOST":             "false",
-		"KNOWLEDGE_SIDECAR_RATE_LIMIT_RPS":                  "2.5",
-		"KNOWLEDGE_SIDECAR_SHUTDOWN_DRAIN_DELAY":            "1s",
-		"KNOWLEDGE_SIDECAR_TURN_HINTS":                      "false",
+		"KNOWLEDGE_SIDECAR_LISTEN":                             ":7000",
+		"KNOWLEDGE_SIDECAR_ADMIN_LISTEN":                       "127.0.0.1:7001",
+		"KNOWLEDGE_SIDECAR_CORE_URL":                           "http://127.0.0.1:3000",
+		"KNOWLEDGE_SIDECAR_CORE_TOKEN":                         "svc-token-123",
+		"KNOWLEDGE_SIDECAR_CATALOG_DSN":                        "ro:pw@tcp(db:3306)/bz",
+		"KNOWLEDGE_SIDECAR_SIGNING_KEYS":                       "k1:c2VjcmV0",
+		"KNOWLEDGE_SIDECAR_ROLLOUT":                            "percent:25",
+		"KNOWLEDGE_SIDECAR_LEDGER_REDIS_URL":                   "redis://127.0.0.1:6379/2",
+		"KNOWLEDGE_SIDECAR_CORE_RETRIEVAL_BREAKER_FAILURES":    "9",
+		"KNOWLEDGE_SIDECAR_PROXY_TRUSTED_PROXIES":              "10.0.0.0/8, 192.168.1.1",
+		"KNOWLEDGE_SIDECAR_PROXY_PRESERVE_HOST":                "false",
+		"KNOWLEDGE_SIDECAR_RATE_LIMIT_RPS":                     "2.5",
+		"KNOWLEDGE_SIDECAR_SHUTDOWN_DRAIN_DELAY":               "1s",
+		"KNOWLEDGE_SIDECAR_TURN_HINTS":                         "false",
+		"KNOWLEDGE_SIDECAR_PROXY_CLIENT_ADDRESS_HEADERS_EXTRA": "X-Akamai-Edge-IP, X-Corp-*",
+		"KNOWLEDGE_SIDECAR_TRACING_TRUST_INBOUND":              "all",
 	})
 	cfg, err := Load("testdata/good.yaml", env)
 	if err != nil {
@@ -100,6 +102,8 @@ func TestEnvOverridesFileAndDefaults(t *testing.T) {
 		{"rps", cfg.RateLimit.RPS, 2.5},
 		{"drain", cfg.Shutdown.DrainDelay, time.Second},
 		{"turn_hints", cfg.TurnHints, false},
+		{"client_address_headers_extra", strings.Join(cfg.Proxy.ClientAddressHeadersExtra, "|"), "X-Akamai-Edge-IP|X-Corp-*"},
+		{"tracing.trust_inbound", cfg.Tracing.TrustInbound, "all"},
 	}
 	for _, c := range checks {
 		if c.got != c.want {

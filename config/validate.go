@@ -11,6 +11,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // Validate reports every problem at once, each as "field.path: message".
@@ -23,9 +25,9 @@ import (
 //
 // Each part of the file has its own check, called here in the order its
 // problems are listed; a check gets its section and, as arguments, the few
-// settings of other sections it depends on. Tracing (an on/off switch; the
-// OTEL_* variables are the SDK's) and signing (sidecar.ExtraChecks builds the
-// keyring) have none here.
+// settings of other sections it depends on. Signing (sidecar.ExtraChecks
+// builds the keyring) has none here; tracing's OTEL_* variables are the
+// SDK's.
 func (c *Config) Validate(extra ...func(*Config) (path string, err error)) error {
 	var p problems
 	p.listeners(c.Listen, c.AdminListen)
@@ -39,6 +41,7 @@ func (c *Config) Validate(extra ...func(*Config) (path string, err error)) error
 	p.shutdown(c.Shutdown)
 	p.log(c.Log)
 	p.reload(c.Reload)
+	p.tracing(c.Tracing)
 	for _, check := range extra {
 		if path, err := check(c); err != nil {
 			p.add(path, strings.TrimPrefix(err.Error(), path+": ")) // no "rollout: rollout: …"
@@ -210,6 +213,21 @@ func (p *problems) proxy(x Proxy) {
 		p.outOfRange("proxy.response_header_timeout", x.ResponseHeaderTimeout, "must not be negative; 0 disables it")
 	}
 	p.atLeast("proxy.max_idle_conns_per_host", int64(x.MaxIdleConnsPerHost), 1)
+	for i, h := range x.ClientAddressHeadersExtra {
+		name, _ := strings.CutSuffix(h, "*")
+		if !httpguts.ValidHeaderFieldName(name) || strings.Contains(name, "*") {
+			p.add(fmt.Sprintf("proxy.client_address_headers_extra[%d]", i), quote(h)+" is not a header name, or a prefix ending in *, such as X-Real-IP or X-Akamai-*")
+		}
+	}
+}
+
+// tracing: the tracing section (the OTEL_* variables are the SDK's).
+func (p *problems) tracing(t Tracing) {
+	switch t.TrustInbound {
+	case "trusted_proxies", "all", "none":
+	default:
+		p.add("tracing.trust_inbound", quote(t.TrustInbound)+" is not one of trusted_proxies, all, none")
+	}
 }
 
 // shutdown: the shutdown section.

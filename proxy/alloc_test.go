@@ -10,7 +10,10 @@ import (
 	"net/url"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // cannedCore answers every request in memory with the same 1 KiB JSON body,
@@ -121,14 +124,45 @@ func BenchmarkPassthroughCanned(b *testing.B) {
 	}
 }
 
-// TestClientIPHeadersCanonical: rewrite deletes clientIPHeaders from the
-// header map by key, which finds only canonical names.
-func TestClientIPHeadersCanonical(t *testing.T) {
-	for _, h := range clientIPHeaders {
-		if c := http.CanonicalHeaderKey(h); c != h {
-			t.Errorf("clientIPHeaders: got %q; want the canonical %q", h, c)
+// TestClientAddressHeadersList: every entry of clientAddressHeaders is a
+// header name or a prefix ending in '*', and the list matches every name
+// SPEC §8.3 gives, in its canonical, lower-case and underscore spellings.
+func TestClientAddressHeadersList(t *testing.T) {
+	for _, h := range clientAddressHeaders {
+		if n, _ := strings.CutSuffix(h, "*"); !httpguts.ValidHeaderFieldName(n) || strings.Contains(n, "*") {
+			t.Errorf("clientAddressHeaders: %q is not a header name or prefix", h)
 		}
 	}
+	a := newAddrHeaders(nil)
+	for _, h := range specClientAddressHeaders {
+		for _, k := range []string{http.CanonicalHeaderKey(h), strings.ToLower(h), strings.ReplaceAll(h, "-", "_"), http.CanonicalHeaderKey(strings.ReplaceAll(h, "-", "_"))} {
+			if !a.matches(k) {
+				t.Errorf("%q (%s) is not in the list", k, h)
+			}
+		}
+	}
+	for _, k := range []string{"X-Request-Id", "Authorization", "Host", "Content-Type", "X-Forwarder", "Traceparent", "X-Real-Ipv"} {
+		if a.matches(k) {
+			t.Errorf("%q matches; want only client-address headers", k)
+		}
+	}
+	if extra := newAddrHeaders([]string{"X-Akamai-Edge-IP", "X-Corp-*"}); !extra.matches("x_akamai_edge_ip") || !extra.matches("X-Corp-Client") || !extra.matches("X-Real-Ip") || extra.matches("X-Corp") {
+		t.Error("extra names: want X-Akamai-Edge-IP and the X-Corp-* prefix added to the built-in list")
+	}
+	if n := testing.AllocsPerRun(100, func() { a.strip(http.Header{"Accept": nil, "X_real_ip": nil, "X-Forwarded-Port": nil}, true, true) }); n > 1 {
+		t.Errorf("strip: %.0f allocations; want the header map's only", n)
+	}
+}
+
+// specClientAddressHeaders are the names SPEC §8.3 lists, plus members of
+// the X-Forwarded-* family.
+var specClientAddressHeaders = []string{
+	"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Forwarded-Port", "X-Forwarded-Prefix",
+	"X-Forwarded-Server", "X-Forwarded-Ssl", "X-Forwarded-Scheme", "X-Forwarded-Uri", "X-Forwarded-Path",
+	"X-Forwarded-Client-Cert", "X-Forwarded", "Forwarded",
+	"X-Real-IP", "True-Client-IP", "CF-Connecting-IP", "Fastly-Client-IP", "X-Client-IP", "Client-IP",
+	"X-Cluster-Client-IP", "X-Originating-IP", "X-Remote-IP", "X-Remote-Addr", "X-Envoy-External-Address",
+	"X-Original-URL", "X-Rewrite-URL",
 }
 
 // TestSetXForwarded: setXForwarded leaves the outbound header as the

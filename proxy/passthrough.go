@@ -51,10 +51,26 @@ func NewTransport(o TransportOptions) *http.Transport {
 	return t
 }
 
-// forwarding decides which X-Forwarded-* headers survive.
+// forwarding decides which of a peer's forwarding headers survive: the
+// client-address headers (clientAddressHeaders) and the trace context.
 type forwarding struct {
 	trusted      []netip.Prefix
 	preserveHost bool
+	// addr is the client-address list in effect: the built-in one and the
+	// configuration's extra names.
+	addr addrHeaders
+	// trace is whose traceparent/tracestate count (TraceTrust*).
+	trace TraceTrust
+}
+
+// newForwarding is the forwarding of o.
+func newForwarding(o Options) forwarding {
+	return forwarding{
+		trusted:      o.TrustedProxies,
+		preserveHost: o.PreserveHost,
+		addr:         newAddrHeaders(o.ClientAddressHeadersExtra),
+		trace:        o.TraceTrustInbound,
+	}
 }
 
 func (f forwarding) isTrusted(remoteAddr string) bool {
@@ -76,6 +92,46 @@ func (f forwarding) isTrusted(remoteAddr string) bool {
 		}
 	}
 	return false
+}
+
+// TraceTrust is whose inbound trace context (traceparent, tracestate) the
+// edge honours (SPEC §9, config tracing.trust_inbound).
+type TraceTrust uint8
+
+const (
+	// TraceTrustProxies (the default): only peers in the trusted-proxy
+	// list, the same trust as X-Forwarded-*.
+	TraceTrustProxies TraceTrust = iota
+	// TraceTrustAll: every peer.
+	TraceTrustAll
+	// TraceTrustNone: no peer; every request starts its own trace.
+	TraceTrustNone
+)
+
+// ParseTraceTrust maps tracing.trust_inbound to a TraceTrust: "" and
+// "trusted_proxies", "all", "none".
+func ParseTraceTrust(s string) (TraceTrust, bool) {
+	switch s {
+	case "", "trusted_proxies":
+		return TraceTrustProxies, true
+	case "all":
+		return TraceTrustAll, true
+	case "none":
+		return TraceTrustNone, true
+	}
+	return TraceTrustProxies, false
+}
+
+// traceTrusted: the peer's trace context is honoured, given whether the
+// peer is a trusted proxy.
+func (f forwarding) traceTrusted(proxyTrusted bool) bool {
+	switch f.trace {
+	case TraceTrustAll:
+		return true
+	case TraceTrustNone:
+		return false
+	}
+	return proxyTrusted
 }
 
 // rewrite prepares the outbound request: target URL (raw path and query
@@ -104,6 +160,15 @@ func (f forwarding) rewrite(target *url.URL, pr *httputil.ProxyRequest) {
 		pr.Out.Host = pr.In.Host
 	}
 	trusted := f.isTrusted(pr.In.RemoteAddr)
+	traceTrusted := f.traceTrusted(trusted)
+	if !trusted || !traceTrusted {
+		// Before setXForwarded: the X-Forwarded-For/-Host/-Proto it sets
+		// are in the list.
+		f.addr.strip(pr.Out.Header, !trusted, !traceTrusted)
+	}
+	if traceTrusted {
+		dropOrphanTracestate(pr.Out.Header)
+	}
 	if trusted {
 		if v := pr.In.Header.Values("X-Forwarded-For"); len(v) > 0 {
 			pr.Out.Header["X-Forwarded-For"] = append([]string(nil), v...)
@@ -118,14 +183,6 @@ func (f forwarding) rewrite(target *url.URL, pr *httputil.ProxyRequest) {
 		}
 		if v := pr.In.Header.Values("Forwarded"); len(v) > 0 {
 			pr.Out.Header["Forwarded"] = append([]string(nil), v...)
-		}
-	} else {
-		// Core, or something behind it, may take any of these as the
-		// client's address; an untrusted peer must not choose it.
-		// The names are in canonical form: a map delete each, without
-		// Header.Del's canonicalization.
-		for _, h := range clientIPHeaders {
-			delete(pr.Out.Header, h)
 		}
 	}
 }
@@ -157,11 +214,133 @@ func setXForwarded(pr *httputil.ProxyRequest) {
 	h["X-Forwarded-Proto"] = v[2:3:3]
 }
 
-// clientIPHeaders name the client's address in the conventions of common
-// proxies and CDNs (nginx, Akamai and Cloudflare, Cloudflare, Rackspace and
-// others); only a trusted proxy's are forwarded. Canonical form (the
-// header map's keys; TestClientIPHeadersCanonical).
-var clientIPHeaders = []string{"X-Real-Ip", "X-Client-Ip", "True-Client-Ip", "Cf-Connecting-Ip", "X-Cluster-Client-Ip"}
+// clientAddressHeaders is the one list of headers that carry a client's
+// address or the original URL in the conventions of common proxies, CDNs
+// and servers (SPEC §8.3): an untrusted peer's are removed before the
+// request goes to Core (X-Forwarded-For/-Host/-Proto are then set by the
+// edge), since Core, or something behind it, may believe them; a trusted
+// proxy's are forwarded. proxy.client_address_headers_extra adds to it.
+//
+// A name matches whatever its case and with '_' for '-' (X_Real_IP,
+// x-real_ip): servers that map headers to CGI-style variables
+// (HTTP_X_REAL_IP) cannot tell the spellings apart, and net/http keeps an
+// underscore spelling as a key of its own ("X_real_ip"). An entry ending in
+// '*' matches every name with that prefix: the X-Forwarded-* family keeps
+// growing members (-Port, -Prefix, -Ssl, -Client-Cert, …).
+var clientAddressHeaders = []string{
+	"Forwarded",
+	"X-Forwarded", "X-Forwarded-*", // -For, -Host, -Proto, -Port, -Prefix, -Server, -Ssl, -Scheme, -Uri, -Path, …
+	"Forwarded-For", "X-Original-Forwarded-For",
+	"X-Real-IP", "True-Client-IP", "CF-Connecting-IP", "Fastly-Client-IP",
+	"X-Client-IP", "Client-IP", "X-Cluster-Client-IP", "X-Originating-IP",
+	"X-Remote-IP", "X-Remote-Addr", "X-Envoy-External-Address",
+	"X-ProxyUser-IP", "Fly-Client-IP", "X-Azure-ClientIP", "X-Azure-SocketIP",
+	"X-Original-URL", "X-Rewrite-URL", "X-Original-URI", "X-Original-Host", "X-Host",
+	"X-Envoy-Original-Path",
+}
+
+// traceHeaders are the W3C trace-context headers (canonical keys), dropped
+// with the client-address ones when the peer's trace context is not
+// trusted (SPEC §9).
+const (
+	hdrTraceparent = "Traceparent"
+	hdrTracestate  = "Tracestate"
+)
+
+// addrHeaders is clientAddressHeaders (plus the configured extra names)
+// in matching form: lower case, '-' for '_'.
+type addrHeaders struct {
+	exact    map[string]struct{}
+	prefixes []string
+	maxLen   int // the longest exact name; longer keys match a prefix or nothing
+}
+
+func newAddrHeaders(extra []string) addrHeaders {
+	a := addrHeaders{exact: map[string]struct{}{}}
+	for _, h := range append(clientAddressHeaders[:len(clientAddressHeaders):len(clientAddressHeaders)], extra...) {
+		n := headerMatchForm(h)
+		if p, ok := strings.CutSuffix(n, "*"); ok {
+			a.prefixes = append(a.prefixes, p)
+			continue
+		}
+		a.exact[n] = struct{}{}
+		a.maxLen = max(a.maxLen, len(n))
+	}
+	return a
+}
+
+// headerMatchForm is name in lower case with '-' for '_'.
+func headerMatchForm(name string) string {
+	return strings.ReplaceAll(strings.ToLower(name), "_", "-")
+}
+
+// matches: key is in the list in any of its spellings. No allocation: the
+// key is folded into a stack buffer and looked up as a string conversion,
+// which the compiler does not copy.
+func (a addrHeaders) matches(key string) bool {
+	var buf [64]byte
+	if len(key) > len(buf) {
+		return a.matchPrefix(headerMatchForm(key))
+	}
+	b := buf[:len(key)]
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		switch {
+		case 'A' <= c && c <= 'Z':
+			c += 'a' - 'A'
+		case c == '_':
+			c = '-'
+		}
+		b[i] = c
+	}
+	if len(b) <= a.maxLen {
+		if _, ok := a.exact[string(b)]; ok {
+			return true
+		}
+	}
+	return a.matchPrefix(string(b))
+}
+
+func (a addrHeaders) matchPrefix(n string) bool {
+	for _, p := range a.prefixes {
+		if strings.HasPrefix(n, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// builtinAddrHeaders is clientAddressHeaders alone, what the zero
+// addrHeaders stands for.
+var builtinAddrHeaders = newAddrHeaders(nil)
+
+// strip removes from h the client-address headers (addr) and the trace
+// context (trace), in every spelling.
+func (a addrHeaders) strip(h http.Header, addr, trace bool) {
+	if a.exact == nil {
+		a = builtinAddrHeaders
+	}
+	for k := range h {
+		switch {
+		case addr && a.matches(k):
+			delete(h, k)
+		case trace && (k == hdrTraceparent || k == hdrTracestate):
+			delete(h, k)
+		}
+	}
+}
+
+// dropOrphanTracestate removes a tracestate that came without a valid
+// traceparent (W3C Trace Context §3.3: a vendor receiving one must not
+// forward it). Nothing runs unless a tracestate is present.
+func dropOrphanTracestate(h http.Header) {
+	if _, ok := h[hdrTracestate]; !ok {
+		return
+	}
+	if !validTraceparent(h[hdrTraceparent]) {
+		delete(h, hdrTracestate)
+	}
+}
 
 // keepRawPath sends Core the client's path bytes where url.URL would
 // re-encode them: a backslash, for one, arrives as %5C otherwise. The exact

@@ -42,6 +42,12 @@ type Options struct {
 	// per request, a CLIENT span for what goes to Core, W3C propagation,
 	// trace-id exemplars. nil → off, at no per-request cost.
 	TracerProvider trace.TracerProvider
+
+	// ClientAddressHeadersExtra adds names to the client-address headers
+	// an untrusted peer's request loses (passthrough.go).
+	ClientAddressHeadersExtra []string
+	// TraceTrustInbound: whose traceparent/tracestate count (SPEC §9).
+	TraceTrustInbound TraceTrust
 }
 
 // edgeLimits are a Server's bounds in effect.
@@ -144,7 +150,7 @@ func New(o Options) (*Server, error) {
 		s.tracer = telemetry.Tracer(o.TracerProvider)
 		s.transport = &tracingTransport{next: o.Transport, tracer: s.tracer}
 	}
-	s.fw = forwarding{trusted: o.TrustedProxies, preserveHost: o.PreserveHost}
+	s.fw = newForwarding(o)
 	s.pass = s.newPassthrough()
 	s.passH = echo.WrapHandler(s.pass)
 

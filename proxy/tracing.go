@@ -42,13 +42,26 @@ func spanMethod(method string) (name, attr string) {
 	return "HTTP", "_OTHER"
 }
 
-// startServerSpan extracts the caller's traceparent/tracestate and starts
-// the request's SERVER span (parent-based sampling decides whether it
-// records). Attributes: method, scheme, protocol version and, for the
+// startServerSpan starts the request's SERVER span. The caller's
+// traceparent/tracestate are its parent only when the peer is trusted for
+// them (forwarding.traceTrusted: by default a trusted proxy, SPEC §9), and
+// then parent-based sampling follows the caller's decision. Anyone else's
+// request starts a new trace the operator's sampler decides; a valid
+// inbound context is kept as a link of a recorded span (a link decides
+// nothing). Attributes: method, scheme, protocol version and, for the
 // sidecar's own routes, http.route; never the path of a pass-through
 // request, the query or a header value.
 func (s *Server) startServerSpan(ctx context.Context, r *http.Request, echoPath, requestID string) (context.Context, trace.Span) {
-	ctx = telemetry.Propagator.Extract(ctx, propagation.HeaderCarrier(r.Header))
+	var link trace.SpanContext
+	if s.fw.traceTrusted(s.fw.isTrusted(r.RemoteAddr)) {
+		// Two traceparents are invalid (validTraceparent); the
+		// propagator alone would take the first.
+		if len(r.Header[hdrTraceparent]) < 2 {
+			ctx = telemetry.Propagator.Extract(ctx, propagation.HeaderCarrier(r.Header))
+		}
+	} else if _, ok := r.Header[hdrTraceparent]; ok {
+		link = trace.SpanContextFromContext(telemetry.Propagator.Extract(context.Background(), propagation.HeaderCarrier(r.Header)))
+	}
 	name, route := serverSpanName(r.Method, echoPath)
 	ctx, span := s.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer))
 	if span.IsRecording() {
@@ -70,8 +83,21 @@ func (s *Server) startServerSpan(ctx context.Context, r *http.Request, echoPath,
 			attrs = append(attrs, attribute.String("http.route", route))
 		}
 		span.SetAttributes(attrs...)
+		if link.IsValid() {
+			span.AddLink(trace.Link{SpanContext: link})
+		}
 	}
 	return ctx, span
+}
+
+// validTraceparent: v is exactly one traceparent header that parses to a
+// valid span context (W3C Trace Context §3.2; two headers are invalid).
+func validTraceparent(v []string) bool {
+	if len(v) != 1 {
+		return false
+	}
+	h := http.Header{hdrTraceparent: v}
+	return trace.SpanContextFromContext(telemetry.Propagator.Extract(context.Background(), propagation.HeaderCarrier(h))).IsValid()
 }
 
 // safeMethod bounds an unknown method copied into an attribute.
@@ -118,6 +144,11 @@ type tracingTransport struct {
 
 func (t *tracingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
+	// Core gets the sidecar's context only: Inject writes no tracestate
+	// when the span's is empty, which would leave the caller's in place
+	// (one that came with a distrusted or invalid traceparent, SPEC §9).
+	delete(req.Header, hdrTraceparent)
+	delete(req.Header, hdrTracestate)
 	if parent := trace.SpanFromContext(ctx); !parent.IsRecording() {
 		if parent.SpanContext().IsValid() {
 			telemetry.Propagator.Inject(ctx, propagation.HeaderCarrier(req.Header))

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -130,22 +131,209 @@ type discardExporter struct{}
 func (discardExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
 func (discardExporter) Shutdown(context.Context) error                             { return nil }
 
-// TestTracingOffUntouched: with tracing off the edge neither reads nor
-// writes trace headers: a caller's traceparent reaches Core as sent, and
-// none is added to a request without one.
+// TestTracingOffUntouched: with tracing off the edge writes no trace
+// headers of its own: a trusted peer's traceparent and tracestate reach Core
+// as sent, and none is added to a request without one. An untrusted peer's
+// are dropped with its client-address headers (SPEC §9: trusted like
+// X-Forwarded-*), and a tracestate whose traceparent is invalid is dropped
+// whoever sent it (W3C Trace Context §3.3).
 func TestTracingOffUntouched(t *testing.T) {
-	var seen []string
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		seen = append(seen, r.Header.Get("Traceparent"))
-	}))
+	const (
+		tp      = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+		state   = "vendor=opaque"
+		trusted = "10.1.2.3:5000"
+		other   = "192.0.2.1:5000"
+	)
+	for _, c := range []struct {
+		name               string
+		trust              TraceTrust
+		remote             string
+		parent             []string
+		wantParent, wantTS string
+	}{
+		{"trusted proxy", TraceTrustProxies, trusted, []string{tp}, tp, state},
+		{"trusted proxy, no trace context", TraceTrustProxies, trusted, nil, "", ""},
+		{"untrusted peer", TraceTrustProxies, other, []string{tp}, "", ""},
+		{"untrusted peer, trust_inbound all", TraceTrustAll, other, []string{tp}, tp, state},
+		{"trusted proxy, trust_inbound none", TraceTrustNone, trusted, []string{tp}, "", ""},
+		{"invalid traceparent", TraceTrustProxies, trusted, []string{"00-00000000000000000000000000000000-00f067aa0ba902b7-01"}, "00-00000000000000000000000000000000-00f067aa0ba902b7-01", ""},
+		{"garbled traceparent", TraceTrustAll, other, []string{"not a traceparent"}, "not a traceparent", ""},
+		{"no traceparent", TraceTrustProxies, trusted, nil, "", ""},
+		{"two traceparents", TraceTrustProxies, trusted, []string{tp, tp}, tp, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			seen := make(chan http.Header, 1)
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { seen <- r.Header.Clone() }))
+			defer up.Close()
+			s := tracedServerWith(t, up.URL, nil, func(o *Options) { o.TraceTrustInbound = c.trust })
+			req := httptest.NewRequest("GET", "/x", nil)
+			req.RemoteAddr = c.remote
+			if c.parent != nil {
+				req.Header["Traceparent"] = c.parent
+			}
+			if c.name != "trusted proxy, no trace context" {
+				req.Header.Set("Tracestate", state)
+			}
+			s.Handler().ServeHTTP(httptest.NewRecorder(), req)
+			h := <-seen
+			if got := h.Get("Traceparent"); got != c.wantParent {
+				t.Errorf("Core's traceparent: got %q; want %q", got, c.wantParent)
+			}
+			if got := h.Get("Tracestate"); got != c.wantTS {
+				t.Errorf("Core's tracestate: got %q; want %q", got, c.wantTS)
+			}
+		})
+	}
+}
+
+// tracedServerWith is tracedServer trusting 10.0.0.0/8, with tweak applied
+// to its options.
+func tracedServerWith(t testing.TB, up string, tp trace.TracerProvider, tweak func(*Options)) *Server {
+	u, _ := url.Parse(up)
+	o := Options{CoreURL: u, TracerProvider: tp, TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
+	tweak(&o)
+	s, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestInboundTraceTrust: with a sampler that samples no new trace, a
+// caller's sampled traceparent makes spans only when the peer is trusted
+// for it (SPEC §9): an untrusted peer's flag cannot override the operator's
+// sampler, and Core gets the sidecar's own trace context, not the caller's
+// nor its tracestate. A trusted proxy's request joins the caller's trace.
+func TestInboundTraceTrust(t *testing.T) {
+	const (
+		inTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
+		inbound = "00-" + inTrace + "-00f067aa0ba902b7-01"
+		n       = 50
+	)
+	for _, c := range []struct {
+		name      string
+		trust     TraceTrust
+		remote    string
+		wantSpans int // per request
+	}{
+		{"untrusted peer", TraceTrustProxies, "192.0.2.1:5000", 0},
+		{"untrusted IPv6 peer", TraceTrustProxies, "[2001:db8::1]:5000", 0},
+		{"trusted proxy", TraceTrustProxies, "10.9.8.7:5000", 2},
+		{"trusted proxy, trust_inbound none", TraceTrustNone, "10.9.8.7:5000", 0},
+		{"untrusted peer, trust_inbound all", TraceTrustAll, "192.0.2.1:5000", 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			seen := make(chan http.Header, n)
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { seen <- r.Header.Clone() }))
+			defer up.Close()
+			exp := tracetest.NewInMemoryExporter()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.NeverSample())))
+			defer func() { _ = tp.Shutdown(context.Background()) }()
+			s := tracedServerWith(t, up.URL, tp, func(o *Options) { o.TraceTrustInbound = c.trust })
+			for range n {
+				req := httptest.NewRequest("GET", "/x", nil)
+				req.RemoteAddr = c.remote
+				req.Header.Set("Traceparent", inbound)
+				req.Header.Set("Tracestate", "vendor=caller")
+				s.Handler().ServeHTTP(httptest.NewRecorder(), req)
+				h := <-seen
+				parent := h.Get("Traceparent")
+				joined := strings.HasPrefix(parent, "00-"+inTrace+"-")
+				if c.wantSpans > 0 {
+					if !joined || !strings.HasSuffix(parent, "-01") || h.Get("Tracestate") != "vendor=caller" {
+						t.Fatalf("Core's trace context: got %q, %q; want the caller's trace, sampled, with its tracestate", parent, h.Get("Tracestate"))
+					}
+					continue
+				}
+				if joined || !strings.HasSuffix(parent, "-00") || len(parent) != 55 {
+					t.Fatalf("Core's traceparent: got %q; want the sidecar's own, unsampled trace", parent)
+				}
+				if v := h.Values("Tracestate"); len(v) != 0 {
+					t.Fatalf("Core's tracestate: got %q; want none", v)
+				}
+			}
+			spans := exp.GetSpans()
+			if len(spans) != c.wantSpans*n {
+				t.Fatalf("exported spans: got %d; want %d", len(spans), c.wantSpans*n)
+			}
+			for _, sp := range spans {
+				if sp.SpanContext.TraceID().String() != inTrace {
+					t.Fatalf("span %q in trace %s; want the caller's", sp.Name, sp.SpanContext.TraceID())
+				}
+			}
+		})
+	}
+}
+
+// TestUntrustedTraceLinked: an untrusted peer's request that the operator's
+// sampler records starts its own trace, with the caller's context as a link.
+func TestUntrustedTraceLinked(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	defer up.Close()
-	s := tracedServer(t, up.URL, nil)
-	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	s := tracedServerWith(t, up.URL, tp, func(*Options) {})
 	req := httptest.NewRequest("GET", "/x", nil)
-	req.Header.Set("Traceparent", tp)
+	req.RemoteAddr = "192.0.2.1:5000"
+	req.Header.Set("Traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00")
 	s.Handler().ServeHTTP(httptest.NewRecorder(), req)
-	s.Handler().ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/x", nil))
-	if len(seen) != 2 || seen[0] != tp || seen[1] != "" {
-		t.Errorf("Core saw traceparents %q; want the caller's, then none", seen)
+	var server *tracetest.SpanStub
+	for i, sp := range exp.GetSpans() {
+		if sp.SpanKind == trace.SpanKindServer {
+			server = &exp.GetSpans()[i]
+		}
+	}
+	if server == nil {
+		t.Fatal("no server span: the caller's unsampled flag decided")
+	}
+	if server.Parent.IsValid() || server.SpanContext.TraceID().String() == "4bf92f3577b34da6a3ce929d0e0e4736" {
+		t.Errorf("server span: parent %v, trace %s; want a new root", server.Parent, server.SpanContext.TraceID())
+	}
+	if len(server.Links) != 1 || server.Links[0].SpanContext.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" {
+		t.Errorf("links: got %v; want the caller's context", server.Links)
+	}
+}
+
+// TestOrphanTracestateTracingOn: with tracing on, Core gets the sidecar's
+// traceparent and only the tracestate of the sidecar's context: a trusted
+// proxy's tracestate that came with an invalid traceparent, or that does
+// not parse, is not forwarded next to it (SPEC §9, W3C Trace Context §3.3).
+func TestOrphanTracestateTracingOn(t *testing.T) {
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"
+	for _, c := range []struct {
+		name            string
+		parent          []string
+		state, wantTS   string
+		wantCallerTrace bool
+	}{
+		{"valid", []string{tp}, "vendor=caller", "vendor=caller", true},
+		{"invalid traceparent", []string{"00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01"}, "vendor=caller", "", false},
+		{"no traceparent", nil, "vendor=caller", "", false},
+		{"two traceparents", []string{tp, tp}, "vendor=caller", "", false},
+		{"tracestate that does not parse", []string{tp}, "not a tracestate", "", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			seen := make(chan http.Header, 1)
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { seen <- r.Header.Clone() }))
+			defer up.Close()
+			never := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.NeverSample())))
+			s := tracedServerWith(t, up.URL, never, func(*Options) {})
+			req := httptest.NewRequest("GET", "/x", nil)
+			req.RemoteAddr = "10.0.0.9:5000"
+			if c.parent != nil {
+				req.Header["Traceparent"] = c.parent
+			}
+			req.Header.Set("Tracestate", c.state)
+			s.Handler().ServeHTTP(httptest.NewRecorder(), req)
+			h := <-seen
+			if got := h.Values("Tracestate"); strings.Join(got, ",") != c.wantTS {
+				t.Errorf("Core's tracestate: got %q; want %q", got, c.wantTS)
+			}
+			got := h.Values("Traceparent")
+			if len(got) != 1 || len(got[0]) != 55 || strings.HasPrefix(got[0], "00-4bf92f3577b34da6a3ce929d0e0e4736-") != c.wantCallerTrace {
+				t.Errorf("Core's traceparent: got %q; want one of the sidecar's span (caller's trace: %v)", got, c.wantCallerTrace)
+			}
+		})
 	}
 }

@@ -292,7 +292,10 @@ func Build(ctx context.Context, cfg config.Config, deps Deps) (*App, error) {
 		BodyIdleTimeout: cfg.Proxy.BodyIdleTimeout,
 		Limits:          ProxyLimits(cfg),
 		TracerProvider:  a.tp,
+
+		ClientAddressHeadersExtra: cfg.Proxy.ClientAddressHeadersExtra,
 	}
+	opts.TraceTrustInbound, _ = proxy.ParseTraceTrust(cfg.Tracing.TrustInbound) // validated
 	ok, reason := cfg.KnowledgeEnabled()
 	if !ok && deps.Catalog != nil && cfg.Core.Token != "" {
 		ok = true // the catalog is given, not dialled

@@ -49,6 +49,8 @@ type SidecarOptions struct {
 	// TransportOptions: zero fields take the production defaults.
 	TransportOptions proxy.TransportOptions
 	TrustedProxies   []netip.Prefix
+	// ClientAddressHeadersExtra: proxy.client_address_headers_extra.
+	ClientAddressHeadersExtra []string
 	// RewriteHost sends Core's own host as Host; false (the default, like
 	// preserve_host: true in production) forwards the client's Host.
 	RewriteHost bool
@@ -143,6 +145,8 @@ func StartSidecar(t testing.TB, o SidecarOptions) *Sidecar {
 		Features:        o.Features,
 		BodyIdleTimeout: cmp.Or(o.BodyIdleTimeout, def.Proxy.BodyIdleTimeout),
 		Limits:          o.Limits,
+
+		ClientAddressHeadersExtra: o.ClientAddressHeadersExtra,
 	})
 	if err != nil {
 		t.Fatalf("proxy.New: %v", err)

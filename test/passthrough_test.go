@@ -18,6 +18,7 @@ import (
 	"net/textproto"
 	"net/url"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,6 +28,7 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
+	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
 
 // Every test here talks to real sockets: an httptest upstream standing in
@@ -1024,6 +1026,90 @@ func TestForwardedHeaders(t *testing.T) {
 				if got := seen.Header.Values(h); !reflect.DeepEqual(got, want) && !(len(got) == 0 && len(want) == 0) {
 					t.Errorf("%s: got %q; want %q", h, got, want)
 				}
+			}
+		})
+	}
+}
+
+// clientAddressNames are the client-address and original-URL headers SPEC
+// §8.3 names (members of the X-Forwarded-* family among them), and one
+// configured extra name (X-Corp-Client-Addr).
+var clientAddressNames = []string{
+	"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Forwarded-Port", "X-Forwarded-Prefix",
+	"X-Forwarded-Server", "X-Forwarded-Ssl", "X-Forwarded-Scheme", "X-Forwarded-Uri", "X-Forwarded-Path",
+	"X-Forwarded-Client-Cert", "Forwarded",
+	"X-Real-IP", "True-Client-IP", "CF-Connecting-IP", "Fastly-Client-IP", "X-Client-IP", "Client-IP",
+	"X-Cluster-Client-IP", "X-Originating-IP", "X-Remote-IP", "X-Remote-Addr", "X-Envoy-External-Address",
+	"X-Original-URL", "X-Rewrite-URL", "X-Corp-Client-Addr",
+}
+
+// TestClientAddressHeaders: every client-address header, in its dash and
+// its underscore spelling, sent over a socket by an untrusted peer, is
+// gone from what Core gets, through the pass-through, an intercepted turn
+// and a forwarded capabilities probe (X-Forwarded-For/-Host/-Proto are the
+// sidecar's own); a trusted proxy's all reach Core.
+func TestClientAddressHeaders(t *testing.T) {
+	const spoof = "203.0.113.77"
+	w := NewWorld(t, WorldOptions{})
+	var hdr strings.Builder
+	for _, h := range clientAddressNames {
+		hdr.WriteString(h + ": " + spoof + "\r\n")
+		if u := strings.ReplaceAll(h, "-", "_"); u != h {
+			hdr.WriteString(u + ": " + spoof + "\r\n")
+		}
+	}
+	reqs := func(tag string) []struct{ name, path, raw string } {
+		turn := newTurn(tag).body(modeJSON("on_demand"))
+		head := " HTTP/1.1\r\nHost: client.example\r\nAuthorization: Bearer " + w.TokenA + "\r\n" + hdr.String()
+		return []struct{ name, path, raw string }{
+			{"pass-through", "/agent-api/v1/workspaces/" + testdb.RouteMulti + "/sessions",
+				"GET /agent-api/v1/workspaces/" + testdb.RouteMulti + "/sessions" + head + "\r\n"},
+			{"capabilities", capsPath(testdb.RouteMulti), "GET " + capsPath(testdb.RouteMulti) + head + "\r\n"},
+			{"turn", turnsPath(testdb.RouteMulti), "POST " + turnsPath(testdb.RouteMulti) + head +
+				"Content-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(turn)) + "\r\n\r\n" + string(turn)},
+		}
+	}
+	for _, trusted := range []bool{false, true} {
+		t.Run(map[bool]string{false: "untrusted", true: "trusted"}[trusted], func(t *testing.T) {
+			o := SidecarOptions{CoreURL: w.CoreURL, Features: w.Features(t, FeatureOptions{}),
+				ClientAddressHeadersExtra: []string{"X-Corp-Client-Addr"}}
+			if trusted {
+				o.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
+			}
+			sc := StartSidecar(t, o)
+			for _, rq := range reqs("client-address-" + strconv.FormatBool(trusted)) {
+				t.Run(rq.name, func(t *testing.T) {
+					before := w.Core.Calls(rq.path)
+					res, body := rawRequest(t, sc.Addr, rq.raw)
+					seen, ok := w.Core.LastRequest(rq.path)
+					if !ok || w.Core.Calls(rq.path) != before+1 {
+						t.Fatalf("Core got no %s request (answer %d %s)", rq.path, res.StatusCode, body)
+					}
+					if !trusted {
+						for k, v := range seen.Header {
+							if strings.Contains(strings.Join(v, ","), spoof) {
+								t.Errorf("%s: %q reached Core", k, v)
+							}
+						}
+						for h, want := range map[string]string{"X-Forwarded-For": "127.0.0.1", "X-Forwarded-Host": "client.example", "X-Forwarded-Proto": "http"} {
+							if got := seen.Header.Values(h); len(got) != 1 || got[0] != want {
+								t.Errorf("%s: got %q; want the sidecar's %q", h, got, want)
+							}
+						}
+						return
+					}
+					for _, h := range clientAddressNames {
+						for _, k := range slices.Compact([]string{http.CanonicalHeaderKey(h), http.CanonicalHeaderKey(strings.ReplaceAll(h, "-", "_"))}) {
+							want := spoof
+							if k == "X-Forwarded-For" {
+								want = spoof + ", 127.0.0.1"
+							}
+							if got := seen.Header[k]; len(got) != 1 || got[0] != want {
+								t.Errorf("%s: got %q; want the trusted proxy's %q", k, got, want)
+							}
+						}
+					}
+				})
 			}
 		})
 	}

@@ -56,6 +56,9 @@ func startTracedWith(t *testing.T, w *World, sampler sdktrace.Sampler, tweak fun
 	cfg.Ledger.RedisURL = redisTestURL()
 	cfg.Log.Access = true
 	cfg.Tracing.Enabled = true
+	// The tests call from 127.0.0.1 as a trusted ingress would: its
+	// traceparent counts (tracing.trust_inbound: trusted_proxies).
+	cfg.Proxy.TrustedProxies = []string{"127.0.0.1/32"}
 	if tweak != nil {
 		tweak(&cfg)
 	}
@@ -257,6 +260,47 @@ func hasAttr(s sdktrace.ReadOnlySpan, k, v string) bool {
 		}
 	}
 	return false
+}
+
+// TestTraceUntrustedCallerCannotSample: as serve builds it, with
+// proxy.trusted_proxies not naming the caller and a sampler that samples no
+// new trace, the caller's sampled traceparent records no span (SPEC §9),
+// and Core gets the sidecar's own unsampled trace, without the caller's
+// tracestate; tracing.trust_inbound: all makes the same request join the
+// caller's trace.
+func TestTraceUntrustedCallerCannotSample(t *testing.T) {
+	w := NewWorld(t, WorldOptions{Core: fakecore.Options{SystemInfo: true}})
+	const parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	for _, trust := range []string{"trusted_proxies", "all"} {
+		t.Run(trust, func(t *testing.T) {
+			tc := startTracedWith(t, w, sdktrace.ParentBased(sdktrace.NeverSample()), func(c *config.Config) {
+				c.Proxy.TrustedProxies = []string{"10.0.0.0/8"}
+				c.Tracing.TrustInbound = trust
+			})
+			for range 20 {
+				callH(t, "GET", tc.URL+"/agent-auth/v1/session", w.TokenA, nil, map[string]string{"traceparent": parent, "tracestate": "vendor=caller"})
+			}
+			last, ok := w.Core.LastRequest("/agent-auth/v1/session")
+			if !ok {
+				t.Fatal("Core got nothing")
+			}
+			tp, ts := last.Header.Get("Traceparent"), last.Header.Get("Tracestate")
+			joined := strings.HasPrefix(tp, "00-0af7651916cd43dd8448eb211c80319c-")
+			if trust == "all" {
+				if !joined || ts != "vendor=caller" {
+					t.Errorf("Core's trace context %q, %q; want the caller's trace and tracestate", tp, ts)
+				}
+				tc.awaitServer(t)
+				return
+			}
+			if joined || !strings.HasSuffix(tp, "-00") || ts != "" {
+				t.Errorf("Core's trace context %q, %q; want the sidecar's own unsampled trace, no tracestate", tp, ts)
+			}
+			if n := len(tc.rec.Ended()); n != 0 {
+				t.Errorf("spans %s; want none", spanNames(tc.rec.Ended()))
+			}
+		})
+	}
 }
 
 // TestTracePassthroughUnsampled: with the caller's trace not sampled, no

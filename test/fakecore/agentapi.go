@@ -247,7 +247,7 @@ func (c *Core) serveTurn(w http.ResponseWriter, r *http.Request, name string, s 
 		return
 	}
 	var fields map[string]json.RawMessage
-	if t := bytes.TrimSpace(body); len(t) == 0 || t[0] != '{' || json.Unmarshal(t, &fields) != nil {
+	if t := jsonTrim(body); len(t) == 0 || t[0] != '{' || json.Unmarshal(t, &fields) != nil {
 		invalidRequest(w, msgNotObject)
 		return
 	}
@@ -279,11 +279,11 @@ func (c *Core) serveTurn(w http.ResponseWriter, r *http.Request, name string, s 
 	ids := map[string]string{}
 	for _, k := range []string{"client_conversation_id", "client_turn_id", "user_message_id"} {
 		var v string
-		if json.Unmarshal(fields[k], &v) != nil || !stableID.MatchString(strings.TrimSpace(v)) {
+		if json.Unmarshal(fields[k], &v) != nil || !stableID.MatchString(JSTrim(v)) {
 			invalidRequest(w, k+" must be a 1..128 character stable identifier.")
 			return
 		}
-		ids[k] = strings.TrimSpace(v)
+		ids[k] = JSTrim(v)
 	}
 	var input string
 	if json.Unmarshal(fields["user_input"], &input) != nil {
@@ -297,14 +297,14 @@ func (c *Core) serveTurn(w http.ResponseWriter, r *http.Request, name string, s 
 	case strings.ContainsFunc(input, func(r rune) bool { return (r < 0x20 && r != '\t' && r != '\n' && r != '\r') || r == 0x7f }):
 		invalidRequest(w, "user_input contains disallowed control characters.")
 		return
-	case strings.TrimSpace(input) == "":
+	case JSTrim(input) == "":
 		invalidRequest(w, "user_input must not be empty.")
 		return
 	}
 	pageContext := json.RawMessage(`{}`)
 	if raw, ok := fields["page_context"]; ok {
 		var obj map[string]any
-		if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' || json.Unmarshal(t, &obj) != nil {
+		if t := jsonTrim(raw); len(t) == 0 || t[0] != '{' || json.Unmarshal(t, &obj) != nil {
 			invalidRequest(w, "page_context must be an object.")
 			return
 		}
@@ -531,11 +531,12 @@ func (c *Core) writeTurn(w http.ResponseWriter, r *http.Request, body []byte) {
 	writeRaw(w, http.StatusOK, body)
 }
 
+// acceptsGzip reads Accept-Encoding as Core does, trimming as JavaScript trims.
 func acceptsGzip(v string) bool {
 	for _, part := range strings.Split(v, ",") {
-		coding, params, _ := strings.Cut(strings.TrimSpace(part), ";")
-		if strings.EqualFold(strings.TrimSpace(coding), "gzip") {
-			q := strings.ReplaceAll(strings.TrimSpace(params), " ", "")
+		coding, params, _ := strings.Cut(JSTrim(part), ";")
+		if strings.EqualFold(JSTrim(coding), "gzip") {
+			q := strings.ReplaceAll(JSTrim(params), " ", "")
 			return q != "q=0" && q != "q=0.0" && q != "q=0.00" && q != "q=0.000"
 		}
 	}

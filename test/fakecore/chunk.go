@@ -1,6 +1,7 @@
 package fakecore
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
 	"os"
@@ -142,8 +143,16 @@ func IsJSSpace(u rune) bool {
 	return false
 }
 
-// JSTrim is JavaScript's String.prototype.trim.
+// JSTrim is JavaScript's String.prototype.trim. Every trim and whitespace
+// test of the fake goes through it or IsJSSpace (ids, user_input, kb ids,
+// Number(string)), never strings.TrimSpace, whose set differs (U+0085 in,
+// U+FEFF out).
 func JSTrim(s string) string { return strings.TrimFunc(s, IsJSSpace) }
+
+// jsonTrim removes JSON's whitespace (RFC 8259 §2, JSON.parse: space, tab,
+// LF, CR) around a JSON text, and nothing else: JSON.parse refuses a body
+// that starts with a form feed or U+00A0.
+func jsonTrim(b []byte) []byte { return bytes.Trim(b, " \t\n\r") }
 
 func trim16(s []uint16) []uint16 {
 	for len(s) > 0 && IsJSSpace(rune(s[0])) {

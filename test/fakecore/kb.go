@@ -254,7 +254,7 @@ func (c *Core) serveKBSearch(w http.ResponseWriter, r *http.Request, body []byte
 		return
 	}
 	var b map[string]json.RawMessage
-	trimmed := bytes.TrimSpace(body)
+	trimmed := jsonTrim(body)
 	if len(trimmed) == 0 || !json.Valid(trimmed) || bytes.Equal(trimmed, []byte("null")) {
 		writeInternalError(w, http.StatusInternalServerError) // readBody is not wrapped: a parse error escapes as 500
 		return
@@ -377,22 +377,22 @@ func kbIDs(b map[string]json.RawMessage) []string {
 	if raw, ok := b["kb_ids"]; ok && json.Unmarshal(raw, &arr) == nil && len(arr) > 0 {
 		var ids []string
 		for _, v := range arr {
-			if s, ok := v.(string); ok && strings.TrimSpace(s) != "" {
-				ids = append(ids, strings.TrimSpace(s))
+			if s, ok := v.(string); ok && JSTrim(s) != "" {
+				ids = append(ids, JSTrim(s))
 			}
 		}
 		return ids
 	}
 	var one string
-	if raw, ok := b["kb_id"]; ok && json.Unmarshal(raw, &one) == nil && strings.TrimSpace(one) != "" {
-		return []string{strings.TrimSpace(one)}
+	if raw, ok := b["kb_id"]; ok && json.Unmarshal(raw, &one) == nil && JSTrim(one) != "" {
+		return []string{JSTrim(one)}
 	}
 	return nil
 }
 
 // jsNumberOr is `Number(x ?? def) || def` in JavaScript.
 func jsNumberOr(raw json.RawMessage, def float64) float64 {
-	raw = bytes.TrimSpace(raw)
+	raw = jsonTrim(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return def
 	}
@@ -411,7 +411,7 @@ func jsNumberOr(raw json.RawMessage, def float64) float64 {
 			n = 0
 		}
 	case string:
-		s := strings.TrimSpace(x)
+		s := JSTrim(x) // Number(string): StrWhiteSpaceChar is WhiteSpace and LineTerminator
 		if s == "" {
 			n = 0
 		} else if f, err := strconv.ParseFloat(s, 64); err == nil {
