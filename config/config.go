@@ -228,10 +228,24 @@ type Proxy struct {
 	MaxInFlight int `yaml:"max_in_flight"`
 	// TurnBodyBudget caps the bytes of turn request bodies buffered for
 	// interception at once, all connections together (bytes; a turn counts
-	// its Content-Length, at most 512 KiB, or 512 KiB when chunked). A turn
-	// over the budget is answered 503 overloaded with Retry-After.
-	// Default 33554432 (32 MiB).
+	// the buffer its body has filled so far, as its bytes arrive, plus the
+	// copy without knowledge_delivery; a caller whose bearer is missing or
+	// refused holds none). A turn over the budget is answered 503 overloaded
+	// with Retry-After. Default 33554432 (32 MiB).
 	TurnBodyBudget int64 `yaml:"turn_body_budget"`
+	// MaxConnectionsPerClient, MaxInFlightPerClient and
+	// TurnBodyBudgetPerClient are one client address's share of
+	// MaxConnections, MaxInFlight and TurnBodyBudget (connections, requests,
+	// bytes): past its share a client is answered like past the cap, while
+	// others are served. The client is the peer address for connections
+	// (a trusted proxy has no connection share), and the address resolved
+	// through trusted_proxies for requests and turn bodies; IPv6 addresses
+	// count by /64. Behind a load balancer that is not in trusted_proxies,
+	// every request comes from its address: list it, or set -1. 0, the
+	// default, is a quarter of the cap; -1 turns the share off.
+	MaxConnectionsPerClient int   `yaml:"max_connections_per_client"`
+	MaxInFlightPerClient    int   `yaml:"max_in_flight_per_client"`
+	TurnBodyBudgetPerClient int64 `yaml:"turn_body_budget_per_client"`
 	// MemoryLimit is the Go runtime's soft memory limit (bytes), as
 	// GOMEMLIMIT: the garbage collector works harder near it instead of the
 	// process growing into an OOM kill. 0, the default, takes 90 % of the

@@ -202,6 +202,16 @@ func (p *problems) proxy(x Proxy) {
 	}
 	p.atLeast("proxy.max_connections", int64(x.MaxConnections), 1)
 	p.atLeast("proxy.max_in_flight", int64(x.MaxInFlight), 1)
+	for _, f := range []struct {
+		path string
+		v    int64
+	}{
+		{"proxy.max_connections_per_client", int64(x.MaxConnectionsPerClient)},
+		{"proxy.max_in_flight_per_client", int64(x.MaxInFlightPerClient)},
+		{"proxy.turn_body_budget_per_client", x.TurnBodyBudgetPerClient},
+	} {
+		p.atLeast(f.path, f.v, -1)
+	}
 	if x.TurnBodyBudget < 1<<20 {
 		p.outOfRange("proxy.turn_body_budget", x.TurnBodyBudget, "must be at least 1048576 (1 MiB: two turns of Core's 512 KiB limit)")
 	}

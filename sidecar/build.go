@@ -247,6 +247,8 @@ func ProxyLimits(cfg config.Config) proxy.Limits {
 		BodyTimeout:       cfg.Proxy.BodyTimeout,
 		MaxInFlight:       cfg.Proxy.MaxInFlight,
 		TurnBodyBudget:    cfg.Proxy.TurnBodyBudget,
+		InFlightPerClient: cfg.Proxy.MaxInFlightPerClient,
+		TurnBodyPerClient: cfg.Proxy.TurnBodyBudgetPerClient,
 	}
 }
 

@@ -213,14 +213,15 @@ func fileSum(path string) ([sha256.Size]byte, error) {
 
 func serveOptions(cfg config.Config) proxy.ServeOptions {
 	return proxy.ServeOptions{
-		Listen:            cfg.Listen,
-		AdminListen:       cfg.AdminListen,
-		ReadHeaderTimeout: cfg.Proxy.ReadHeaderTimeout,
-		IdleTimeout:       cfg.Proxy.IdleTimeout,
-		MaxHeaderBytes:    cfg.Proxy.MaxHeaderBytes,
-		MaxConnections:    cfg.Proxy.MaxConnections,
-		DrainDelay:        cfg.Shutdown.DrainDelay,
-		ShutdownTimeout:   cfg.Shutdown.Timeout,
+		Listen:                  cfg.Listen,
+		AdminListen:             cfg.AdminListen,
+		ReadHeaderTimeout:       cfg.Proxy.ReadHeaderTimeout,
+		IdleTimeout:             cfg.Proxy.IdleTimeout,
+		MaxHeaderBytes:          cfg.Proxy.MaxHeaderBytes,
+		MaxConnections:          cfg.Proxy.MaxConnections,
+		MaxConnectionsPerClient: cfg.Proxy.MaxConnectionsPerClient,
+		DrainDelay:              cfg.Shutdown.DrainDelay,
+		ShutdownTimeout:         cfg.Shutdown.Timeout,
 	}
 }
 
