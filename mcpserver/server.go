@@ -89,6 +89,9 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 		}
 		return toolError(CodeInvalidRequest, msg, ""), nil
 	}
+	if e := checkArgs(h.endpoint, inst); e != nil {
+		return toolError(e.Code, e.Message, ""), nil
+	}
 	if h.runID != "" {
 		obj := inst.(map[string]any) // the schema admits objects only
 		switch got, ok := obj["run_id"].(string); {
