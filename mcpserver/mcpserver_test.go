@@ -138,8 +138,11 @@ func TestProbe(t *testing.T) {
 		body   string
 		want   Support
 	}{
-		{200, `{"schema_version":"bailing.agent-knowledge-capabilities.v1","enabled":true}`, Supported},
-		{200, `{"schema_version":"bailing.agent-knowledge-capabilities.v1","enabled":false}`, Supported},
+		{200, `{"schema_version":"bailing.agent-knowledge-capabilities.v1","supported":true,"enabled":true}`, Supported},
+		{200, `{"schema_version":"bailing.agent-knowledge-capabilities.v1","supported":true,"enabled":false}`, Supported},
+		{200, `{"schema_version":"bailing.agent-knowledge-capabilities.v1","supported":false,"enabled":true}`, Unsupported},
+		{200, `{"schema_version":"bailing.agent-knowledge-capabilities.v1","enabled":true}`, Unsupported},
+		{200, `{"schema_version":"bailing.agent-knowledge-capabilities.v1","supported":"true","enabled":true}`, Unsupported},
 		{200, `{"schema_version":"something-else"}`, Unsupported},
 		{404, `{"error":"not_found"}`, Unsupported},
 		{405, ``, Unsupported},
