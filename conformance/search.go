@@ -247,8 +247,8 @@ func (r *runner) searchValidation(ctx context.Context) error {
 	cases := []badRequest{
 		{"search.validation.limit", "limit outside 1–3 or not an integer → 400 invalid_request", hostclient.Search,
 			[]string{`{"query":"policy","limit":0}`, `{"query":"policy","limit":4}`, `{"query":"policy","limit":2.5}`, `{"query":"policy","limit":"3"}`}, 400, "invalid_request"},
-		{"search.validation.query", "a blank, missing, over-2000-code-point or control-character query → 400 invalid_request", hostclient.Search,
-			[]string{`{"query":"   "}`, `{"limit":1}`, `{"query":"` + long + `"}`, `{"query":"a\u0001b"}`, `{"query":7}`}, 400, "invalid_request"},
+		{"search.validation.query", "a blank, missing, over-2000-UTF-16-unit or control-character query → 400 invalid_request", hostclient.Search,
+			[]string{`{"query":"   "}`, `{"limit":1}`, `{"query":"` + long + `"}`, `{"query":"` + strings.Repeat("😀", 1001) + `"}`, `{"query":"a\u0001b"}`, `{"query":7}`}, 400, "invalid_request"},
 		{"search.validation.unknown_field", "an unknown field → 400 invalid_request", hostclient.Search,
 			[]string{`{"query":"policy","conformance_unknown":1}`}, 400, "invalid_request"},
 		{"search.validation.json", "malformed JSON or a non-object body → 400 invalid_request", hostclient.Search,

@@ -19,7 +19,7 @@
 //   - [Client.SearchKB] calls POST /kb/search for one knowledge base with the
 //     sidecar's own service token (retrieval breaker), always with min_score
 //     -1 (Core's filter off: the unfiltered top k). Core's filter is modelled
-//     by [corefacts.ScoreThreshold] (its `0 → 0.35` quirk, the route's 0..1 clamp) and
+//     by [corefacts.ScoreThreshold] (the route's normalized min_score, 0 staying 0) and
 //     [corefacts.KeepsScore], which the caller applies. The answer's key is kb_ids, a KB Core does not list is [corefacts.ErrKBMissing], and
 //     Core's 429 (its rate limit on our client) is [corefacts.ErrRateLimited]. Callers
 //     pass the KB id as stored (catalog.SQLCatalog.KBs): Core's index cache is keyed

@@ -8,8 +8,9 @@
 //     classified with errors.Is / errors.As only;
 //   - Core's rules the sidecar must apply exactly as Core does: the route-key
 //     pattern ([ParseRouteKey], into a [RouteKey]), the document revision ([Revision]), the only
-//     readable document status ([StatusReady]), the search score filter with
-//     its `0 → 0.35` quirk ([ScoreThreshold], [KeepsScore]), id matching under
+//     readable document status ([StatusReady]), the route's score filter as
+//     Core's turn retrieval applies it, 0 staying 0 ([ScoreThreshold],
+//     [KeepsScore]), id matching under
 //     the database's collation ([SameID]).
 //
 // JavaScript's string rules (whitespace, trim) are in the subpackage

@@ -15,9 +15,37 @@ import (
 // Optional fields may be null, which means the same as absent (so a host may
 // pass a previous next_cursor of null back verbatim).
 
-// maxQueryUnits is the query limit in UTF-16 code units (JavaScript's
-// String length, as Core counts it): a character above U+FFFF counts 2.
-const maxQueryUnits = 2000
+// MaxQueryUnits is the search query limit in UTF-16 code units (JavaScript's
+// String length, as Core counts it; SPEC §4): a character above U+FFFF
+// counts 2, so 1,001 emoji (2,002 units) are refused. It is the one
+// definition: the endpoint and the MCP tool both apply it through
+// CheckQuery.
+const MaxQueryUnits = 2000
+
+// CheckQuery applies SPEC §4's rules for a search query to q: not empty after
+// JavaScript's trim(), at most MaxQueryUnits UTF-16 units, no C0 control
+// character but tab, LF and CR. It returns nil or the 400 invalid_request
+// *Error the endpoint answers. The MCP tool (mcpserver) calls it before
+// sending, so it refuses exactly what the endpoint refuses, with the same
+// code and message (a JSON Schema maxLength counts code points and cannot
+// say this).
+func CheckQuery(q string) *Error {
+	// Core counts and trims like JavaScript: emptiness after trim() (which
+	// also removes U+FEFF) and the length in UTF-16 code units, so a query a
+	// native Core accepts is accepted here and vice versa.
+	if jsstring.Trim(q) == "" {
+		return errInvalid("query must not be empty.")
+	}
+	if jsstring.UTF16Len(q) > MaxQueryUnits {
+		return errInvalid("query must not exceed " + strconv.Itoa(MaxQueryUnits) + " characters counted in UTF-16 code units (an emoji counts 2).")
+	}
+	for _, c := range q {
+		if c < 0x20 && c != '\t' && c != '\n' && c != '\r' {
+			return errInvalid("query contains disallowed control characters.")
+		}
+	}
+	return nil
+}
 
 var uuidPattern = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 
@@ -321,19 +349,8 @@ func parseSearch(body []byte) (searchRequest, error) {
 	if err != nil {
 		return r, err
 	}
-	// Core counts and trims like JavaScript: emptiness after trim() (which
-	// also removes U+FEFF) and the length in UTF-16 code units, so a query a
-	// native Core accepts is accepted here and vice versa.
-	if jsstring.Trim(q) == "" {
-		return r, errInvalid("query must not be empty.")
-	}
-	if jsstring.UTF16Len(q) > maxQueryUnits {
-		return r, errInvalid("query must not exceed 2000 characters.")
-	}
-	for _, c := range q {
-		if c < 0x20 && c != '\t' && c != '\n' && c != '\r' {
-			return r, errInvalid("query contains disallowed control characters.")
-		}
+	if e := CheckQuery(q); e != nil {
+		return r, e
 	}
 	r.query = q
 	if r.limit, err = intField(&f, "limit", 1, SearchMaxResults, SearchMaxResults); err != nil {

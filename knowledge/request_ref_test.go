@@ -152,8 +152,8 @@ func refParseSearch(body []byte) (searchRequest, error) {
 	if jsstring.Trim(q) == "" {
 		return r, errInvalid("query must not be empty.")
 	}
-	if jsstring.UTF16Len(q) > maxQueryUnits {
-		return r, errInvalid("query must not exceed 2000 characters.")
+	if jsstring.UTF16Len(q) > 2000 {
+		return r, errInvalid("query must not exceed 2000 characters counted in UTF-16 code units (an emoji counts 2).")
 	}
 	for _, c := range q {
 		if c < 0x20 && c != '\t' && c != '\n' && c != '\r' {

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/bailinghub/knowledge-sidecar/catalog"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 )
 
@@ -455,45 +457,89 @@ func TestSearchReadsOnlyTheBodiesItNeeds(t *testing.T) {
 	}
 }
 
-// coreFilter models Core's per-KB search exactly as CORE_FACTS §5.2 and
-// §5.6 describe it, independently of corefacts: min_score parsed as
-// `Number(x ?? 0.35) || 0.35` (0 becomes 0.35; a negative value keeps
-// everything), the top k by score, then the filter score ≥ min_score, then
-// scores rounded to 3 decimals. raw are the unrounded scores; ties keep the
-// given order (a stable sort).
-func coreFilter(raw []float64, k int, minScore float64) []float64 {
-	if minScore == 0 {
-		minScore = 0.35
+// The model of Core below is written from Core's source (0.3.4,
+// independently of corefacts and catalog): src/core/config/route-config.ts
+// and src/services/kb.ts.
+
+// coreRouteMinScore is routeKnowledgeConfig's numValue(k.min_score, 0.35, 0,
+// 1) for a stored value whose JavaScript Number() is num: 0.35 when num is not
+// finite, else num clamped to 0..1 (0 stays 0).
+func coreRouteMinScore(num float64) float64 {
+	if math.IsNaN(num) || math.IsInf(num, 0) {
+		return 0.35
 	}
+	return math.Min(math.Max(num, 0), 1)
+}
+
+// coreKBSearchBodyMinScore is /kb/search's reading of its HTTP body,
+// `Number(b.min_score ?? 0.35) || 0.35` (src/routes/kb.ts): 0 and NaN become
+// 0.35 there, and only there.
+func coreKBSearchBodyMinScore(num float64) float64 {
+	if num == 0 || math.IsNaN(num) {
+		return 0.35
+	}
+	return num
+}
+
+// coreSearch is KbService.search for one KB: scores sorted descending (a
+// stable sort keeps ties in the given order), the top k, then the filter
+// `h.score >= minScore` on the unrounded score, then each score rounded to 3
+// decimals (Math.round(s*1000)/1000; Math.round rounds halves up).
+func coreSearch(raw []float64, k int, minScore float64) []float64 {
 	top := append([]float64(nil), raw...)
 	sort.SliceStable(top, func(i, j int) bool { return top[i] > top[j] })
 	top = top[:min(k, len(top))]
 	var out []float64
 	for _, s := range top {
 		if s >= minScore {
-			out = append(out, math.Round(s*1000)/1000)
+			out = append(out, math.Floor(s*1000+0.5)/1000)
 		}
 	}
 	return out
 }
 
+// routeMinScores are stored min_score values (JSON in bz_routes.knowledge,
+// "" meaning the key is absent) with their JavaScript Number(), worked out
+// by hand from the ECMAScript rules as the oracle.
+var routeMinScores = []struct {
+	json string
+	num  float64
+}{
+	{"", math.NaN()}, // missing: Number(undefined)
+	{"0", 0}, {"-0", 0}, {"null", 0}, {`""`, 0}, {`"  "`, 0}, {"false", 0}, {`"0"`, 0},
+	{"true", 1}, {"1", 1}, {"0.35", 0.35}, {"0.5", 0.5}, {"1e-9", 1e-9}, {"0.0005", 0.0005},
+	{`" 0.5 "`, 0.5}, {`"\u00a00.2\ufeff"`, 0.2}, {`".25"`, 0.25}, {`"0x10"`, 16}, {`"1e-1"`, 0.1},
+	{"-0.5", -0.5}, {"7", 7}, {"1e400", math.Inf(1)}, {`"Infinity"`, math.Inf(1)},
+	{`"high"`, math.NaN()}, {`"0.5x"`, math.NaN()}, {"{}", math.NaN()}, {"[]", 0}, {"[0.4]", 0.4},
+}
+
 // The sidecar asks Core with min_score -1 and applies the route's threshold
-// itself: for random scored hit lists and route thresholds (normalized
-// route values, 0..1), it keeps exactly the hits Core's own filter would
-// have returned for the route's min_score. Scores travel rounded to 3
-// decimals, so with Core's unrounded scores the two can differ only for a
-// hit within half a thousandth of the threshold.
+// itself: for random scored hit lists and every stored min_score above (plus
+// random ones and a tie at a score), the route read by
+// catalog.NormalizeKnowledge and filtered by aboveThreshold keeps exactly the
+// hits Core's own turn retrieval keeps for that stored route. Scores travel
+// rounded to 3 decimals, so against Core's unrounded scores the two can
+// differ only for a hit within half a thousandth of the threshold.
 func TestSearchThresholdEqualsCoreFilter(t *testing.T) {
 	rng := rand.New(rand.NewPCG(19, 1))
-	thresholds := func(scores []float64) []float64 {
-		ts := []float64{0, 1, 0.35, 0.5, 1e-9, 0.0005, rng.Float64()}
-		for _, sc := range scores { // a tie at the threshold (route values are 0..1)
+	type stored struct {
+		json string
+		num  float64
+	}
+	values := func(scores []float64) []stored {
+		out := []stored{}
+		for _, v := range routeMinScores {
+			out = append(out, stored(v))
+		}
+		r := rng.Float64()
+		out = append(out, stored{strconv.FormatFloat(r, 'g', -1, 64), r})
+		for _, sc := range scores { // a tie at the threshold
 			if sc > 0 && sc <= 1 {
-				ts = append(ts, sc)
+				out = append(out, stored{strconv.FormatFloat(sc, 'g', -1, 64), sc})
 				break
 			}
 		}
-		return ts
+		return out
 	}
 	asScores := func(hits []corefacts.Hit) []float64 {
 		out := []float64{}
@@ -502,7 +548,20 @@ func TestSearchThresholdEqualsCoreFilter(t *testing.T) {
 		}
 		return out
 	}
-	for trial := 0; trial < 2000; trial++ {
+	sidecarThreshold := func(v stored) float64 {
+		body := `{"kb_id":"faq"}`
+		if v.json != "" {
+			body = `{"kb_id":"faq","min_score":` + v.json + `}`
+		}
+		kc, err := catalog.NormalizeKnowledge([]byte(body))
+		if err != nil || kc == nil {
+			t.Fatalf("NormalizeKnowledge(%s): %v, %v", body, kc, err)
+		}
+		return corefacts.ScoreThreshold(kc.MinScore)
+	}
+	// What the sidecar receives: Core's answer for the body min_score -1.
+	unfiltered := coreKBSearchBodyMinScore(corefacts.UnfilteredMinScore)
+	for trial := 0; trial < 500; trial++ {
 		n, k := rng.IntN(30), 1+rng.IntN(20)
 		raw := make([]float64, n)
 		rounded := make([]float64, n)
@@ -513,31 +572,31 @@ func TestSearchThresholdEqualsCoreFilter(t *testing.T) {
 			}
 			rounded[i] = math.Round(raw[i]*1000) / 1000
 		}
-		for _, s := range thresholds(rounded) {
-			// What the sidecar receives: Core's answer for min_score -1.
+		for _, v := range values(rounded) {
+			s := coreRouteMinScore(v.num)
+			th := sidecarThreshold(v)
 			var hits []corefacts.Hit
-			for i, sc := range coreFilter(rounded, k, corefacts.UnfilteredMinScore) {
+			for i, sc := range coreSearch(rounded, k, unfiltered) {
 				hits = append(hits, corefacts.Hit{KBID: "faq", DocID: int64(i + 1), Score: sc})
 			}
-			got := asScores(aboveThreshold(hits, corefacts.ScoreThreshold(s)))
-			if want := coreFilter(rounded, k, s); fmt.Sprint(got) != fmt.Sprint(want) && !(len(got) == 0 && len(want) == 0) {
-				t.Fatalf("scores %v, k %d, min_score %v: sidecar kept %v; Core keeps %v", rounded, k, s, got, want)
+			got := asScores(aboveThreshold(hits, th))
+			if want := coreSearch(rounded, k, s); fmt.Sprint(got) != fmt.Sprint(want) && !(len(got) == 0 && len(want) == 0) {
+				t.Fatalf("scores %v, k %d, stored min_score %s: sidecar kept %v; Core keeps %v", rounded, k, v.json, got, want)
 			}
 			// Against Core's unrounded scores: equal but for hits within
 			// 0.0005 of the threshold.
 			var rawHits []corefacts.Hit
-			for i, sc := range coreFilter(raw, k, corefacts.UnfilteredMinScore) {
+			for i, sc := range coreSearch(raw, k, unfiltered) {
 				rawHits = append(rawHits, corefacts.Hit{DocID: int64(i + 1), Score: sc})
 			}
-			kept := asScores(aboveThreshold(rawHits, corefacts.ScoreThreshold(s)))
-			core := coreFilter(raw, k, s)
-			th := corefacts.ScoreThreshold(s)
+			kept := asScores(aboveThreshold(rawHits, th))
+			core := coreSearch(raw, k, s)
 			for _, list := range [][]float64{kept, core} {
 				for _, sc := range list {
 					inKept, inCore := slices.Contains(kept, sc), slices.Contains(core, sc)
-					if inKept != inCore && math.Abs(sc-th) > 0.0005+1e-12 {
-						t.Fatalf("raw %v, k %d, min_score %v: score %v kept by sidecar %v, by Core %v, %v from the threshold",
-							raw, k, s, sc, inKept, inCore, math.Abs(sc-th))
+					if inKept != inCore && math.Abs(sc-s) > 0.0005+1e-12 {
+						t.Fatalf("raw %v, k %d, stored min_score %s: score %v kept by sidecar %v, by Core %v, %v from the threshold",
+							raw, k, v.json, sc, inKept, inCore, math.Abs(sc-s))
 					}
 				}
 			}
@@ -545,13 +604,16 @@ func TestSearchThresholdEqualsCoreFilter(t *testing.T) {
 	}
 }
 
-// ScoreThreshold is Core's reading of a route's min_score.
-func TestScoreThresholdQuirks(t *testing.T) {
+// ScoreThreshold is the last two steps of Core's numValue (not finite → 0.35,
+// clamp 0..1) on the catalog's normalized min_score: 0 stays 0.
+func TestScoreThreshold(t *testing.T) {
 	for _, tc := range []struct{ in, want float64 }{
-		{0, 0.35}, {math.NaN(), 0.35}, {-0.5, 0.35}, {1e-9, 1e-9}, {0.2, 0.2}, {1, 1}, {7, 1},
+		{0, 0}, {math.Copysign(0, -1), 0}, {math.NaN(), 0.35}, {math.Inf(1), 0.35}, {math.Inf(-1), 0.35},
+		{-0.5, 0}, {1e-9, 1e-9}, {0.2, 0.2}, {0.35, 0.35}, {1, 1}, {7, 1},
 	} {
-		if got := corefacts.ScoreThreshold(tc.in); got != tc.want {
-			t.Errorf("ScoreThreshold(%v) = %v; want %v", tc.in, got, tc.want)
+		got := corefacts.ScoreThreshold(tc.in)
+		if got != tc.want || math.Signbit(got) {
+			t.Errorf("ScoreThreshold(%v) got %v; want %v", tc.in, got, tc.want)
 		}
 	}
 	if corefacts.KeepsScore(math.NaN(), 0) || corefacts.KeepsScore(math.Inf(1), 0) || !corefacts.KeepsScore(0.35, 0.35) || corefacts.KeepsScore(0.349, 0.35) {

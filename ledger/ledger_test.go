@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bailinghub/knowledge-sidecar/config"
@@ -840,5 +842,87 @@ func TestMemoryStaleReleaseAfterExpiry(t *testing.T) {
 	}
 	if _, err := m.Reserve(ctx, k, inline); !errors.Is(err, ErrConflict) {
 		t.Fatalf("switch: got %v; want ErrConflict (the new record stays)", err)
+	}
+}
+
+// TestMemoryEvictionsCounted: past a bound the memory ledger forgets a turn
+// before ledger.ttl — a mode switch on it is then served — and counts each
+// record it dropped in ledger_evictions_total{bound}, read from the
+// registry. session: one session's turns past its cap (2,000 records at the
+// default max_entries); ledger: many sessions past max_entries.
+func TestMemoryEvictionsCounted(t *testing.T) {
+	cases := []struct {
+		name       string
+		maxEntries int
+		others     func(i int) Key // the turns after the first one
+		n          int
+		session    float64 // want ledger_evictions_total{bound="session"}
+		ledger     float64 // want ledger_evictions_total{bound="ledger"}
+	}{
+		{"session cap", 100_000, func(i int) Key { return Key{"sess-a", "r", "c", fmt.Sprint("t", i), fmt.Sprint("m", i)} },
+			1_001, 2 + 2*1_001 - MaxSessionEntries, 0},
+		{"max entries", 40, func(i int) Key { return Key{fmt.Sprint("sess-", i), "r", "c", "t", "m"} },
+			20, 0, 2},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			reg := prometheus.NewRegistry()
+			m := NewMemory(tc.maxEntries, time.Hour, testkit.NewClock(clockStart).Now)
+			m.Register(reg)
+			first := Key{"sess-a", "r", "c", "first", "first-m"}
+			if _, err := m.Reserve(ctx, first, onDemand); err != nil {
+				t.Fatal(err)
+			}
+			for i := range tc.n {
+				if _, err := m.Reserve(ctx, tc.others(i), inline); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want := fmt.Sprintf(`# HELP knowledge_sidecar_ledger_evictions_total %s
+# TYPE knowledge_sidecar_ledger_evictions_total counter
+knowledge_sidecar_ledger_evictions_total{bound="ledger"} %v
+knowledge_sidecar_ledger_evictions_total{bound="session"} %v
+`, evictionsHelp, tc.ledger, tc.session)
+			if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "knowledge_sidecar_ledger_evictions_total"); err != nil {
+				t.Errorf("got evictions %v; want session %v, ledger %v", err, tc.session, tc.ledger)
+			}
+			if r, err := m.Reserve(ctx, first, inline); err != nil || !r.Created {
+				t.Errorf("mode switch on the evicted turn: got %+v, %v; want served (created)", r, err)
+			}
+		})
+	}
+}
+
+// TestRedisKeepsRecordsForTTL: the Redis ledger has no per-session bound:
+// after 1,200 other turns of the same session (past the memory ledger's
+// 1,000) a mode switch on the first turn is still ErrConflict.
+func TestRedisKeepsRecordsForTTL(t *testing.T) {
+	url := requireRedis(t)
+	prefix := uniquePrefix(t)
+	rawRedis(t, url, prefix)
+	r := newTestRedis(t, url, prefix, time.Hour)
+	ctx := context.Background()
+	first := Key{"sess-a", "r", "c", "first", "first-m"}
+	if _, err := r.Reserve(ctx, first, onDemand); err != nil {
+		t.Fatal(err)
+	}
+	const others = MaxSessionEntries/2 + 200
+	for i := range others {
+		if _, err := r.Reserve(ctx, Key{"sess-a", "r", "c", fmt.Sprint("t", i), fmt.Sprint("m", i)}, inline); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		key  Key
+	}{
+		{"both keys", first},
+		{"turn id key", Key{"sess-a", "r", "c", "first", "other-m"}},
+		{"message id key", Key{"sess-a", "r", "c2", "other-t", "first-m"}},
+	} {
+		if _, err := r.Reserve(ctx, tc.key, inline); !errors.Is(err, ErrConflict) {
+			t.Errorf("%s: mode switch after %d other turns: got %v; want ErrConflict (kept for the ttl)", tc.name, others, err)
+		}
 	}
 }

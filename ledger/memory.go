@@ -9,7 +9,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/bailinghub/knowledge-sidecar/config"
+	"github.com/bailinghub/knowledge-sidecar/telemetry"
 )
 
 // MaxSessionEntries caps the records one Agent Session holds in the memory
@@ -26,7 +29,10 @@ const MaxSessionEntries = 2_000
 // a session flooding the ledger with turns cannot evict another session's
 // records. And the whole ledger holds at most maxEntries: past that (many
 // sessions near their cap at once) the least recently used record of any
-// session goes. Size max_entries for the retry window.
+// session goes. Size max_entries for the retry window. A turn whose records
+// were evicted is forgotten before ledger.ttl: a mode switch on it is then
+// served (SPEC §7). Every eviction is counted in ledger_evictions_total
+// (Register).
 type Memory struct {
 	mu         sync.Mutex
 	entries    map[[sha256.Size]byte]*memEntry
@@ -38,6 +44,25 @@ type Memory struct {
 	now        func() time.Time
 	gen        uint64 // last record generation handed out
 	closed     bool
+	evictions  *prometheus.CounterVec // ledger_evictions_total{bound}
+}
+
+// Eviction bounds, the label values of ledger_evictions_total.
+const (
+	EvictedSession = "session" // the session was at SessionCap
+	EvictedLedger  = "ledger"  // the whole ledger was at max_entries
+)
+
+const evictionsHelp = "Turn-mode records the memory ledger evicted before ledger.ttl, by bound (session: the session held its cap of records; ledger: the ledger held max_entries). An evicted turn can be switched to the other mode."
+
+func newEvictions() *prometheus.CounterVec {
+	v := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: telemetry.Namespace, Name: "ledger_evictions_total",
+		Help: evictionsHelp,
+	}, []string{"bound"})
+	v.WithLabelValues(EvictedSession)
+	v.WithLabelValues(EvictedLedger)
+	return v
 }
 
 type memEntry struct {
@@ -84,7 +109,26 @@ func NewMemory(maxEntries int, ttl time.Duration, now func() time.Time) *Memory 
 		sessionCap: max(2, min(maxEntries/4, MaxSessionEntries)),
 		ttl:        ttl,
 		now:        now,
+		evictions:  newEvictions(),
 	}
+}
+
+// Register registers ledger_evictions_total on reg (RegisterEvictions), so
+// evictions show in /metrics. Call it before the ledger is used: evictions
+// counted earlier stay with the unregistered counter.
+func (m *Memory) Register(reg prometheus.Registerer) {
+	v := RegisterEvictions(reg)
+	m.mu.Lock()
+	m.evictions = v
+	m.mu.Unlock()
+}
+
+// RegisterEvictions registers ledger_evictions_total on reg, or returns the
+// equal collector already registered there. A sidecar on the Redis ledger
+// registers it too, so the series exist whatever the backend (Redis keeps
+// every record for its TTL: they stay 0).
+func RegisterEvictions(reg prometheus.Registerer) *prometheus.CounterVec {
+	return telemetry.Register(reg, newEvictions())
 }
 
 // SessionCap is how many records one session may hold.
@@ -131,8 +175,10 @@ func (m *Memory) add(key, sk [sha256.Size]byte, mode string, expires time.Time) 
 	switch {
 	case s.entries.Len() >= m.sessionCap:
 		m.remove(s.entries.Back().Value.(*memEntry)) // cap ≥ 2: s keeps a record
+		m.evictions.WithLabelValues(EvictedSession).Inc()
 	case len(m.entries) >= m.max:
 		m.remove(m.lru.Back().Value.(*memEntry))
+		m.evictions.WithLabelValues(EvictedLedger).Inc()
 	}
 	m.gen++
 	e := &memEntry{key: key, mode: mode, expires: expires, gen: m.gen, pending: 1, sess: s}

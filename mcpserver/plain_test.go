@@ -39,7 +39,7 @@ func TestExplainSchemaErrors(t *testing.T) {
 		{"fraction", tools[SearchTool], map[string]any{"query": "q", "limit": 2.5}, "limit must be a whole number"},
 		{"string for integer", tools[SearchTool], map[string]any{"query": "q", "limit": "2"}, "limit must be a whole number"},
 		{"missing", tools[ReadTool], map[string]any{}, "ref is required"},
-		{"too long", tools[SearchTool], map[string]any{"query": strings.Repeat("é", 2001)}, "query must be at most 2000 characters long (it has 2001)"},
+		{"too long", tools[ReadTool], map[string]any{"ref": strings.Repeat("é", 513)}, "ref must be at most 512 characters long (it has 513)"},
 		{"wrong type", tools[SearchTool], map[string]any{"query": 5.0}, "query must be a string"},
 		{"unknown", tools[ReadTool], map[string]any{"ref": "r", "page": 2.0}, "page is not an argument of this tool (it takes cursor, max_bytes, ref, run_id)"},
 		{"pattern", tools[ReadTool], map[string]any{"ref": "r", "run_id": "nope"}, "run_id must be a UUID"},

@@ -89,6 +89,9 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 		}
 		return toolError(CodeInvalidRequest, msg, ""), nil
 	}
+	if e := checkArgs(h.endpoint, inst); e != nil {
+		return toolError(e.Code, e.Message, ""), nil
+	}
 	if h.runID != "" {
 		obj := inst.(map[string]any) // the schema admits objects only
 		switch got, ok := obj["run_id"].(string); {
@@ -197,9 +200,10 @@ func clip(s string, n int) string {
 type Support int
 
 const (
-	// Supported: 200 with the v1 capabilities schema.
+	// Supported: 200 with the v1 capabilities schema and supported: true.
 	Supported Support = iota
-	// Unsupported: 404, 405, 501, or a 200 that is not this protocol.
+	// Unsupported: 404, 405, 501, a 200 that is not this protocol, or one
+	// whose supported is not true.
 	Unsupported
 	// Unknown: anything else (401, 429, 5xx, unreachable): serve and let calls report it.
 	Unknown
@@ -216,10 +220,14 @@ func Probe(ctx context.Context, c *hostclient.Client) (s Support, detail string)
 	case http.StatusOK:
 		var caps struct {
 			SchemaVersion string `json:"schema_version"`
+			Supported     *bool  `json:"supported"`
 			Enabled       bool   `json:"enabled"`
 		}
 		if json.Unmarshal(res.Body, &caps) != nil || caps.SchemaVersion != "bailing.agent-knowledge-capabilities.v1" {
 			return Unsupported, "capabilities answered 200 but not with bailing.agent-knowledge-capabilities.v1"
+		}
+		if caps.Supported == nil || !*caps.Supported {
+			return Unsupported, "capabilities answered supported: false (or without supported: true): this workspace does not support bailing.agent-knowledge.v1"
 		}
 		if !caps.Enabled {
 			return Supported, "the protocol is supported but knowledge is not enabled for this workspace right now"

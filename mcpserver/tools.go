@@ -11,6 +11,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/jsonschema-go/jsonschema"
+
+	"github.com/bailinghub/knowledge-sidecar/hostclient"
+	"github.com/bailinghub/knowledge-sidecar/knowledge"
 )
 
 // ToolDef is a tool as docs/protocol.md §2 shows it to host authors. The two
@@ -33,7 +36,7 @@ const (
     "additionalProperties": false,
     "required": ["query"],
     "properties": {
-      "query": {"type": "string", "minLength": 1, "maxLength": 2000, "description": "What to look for, in the user's language."},
+      "query": {"type": "string", "minLength": 1, "description": "What to look for, in the user's language. At most 2000 characters counted in UTF-16 code units (an emoji counts 2)."},
       "limit": {"type": "integer", "minimum": 1, "maximum": 3, "default": 3},
       "run_id": {"type": "string", "pattern": "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$", "description": "The current run's id when the conversation runs inside a turn; omit otherwise."}
     }
@@ -55,6 +58,23 @@ const (
   }
 }`
 )
+
+// checkArgs applies the endpoint's own rules that a JSON Schema cannot state
+// to arguments that passed the schema: the search query through
+// knowledge.CheckQuery, the one definition of the query limit (UTF-16 code
+// units, where the schema's maxLength would count code points, so the tool
+// would send what the endpoint refuses). It returns the endpoint's
+// invalid_request refusal, or nil.
+func checkArgs(endpoint string, inst any) *knowledge.Error {
+	if endpoint != hostclient.Search {
+		return nil
+	}
+	q, ok := inst.(map[string]any)["query"].(string) // the schema admits objects only
+	if !ok {
+		return nil
+	}
+	return knowledge.CheckQuery(q)
+}
 
 // Tool names.
 const (

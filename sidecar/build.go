@@ -393,8 +393,11 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 	var led ledger.Ledger
 	if cfg.LedgerBackend() == "redis" {
 		led = rdb
+		ledger.RegisterEvictions(reg) // Redis evicts nothing before ledger.ttl: the series stay 0
 	} else {
-		led = ledger.NewMemory(cfg.Ledger.MaxEntries, cfg.Ledger.TTL, time.Now)
+		mem := ledger.NewMemory(cfg.Ledger.MaxEntries, cfg.Ledger.TTL, time.Now)
+		mem.Register(reg)
+		led = mem
 		if pol, _ := rollout.Parse(cfg.Rollout); !pol.EnablesNone() && !a.single {
 			warnMemoryLedger(log, pol)
 		}

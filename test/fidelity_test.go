@@ -2,6 +2,7 @@ package test
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -241,4 +242,82 @@ func TestFidelityEmbeddingsOutage(t *testing.T) {
 	// it: that KB now fails (a ready document always gives a hit unfiltered).
 	kw.DB.Exec(t, `UPDATE bz_kb_docs SET status = 'ready' WHERE doc_id = 931`)
 	check("a ready document Core cannot find", "fid-quiet", "refunds delivery", want{"partial", testdb.DocRefundTitle, 1, 1})
+}
+
+// TestFidelityRouteMinScore: the route's threshold is read from the stored
+// JSON as Core's routeKnowledgeConfig reads it (numValue(min_score, 0.35, 0,
+// 1)): 0, null, "", false and "0" stay 0, so a hit scoring 0.267 is returned
+// — Core's own turn retrieval keeps it — while a missing or non-numeric
+// min_score is 0.35 and true is 1. Core is asked with min_score -1 every
+// time (its /kb/search body would read 0 as 0.35).
+func TestFidelityRouteMinScore(t *testing.T) {
+	kw := newKWorld(t, fakecore.Options{SystemInfo: true})
+	const kb = "fid-min-kb"
+	kw.DB.Exec(t, `INSERT INTO bz_kb_bases (kb_id, enabled, updated_at) VALUES (?, 1, UTC_TIMESTAMP())`, kb)
+	const content = "Alpha bravo charlie delta: the phonetic alphabet."
+	kw.DB.Exec(t, `INSERT INTO bz_kb_docs (doc_id, kb_id, title, content, status, created_at, updated_at)
+		VALUES (921, ?, 'Phonetic', ?, 'ready', UTC_TIMESTAMP(), UTC_TIMESTAMP())`, kb, content)
+	kw.Core.AddDoc(kb, 921, "Phonetic", content)
+	kw.addPrivate(content)
+	// 4 of the query's 15 distinct tokens occur in the document: 0.267.
+	const query = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar"
+	if got := fakecore.Score(query, content); got != 0.267 {
+		t.Fatalf("fixture: score got %v; want 0.267", got)
+	}
+	cases := []struct {
+		name, minScore string // minScore "" = no min_score key
+		kept           bool
+	}{
+		{"zero", `0`, true},
+		{"null", `null`, true},
+		{"empty string", `""`, true},
+		{"false", `false`, true},
+		{"zero string", `"0"`, true},
+		{"spaced string", `" 0.2 "`, true},
+		{"below the score", `0.26`, true},
+		{"missing", ``, false},
+		{"non-numeric", `"high"`, false},
+		{"true", `true`, false},
+		{"hex string", `"0x10"`, false},
+		{"default", `0.35`, false},
+	}
+	for i, tc := range cases {
+		route := fmt.Sprintf("fid-min-%d", i)
+		knowledge := `{"kb_ids":["` + kb + `"]}`
+		if tc.minScore != "" {
+			knowledge = `{"kb_ids":["` + kb + `"],"min_score":` + tc.minScore + `}`
+		}
+		kw.DB.Exec(t, `INSERT INTO bz_routes (route_key, enabled, knowledge, updated_at) VALUES (?, 1, ?, UTC_TIMESTAMP())`, route, knowledge)
+		kw.Core.SetRoute(route, fakecore.GateAllowed)
+	}
+	sc := kw.start(t, kopts{})
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			route := fmt.Sprintf("fid-min-%d", i)
+			m := kw.rec.mark()
+			r, a := kw.search(t, sc, route, kw.TokenStar, map[string]any{"query": query})
+			if r.Status != 200 || a.Status != "ok" {
+				t.Fatalf("min_score %s: got %d %q; want 200 ok (%s)", tc.minScore, r.Status, a.Status, r.Body)
+			}
+			var scores []float64
+			for _, h := range a.Hints {
+				scores = append(scores, h.Score)
+			}
+			want := []float64(nil)
+			if tc.kept {
+				want = []float64{0.267}
+			}
+			if fmt.Sprint(scores) != fmt.Sprint(want) {
+				t.Errorf("min_score %s: got hint scores %v; want %v", tc.minScore, scores, want)
+			}
+			for _, c := range kw.rec.since(m, "/kb/search") {
+				var b struct {
+					MinScore *float64 `json:"min_score"`
+				}
+				if json.Unmarshal(c.Body, &b) != nil || b.MinScore == nil || *b.MinScore != -1 {
+					t.Errorf("min_score %s: /kb/search body %s; want min_score -1", tc.minScore, c.Body)
+				}
+			}
+		})
+	}
 }

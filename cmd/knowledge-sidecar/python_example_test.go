@@ -28,7 +28,7 @@ func TestPythonExample(t *testing.T) {
 		t.Fatalf("example: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
 	}
 	out := stdout.String()
-	for _, want := range []string{"search status: ok", "hint 1: Refund policy", "read: Refund policy: ", "turn hint 1: Refund policy: "} {
+	for _, want := range []string{"search status: ok", "hint 1: Refund policy", "read: Refund policy: ", "same-run hint(s)", "turn hint 1: Refund policy: "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, out)
 		}
@@ -44,5 +44,21 @@ func TestPythonExample(t *testing.T) {
 	var ee *exec.ExitError
 	if err := cmd.Run(); !errorsAs(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(stderr.String(), "does not support") {
 		t.Errorf("not rolled out: %v, stderr %q; want exit 1 saying it does not support the protocol", err, stderr.String())
+	}
+}
+
+// TestPythonExampleRules runs the example's unit tests
+// (examples/python/test_knowledge_client.py): a capabilities answer with
+// supported false is unsupported, a turn is assembled by its echoed mode and
+// status (inline, unavailable, no block), and cached hints are dropped on a
+// change of turn, account, authorization or route, a late answer ignored.
+func TestPythonExampleRules(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	testkit.RequireService(t, "python3 (scripts/test.sh installs it)", err)
+	cmd := exec.Command(py, "../../examples/python/test_knowledge_client.py")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "PYTHONDONTWRITEBYTECODE=1"}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("python unit tests: got %v; want exit 0\n%s", err, out)
 	}
 }

@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """A minimal host-side client of bailing.agent-knowledge.v1, standard library only.
 
-It negotiates (capabilities), searches, reads the first hint page by page and,
-with --turn, starts an on_demand turn and reads its first same-run hint with
-the turn's run_id. The tool-calling model is left out: this is what a host's
-tool handlers send. Usage:
+It negotiates (capabilities: the v1 schema with supported: true), searches,
+reads the first hint page by page and, with --turn, starts an on_demand turn,
+assembles its knowledge by the echoed mode and status (assemble_turn) and
+reads its first same-run hint with the turn's run_id. What it caches is kept
+per (turn, account, authorization, route) and dropped when any changes; a late
+answer for an old turn is ignored (KnowledgeCache). The tool-calling model is
+left out: this is what a host's tool handlers send. Usage:
 
   python3 examples/python/knowledge_client.py --url http://127.0.0.1:8080 --route demo \
       --token-file ~/.config/bailinghub/agent-token [--turn] "Can I get a refund?"
@@ -14,14 +17,103 @@ the workspace does not support the protocol or a call fails, 2 on usage errors.
 """
 
 import argparse
+import hashlib
 import json
 import os
 import sys
+import threading
 import urllib.error
 import urllib.request
 import uuid
 
 READ_MAX_BYTES = 16384  # one page; the chain of one ref ends after 128 KiB
+CAPABILITIES_V1 = "bailing.agent-knowledge-capabilities.v1"
+
+
+def capabilities_verdict(caps):
+    """What a 200 capabilities answer says: "enabled", "not_enabled" or
+    "unsupported". Only the v1 schema with supported: true is the protocol;
+    supported: false (or missing) is unsupported, like a 404: keep Core's
+    inline knowledge."""
+    if not isinstance(caps, dict) or caps.get("schema_version") != CAPABILITIES_V1 or caps.get("supported") is not True:
+        return "unsupported"
+    return "enabled" if caps.get("enabled") is True else "not_enabled"
+
+
+def assemble_turn(turn):
+    """Decides what knowledge a turn answer gives the model, by the delivery
+    block's echoed mode and status, never by empty arrays.
+
+    Returns (source, items, note): source "inline" (items: the turn's own
+    context.knowledge) or "hints" (items: same-run hints to read on demand);
+    note is None, or a sentence for the model when the knowledge is
+    incomplete or could not be consulted. partial, unavailable and disabled
+    never mean "there is no knowledge"."""
+    context = turn.get("context") or {}
+    inline = context.get("knowledge") or []
+    block = turn.get("knowledge_delivery")
+    if not isinstance(block, dict):
+        # No block: this Core does not speak the protocol (or the turn was
+        # not intercepted); the turn carries Core's inline knowledge.
+        return "inline", inline, None
+    mode, status = block.get("mode"), block.get("status")
+    notes = {
+        "partial": "The workspace knowledge was only partly reachable: other relevant material may exist.",
+        "unavailable": "The workspace knowledge could not be consulted now: this is not evidence that it holds nothing relevant.",
+        "disabled": "Knowledge is not configured for this workspace: this says nothing about the question.",
+    }
+    if mode == "inline":
+        return "inline", inline, notes.get(status)
+    if mode == "on_demand":
+        hints = block.get("hints") or []
+        if status == "ok":
+            return "hints", hints, None
+        if status in notes:
+            return "hints", hints, notes[status]
+        raise ValueError(f"unknown knowledge_delivery status {status!r}")
+    raise ValueError(f"unknown knowledge_delivery mode {mode!r}")
+
+
+def authorization_digest(token):
+    """What the cache keeps of a bearer token: a change of token (a refresh)
+    is a change of authorization, and the token is not stored beside it."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()[:16]
+
+
+class KnowledgeCache:
+    """Hints and refs a host obtained, for one scope: (turn, account,
+    authorization, route). Entering another scope drops everything; an
+    answer for a scope that is no longer current (a late answer for an old
+    turn) is ignored; only refs of the current scope's hints are read."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._scope = None
+        self._hints = []
+
+    def enter(self, scope):
+        """Makes scope current; returns True when the cache was dropped."""
+        with self._lock:
+            if scope == self._scope:
+                return False
+            self._scope, self._hints = scope, []
+            return True
+
+    def store(self, scope, hints):
+        """Keeps hints obtained by a request made in scope; False (nothing
+        kept) when the scope changed meanwhile."""
+        with self._lock:
+            if scope != self._scope:
+                return False
+            self._hints.extend(hints)
+            return True
+
+    def hints(self, scope):
+        with self._lock:
+            return list(self._hints) if scope == self._scope else []
+
+    def allows(self, scope, ref):
+        return any(h.get("ref") == ref for h in self.hints(scope))
 
 
 class ProtocolError(Exception):
@@ -94,9 +186,18 @@ def main(argv):
         else:
             print(f"capabilities failed: {e}", file=sys.stderr)  # 401/429/5xx are errors, not "unsupported"
         return 1
-    if caps.get("schema_version") != "bailing.agent-knowledge-capabilities.v1" or not caps.get("enabled"):
+    verdict = capabilities_verdict(caps)
+    if verdict == "unsupported":
+        print("this workspace does not support bailing.agent-knowledge.v1 (supported is not true): keep Core's inline knowledge", file=sys.stderr)
+        return 1
+    if verdict == "not_enabled":
         print("knowledge is not enabled for this workspace", file=sys.stderr)
         return 1
+
+    cache = KnowledgeCache()
+    account = "cli"  # the signed-in account a real host acts for
+    scope = (None, account, authorization_digest(token), args.route)
+    cache.enter(scope)
 
     try:
         found = call(args.url, args.route, token, "POST", "knowledge/search", {"query": args.question, "limit": 3})
@@ -104,9 +205,10 @@ def main(argv):
         print(f"search status: {status}")
         if status != "ok":
             print("the search was not complete: this is not evidence that there is no relevant information")
+        cache.store(scope, hints)
         for i, h in enumerate(hints, 1):
             print(f"hint {i}: {h['title']}")
-        if hints:
+        if hints and cache.allows(scope, hints[0]["ref"]):
             title, text, complete = read_all(args.url, args.route, token, hints[0]["ref"])
             print(f"read: {title}: {len(text.encode('utf-8'))} bytes{'' if complete else ' (incomplete: read budget reached)'}")
             print(text[:300])
@@ -116,10 +218,19 @@ def main(argv):
                 "client_conversation_id": "py-" + ids[:12], "client_turn_id": "t-" + ids[:12],
                 "user_message_id": "m-" + ids[:12], "user_input": args.question, "knowledge_delivery": "on_demand"})
             run_id = turn["run_id"]
-            turn_hints = turn.get("knowledge_delivery", {}).get("hints", [])
-            print(f"turn run_id: {run_id}, {len(turn_hints)} same-run hint(s)")
-            if turn_hints:
-                title, text, _ = read_all(args.url, args.route, token, turn_hints[0]["ref"], run_id=run_id)
+            # A new turn: nothing cached for the search above is used in it.
+            scope = (run_id, account, authorization_digest(token), args.route)
+            cache.enter(scope)
+            source, items, note = assemble_turn(turn)
+            if source == "inline":
+                print(f"turn run_id: {run_id}, {len(items)} inline knowledge item(s)")
+            else:
+                cache.store(scope, items)
+                print(f"turn run_id: {run_id}, {len(items)} same-run hint(s)")
+            if note:
+                print(f"turn knowledge note: {note}")
+            if source == "hints" and items and cache.allows(scope, items[0]["ref"]):
+                title, text, _ = read_all(args.url, args.route, token, items[0]["ref"], run_id=run_id)
                 print(f"turn hint 1: {title}: {len(text.encode('utf-8'))} bytes")
     except ProtocolError as e:
         print(f"knowledge call failed: {e}", file=sys.stderr)

@@ -3,10 +3,12 @@ package toolloop
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/bailinghub/knowledge-sidecar/mcpserver"
@@ -116,5 +118,144 @@ func TestSearchErrorReachesTheModel(t *testing.T) {
 	}
 	if !strings.Contains(answer, "could not consult") {
 		t.Errorf("answer %q; want it to say knowledge was not consulted", answer)
+	}
+}
+
+// TestNegotiateNeedsSupportedTrue: a capabilities answer is the protocol only
+// with the v1 schema and supported: true; supported false (or missing) is
+// "unsupported" (keep Core's inline knowledge), and 401 stays an error.
+func TestNegotiateNeedsSupportedTrue(t *testing.T) {
+	const v1 = `"schema_version":"bailing.agent-knowledge-capabilities.v1","protocol":"bailing.agent-knowledge.v1"`
+	cases := []struct {
+		name    string
+		status  int
+		body    string
+		want    error // ErrUnsupported, or nil for "no error" / "another error"
+		wantErr bool
+	}{
+		{"supported", 200, `{` + v1 + `,"supported":true,"enabled":true}`, nil, false},
+		{"supported but not enabled", 200, `{` + v1 + `,"supported":true,"enabled":false}`, nil, false},
+		{"supported false", 200, `{` + v1 + `,"supported":false,"enabled":true}`, ErrUnsupported, true},
+		{"supported missing", 200, `{` + v1 + `,"enabled":true}`, ErrUnsupported, true},
+		{"another protocol", 200, `{"schema_version":"other"}`, ErrUnsupported, true},
+		{"404", 404, `{"error":"not_found"}`, ErrUnsupported, true},
+		{"401 is an error", 401, `{"error":"unauthorized"}`, nil, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(tc.status)
+				_, _ = w.Write([]byte(tc.body))
+			}))
+			defer srv.Close()
+			err := (&Host{BaseURL: srv.URL, Route: "demo", Token: "bha_t"}).Negotiate(context.Background())
+			switch {
+			case !tc.wantErr && err != nil:
+				t.Errorf("got %v; want nil", err)
+			case tc.wantErr && err == nil:
+				t.Errorf("got nil; want an error")
+			case tc.want != nil && !errors.Is(err, tc.want):
+				t.Errorf("got %v; want %v", err, tc.want)
+			case tc.want == nil && errors.Is(err, ErrUnsupported):
+				t.Errorf("got %v; want an error that is not ErrUnsupported", err)
+			}
+		})
+	}
+}
+
+// TestCacheDropsOnScopeChange: hints and refs cached for one scope are
+// dropped when the turn, the account, the authorization or the workspace
+// changes, and kept while it does not.
+func TestCacheDropsOnScopeChange(t *testing.T) {
+	base := Scope{Turn: "run-1", Account: "alice", Authorization: AuthorizationDigest("bha_1"), Route: "orders"}
+	cases := []struct {
+		name    string
+		next    func(Scope) Scope
+		dropped bool
+	}{
+		{"same scope", func(s Scope) Scope { return s }, false},
+		{"turn", func(s Scope) Scope { s.Turn = "run-2"; return s }, true},
+		{"account", func(s Scope) Scope { s.Account = "bob"; return s }, true},
+		{"authorization", func(s Scope) Scope { s.Authorization = AuthorizationDigest("bha_2"); return s }, true},
+		{"route", func(s Scope) Scope { s.Route = "billing"; return s }, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var c Cache
+			c.Enter(base)
+			if !c.Store(base, []Hint{{Ref: "kr1.a", Title: "Refund policy"}}) {
+				t.Fatal("Store in the current scope: got false; want true")
+			}
+			next := tc.next(base)
+			if got := c.Enter(next); got != tc.dropped {
+				t.Errorf("Enter: dropped %v; want %v", got, tc.dropped)
+			}
+			if got, want := c.Allows(next, "kr1.a"), !tc.dropped; got != want {
+				t.Errorf("Allows(kr1.a) after the change: got %v; want %v", got, want)
+			}
+			if got := len(c.Hints(base)); tc.dropped && got != 0 {
+				t.Errorf("hints of the old scope: got %d; want 0", got)
+			}
+		})
+	}
+}
+
+// modelFunc is a Model made of a function.
+type modelFunc func(conv []Message) Message
+
+func (f modelFunc) Next(_ context.Context, conv []Message, _ []mcpserver.ToolDef) (Message, error) {
+	return f(conv), nil
+}
+
+// TestLateAnswerIgnored: the host moves to another turn while a search of
+// the old one is in flight; its answer is ignored (not cached, not shown to
+// the model), and a ref of the old turn is never sent to read in the new one.
+func TestLateAnswerIgnored(t *testing.T) {
+	var reads atomic.Int64
+	var h *Host
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/knowledge/search"):
+			// The user moved on to another turn while this search ran.
+			h.Cache.Enter(Scope{Turn: "run-2", Authorization: AuthorizationDigest("bha_t"), Route: "demo"})
+			_, _ = w.Write([]byte(`{"schema_version":"bailing.agent-knowledge-search.v1","status":"ok","hints":[{"ref":"kr1.old","title":"Refund policy"}]}`))
+		case strings.HasSuffix(r.URL.Path, "/knowledge/read"):
+			reads.Add(1)
+			_, _ = w.Write([]byte(`{"schema_version":"bailing.agent-knowledge-read.v1","title":"Refund policy","content":"x"}`))
+		}
+	}))
+	defer srv.Close()
+	h = &Host{BaseURL: srv.URL, Route: "demo", Token: "bha_t", RunID: "run-1", Cache: &Cache{}}
+	m := &recorder{}
+	if _, err := h.Answer(context.Background(), m, "Can I get a refund?"); err != nil {
+		t.Fatal(err)
+	}
+	var search Message
+	for _, msg := range m.conv {
+		if msg.ToolCallID == "call-1" {
+			search = msg
+		}
+	}
+	if !search.IsError || !strings.HasPrefix(search.Text, "stale_answer:") {
+		t.Errorf("late search answer: got %q (error %v); want a stale_answer error", search.Text, search.IsError)
+	}
+	if got := h.Cache.Hints(h.Cache.Current()); len(got) != 0 {
+		t.Errorf("hints cached for the new turn: got %v; want none", got)
+	}
+	// The new turn's model tries the old turn's ref: refused, never sent.
+	h.RunID = "run-2"
+	readOld := modelFunc(func(conv []Message) Message {
+		last := conv[len(conv)-1]
+		if last.Role == "user" {
+			return Message{Role: "assistant", ToolCalls: []ToolCall{{ID: "r", Name: mcpserver.ReadTool, Arguments: json.RawMessage(`{"ref":"kr1.old"}`)}}}
+		}
+		return Message{Role: "assistant", Text: last.Text}
+	})
+	answer, err := h.Answer(context.Background(), readOld, "again")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(answer, "knowledge_reference_invalid:") || reads.Load() != 0 {
+		t.Errorf("read of an old turn's ref: got %q after %d reads; want knowledge_reference_invalid and no read sent", answer, reads.Load())
 	}
 }
