@@ -276,7 +276,7 @@ func (s *Server) release(ctx context.Context, st *turnState, reason string) {
 	defer cancel()
 	if err := s.feat.ledger.Release(rctx, st.key, string(st.mode), st.res); err != nil {
 		s.m.ledgerErrors.Inc()
-		s.log.LogAttrs(ctx, slog.LevelWarn, "turn ledger release failed",
+		s.log.LogAttrs(ctx, slog.LevelWarn, "turn ledger release failed; it is retried until it succeeds or the record expires",
 			slog.String("request_id", requestID(ctx)), slog.Any("error", err))
 		return
 	}

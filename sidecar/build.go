@@ -390,21 +390,23 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 	if err != nil {
 		return nil, fmt.Errorf("knowledge: %w", err)
 	}
-	var led ledger.Ledger
+	var backend ledger.Ledger
 	if cfg.LedgerBackend() == "redis" {
-		led = rdb
+		backend = rdb
 		ledger.RegisterEvictions(reg) // Redis evicts nothing before ledger.ttl: the series stay 0
 	} else {
 		mem := ledger.NewMemory(cfg.Ledger.MaxEntries, cfg.Ledger.TTL, time.Now)
 		mem.Register(reg)
-		led = mem
+		backend = mem
 		if pol, _ := rollout.Parse(cfg.Rollout); !pol.EnablesNone() && !a.single {
 			warnMemoryLedger(log, pol)
 		}
 	}
-	if cfg.LedgerBackend() != "redis" {
-		a.closers = append(a.closers, led.Close) // rdb's Close is registered above
-	}
+	// A release that fails (Redis hung) is retried until it succeeds or its
+	// record expires, and never leaves a 409 behind (SPEC §7).
+	led := ledger.NewRetrying(backend, cfg.Ledger.TTL, time.Now)
+	led.Register(reg)
+	a.closers = append(a.closers, led.Close) // closes the backend too (rdb's own Close, registered above, is then a no-op)
 	pol, _ := rollout.Parse(cfg.Rollout) // validated
 	return &proxy.Features{
 		Knowledge:       svc,
