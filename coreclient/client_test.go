@@ -333,7 +333,7 @@ func TestServiceTokenOnlyOnKBSearch(t *testing.T) {
 	e := searchEnv(t, func(o *coreclient.Options) {})
 	_, _ = e.client.Session(context.Background(), aliceAuth)
 	_ = e.client.SystemInfo(context.Background(), aliceAuth, rk("orders"))
-	_, _ = e.client.ProbeCapabilities(context.Background(), aliceAuth, rk("orders"))
+	_, _, _ = e.client.ProbeCapabilities(context.Background(), aliceAuth, rk("orders"))
 	for _, p := range []string{"/agent-auth/v1/session", "/agent-api/v1/workspaces/orders/system-info", "/agent-api/v1/workspaces/orders/knowledge/capabilities"} {
 		r, ok := e.core.LastRequest(p)
 		if !ok {
@@ -485,19 +485,18 @@ func TestProbeCapabilities(t *testing.T) {
 		opts   fakecore.Options
 		auth   string
 		fault  *fakecore.Fault
-		kind   coreclient.ProbeKind
 		status int
 	}{
-		{name: "legacy core", auth: aliceAuth, kind: coreclient.ProbeLegacy, status: 404},
-		{name: "native core", opts: fakecore.Options{Native: true}, auth: aliceAuth, kind: coreclient.ProbeNative, status: 200},
-		{name: "unauthorized is relayed", auth: "Bearer " + fakecore.Token("x"), kind: coreclient.ProbeRelay, status: 401},
-		{name: "no header is relayed", kind: coreclient.ProbeRelay, status: 401},
-		{name: "native gate 404 is relayed", opts: fakecore.Options{Native: true}, auth: aliceAuth, fault: &fakecore.Fault{Status: 404, Body: []byte(`{"error":"route_unavailable","message":"The configured route is unavailable."}`)}, kind: coreclient.ProbeRelay, status: 404},
-		{name: "405", auth: aliceAuth, fault: &fakecore.Fault{Status: 405, Body: []byte(`{"error":"method_not_allowed"}`)}, kind: coreclient.ProbeLegacy, status: 405},
-		{name: "501", auth: aliceAuth, fault: &fakecore.Fault{Status: 501, Body: []byte(`{}`)}, kind: coreclient.ProbeLegacy, status: 501},
-		{name: "403", auth: aliceAuth, fault: &fakecore.Fault{Status: 403, Body: []byte(`{"error":"route_not_allowed"}`)}, kind: coreclient.ProbeRelay, status: 403},
-		{name: "503", auth: aliceAuth, fault: &fakecore.Fault{Status: 503}, kind: coreclient.ProbeRelay, status: 503},
-		{name: "unknown 200", auth: aliceAuth, fault: &fakecore.Fault{Status: 200, Body: []byte(`{"schema_version":"something.else"}`)}, kind: coreclient.ProbeRelay, status: 200},
+		{name: "legacy core", auth: aliceAuth, status: 404},
+		{name: "native core", opts: fakecore.Options{Native: true}, auth: aliceAuth, status: 200},
+		{name: "unauthorized is relayed", auth: "Bearer " + fakecore.Token("x"), status: 401},
+		{name: "no header is relayed", status: 401},
+		{name: "native gate 404 is relayed", opts: fakecore.Options{Native: true}, auth: aliceAuth, fault: &fakecore.Fault{Status: 404, Body: []byte(`{"error":"route_unavailable","message":"The configured route is unavailable."}`)}, status: 404},
+		{name: "405", auth: aliceAuth, fault: &fakecore.Fault{Status: 405, Body: []byte(`{"error":"method_not_allowed"}`)}, status: 405},
+		{name: "501", auth: aliceAuth, fault: &fakecore.Fault{Status: 501, Body: []byte(`{}`)}, status: 501},
+		{name: "403", auth: aliceAuth, fault: &fakecore.Fault{Status: 403, Body: []byte(`{"error":"route_not_allowed"}`)}, status: 403},
+		{name: "503", auth: aliceAuth, fault: &fakecore.Fault{Status: 503}, status: 503},
+		{name: "unknown 200", auth: aliceAuth, fault: &fakecore.Fault{Status: 200, Body: []byte(`{"schema_version":"something.else"}`)}, status: 200},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -505,12 +504,12 @@ func TestProbeCapabilities(t *testing.T) {
 			if tt.fault != nil {
 				e.core.SetFault("/agent-api/", *tt.fault)
 			}
-			kind, err := e.client.ProbeCapabilities(context.Background(), tt.auth, rk("orders"))
+			status, _, err := e.client.ProbeCapabilities(context.Background(), tt.auth, rk("orders"))
 			if err != nil {
 				t.Fatalf("got %v; want a probe", err)
 			}
-			if kind != tt.kind {
-				t.Errorf("got %v; want %v (Core answered %d)", kind, tt.kind, tt.status)
+			if status != tt.status {
+				t.Errorf("got status %d; want Core's %d", status, tt.status)
 			}
 			r, _ := e.core.LastRequest("/agent-api/")
 			if r.Path != "/agent-api/v1/workspaces/orders/knowledge/capabilities" || r.Header.Get("Authorization") != tt.auth {
@@ -523,7 +522,7 @@ func TestProbeCapabilities(t *testing.T) {
 	}
 	e := newEnv(t, fakecore.Options{}, nil)
 	e.core.SetFault("/agent-api/", fakecore.Fault{Reset: true})
-	_, err := e.client.ProbeCapabilities(context.Background(), aliceAuth, rk("orders"))
+	_, _, err := e.client.ProbeCapabilities(context.Background(), aliceAuth, rk("orders"))
 	if !errors.Is(err, corefacts.ErrUnavailable) {
 		t.Errorf("reset: got %v; want ErrUnavailable", err)
 	}

@@ -24,10 +24,9 @@
 //     Core's 429 (its rate limit on our client) is [corefacts.ErrRateLimited]. Callers
 //     pass the KB id as stored (catalog.SQLCatalog.KBs): Core's index cache is keyed
 //     by the spelling sent.
-//   - [Client.ProbeCapabilities] sends a capabilities probe to detect a
-//     native Core ([ProbeNative]), a legacy one ([ProbeLegacy]) or neither
-//     ([ProbeRelay]). No breaker. [ClassifyProbe] is the same verdict for a
-//     capabilities answer the edge relays itself.
+//   - [Client.ProbeCapabilities] sends a capabilities probe and returns
+//     Core's answer as it came (status, body); package native judges whether
+//     it is a native Core, a legacy one or neither. No breaker.
 //
 // Every call runs under context.WithTimeout(ctx, Options.Timeout). Errors are
 // "coreclient: <op>: …" wrapping one of the sentinels of package corefacts (plus

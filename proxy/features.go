@@ -16,26 +16,22 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/bailinghub/knowledge-sidecar/config"
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
+	"github.com/bailinghub/knowledge-sidecar/native"
 	"github.com/bailinghub/knowledge-sidecar/rollout"
 )
-
-// Prober sends Core a capabilities probe with a caller's Authorization
-// header: native detection for a search, read or turn that finds no
-// verdict held (a capabilities request is itself forwarded, capsProbe).
-type Prober interface {
-	ProbeCapabilities(ctx context.Context, authorization string, route corefacts.RouteKey) (coreclient.ProbeKind, error)
-}
 
 // Features are the knowledge endpoints and turn interception.
 type Features struct {
 	Knowledge *knowledge.Service
-	Prober    Prober
-	Ledger    ledger.Ledger
-	Rollout   rollout.Policy
+	// Prober sends Core a capabilities probe with a caller's Authorization
+	// header: native detection for a search, read or turn that finds no
+	// verdict held (a capabilities request is itself forwarded, capsProbe).
+	Prober  native.Prober
+	Ledger  ledger.Ledger
+	Rollout rollout.Policy
 	// NativeDetection is one of config.NativeDetectionModes; "" is
 	// config.NativeAuto.
 	NativeDetection string
@@ -55,7 +51,7 @@ type features struct {
 	ledger  ledger.Ledger
 	rollout atomic.Pointer[rollout.Policy]
 	hints   atomic.Bool // same-run hints in on_demand turns
-	native  *nativeDetector
+	native  *native.Detector
 	turns   *httputil.ReverseProxy
 	caps    *httputil.ReverseProxy // capabilities forwarded as the probe
 	// inflight: on_demand turn attempts awaiting Core's answer (turns.go).
@@ -75,7 +71,8 @@ func newFeatures(f *Features, s *Server) (*features, error) {
 	if f.ProbeTimeout <= 0 {
 		f.ProbeTimeout = config.Defaults().Core.Timeout
 	}
-	nd, err := newNativeDetector(f.NativeDetection, f.ProbeInterval, f.Prober, f.Now, s.m)
+	nd, err := native.New(native.Options{Mode: f.NativeDetection, Interval: f.ProbeInterval, Prober: f.Prober, Now: f.Now,
+		OnState: s.m.nativeState})
 	if err != nil {
 		return nil, err
 	}
@@ -113,14 +110,14 @@ func (s *Server) decide(c echo.Context, key corefacts.RouteKey) bool {
 	pol := s.feat.rollout.Load()
 	decision := decisionEnabled
 	switch {
-	case key.IsZero() && !s.feat.native.isNative():
+	case key.IsZero() && !s.feat.native.IsNative():
 		// No workspace has this key (upper case, encoded, too long): the
 		// sidecar answers 404 route_unavailable after identity, like
 		// Core's own 404, rather than guess how Core would spell it.
 		decision = decisionInvalidRoute
 	case !pol.Enabled(route):
 		decision = decisionDisabled
-	case s.feat.native.native(c.Request().Context(), c.Request().Header.Get("Authorization"), key):
+	case s.feat.native.Native(c.Request().Context(), c.Request().Header.Get("Authorization"), key):
 		// With no verdict held this probes Core first (SPEC §8.2).
 		decision = decisionNative
 	}
@@ -151,7 +148,7 @@ func (s *Server) capabilities(c echo.Context) error {
 	// A route outside Core's pattern is never probed (Core answers it 404
 	// whatever its version): it is answered as any knowledge request on it.
 	if valid {
-		if call, due := s.feat.native.claim(); due {
+		if call, due := s.feat.native.Claim(); due {
 			if answered, err := s.capsProbe(c, call); answered {
 				return err
 			}
@@ -220,7 +217,7 @@ func (s *Server) wrongMethod(allow string) echo.HandlerFunc {
 
 // capsRelay is one capabilities request forwarded to Core as the probe.
 type capsRelay struct {
-	call   *probeCall
+	call   *native.Probe
 	legacy bool  // Core does not know the endpoint: the sidecar answers
 	err    error // Core could not be reached, or its answer not read
 	cancel context.CancelFunc
@@ -247,7 +244,7 @@ var (
 // answer: the sidecar then serves the request. Core unreachable (or its
 // answer unreadable) is 503 knowledge_unavailable, like every knowledge
 // endpoint facing an unreachable Core (SPEC §2); the verdict stays open.
-func (s *Server) capsProbe(c echo.Context, call *probeCall) (answered bool, err error) {
+func (s *Server) capsProbe(c echo.Context, call *native.Probe) (answered bool, err error) {
 	cr := &capsRelay{call: call}
 	defer func() {
 		// Also when the relay aborts (the ReverseProxy panics with
@@ -255,7 +252,7 @@ func (s *Server) capsProbe(c echo.Context, call *probeCall) (answered bool, err 
 		if cr.cancel != nil {
 			cr.cancel()
 		}
-		s.feat.native.settle(call, coreclient.ProbeRelay, errNotProbed) // when nothing else did
+		s.feat.native.Fail(call, errNotProbed) // when nothing else did
 	}()
 	r := c.Request()
 	s.feat.caps.ServeHTTP(c.Response(), r.WithContext(context.WithValue(r.Context(), capsCtxKey{}, cr)))
@@ -271,7 +268,7 @@ func (s *Server) capsProbe(c echo.Context, call *probeCall) (answered bool, err 
 // newCapsProxy is the pass-through ReverseProxy (same transport, same header
 // rules: the one relay path and hop-by-hop list) whose ModifyResponse reads
 // Core's capabilities answer to settle the probe d is waiting on.
-func (s *Server) newCapsProxy(timeout time.Duration, d *nativeDetector) *httputil.ReverseProxy {
+func (s *Server) newCapsProxy(timeout time.Duration, d *native.Detector) *httputil.ReverseProxy {
 	rp := s.newPassthrough()
 	passRewrite := rp.Rewrite
 	rp.Rewrite = func(pr *httputil.ProxyRequest) {
@@ -284,19 +281,17 @@ func (s *Server) newCapsProxy(timeout time.Duration, d *nativeDetector) *httputi
 	}
 	rp.ModifyResponse = func(res *http.Response) error {
 		cr := capsOf(res.Request.Context())
-		body, err := io.ReadAll(io.LimitReader(res.Body, coreclient.ProbeBodyLimit+1))
+		body, err := io.ReadAll(io.LimitReader(res.Body, native.BodyLimit+1))
 		_ = res.Body.Close()
-		if err == nil && len(body) > coreclient.ProbeBodyLimit {
+		if err == nil && len(body) > native.BodyLimit {
 			err = errProbeLarge
 		}
 		if err != nil {
 			cr.err = err
-			d.settle(cr.call, coreclient.ProbeRelay, err)
+			d.Fail(cr.call, err)
 			return errCapsServe
 		}
-		kind := coreclient.ClassifyProbe(res.StatusCode, body)
-		d.settle(cr.call, kind, nil)
-		if kind == coreclient.ProbeLegacy {
+		if d.Answer(cr.call, res.StatusCode, body) == native.Legacy {
 			cr.legacy = true
 			return errCapsServe
 		}
@@ -310,7 +305,7 @@ func (s *Server) newCapsProxy(timeout time.Duration, d *nativeDetector) *httputi
 		}
 		cr := capsOf(r.Context())
 		cr.err = err
-		d.settle(cr.call, coreclient.ProbeRelay, err)
+		d.Fail(cr.call, err)
 	}
 	return rp
 }

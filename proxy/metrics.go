@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
+	"github.com/bailinghub/knowledge-sidecar/native"
 )
 
 // metrics are the edge's own series. Labels come from closed sets only:
@@ -135,6 +136,17 @@ func coreOutcome(status int) turnOutcome {
 		return "core_4xx"
 	default:
 		return "core_5xx"
+	}
+}
+
+// nativeState sets core_protocol_state to state (native.Options.OnState).
+func (m *metrics) nativeState(state native.State) {
+	for _, st := range native.States {
+		v := 0.0
+		if st == state {
+			v = 1
+		}
+		m.native.WithLabelValues(string(st)).Set(v)
 	}
 }
 

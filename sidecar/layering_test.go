@@ -33,6 +33,11 @@ func TestLayering(t *testing.T) {
 		{dir: "catalog", forbidden: []string{mod + "coreclient", mod + "knowledge", mod + "proxy", mod + "turn", mod + "ledger", mod + "sidecar"}},
 		{dir: "breaker", ours: []string{"config", "corefacts", "telemetry"}},
 		{dir: "rollout", ours: []string{"corefacts"}},
+		{dir: "native", ours: []string{"config", "corefacts"},
+			forbidden: []string{"github.com/labstack/echo/", "net/http/httputil"}},
+		// The edge reaches Core's adapters only through the decisions:
+		// proxy → knowledge, turn, native → coreclient, catalog.
+		{dir: "proxy", forbidden: []string{mod + "coreclient", mod + "catalog", mod + "breaker", mod + "sidecar"}},
 	}
 	for _, r := range rules {
 		pkg, err := build.ImportDir(filepath.Join("..", r.dir), 0)
