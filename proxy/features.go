@@ -21,6 +21,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/native"
 	"github.com/bailinghub/knowledge-sidecar/rollout"
+	"github.com/bailinghub/knowledge-sidecar/turn"
 )
 
 // Features are the knowledge endpoints and turn interception.
@@ -48,14 +49,12 @@ type Features struct {
 
 type features struct {
 	k       *knowledge.Service
-	ledger  ledger.Ledger
 	rollout atomic.Pointer[rollout.Policy]
-	hints   atomic.Bool // same-run hints in on_demand turns
 	native  *native.Detector
-	turns   *httputil.ReverseProxy
-	caps    *httputil.ReverseProxy // capabilities forwarded as the probe
-	// inflight: on_demand turn attempts awaiting Core's answer (turns.go).
-	inflight turnsInFlight
+	turns   *turn.Interceptor // the turn feature's decisions (turns.go)
+	// turnProxy forwards intercepted turns; caps forwards capabilities
+	// requests as the probe.
+	turnProxy, caps *httputil.ReverseProxy
 }
 
 func newFeatures(f *Features, s *Server) (*features, error) {
@@ -76,11 +75,15 @@ func newFeatures(f *Features, s *Server) (*features, error) {
 	if err != nil {
 		return nil, err
 	}
-	ft := &features{k: f.Knowledge, ledger: f.Ledger, native: nd}
+	ti, err := turn.NewInterceptor(turn.Options{Knowledge: f.Knowledge, Ledger: f.Ledger, Recorder: turnRecorder{s},
+		NoHints: f.NoTurnHints})
+	if err != nil {
+		return nil, err
+	}
+	ft := &features{k: f.Knowledge, native: nd, turns: ti}
 	p := f.Rollout
 	ft.rollout.Store(&p)
-	ft.hints.Store(!f.NoTurnHints)
-	ft.turns = s.newTurnProxy()
+	ft.turnProxy = s.newTurnProxy()
 	ft.caps = s.newCapsProxy(f.ProbeTimeout, nd)
 	return ft, nil
 }
@@ -97,7 +100,7 @@ func (s *Server) SetRollout(p rollout.Policy) {
 // Turns whose answer is being rewritten keep the setting they read.
 func (s *Server) SetTurnHints(on bool) {
 	if s.feat != nil {
-		s.feat.hints.Store(on)
+		s.feat.turns.SetHints(on)
 	}
 }
 

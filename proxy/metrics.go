@@ -7,8 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/native"
+	"github.com/bailinghub/knowledge-sidecar/turn"
 )
 
 // metrics are the edge's own series. Labels come from closed sets only:
@@ -68,76 +68,25 @@ func (m *metrics) handler(name string) *handlerSeries {
 
 const namespace = "knowledge_sidecar"
 
-// Label values of the edge's metrics: closed sets, one constant each.
-type (
-	turnOutcome     string // turns_total{outcome}
-	rolloutDecision string // rollout_decisions_total{decision}
-)
+// Label values of the edge's metrics: closed sets, one constant each. The
+// turn feature's own (turns_total{mode,outcome}, ledger_fail_open_total,
+// ledger_releases_total, turn_hints_total) are package turn's.
+type rolloutDecision string // rollout_decisions_total{decision}
 
 const (
-	outRejected             turnOutcome = "rejected"
-	outPassed               turnOutcome = "passed"
-	outConflict             turnOutcome = "conflict"
-	outKnowledgeUnavailable turnOutcome = "knowledge_unavailable"
-	outLedgerUnavailable    turnOutcome = "ledger_unavailable"
-	outRewritten            turnOutcome = "rewritten"
-	outDeliveryFailed       turnOutcome = "delivery_failed"
-	outUpstreamError        turnOutcome = "upstream_error"
-	outRateLimited          turnOutcome = "rate_limited"
-
 	decisionEnabled      rolloutDecision = "enabled"
 	decisionDisabled     rolloutDecision = "disabled"
 	decisionNative       rolloutDecision = "native"
 	decisionInvalidRoute rolloutDecision = "invalid_route"
-
-	// turns_total{mode} besides the delivery modes.
-	labelAbsent  = "absent"  // no knowledge_delivery field
-	labelInvalid = "invalid" // a field with a value that is no mode
-	labelUnknown = "unknown" // decided before the field could be told
-
-	failOpenIdentity = "identity" // ledger_fail_open_total{reason}
-	failOpenLedger   = "ledger"
-
-	// ledger_releases_total{reason}: Core refused the attempt (4xx), or
-	// never received it (the client left, or Core could not be reached,
-	// before the request was written).
-	releaseRefused = "refused"
-	releaseNotSent = "not_sent"
-
-	// turn_hints_total{outcome}: knowledge.HintsMinted, HintsNone,
-	// HintsFailed, and hintsOff (turn_hints: false).
-	hintsOff = "off"
 )
-
-// hintOutcomes is the closed label set of turn_hints_total.
-var hintOutcomes = []string{knowledge.HintsMinted, knowledge.HintsNone, knowledge.HintsFailed, hintsOff}
 
 // The other closed label sets, each series created at start with 0 (so an
 // alert or a panel reads 0, not "no data", before the first event).
 var (
-	upstreamKinds  = []string{"dial", "timeout", "canceled", "protocol", "other"} // classifyUpstreamError
-	turnModes      = []string{labelAbsent, labelInvalid, labelUnknown, string(knowledge.DeliveryInline), string(knowledge.DeliveryOnDemand)}
-	turnOutcomes   = []turnOutcome{outPassed, outRewritten, outRejected, outConflict, outKnowledgeUnavailable, outLedgerUnavailable, outRateLimited, outDeliveryFailed, outUpstreamError, coreOutcome(100), coreOutcome(200), coreOutcome(300), coreOutcome(400), coreOutcome(500)}
-	failOpenReason = []string{failOpenIdentity, failOpenLedger}
-	decisions      = []rolloutDecision{decisionEnabled, decisionDisabled, decisionNative, decisionInvalidRoute}
-	reloadResults  = []string{"ok", "rejected"} // ObserveReload
+	upstreamKinds = []string{"dial", "timeout", "canceled", "protocol", "other"} // classifyUpstreamError
+	decisions     = []rolloutDecision{decisionEnabled, decisionDisabled, decisionNative, decisionInvalidRoute}
+	reloadResults = []string{"ok", "rejected"} // ObserveReload
 )
-
-// coreOutcome is the turns_total outcome of a Core answer relayed as is.
-func coreOutcome(status int) turnOutcome {
-	switch status / 100 {
-	case 1:
-		return "core_1xx"
-	case 2:
-		return "core_2xx"
-	case 3:
-		return "core_3xx"
-	case 4:
-		return "core_4xx"
-	default:
-		return "core_5xx"
-	}
-}
 
 // nativeState sets core_protocol_state to state (native.Options.OnState).
 func (m *metrics) nativeState(state native.State) {
@@ -151,7 +100,7 @@ func (m *metrics) nativeState(state native.State) {
 }
 
 // turn counts one intercepted turn.
-func (m *metrics) turn(mode string, o turnOutcome) { m.turns.WithLabelValues(mode, string(o)).Inc() }
+func (m *metrics) turn(mode string, o turn.Outcome) { m.turns.WithLabelValues(mode, string(o)).Inc() }
 
 func newMetrics(reg prometheus.Registerer, version string) *metrics {
 	m := &metrics{
@@ -207,7 +156,7 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 		Namespace: namespace, Name: "turn_hints_total",
 		Help: "On-demand turns answered by same-run hints outcome (minted, none, failed, off).",
 	}, []string{"outcome"})
-	for _, o := range hintOutcomes {
+	for _, o := range turn.HintOutcomes {
 		m.turnHints.WithLabelValues(o)
 	}
 	m.byHandler = map[string]*handlerSeries{}
@@ -217,12 +166,12 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 	for _, k := range upstreamKinds {
 		m.upstreamErrors.WithLabelValues(k)
 	}
-	for _, mode := range turnModes {
-		for _, o := range turnOutcomes {
+	for _, mode := range turn.Labels {
+		for _, o := range turn.Outcomes {
 			m.turns.WithLabelValues(mode, string(o))
 		}
 	}
-	for _, r := range failOpenReason {
+	for _, r := range turn.FailOpenReasons {
 		m.ledgerFailOpen.WithLabelValues(r)
 	}
 	for _, d := range decisions {
@@ -235,7 +184,7 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 		Namespace: namespace, Name: "ledger_releases_total",
 		Help: "Turn attempts whose share of the turn's ledger records was released, by reason (refused: Core answered 4xx; not_sent: Core never received the request).",
 	}, []string{"reason"})
-	for _, r := range []string{releaseRefused, releaseNotSent} {
+	for _, r := range turn.ReleaseReasons {
 		m.ledgerReleases.WithLabelValues(r)
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{

@@ -27,7 +27,7 @@ func TestLayering(t *testing.T) {
 		{dir: "internal/jsonscan", stdOnly: true},
 		{dir: "knowledge", ours: []string{"config", "corefacts", "corefacts/jsstring", "internal/jsonscan"},
 			forbidden: []string{"github.com/labstack/echo/", "net/http/httputil"}},
-		{dir: "turn", ours: []string{"corefacts/jsstring", "internal/jsonscan", "knowledge", "ledger"},
+		{dir: "turn", ours: []string{"corefacts", "corefacts/jsstring", "internal/jsonscan", "knowledge", "ledger"},
 			forbidden: []string{"github.com/labstack/echo/", "net/http/httputil"}},
 		{dir: "coreclient", forbidden: []string{mod + "catalog", mod + "knowledge", mod + "proxy", mod + "turn", mod + "ledger", mod + "sidecar"}},
 		{dir: "catalog", forbidden: []string{mod + "coreclient", mod + "knowledge", mod + "proxy", mod + "turn", mod + "ledger", mod + "sidecar"}},

@@ -5,14 +5,14 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 )
 
-// Plan is what the edge does with a parsed turn request.
-type Plan int
+// Handling is how a parsed turn request is handled, by its field and ids.
+type Handling int
 
 const (
 	// PassUnbound: no knowledge_delivery and an id missing. Core refuses
 	// such a turn (400) and creates no run, so nothing is bound; the
 	// client's bytes go to Core unchanged.
-	PassUnbound Plan = iota
+	PassUnbound Handling = iota
 	// BindInline: no knowledge_delivery, every id present. The bytes go to
 	// Core and back unchanged, but the turn is bound to inline delivery
 	// (what the host gets), so retrying it as on_demand is the mode switch
@@ -24,8 +24,8 @@ const (
 	Deliver
 )
 
-// PlanFor decides how a parsed turn request is handled.
-func PlanFor(r Request) Plan {
+// HandlingOf decides how a parsed turn request is handled.
+func HandlingOf(r Request) Handling {
 	switch {
 	case r.Mode != "":
 		return Deliver

@@ -10,12 +10,12 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 )
 
-func TestPlanFor(t *testing.T) {
+func TestHandlingOf(t *testing.T) {
 	ids := Request{ConversationID: "c", TurnID: "t", UserMessageID: "m"}
 	cases := []struct {
 		name string
 		r    Request
-		want Plan
+		want Handling
 	}{
 		{"no field, no ids", Request{}, PassUnbound},
 		{"no field, an id missing", Request{ConversationID: "c", TurnID: "t"}, PassUnbound},
@@ -24,7 +24,7 @@ func TestPlanFor(t *testing.T) {
 		{"inline with ids", Request{Mode: knowledge.DeliveryInline, ConversationID: "c", TurnID: "t", UserMessageID: "m"}, Deliver},
 	}
 	for _, tc := range cases {
-		if got := PlanFor(tc.r); got != tc.want {
+		if got := HandlingOf(tc.r); got != tc.want {
 			t.Errorf("%s: got %d; want %d", tc.name, got, tc.want)
 		}
 	}

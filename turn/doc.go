@@ -1,13 +1,20 @@
-// Package turn is the turn protocol of SPEC §7 as plain functions: parsing a
-// turn request's delivery mode and idempotency ids, stripping the field,
-// rewriting Core's answer and building the knowledge_delivery block, and the
-// decisions around them (how to handle a request, when to release the
-// ledger). ReadReply scans Core's answer once: Items and RunID read what Core
-// retrieved for the turn (the input of knowledge's same-run hints), and
+// Package turn is the turn protocol of SPEC §7: parsing a turn request's
+// delivery mode and idempotency ids, stripping the field, rewriting Core's
+// answer and building the knowledge_delivery block, and every decision
+// around them, behind one type (intercept.go): an Interceptor (one per
+// sidecar: the ledger, the in-flight set of on_demand attempts, the hints
+// switch) starts a Turn per request, which takes plain values — the bearer
+// and route segment (Admit), the body bytes (Plan), Core's status and answer
+// (Answered, Rewrite) — and returns a Plan (pass as sent, refuse with an
+// error, forward this body) and Core's answer rewritten. It binds the mode
+// in the ledger and releases it when Core refused or never received the
+// attempt. ReadReply scans Core's answer once: Items and RunID read what
+// Core retrieved for the turn (the input of knowledge's same-run hints), and
 // Rewrite splices the answer with the block of the route's delivery status
 // (knowledge.Delivery, decided before the turn was forwarded). It knows no
-// HTTP server, echo or ReverseProxy: the proxy package calls it from its
-// hooks.
+// HTTP server, echo or ReverseProxy: the proxy package reads the body,
+// forwards it and calls the Turn from its hooks; what an operator counts
+// goes to the edge's Recorder.
 //
 // Both directions splice byte ranges instead of re-marshaling, so memory,
 // tool schemas and every other field keep their exact bytes: request.go

@@ -1,0 +1,75 @@
+package turn
+
+import "github.com/bailinghub/knowledge-sidecar/knowledge"
+
+// Outcome is how an intercepted turn ended: the turns_total{outcome} label
+// the edge counts it under (Turn.Counted). A closed set: Outcomes.
+type Outcome string
+
+const (
+	Passed               Outcome = "passed"    // Core's answer relayed untouched
+	Rewritten            Outcome = "rewritten" // Core's 2xx answer with the delivery block
+	Rejected             Outcome = "rejected"  // an answer the sidecar made itself
+	Conflict             Outcome = "conflict"  // 409 turn_conflict
+	KnowledgeUnavailable Outcome = "knowledge_unavailable"
+	LedgerUnavailable    Outcome = "ledger_unavailable"
+	RateLimited          Outcome = "rate_limited"
+	DeliveryFailed       Outcome = "delivery_failed" // 502: Core's answer could not be rewritten
+	UpstreamError        Outcome = "upstream_error"  // Core gave no answer
+)
+
+// CoreOutcome is the outcome of a Core answer with status relayed as is.
+func CoreOutcome(status int) Outcome {
+	switch status / 100 {
+	case 1:
+		return "core_1xx"
+	case 2:
+		return "core_2xx"
+	case 3:
+		return "core_3xx"
+	case 4:
+		return "core_4xx"
+	default:
+		return "core_5xx"
+	}
+}
+
+// Outcomes is every Outcome.
+var Outcomes = []Outcome{Passed, Rewritten, Rejected, Conflict, KnowledgeUnavailable, LedgerUnavailable, RateLimited,
+	DeliveryFailed, UpstreamError, CoreOutcome(100), CoreOutcome(200), CoreOutcome(300), CoreOutcome(400), CoreOutcome(500)}
+
+// Mode labels of a turn (turns_total{mode}) besides the delivery modes.
+const (
+	LabelAbsent  = "absent"  // no knowledge_delivery field
+	LabelInvalid = "invalid" // a field with a value that is no mode
+	LabelUnknown = "unknown" // decided before the field could be told
+)
+
+// Labels is every mode label.
+var Labels = []string{LabelAbsent, LabelInvalid, LabelUnknown, string(knowledge.DeliveryInline), string(knowledge.DeliveryOnDemand)}
+
+// Reasons and outcomes the turn side reports to its Recorder (the label
+// values of the edge's ledger and hints series).
+const (
+	// FailOpenIdentity, FailOpenLedger: a field-less turn forwarded unbound
+	// because identity, or the ledger, could not be had.
+	FailOpenIdentity = "identity"
+	FailOpenLedger   = "ledger"
+	// ReleaseRefused: Core refused the attempt (4xx). ReleaseNotSent: Core
+	// never received it (the client left, or Core could not be reached,
+	// before the request was written).
+	ReleaseRefused = "refused"
+	ReleaseNotSent = "not_sent"
+	// HintsOff: same-run hints are turned off (turn_hints: false); the
+	// other hints outcomes are knowledge's (HintsMinted, HintsNone,
+	// HintsFailed).
+	HintsOff = "off"
+)
+
+var (
+	// FailOpenReasons, ReleaseReasons and HintOutcomes are the closed sets
+	// of each.
+	FailOpenReasons = []string{FailOpenIdentity, FailOpenLedger}
+	ReleaseReasons  = []string{ReleaseRefused, ReleaseNotSent}
+	HintOutcomes    = []string{knowledge.HintsMinted, knowledge.HintsNone, knowledge.HintsFailed, HintsOff}
+)
