@@ -45,6 +45,15 @@ type reqState struct {
 	// (charged as a turn body is buffered, turns.go; given back when the
 	// request ends).
 	turnBytes int64
+	// What the edge's steps share: the request as the edge handed it on
+	// (with this state as its context; a handler may hand another on), its
+	// response, its handler's series, its start and its server span (nil
+	// unless tracing is on).
+	req    *http.Request
+	resp   *echo.Response
+	series *handlerSeries
+	start  time.Time
+	span   trace.Span
 }
 
 type ctxKey struct{}
@@ -108,10 +117,13 @@ func validRequestID(v string) bool {
 	return true
 }
 
-// edge is the one middleware every request passes: request id, refusal of
-// h2c upgrades, in-flight gauge, status/duration metrics and the access log.
-// The only thing it puts around the ResponseWriter is edgeWriter, which keeps
-// Flush/Hijack reachable through Unwrap, so streams stay streams.
+// edge is the one middleware every request passes, as a list of steps:
+// request id and state (begin), connection flags (markConnection), the
+// in-flight share (enter), refusals before any handler (refusal), the body
+// wrapper (watchBody), the handler (handle), and the one post-answer drain
+// (drain); leave does the accounting. The only thing it puts around the
+// ResponseWriter is edgeWriter, which keeps Flush/Hijack reachable through
+// Unwrap, so streams stay streams.
 //
 // The accounting runs in a defer: ReverseProxy aborts a response whose body
 // copy fails (client gone mid-stream, Core reset) by panicking with
@@ -120,148 +132,203 @@ func validRequestID(v string) bool {
 func (s *Server) edge() echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			start := time.Now()
-			r := c.Request()
-			st := &reqState{}
-			if v := r.Header["X-Request-Id"]; len(v) > 0 && validRequestID(v[0]) { // the key is canonical
-				st.id = v[0]
-			} else {
-				st.id = s.ids.next()
-			}
-			st.idv[0] = st.id
-			resp := c.Response()
-			st.w = edgeWriter{ResponseWriter: resp.Writer, resp: resp, id: st.idv[:]}
-			resp.Writer = &st.w
-			ctx := r.Context()
-			var span trace.Span // nil unless tracing is on
-			if s.tracer != nil {
-				ctx, span = s.startServerSpan(ctx, r, c.Path(), st.id)
-			}
-			st.Context = ctx
-			r = r.WithContext(st)
-			c.SetRequest(r)
-			name := handlerName(c)
-			series := s.m.handler(name)
-			conn := connOf(r.Context())
-			if conn != nil {
-				conn.handling.Store(true) // net/http's own answers are done for this request
-				if conn.ambiguous.Load() {
-					// RFC 9112 §6.1: Content-Length with Transfer-Encoding,
-					// or Transfer-Encoding on HTTP/1.0: answered, then the
-					// connection ends, so nothing after it is parsed with a
-					// framing another hop may have read differently.
-					resp.Header().Set("Connection", "close")
-					s.lim.m.ambig.Inc()
-				}
-			}
-			st.client = s.fw.clientOf(r)
-			if ok, global := s.lim.inFlight.acquire(st.client, 1); !ok {
-				s.lim.m.rejected.WithLabelValues(limitInFlight).Inc()
-				if !global {
-					s.lim.m.share.WithLabelValues(limitInFlight).Inc()
-				}
-				s.writeErr(resp, r, errOverloaded)
-				s.observe(r, st.id, series, resp.Status, resp.Size, time.Since(start))
-				if span != nil {
-					endServerSpan(span, resp.Status)
-				}
+			st := s.begin(c)
+			s.markConnection(st)
+			if !s.enter(st) {
+				s.writeErr(st.resp, st.req, errOverloaded)
+				s.record(st, st.resp.Status)
 				return nil
 			}
-			s.m.inFlight.Inc()
 			defer func() {
 				p := recover()
-				s.m.inFlight.Dec()
-				s.lim.inFlight.release(st.client, 1)
-				if n := st.turnBytes; n > 0 {
-					st.turnBytes = 0
-					s.lim.turnBody.release(st.client, n)
-					s.lim.m.turnBody.Sub(float64(n))
-				}
-				status := resp.Status
-				switch {
-				case st.outcome != 0:
-					status = st.outcome
-				case p != nil && r.Context().Err() != nil:
-					status = statusClientClosed // the client went away mid-response
-				case p != nil:
-					status = http.StatusBadGateway // the response was cut short
-				}
-				s.observe(r, st.id, series, status, resp.Size, time.Since(start))
-				if span != nil {
-					endServerSpan(span, status)
-				}
+				s.leave(st, p)
 				if p != nil {
 					panic(p)
 				}
 			}()
-			switch {
-			case isH2CUpgrade(r.Header):
-				s.writeErr(resp, r, errH2C)
-				return nil
-			case r.Method == "PRI" || r.RequestURI == "*" && r.Method != http.MethodOptions:
-				// An HTTP/2 connection preface (or another asterisk-form
-				// target) on this HTTP/1 listener: not a request Core serves.
-				s.writeErr(resp, r, errRequestLine)
-				return nil
-			case s.feat != nil && nonCanonical(r):
-				// Refused before Core sees it; the body is never read.
-				s.writeErr(resp, r, errNonCanonicalPath)
+			if err := s.refusal(st.req); err != nil {
+				s.writeErr(st.resp, st.req, err)
 				return nil
 			}
-			if r.ContentLength != 0 {
-				// Without full duplex, net/http drains and closes the request
-				// body when the response header is written, while the
-				// transport may still be reading it to send to Core (it has
-				// not seen EOF yet): the transport then kills the upstream
-				// connection and the response is cut short.
-				ctl := http.NewResponseController(resp.Writer)
-				_ = ctl.EnableFullDuplex()
-				ib := &idleBody{ReadCloser: r.Body, ctl: ctl, idle: s.bodyIdle, st: st, rate: s.lim.rate, window: s.lim.window}
-				if s.lim.bodyTimeout > 0 {
-					ib.end = start.Add(s.lim.bodyTimeout)
-				}
-				r.Body = ib
-			}
-			body := r.Body // handlers may swap r.Body; the wire is this one
-			if err := next(c); err != nil && !resp.Committed {
-				// The edge answers handler errors itself, so that what is
-				// recorded below is what was sent.
-				s.writeErr(resp, r, err)
-			}
-			// Read what the handler left of the body (bounded) before the
-			// connection is reused. With full duplex net/http no longer does
-			// this reliably: a fixed-length body left unread (Core
-			// unreachable, an early answer) made the next request on the
-			// connection fail with a reset.
-			// A handler that already chose to close the connection (say, a
-			// 401 to an oversized body) is not made to read the rest.
-			if r.ContentLength != 0 && resp.Committed && !st.bodyEOF.Load() {
-				// An early answer (Core answered before the body ended). With
-				// FlushInterval 0 its tail may still sit in net/http's
-				// buffers, and the client may wait for it before it sends
-				// the rest: it goes out before the drain below.
-				_ = http.NewResponseController(resp.Writer).Flush()
-			}
-			closing := httpguts.HeaderValuesContainsToken(resp.Header()["Connection"], "close")
-			clean := r.ContentLength == 0 || closing || bodyEndsCleanly(body, drainLimit(c))
-			if r.ContentLength < 0 && !clean {
-				// A chunked body that breaks after the answer went out
-				// (Core answered early). With full duplex net/http would
-				// keep the connection and parse whatever follows the break
-				// as the next request; aborting closes it instead.
-				if st.outcome == 0 {
-					st.outcome = resp.Status
-				}
-				panic(http.ErrAbortHandler)
-			}
-			if !resp.Committed && st.outcome != http.StatusSwitchingProtocols {
-				// Every request gets an answer: net/http would otherwise send
-				// an empty 200 for a handler that wrote nothing.
-				st.outcome = 0
-				s.writeErr(resp, r, errUpstreamGone)
-			}
+			wire := s.watchBody(st)
+			s.handle(c, next, st)
+			s.drain(c, st, wire)
 			return nil
 		}
+	}
+}
+
+// begin gives the request its id (a valid inbound X-Request-Id, else a new
+// one), its state — which is its context too, with the server span when
+// tracing is on — and the edgeWriter around echo's.
+func (s *Server) begin(c echo.Context) *reqState {
+	st := &reqState{start: time.Now()}
+	r := c.Request()
+	if v := r.Header["X-Request-Id"]; len(v) > 0 && validRequestID(v[0]) { // the key is canonical
+		st.id = v[0]
+	} else {
+		st.id = s.ids.next()
+	}
+	st.idv[0] = st.id
+	resp := c.Response()
+	st.w = edgeWriter{ResponseWriter: resp.Writer, resp: resp, id: st.idv[:]}
+	resp.Writer = &st.w
+	ctx := r.Context()
+	if s.tracer != nil {
+		ctx, st.span = s.startServerSpan(ctx, r, c.Path(), st.id)
+	}
+	st.Context = ctx
+	r = r.WithContext(st)
+	c.SetRequest(r)
+	st.req, st.resp = r, resp
+	st.series = s.m.handler(handlerName(c))
+	return st
+}
+
+// markConnection tells the connection that the request is being handled
+// (net/http's own answers are done for it) and ends an ambiguously framed
+// one after the answer.
+func (s *Server) markConnection(st *reqState) {
+	conn := connOf(st.req.Context())
+	if conn == nil {
+		return
+	}
+	conn.handling.Store(true)
+	if conn.ambiguous.Load() {
+		// RFC 9112 §6.1: Content-Length with Transfer-Encoding, or
+		// Transfer-Encoding on HTTP/1.0: answered, then the connection
+		// ends, so nothing after it is parsed with a framing another hop
+		// may have read differently.
+		st.resp.Header().Set("Connection", "close")
+		s.lim.m.ambig.Inc()
+	}
+}
+
+// enter takes the request's place in flight, under its client's share;
+// false when the cap (everyone's, or the client's share) is reached.
+func (s *Server) enter(st *reqState) bool {
+	st.client = s.fw.clientOf(st.req)
+	if ok, global := s.lim.inFlight.acquire(st.client, 1); !ok {
+		s.lim.m.rejected.WithLabelValues(limitInFlight).Inc()
+		if !global {
+			s.lim.m.share.WithLabelValues(limitInFlight).Inc()
+		}
+		return false
+	}
+	s.m.inFlight.Inc()
+	return true
+}
+
+// leave gives back what the request held (its place in flight, its turn
+// body bytes) and records it; p is what the handler panicked with.
+func (s *Server) leave(st *reqState, p any) {
+	s.m.inFlight.Dec()
+	s.lim.inFlight.release(st.client, 1)
+	if n := st.turnBytes; n > 0 {
+		st.turnBytes = 0
+		s.lim.turnBody.release(st.client, n)
+		s.lim.m.turnBody.Sub(float64(n))
+	}
+	status := st.resp.Status
+	switch {
+	case st.outcome != 0:
+		status = st.outcome
+	case p != nil && st.req.Context().Err() != nil:
+		status = statusClientClosed // the client went away mid-response
+	case p != nil:
+		status = http.StatusBadGateway // the response was cut short
+	}
+	s.record(st, status)
+}
+
+// record counts the finished request, logs it and ends its span.
+func (s *Server) record(st *reqState, status int) {
+	s.observe(st.req, st.id, st.series, status, st.resp.Size, time.Since(st.start))
+	if st.span != nil {
+		endServerSpan(st.span, status)
+	}
+}
+
+// refusal is the answer for a request the edge refuses before any handler
+// sees it, or nil.
+func (s *Server) refusal(r *http.Request) error {
+	switch {
+	case isH2CUpgrade(r.Header):
+		return errH2C
+	case r.Method == "PRI" || r.RequestURI == "*" && r.Method != http.MethodOptions:
+		// An HTTP/2 connection preface (or another asterisk-form target) on
+		// this HTTP/1 listener: not a request Core serves.
+		return errRequestLine
+	case s.feat != nil && nonCanonical(r):
+		// Refused before Core sees it; the body is never read.
+		return errNonCanonicalPath
+	}
+	return nil
+}
+
+// watchBody puts idleBody around a request body (deadlines, end of body)
+// and returns the body as it comes off the wire (handlers may swap r.Body).
+func (s *Server) watchBody(st *reqState) io.ReadCloser {
+	r := st.req
+	if r.ContentLength != 0 {
+		// Without full duplex, net/http drains and closes the request body
+		// when the response header is written, while the transport may
+		// still be reading it to send to Core (it has not seen EOF yet):
+		// the transport then kills the upstream connection and the response
+		// is cut short.
+		ctl := http.NewResponseController(st.resp.Writer)
+		_ = ctl.EnableFullDuplex()
+		ib := &idleBody{ReadCloser: r.Body, ctl: ctl, idle: s.bodyIdle, st: st, rate: s.lim.rate, window: s.lim.window}
+		if s.lim.bodyTimeout > 0 {
+			ib.end = st.start.Add(s.lim.bodyTimeout)
+		}
+		r.Body = ib
+	}
+	return r.Body
+}
+
+// handle runs the handler; the edge answers a handler's error itself, so
+// that what is recorded is what was sent.
+func (s *Server) handle(c echo.Context, next echo.HandlerFunc, st *reqState) {
+	if err := next(c); err != nil && !st.resp.Committed {
+		s.writeErr(st.resp, st.req, err)
+	}
+}
+
+// drain reads what the handler left of the body (bounded) before the
+// connection is reused: with full duplex net/http no longer does this
+// reliably, and a fixed-length body left unread (Core unreachable, an early
+// answer) made the next request on the connection fail with a reset. A
+// handler that already chose to close the connection (say, a 401 to an
+// oversized body) is not made to read the rest. A chunked body that breaks
+// after the answer went out aborts the connection; a request that got no
+// answer at all gets one.
+func (s *Server) drain(c echo.Context, st *reqState, wire io.ReadCloser) {
+	r, resp := st.req, st.resp
+	if r.ContentLength != 0 && resp.Committed && !st.bodyEOF.Load() {
+		// An early answer (Core answered before the body ended). With
+		// FlushInterval 0 its tail may still sit in net/http's buffers, and
+		// the client may wait for it before it sends the rest: it goes out
+		// before the drain below.
+		_ = http.NewResponseController(resp.Writer).Flush()
+	}
+	closing := httpguts.HeaderValuesContainsToken(resp.Header()["Connection"], "close")
+	clean := r.ContentLength == 0 || closing || bodyEndsCleanly(wire, drainLimit(c))
+	if r.ContentLength < 0 && !clean {
+		// A chunked body that breaks after the answer went out (Core
+		// answered early). With full duplex net/http would keep the
+		// connection and parse whatever follows the break as the next
+		// request; aborting closes it instead.
+		if st.outcome == 0 {
+			st.outcome = resp.Status
+		}
+		panic(http.ErrAbortHandler)
+	}
+	if !resp.Committed && st.outcome != http.StatusSwitchingProtocols {
+		// Every request gets an answer: net/http would otherwise send an
+		// empty 200 for a handler that wrote nothing.
+		st.outcome = 0
+		s.writeErr(resp, r, errUpstreamGone)
 	}
 }
 
