@@ -1,7 +1,6 @@
 package ledger
 
 import (
-	"container/list"
 	"context"
 	"crypto/sha256"
 	"fmt"
@@ -9,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bailinghub/knowledge-sidecar/config"
@@ -33,11 +33,15 @@ const MaxSessionEntries = 2_000
 // were evicted is forgotten before ledger.ttl: a mode switch on it is then
 // served (SPEC §7). Every eviction is counted in ledger_evictions_total
 // (Register).
+//
+// Both bounds are golang-lru's simplelru (the ledger's mutex guards them):
+// one LRU of every record, and one per session of its records' keys; each
+// one's eviction callback drops the record from the other, so a record is
+// in both or in neither.
 type Memory struct {
 	mu         sync.Mutex
-	entries    map[[sha256.Size]byte]*memEntry
+	entries    *simplelru.LRU[[sha256.Size]byte, *memEntry] // every record, bounded by max
 	sessions   map[[sha256.Size]byte]*memSession
-	lru        *list.List // of *memEntry, most recently used at the front
 	max        int
 	sessionCap int
 	ttl        time.Duration
@@ -66,7 +70,6 @@ func newEvictions() *prometheus.CounterVec {
 }
 
 type memEntry struct {
-	key     [sha256.Size]byte
 	mode    string
 	expires time.Time
 	// gen names this record (a new one for every record created) and
@@ -75,13 +78,11 @@ type memEntry struct {
 	gen     uint64
 	pending int
 	sess    *memSession
-	global  *list.Element
-	inSess  *list.Element
 }
 
 type memSession struct {
 	key     [sha256.Size]byte
-	entries *list.List // of *memEntry, most recently used at the front
+	entries *simplelru.LRU[[sha256.Size]byte, struct{}] // its records' keys, bounded by sessionCap
 }
 
 var _ Ledger = (*Memory)(nil)
@@ -101,16 +102,20 @@ func NewMemory(maxEntries int, ttl time.Duration, now func() time.Time) *Memory 
 	if now == nil {
 		now = time.Now
 	}
-	return &Memory{
-		entries:    map[[sha256.Size]byte]*memEntry{},
+	m := &Memory{
 		sessions:   map[[sha256.Size]byte]*memSession{},
-		lru:        list.New(),
 		max:        maxEntries,
 		sessionCap: max(2, min(maxEntries/4, MaxSessionEntries)),
 		ttl:        ttl,
 		now:        now,
 		evictions:  newEvictions(),
 	}
+	// A record leaving the ledger (evicted, expired, released) leaves its
+	// session; NewLRU fails only for a size ≤ 0.
+	m.entries, _ = simplelru.NewLRU(maxEntries, func(key [sha256.Size]byte, e *memEntry) {
+		e.sess.entries.Remove(key)
+	})
+	return m
 }
 
 // Register registers ledger_evictions_total on reg (RegisterEvictions), so
@@ -136,55 +141,50 @@ func (m *Memory) SessionCap() int { return m.sessionCap }
 
 // live returns the unexpired record under key, dropping an expired one.
 func (m *Memory) live(key [sha256.Size]byte, now time.Time) *memEntry {
-	e := m.entries[key]
-	if e == nil {
+	e, ok := m.entries.Peek(key)
+	if !ok {
 		return nil
 	}
 	if !now.Before(e.expires) {
-		m.remove(e)
+		m.entries.Remove(key)
 		return nil
 	}
 	return e
 }
 
-// remove drops e from every index.
-func (m *Memory) remove(e *memEntry) {
-	delete(m.entries, e.key)
-	m.lru.Remove(e.global)
-	e.sess.entries.Remove(e.inSess)
-	if e.sess.entries.Len() == 0 {
-		delete(m.sessions, e.sess.key)
-	}
+// touch makes the record under key the most recently used, globally and in
+// its session.
+func (m *Memory) touch(key [sha256.Size]byte, e *memEntry) {
+	m.entries.Get(key)
+	e.sess.entries.Get(key)
 }
 
-// touch makes e the most recently used record, globally and in its session.
-func (m *Memory) touch(e *memEntry) {
-	m.lru.MoveToFront(e.global)
-	e.sess.entries.MoveToFront(e.inSess)
-}
-
-// add creates a record in session sk, evicting first the session's own
-// oldest record when it is at its cap, else the ledger's oldest when the
-// ledger is full.
+// add creates a record in session sk: past the session's cap its own least
+// recently used record goes, else past max_entries the ledger's.
 func (m *Memory) add(key, sk [sha256.Size]byte, mode string, expires time.Time) *memEntry {
 	s := m.sessions[sk]
 	if s == nil {
-		s = &memSession{key: sk, entries: list.New()}
+		s = &memSession{key: sk}
+		// A key leaving the session (evicted at its cap) leaves the
+		// ledger; the session goes with its last record.
+		s.entries, _ = simplelru.NewLRU(m.sessionCap, func(key [sha256.Size]byte, _ struct{}) {
+			m.entries.Remove(key)
+			if s.entries.Len() == 0 {
+				delete(m.sessions, s.key)
+			}
+		})
 		m.sessions[sk] = s
 	}
-	switch {
-	case s.entries.Len() >= m.sessionCap:
-		m.remove(s.entries.Back().Value.(*memEntry)) // cap ≥ 2: s keeps a record
+	m.gen++
+	e := &memEntry{mode: mode, expires: expires, gen: m.gen, pending: 1, sess: s}
+	// The session first: evicting its own record (cap ≥ 2: it keeps one)
+	// makes room in the ledger, so one record goes, never two.
+	if s.entries.Add(key, struct{}{}) {
 		m.evictions.WithLabelValues(EvictedSession).Inc()
-	case len(m.entries) >= m.max:
-		m.remove(m.lru.Back().Value.(*memEntry))
+	}
+	if m.entries.Add(key, e) {
 		m.evictions.WithLabelValues(EvictedLedger).Inc()
 	}
-	m.gen++
-	e := &memEntry{key: key, mode: mode, expires: expires, gen: m.gen, pending: 1, sess: s}
-	e.global = m.lru.PushFront(e)
-	e.inSess = s.entries.PushFront(e)
-	m.entries[key] = e
 	return e
 }
 
@@ -216,16 +216,16 @@ func (m *Memory) Reserve(ctx context.Context, k Key, mode string) (Reservation, 
 	expires := now.Add(m.ttl)
 	// Join the records there first, so that adding the missing one cannot
 	// evict them (they are the most recently used).
-	for _, e := range found {
+	for i, e := range found {
 		if e != nil {
 			e.pending++
 			e.expires = expires
-			m.touch(e)
+			m.touch(keys[i], e)
 		}
 	}
 	for i, key := range keys {
 		e := found[i]
-		if e == nil || m.entries[key] != e { // absent (or evicted: a ledger of size 1)
+		if cur, ok := m.entries.Peek(key); e == nil || !ok || cur != e { // absent (or evicted: a ledger of size 1)
 			e = m.add(key, sk, mode, expires)
 		}
 		res.tokens[i] = strconv.FormatUint(e.gen, 36)
@@ -253,7 +253,7 @@ func (m *Memory) Release(ctx context.Context, k Key, mode string, r Reservation)
 			continue // gone, another mode's, or a newer record than the one reserved
 		}
 		if e.pending--; e.pending <= 0 {
-			m.remove(e)
+			m.entries.Remove(key)
 		}
 	}
 	return nil
@@ -264,7 +264,7 @@ func (m *Memory) Release(ctx context.Context, k Key, mode string, r Reservation)
 func (m *Memory) Len() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.entries)
+	return m.entries.Len()
 }
 
 // Close drops every record; later calls fail with ErrUnavailable.
@@ -272,8 +272,7 @@ func (m *Memory) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.closed = true
-	clear(m.entries)
+	m.entries.Purge()
 	clear(m.sessions)
-	m.lru.Init()
 	return nil
 }
