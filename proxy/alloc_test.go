@@ -2,13 +2,11 @@ package proxy
 
 import (
 	"bytes"
-	"crypto/tls"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -67,12 +65,16 @@ func passAllocs(t *testing.T, h http.Handler, n int) float64 {
 // as it is; a change that allocates more per request fails here, and a
 // change that allocates less lowers them.
 const (
-	// maxEdgeAllocs: the whole request through the edge's handler.
-	maxEdgeAllocs = 36
+	// maxEdgeAllocs: the whole request through the edge's handler. 38 since
+	// the stdlib's SetXForwarded replaced a copy that set the three values
+	// in one allocation instead of three (it bought under 1 % of the
+	// request's CPU; DESIGN rule 14).
+	maxEdgeAllocs = 38
 	// maxEdgeOverLean: what the edge allocates beyond a lean ReverseProxy
 	// (Rewrite with SetURL and SetXForwarded, pooled buffers, FlushInterval
-	// 0) over the same canned Core.
-	maxEdgeOverLean = 1
+	// 0) over the same canned Core: 3 (the copy's 2 saved allocations had
+	// hidden 2 of the edge's own).
+	maxEdgeOverLean = 3
 )
 
 func TestPassthroughAllocs(t *testing.T) {
@@ -164,41 +166,3 @@ var specClientAddressHeaders = []string{
 	"X-Cluster-Client-IP", "X-Originating-IP", "X-Remote-IP", "X-Remote-Addr", "X-Envoy-External-Address",
 	"X-Original-URL", "X-Rewrite-URL",
 }
-
-// TestSetXForwarded: setXForwarded leaves the outbound header as the
-// stdlib's SetXForwarded does, for addresses with and without a port, a
-// prior X-Forwarded-For of none, one or two values, plain and TLS, an
-// empty Host and stale X-Forwarded-Host/Proto values.
-func TestSetXForwarded(t *testing.T) {
-	for _, addr := range []string{"192.0.2.7:40000", "[2001:db8::1]:443", "no-port", ""} {
-		for _, prior := range [][]string{nil, {"198.51.100.1"}, {"198.51.100.1", "203.0.113.9, 10.0.0.1"}} {
-			for _, tls := range []bool{false, true} {
-				for _, host := range []string{"core.example:8080", ""} {
-					build := func() *httputil.ProxyRequest {
-						in := httptest.NewRequest(http.MethodGet, "/x", nil)
-						in.RemoteAddr, in.Host = addr, host
-						if !tls {
-							in.TLS = nil
-						} else if in.TLS == nil {
-							in.TLS = &tlsState
-						}
-						out := in.Clone(in.Context())
-						out.Header = http.Header{"X-Forwarded-Host": {"stale"}, "X-Forwarded-Proto": {"gopher"}}
-						if prior != nil {
-							out.Header["X-Forwarded-For"] = append([]string(nil), prior...)
-						}
-						return &httputil.ProxyRequest{In: in, Out: out}
-					}
-					want, got := build(), build()
-					want.SetXForwarded()
-					setXForwarded(got)
-					if !reflect.DeepEqual(got.Out.Header, want.Out.Header) {
-						t.Errorf("addr %q, prior %q, tls %v, host %q: got %v; want %v", addr, prior, tls, host, got.Out.Header, want.Out.Header)
-					}
-				}
-			}
-		}
-	}
-}
-
-var tlsState tls.ConnectionState

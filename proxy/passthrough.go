@@ -162,7 +162,7 @@ func (f forwarding) rewrite(target *url.URL, pr *httputil.ProxyRequest) {
 	trusted := f.isTrusted(pr.In.RemoteAddr)
 	traceTrusted := f.traceTrusted(trusted)
 	if !trusted || !traceTrusted {
-		// Before setXForwarded: the X-Forwarded-For/-Host/-Proto it sets
+		// Before SetXForwarded: the X-Forwarded-For/-Host/-Proto it sets
 		// are in the list.
 		f.addr.strip(pr.Out.Header, !trusted, !traceTrusted)
 	}
@@ -174,7 +174,7 @@ func (f forwarding) rewrite(target *url.URL, pr *httputil.ProxyRequest) {
 			pr.Out.Header["X-Forwarded-For"] = append([]string(nil), v...)
 		}
 	}
-	setXForwarded(pr)
+	pr.SetXForwarded()
 	if trusted {
 		for _, h := range []string{"X-Forwarded-Host", "X-Forwarded-Proto"} {
 			if v := pr.In.Header.Get(h); v != "" {
@@ -185,33 +185,6 @@ func (f forwarding) rewrite(target *url.URL, pr *httputil.ProxyRequest) {
 			pr.Out.Header["Forwarded"] = append([]string(nil), v...)
 		}
 	}
-}
-
-// setXForwarded is httputil.ProxyRequest.SetXForwarded (X-Forwarded-For
-// appended to what Out already holds, X-Forwarded-Host, X-Forwarded-Proto)
-// with the three values in one allocation and the keys, canonical already,
-// set without Header.Set's canonicalization: one allocation where the
-// stdlib makes three, and no key scans (TestSetXForwarded holds it to the
-// stdlib's).
-func setXForwarded(pr *httputil.ProxyRequest) {
-	h := pr.Out.Header
-	v := make([]string, 3)
-	if ip, _, err := net.SplitHostPort(pr.In.RemoteAddr); err == nil {
-		if prior := h["X-Forwarded-For"]; len(prior) > 0 {
-			ip = strings.Join(prior, ", ") + ", " + ip
-		}
-		v[0] = ip
-		h["X-Forwarded-For"] = v[0:1:1]
-	} else {
-		delete(h, "X-Forwarded-For")
-	}
-	v[1] = pr.In.Host
-	h["X-Forwarded-Host"] = v[1:2:2]
-	v[2] = "http"
-	if pr.In.TLS != nil {
-		v[2] = "https"
-	}
-	h["X-Forwarded-Proto"] = v[2:3:3]
 }
 
 // clientAddressHeaders is the one list of headers that carry a client's
