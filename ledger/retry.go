@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,8 +29,17 @@ type Retrying struct {
 	ttl time.Duration
 	now func() time.Time
 
+	// flushing is held while owed releases are made (the loop's batch, or
+	// the ones a conflicting Reserve makes itself), which are in flying
+	// meanwhile; flushed counts the batches made. A Reserve that conflicts
+	// while its turn's release is in flight, or was made since it started,
+	// waits for it and reserves again rather than answer ErrConflict.
+	flushing sync.Mutex
+	flushed  atomic.Uint64
+
 	mu      sync.Mutex
 	pending []pendingRelease // oldest first
+	flying  []pendingRelease // the batch being released (flushing)
 	started bool             // the retry loop runs
 	closed  bool
 	wake    chan struct{}
@@ -129,15 +140,17 @@ func (r *Retrying) Release(ctx context.Context, k Key, mode string, res Reservat
 // Reserve is l's; a conflict with a turn this process owes a release
 // makes that release first (see Retrying).
 func (r *Retrying) Reserve(ctx context.Context, k Key, mode string) (Reservation, error) {
+	before := r.flushed.Load()
 	res, err := r.Ledger.Reserve(ctx, k, mode)
 	if !errors.Is(err, ErrConflict) {
 		return res, err
 	}
-	owed := r.take(func(p pendingRelease) bool { return sameTurn(p.k, k) })
-	if len(owed) == 0 {
-		return res, err
+	match := func(p pendingRelease) bool { return sameTurn(p.k, k) }
+	if !r.owes(match) && r.flushed.Load() == before {
+		return res, err // nothing owed, and nothing released meanwhile
 	}
-	if ferr := r.flush(ctx, owed); ferr != nil {
+	// Wait for the batch in flight, then make what is still owed.
+	if _, ferr := r.release(ctx, match); ferr != nil {
 		return Reservation{}, fmt.Errorf("%w: a release owed for this turn failed: %v", ErrUnavailable, ferr)
 	}
 	return r.Ledger.Reserve(ctx, k, mode)
@@ -159,11 +172,38 @@ func (r *Retrying) Close() error {
 	return r.Ledger.Close()
 }
 
-// Pending is how many releases wait to be retried.
+// Pending is how many releases are owed: waiting to be retried, or being
+// made.
 func (r *Retrying) Pending() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.pending)
+	return len(r.pending) + len(r.flying)
+}
+
+// owes reports whether a release matching match is owed: pending, or in
+// the batch being released.
+func (r *Retrying) owes(match func(pendingRelease) bool) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.ContainsFunc(r.pending, match) || slices.ContainsFunc(r.flying, match)
+}
+
+// release makes the owed releases that match, one batch at a time: in
+// flight (owes) from the moment they leave the pending list until they are
+// made or back in it. n is how many it tried.
+func (r *Retrying) release(ctx context.Context, match func(pendingRelease) bool) (n int, err error) {
+	r.flushing.Lock()
+	defer r.flushing.Unlock()
+	batch := r.take(match)
+	if len(batch) == 0 {
+		return 0, nil
+	}
+	err = r.flush(ctx, batch)
+	r.flushed.Add(1) // before the batch leaves flying: owes, then flushed, never misses it
+	r.mu.Lock()
+	r.flying = nil
+	r.mu.Unlock()
+	return len(batch), err
 }
 
 // sameTurn: a and b share either of Core's idempotency keys.
@@ -174,8 +214,8 @@ func sameTurn(a, b Key) bool {
 	return a.ConversationID == b.ConversationID && a.TurnID == b.TurnID || a.UserMessageID == b.UserMessageID
 }
 
-// take removes and returns the pending releases that match, and drops the
-// expired ones.
+// take removes and returns the pending releases that match, as the batch
+// in flight, and drops the expired ones. Called with flushing held.
 func (r *Retrying) take(match func(pendingRelease) bool) []pendingRelease {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -196,6 +236,7 @@ func (r *Retrying) take(match func(pendingRelease) bool) []pendingRelease {
 	}
 	clear(r.pending[len(kept):])
 	r.pending = kept
+	r.flying = out // in flight until release is done with them
 	return out
 }
 
@@ -235,13 +276,13 @@ func (r *Retrying) loop() {
 		case <-r.wake:
 		case <-t.C:
 		}
-		all := r.take(func(pendingRelease) bool { return true })
-		if len(all) == 0 {
+		n, ferr := r.release(context.Background(), func(pendingRelease) bool { return true })
+		if n == 0 {
 			backoff = retryFirstBackoff
 			t.Stop()
 			continue // until the next failure wakes the loop
 		}
-		if r.flush(context.Background(), all) == nil {
+		if ferr == nil {
 			backoff = retryFirstBackoff
 		} else {
 			backoff = min(2*backoff, retryMaxBackoff)
