@@ -174,7 +174,9 @@ func checkFrame(line []byte) (frame, reply []byte) {
 	case !json.Valid(trimmed):
 		return nil, errorFrame(nil, jsonrpc.CodeParseError, "parse error: the message is not JSON")
 	case trimmed[0] == '{':
-		if id, problem := checkMessage(trimmed); problem != "" {
+		if id, problem := checkMessage(trimmed); problem == skipMessage {
+			return nil, nil
+		} else if problem != "" {
 			return nil, errorFrame(id, jsonrpc.CodeInvalidRequest, "invalid request: "+problem)
 		}
 		return trimmed, nil
@@ -189,6 +191,9 @@ func checkFrame(line []byte) (frame, reply []byte) {
 	seen := map[jsonrpc.ID]bool{}
 	for _, e := range elems {
 		id, problem := checkMessage(e)
+		if problem == skipMessage {
+			continue
+		}
 		if problem == "" && id != nil && isRequest(e) {
 			if key := makeID(id); seen[key] {
 				problem = "the batch uses this id twice"
@@ -238,6 +243,8 @@ func checkMessage(raw []byte) (id json.RawMessage, problem string) {
 		return id, "method must be a string"
 	case isReq && m["params"] != nil && !bytes.ContainsAny(m["params"][:1], "{[n"): // null: none
 		return id, "params must be an object or an array"
+	case !isReq && id == nil && m["result"] == nil && m["error"] != nil:
+		return nil, skipMessage
 	case !isReq && id == nil:
 		return nil, "a request needs a method; a response needs an id"
 	case !isReq && (m["result"] == nil) == (m["error"] == nil):
@@ -253,6 +260,11 @@ func checkMessage(raw []byte) (id json.RawMessage, problem string) {
 	}
 	return id, ""
 }
+
+// skipMessage is checkMessage's verdict on an error answer without an id:
+// the peer could not read something it was sent. It is dropped, as the SDK
+// cannot take it and an answer to an answer is never sent.
+const skipMessage = "skip"
 
 func isRequest(raw []byte) bool {
 	var m struct {

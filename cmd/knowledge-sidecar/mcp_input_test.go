@@ -147,6 +147,9 @@ func TestMCPMalformedFrames(t *testing.T) {
 		t.Errorf("mixed batch: answers %v; want the ping's result and the bad element's error", answers)
 	}
 
+	// The host's own error answer without an id is dropped, not answered.
+	p.send(t, `{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse error"}}`)
+
 	// Trailing white space after a message is not malformed.
 	p.send(t, `{"jsonrpc":"2.0","id":50,"method":"tools/list"}`+" \t")
 	var list rpcAnswer
