@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +27,12 @@ type Retrying struct {
 	Ledger
 	ttl time.Duration
 	now func() time.Time
+
+	// flushMu is held while pending releases are made (the loop's rounds
+	// and a conflicting Reserve's), so a Reserve never misses a release the
+	// loop has taken out of pending but not yet made.
+	flushMu  sync.Mutex
+	released atomic.Uint64 // releases made from pending, ever
 
 	mu      sync.Mutex
 	pending []pendingRelease // oldest first
@@ -129,18 +136,31 @@ func (r *Retrying) Release(ctx context.Context, k Key, mode string, res Reservat
 // Reserve is l's; a conflict with a turn this process owes a release
 // makes that release first (see Retrying).
 func (r *Retrying) Reserve(ctx context.Context, k Key, mode string) (Reservation, error) {
+	gen := r.released.Load()
 	res, err := r.Ledger.Reserve(ctx, k, mode)
-	if !errors.Is(err, ErrConflict) {
+	if !errors.Is(err, ErrConflict) || !r.everFailed() {
 		return res, err
 	}
+	r.flushMu.Lock()
+	defer r.flushMu.Unlock()
 	owed := r.take(func(p pendingRelease) bool { return sameTurn(p.k, k) })
-	if len(owed) == 0 {
-		return res, err
+	switch {
+	case len(owed) > 0:
+		if ferr := r.flush(ctx, owed); ferr != nil {
+			return Reservation{}, fmt.Errorf("%w: a release owed for this turn failed: %v", ErrUnavailable, ferr)
+		}
+	case r.released.Load() == gen:
+		return res, err // nothing owed, nothing released since: a real conflict
 	}
-	if ferr := r.flush(ctx, owed); ferr != nil {
-		return Reservation{}, fmt.Errorf("%w: a release owed for this turn failed: %v", ErrUnavailable, ferr)
-	}
+	// The owed release was just made, here or by the retry loop meanwhile.
 	return r.Ledger.Reserve(ctx, k, mode)
+}
+
+// everFailed: some release failed, so the retry loop runs.
+func (r *Retrying) everFailed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.started
 }
 
 // Close stops the retries (those still pending are given up: their
@@ -208,6 +228,7 @@ func (r *Retrying) flush(ctx context.Context, ps []pendingRelease) error {
 		err := r.Ledger.Release(octx, p.k, p.mode, p.r)
 		cancel()
 		if err == nil || errors.Is(err, ErrInvalidKey) {
+			r.released.Add(1)
 			r.m.retries.WithLabelValues(retryReleased).Inc()
 			continue
 		}
@@ -235,15 +256,21 @@ func (r *Retrying) loop() {
 		case <-r.wake:
 		case <-t.C:
 		}
+		r.flushMu.Lock()
 		all := r.take(func(pendingRelease) bool { return true })
-		if len(all) == 0 {
+		var err error
+		if len(all) > 0 {
+			err = r.flush(context.Background(), all)
+		}
+		r.flushMu.Unlock()
+		switch {
+		case len(all) == 0:
 			backoff = retryFirstBackoff
 			t.Stop()
 			continue // until the next failure wakes the loop
-		}
-		if r.flush(context.Background(), all) == nil {
+		case err == nil:
 			backoff = retryFirstBackoff
-		} else {
+		default:
 			backoff = min(2*backoff, retryMaxBackoff)
 		}
 		t.Reset(backoff)
