@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // ProbeKind classifies Core's answer to a forwarded capabilities request.
@@ -94,7 +95,7 @@ func ClassifyProbe(status int, body []byte) ProbeKind {
 		var v struct {
 			SchemaVersion string `json:"schema_version"`
 		}
-		if json.Unmarshal(body, &v) == nil && v.SchemaVersion == corefacts.CapabilitiesSchema {
+		if json.Unmarshal(body, &v) == nil && v.SchemaVersion == protocol.CapabilitiesSchema {
 			return ProbeNative
 		}
 		return ProbeRelay

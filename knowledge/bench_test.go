@@ -19,6 +19,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/catalog"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
@@ -102,10 +103,10 @@ func BenchmarkSearchAssembly(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		body := SearchBody{Route: routeKey, RunID: runA, ScopeRevision: strings.Repeat("a", 64), Status: StatusOK,
+		body := SearchBody{Route: routeKey, RunID: runA, ScopeRevision: strings.Repeat("a", 64), Status: protocol.StatusOK,
 			Hints: append([]Hint(nil), hints...)}
-		body.Fit(SearchMaxBytes)
-		if out := body.AppendJSON(make([]byte, 0, SearchMaxBytes)); len(out) > SearchMaxBytes {
+		body.Fit(protocol.SearchMaxBytes)
+		if out := body.AppendJSON(make([]byte, 0, protocol.SearchMaxBytes)); len(out) > protocol.SearchMaxBytes {
 			b.Fatal("over budget")
 		}
 	}
@@ -122,15 +123,15 @@ func BenchmarkReadPage32K(b *testing.B) {
 	p := ReadPage{Route: routeKey, RunID: runA, ScopeRevision: strings.Repeat("a", 64), Ref: ref,
 		Revision: strings.Repeat("b", 64), Title: "标题", Content: content, Offset: 50_000, Served: 50_000}
 	p.Offset = boundaryAtOrBefore(content, p.Offset)
-	buf := make([]byte, 0, ReadMaxBytes)
+	buf := make([]byte, 0, protocol.ReadMaxBytes)
 	b.ReportAllocs()
-	b.SetBytes(ReadMaxBytes)
+	b.SetBytes(protocol.ReadMaxBytes)
 	for b.Loop() {
-		plan, ok := p.Plan(ReadMaxBytes, k.cursorLen())
+		plan, ok := p.Plan(protocol.ReadMaxBytes, k.cursorLen())
 		if !ok {
 			b.Fatal("no plan")
 		}
-		if out := p.AppendJSON(buf[:0], plan, cursor); len(out) > ReadMaxBytes {
+		if out := p.AppendJSON(buf[:0], plan, cursor); len(out) > protocol.ReadMaxBytes {
 			b.Fatal("over budget")
 		}
 	}
@@ -309,7 +310,7 @@ func BenchmarkServiceRead(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		out, err := svc.Read(ctx, tokA, rk(routeKey), strings.NewReader(body))
-		if err != nil || len(out) < ReadMaxBytes/2 {
+		if err != nil || len(out) < protocol.ReadMaxBytes/2 {
 			b.Fatalf("got %v with %d bytes; want a page", err, len(out))
 		}
 	}
@@ -620,7 +621,7 @@ func BenchmarkServiceSQL(b *testing.B) {
 	readBody := `{"ref":"` + res.Hints[0].Ref + `","max_bytes":32768}`
 	read := func() {
 		out, err := svc.Read(ctx, tokA, rk(routeKey), strings.NewReader(readBody))
-		if err != nil || len(out) < ReadMaxBytes/2 {
+		if err != nil || len(out) < protocol.ReadMaxBytes/2 {
 			b.Fatalf("got %v with %d bytes; want a page", err, len(out))
 		}
 	}

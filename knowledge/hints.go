@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // TurnItem is one piece of what Core retrieved for a turn (SPEC §7
@@ -43,10 +44,10 @@ var emptyHints = []byte("[]")
 // one catalog query (the documents) and no Core HTTP call. Items are grouped
 // by document keeping the best score, documents kept only when ready, in an
 // enabled KB of the route and still holding the hit text (the search rules
-// and pipeline: rank), at most SearchMaxResults, each ref bound to sess, the
+// and pipeline: rank), at most protocol.SearchMaxResults, each ref bound to sess, the
 // route and runID, carrying d's scope revision and expiring like a search
 // ref. It returns the serialized "hints" JSON array, fitted within
-// SearchMaxBytes (summaries shortened first, then the lowest ranks dropped),
+// protocol.SearchMaxBytes (summaries shortened first, then the lowest ranks dropped),
 // and an outcome (HintsMinted, HintsNone, HintsFailed).
 //
 // A route without knowledge ("disabled") has none, one whose catalog or
@@ -55,9 +56,9 @@ var emptyHints = []byte("[]")
 // error.
 func (s *Service) TurnHintsFor(ctx context.Context, sess corefacts.Session, d Delivery, runID string, items []TurnItem) (hints []byte, outcome string) {
 	switch {
-	case d.Status == StatusDisabled: // no knowledge configured
+	case d.Status == protocol.StatusDisabled: // no knowledge configured
 		return emptyHints, HintsNone
-	case d.Status != StatusOK && d.Status != StatusPartial,
+	case d.Status != protocol.StatusOK && d.Status != protocol.StatusPartial,
 		d.route == nil || d.route.Knowledge == nil || d.flags == nil: // d is not Delivery's
 		// "unavailable": the catalog or retrieval was down.
 		return emptyHints, HintsFailed
@@ -74,7 +75,7 @@ func (s *Service) TurnHintsFor(ctx context.Context, sess corefacts.Session, d De
 	for _, it := range items {
 		hits = append(hits, corefacts.Hit{DocID: it.DocID, Title: it.Title, Content: it.Content, Score: it.Score})
 	}
-	groups, err := s.rank(ctx, []kbAnswer{{hits: hits}}, flags, kbs, SearchMaxResults, 0)
+	groups, err := s.rank(ctx, []kbAnswer{{hits: hits}}, flags, kbs, protocol.SearchMaxResults, 0)
 	if err != nil {
 		return s.hintsFailed(ctx, "documents", err)
 	}
@@ -86,12 +87,12 @@ func (s *Service) TurnHintsFor(ctx context.Context, sess corefacts.Session, d De
 	if err != nil {
 		return s.hintsFailed(ctx, "seal", err)
 	}
-	out := AppendHints(make([]byte, 0, SearchMaxBytes), minted)
-	if len(out) <= SearchMaxBytes { // the common case: nothing to fit
+	out := AppendHints(make([]byte, 0, protocol.SearchMaxBytes), minted)
+	if len(out) <= protocol.SearchMaxBytes { // the common case: nothing to fit
 		return out, HintsMinted
 	}
 	before := len(minted)
-	minted, _ = fitHints(minted, len(emptyHints), SearchMaxBytes)
+	minted, _ = fitHints(minted, len(emptyHints), protocol.SearchMaxBytes)
 	s.m.drop("budget", before-len(minted))
 	s.m.truncate("turn")
 	if len(minted) == 0 {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // Read answers POST …/knowledge/read (SPEC §6). Every page re-checks
@@ -111,7 +112,7 @@ func (s *Service) ReadInto(ctx context.Context, dst []byte, authorization string
 	}
 	if req.hasCursor {
 		off, served := cc.NextOffset, cc.Served
-		if off >= int64(len(doc.Content)) || served >= ReadChainMaxBytes ||
+		if off >= int64(len(doc.Content)) || served >= protocol.ReadChainMaxBytes ||
 			boundaryAtOrBefore(doc.Content, int(off)) != int(off) {
 			return nil, errRefInvalid(errors.New("cursor position does not fit the document"))
 		}
@@ -125,7 +126,7 @@ func (s *Service) ReadInto(ctx context.Context, dst []byte, authorization string
 	n := plan.End - page.Offset
 	if plan.More {
 		cursor, err = s.keys.SealCursor(CursorClaims{
-			Expiry:     now.Add(ReferenceTTL).Truncate(time.Second),
+			Expiry:     now.Add(protocol.ReferenceTTL).Truncate(time.Second),
 			RefDigest:  RefDigest(req.ref),
 			NextOffset: int64(plan.End),
 			Served:     int64(page.Served + n),

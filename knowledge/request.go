@@ -9,21 +9,15 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts/jsstring"
 	"github.com/bailinghub/knowledge-sidecar/internal/jsonscan"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // Request decoding: strict, never clamping or fixing input (SPEC §2).
 // Optional fields may be null, which means the same as absent (so a host may
 // pass a previous next_cursor of null back verbatim).
 
-// MaxQueryUnits is the search query limit in UTF-16 code units (JavaScript's
-// String length, as Core counts it; SPEC §4): a character above U+FFFF
-// counts 2, so 1,001 emoji (2,002 units) are refused. It is the one
-// definition: the endpoint and the MCP tool both apply it through
-// CheckQuery.
-const MaxQueryUnits = 2000
-
 // CheckQuery applies SPEC §4's rules for a search query to q: not empty after
-// JavaScript's trim(), at most MaxQueryUnits UTF-16 units, no C0 control
+// JavaScript's trim(), at most protocol.MaxQueryUnits UTF-16 units, no C0 control
 // character but tab, LF and CR. It returns nil or the 400 invalid_request
 // *Error the endpoint answers. The MCP tool (mcpserver) calls it before
 // sending, so it refuses exactly what the endpoint refuses, with the same
@@ -36,8 +30,8 @@ func CheckQuery(q string) *Error {
 	if jsstring.Trim(q) == "" {
 		return errInvalid("query must not be empty.")
 	}
-	if jsstring.UTF16Len(q) > MaxQueryUnits {
-		return errInvalid("query must not exceed " + strconv.Itoa(MaxQueryUnits) + " characters counted in UTF-16 code units (an emoji counts 2).")
+	if jsstring.UTF16Len(q) > protocol.MaxQueryUnits {
+		return errInvalid("query must not exceed " + strconv.Itoa(protocol.MaxQueryUnits) + " characters counted in UTF-16 code units (an emoji counts 2).")
 	}
 	for _, c := range q {
 		if c < 0x20 && c != '\t' && c != '\n' && c != '\r' {
@@ -353,7 +347,7 @@ func parseSearch(body []byte) (searchRequest, error) {
 		return r, e
 	}
 	r.query = q
-	if r.limit, err = intField(&f, "limit", 1, SearchMaxResults, SearchMaxResults); err != nil {
+	if r.limit, err = intField(&f, "limit", 1, protocol.SearchMaxResults, protocol.SearchMaxResults); err != nil {
 		return r, err
 	}
 	if r.runID, err = runIDField(&f); err != nil {
@@ -385,7 +379,7 @@ func parseRead(body []byte) (readRequest, error) {
 	if r.runID, err = runIDField(&f); err != nil {
 		return r, err
 	}
-	if r.maxBytes, err = intField(&f, "max_bytes", ReadMinBytes, ReadMaxBytes, ReadDefaultBytes); err != nil {
+	if r.maxBytes, err = intField(&f, "max_bytes", protocol.ReadMinBytes, protocol.ReadMaxBytes, protocol.ReadDefaultBytes); err != nil {
 		return r, err
 	}
 	if r.cursor, r.hasCursor, err = stringField(&f, "cursor", false); err != nil {

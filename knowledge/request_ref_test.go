@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts/jsstring"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // The request decoding as it was before the one-pass scan of request.go,
@@ -161,7 +162,7 @@ func refParseSearch(body []byte) (searchRequest, error) {
 		}
 	}
 	r.query = q
-	if r.limit, err = refIntField(m, "limit", 1, SearchMaxResults, SearchMaxResults); err != nil {
+	if r.limit, err = refIntField(m, "limit", 1, protocol.SearchMaxResults, protocol.SearchMaxResults); err != nil {
 		return r, err
 	}
 	if r.runID, err = refRunIDField(m); err != nil {
@@ -185,7 +186,7 @@ func refParseRead(body []byte) (readRequest, error) {
 	if r.runID, err = refRunIDField(m); err != nil {
 		return r, err
 	}
-	if r.maxBytes, err = refIntField(m, "max_bytes", ReadMinBytes, ReadMaxBytes, ReadDefaultBytes); err != nil {
+	if r.maxBytes, err = refIntField(m, "max_bytes", protocol.ReadMinBytes, protocol.ReadMaxBytes, protocol.ReadDefaultBytes); err != nil {
 		return r, err
 	}
 	if r.cursor, r.hasCursor, err = refStringField(m, "cursor", false); err != nil {

@@ -15,19 +15,11 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
-// Protocol constants (SPEC §3 limits; fixed, not configuration).
+// The protocol's limits (SPEC §3) are in package protocol.
 const (
-	SearchMaxResults  = 3
-	SearchMaxBytes    = 4096
-	ReadDefaultBytes  = 16384
-	ReadMinBytes      = 4096
-	ReadMaxBytes      = 32768
-	ReadChainMaxBytes = 131072
-	// MaxRequestBytes bounds every request body.
-	MaxRequestBytes = 16 << 10
-
 	limiterCacheSize = 16384
 	routeCacheSize   = 1024
 )
@@ -355,16 +347,16 @@ func (s *Service) gate(ctx context.Context, authorization string, route corefact
 	return nil
 }
 
-// readBody reads at most MaxRequestBytes; one byte more is 413.
+// readBody reads at most protocol.MaxRequestBytes; one byte more is 413.
 func readBody(body io.Reader) ([]byte, error) {
 	if body == nil {
 		return nil, nil
 	}
-	b, err := io.ReadAll(io.LimitReader(body, MaxRequestBytes+1))
+	b, err := io.ReadAll(io.LimitReader(body, protocol.MaxRequestBytes+1))
 	if err != nil {
 		return nil, errInvalid("The request body could not be read.")
 	}
-	if len(b) > MaxRequestBytes {
+	if len(b) > protocol.MaxRequestBytes {
 		return nil, errTooLarge()
 	}
 	return b, nil

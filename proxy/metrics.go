@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // metrics are the edge's own series. Labels come from closed sets only:
@@ -115,7 +116,7 @@ var hintOutcomes = []string{knowledge.HintsMinted, knowledge.HintsNone, knowledg
 // alert or a panel reads 0, not "no data", before the first event).
 var (
 	upstreamKinds  = []string{"dial", "timeout", "canceled", "protocol", "other"} // classifyUpstreamError
-	turnModes      = []string{labelAbsent, labelInvalid, labelUnknown, string(knowledge.DeliveryInline), string(knowledge.DeliveryOnDemand)}
+	turnModes      = []string{labelAbsent, labelInvalid, labelUnknown, string(protocol.DeliveryInline), string(protocol.DeliveryOnDemand)}
 	turnOutcomes   = []turnOutcome{outPassed, outRewritten, outRejected, outConflict, outKnowledgeUnavailable, outLedgerUnavailable, outRateLimited, outDeliveryFailed, outUpstreamError, coreOutcome(100), coreOutcome(200), coreOutcome(300), coreOutcome(400), coreOutcome(500)}
 	failOpenReason = []string{failOpenIdentity, failOpenLedger}
 	decisions      = []rolloutDecision{decisionEnabled, decisionDisabled, decisionNative, decisionInvalidRoute}

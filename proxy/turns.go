@@ -25,12 +25,9 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 	"github.com/bailinghub/knowledge-sidecar/turn"
 )
-
-// coreTurnBodyMax is Core's own limit on a turn body (CORE_FACTS §3.2). A
-// larger body is passed through untouched for Core to refuse with its 413.
-const coreTurnBodyMax = 512 << 10
 
 // turnResponseMax bounds the turn answer the sidecar buffers to rewrite.
 const turnResponseMax = 16 << 20
@@ -49,7 +46,7 @@ type turnState struct {
 
 	route    string             // the URL's route segment as written
 	routeKey corefacts.RouteKey // route parsed (zero: no route key)
-	mode     knowledge.DeliveryMode
+	mode     protocol.DeliveryMode
 	key      ledger.Key
 	// res is the attempt's hold on the turn's ledger records (reserved).
 	res      ledger.Reservation
@@ -140,11 +137,11 @@ func (s *Server) interceptTurn(c echo.Context, st *turnState) error {
 		return s.passH(c)
 	}
 
-	raw, err := s.readTurn(r, coreTurnBodyMax)
+	raw, err := s.readTurn(r, corefacts.TurnBodyMax)
 	switch {
 	case err != nil:
 		return err
-	case len(raw) > coreTurnBodyMax:
+	case len(raw) > corefacts.TurnBodyMax:
 		// Too large for Core anyway: let Core answer, byte for byte
 		// (counted as mode "unknown", passed).
 		r.Body = readCloser{io.MultiReader(bytes.NewReader(raw), r.Body), r.Body}
@@ -225,7 +222,7 @@ func (s *Server) oldClientTurn(c echo.Context, st *turnState, raw []byte, tr tur
 		s.failOpen(r.Context(), failOpenIdentity)
 		return s.passH(c)
 	}
-	st.mode, st.absent, st.keyed, st.key = knowledge.DeliveryInline, true, true, turn.Key(sess.SessionID, st.route, tr)
+	st.mode, st.absent, st.keyed, st.key = protocol.DeliveryInline, true, true, turn.Key(sess.SessionID, st.route, tr)
 	switch err := s.reserve(c, st); {
 	case errors.Is(err, ledger.ErrConflict):
 		return err
@@ -298,7 +295,7 @@ func (s *Server) forwardTurn(c echo.Context, r *http.Request, st *turnState, bod
 	if !st.absent { // an untouched body keeps the client's framing
 		out.ContentLength = int64(len(body))
 	}
-	if st.mode == knowledge.DeliveryOnDemand && st.keyed {
+	if st.mode == protocol.DeliveryOnDemand && st.keyed {
 		keys := append(s.feat.inflight.ledgerKeys(st.key), s.feat.inflight.bearerKeys(r.Header.Get("Authorization"), st.route, turn.Request{
 			ConversationID: st.key.ConversationID, TurnID: st.key.TurnID, UserMessageID: st.key.UserMessageID})...)
 		s.feat.inflight.add(keys)

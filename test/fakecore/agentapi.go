@@ -15,6 +15,7 @@ import (
 	"unicode/utf16"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // agentPath matches the Agent API paths the fake implements. A workspace
@@ -55,9 +56,9 @@ func (c *Core) serveAgentAPI(w http.ResponseWriter, r *http.Request, body []byte
 			return
 		}
 		writeJSON(w, http.StatusOK, nativeSearch{
-			SchemaVersion: "bailing.agent-knowledge-search.v1", Route: name,
-			KnowledgeScopeRevision: scopeRevision(name), Trust: "reference_only",
-			Status: "ok", Hints: []any{},
+			SchemaVersion: protocol.SearchSchema, Route: name,
+			KnowledgeScopeRevision: scopeRevision(name), Trust: protocol.Trust,
+			Status: protocol.StatusOK, Hints: []any{},
 		})
 	case op == "knowledge/read" && r.Method == http.MethodPost && c.opts.Native:
 		if c.writeGate(w, name, s) {
@@ -118,10 +119,11 @@ type capabilitiesJSON struct {
 
 func nativeCapabilities(route string) capabilitiesJSON {
 	return capabilitiesJSON{
-		SchemaVersion: corefacts.CapabilitiesSchema, Protocol: "bailing.agent-knowledge.v1",
+		SchemaVersion: protocol.CapabilitiesSchema, Protocol: protocol.Name,
 		Supported: true, Route: route, Enabled: true, KnowledgeScopeRevision: scopeRevision(route),
-		DeliveryModes: []string{"inline", "on_demand"},
-		Limits:        nativeLimits{3, 4096, 16384, 32768, 300, 131072},
+		DeliveryModes: []string{string(protocol.DeliveryInline), string(protocol.DeliveryOnDemand)},
+		Limits: nativeLimits{protocol.SearchMaxResults, protocol.SearchMaxBytes, protocol.ReadDefaultBytes,
+			protocol.ReadMaxBytes, protocol.ReferenceTTLSeconds, protocol.ReadChainMaxBytes},
 	}
 }
 
@@ -135,7 +137,8 @@ type nativeSearch struct {
 	Truncated              bool   `json:"truncated"`
 }
 
-// Turn limits and messages (CORE_FACTS §3).
+// Turn limits and messages (CORE_FACTS §3): the fake Core's own copy, the
+// oracle for corefacts.TurnBodyMax.
 const (
 	turnBodyMax        = 512 << 10
 	pageContextMax     = 16 << 10
@@ -146,8 +149,6 @@ const (
 	msgTooLarge        = "The Agent tool request exceeds 524288 bytes."
 	turnConflictMsg    = "turn id or user message id is already bound to different input"
 	turnContextSchema  = "bailing.agent-turn-context.v1"
-	deliverySchema     = "bailing.agent-knowledge-delivery.v1"
-	knowledgeProtocol  = "bailing.agent-knowledge.v1"
 	maxRenderers       = 20
 	knowledgeTitleMax  = 300
 	knowledgeContentMx = 3000
@@ -403,7 +404,7 @@ func (c *Core) serveTurn(w http.ResponseWriter, r *http.Request, name string, s 
 	}
 	if mode != "" {
 		resp.KnowledgeDelivery = &knowledgeDelivery{
-			SchemaVersion: deliverySchema, Mode: mode, Protocol: knowledgeProtocol,
+			SchemaVersion: protocol.DeliverySchema, Mode: mode, Protocol: protocol.Name,
 			KnowledgeScopeRevision: scopeRevision(name), Status: "ok", Hints: []any{},
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 )
 
@@ -160,8 +161,8 @@ func TestSystemInfoAndCapabilities(t *testing.T) {
 			if tt.code != "" && tt.code != "not_found" && a.body["message"] == nil {
 				t.Errorf("gate body %s lacks message", a.raw)
 			}
-			if strings.HasSuffix(tt.path, "capabilities") && tt.want == 200 && a.body["schema_version"] != corefacts.CapabilitiesSchema {
-				t.Errorf("schema_version got %v; want %s", a.body["schema_version"], corefacts.CapabilitiesSchema)
+			if strings.HasSuffix(tt.path, "capabilities") && tt.want == 200 && a.body["schema_version"] != protocol.CapabilitiesSchema {
+				t.Errorf("schema_version got %v; want %s", a.body["schema_version"], protocol.CapabilitiesSchema)
 			}
 		})
 	}
