@@ -407,7 +407,7 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 	led := ledger.NewRetrying(backend, cfg.Ledger.TTL, time.Now)
 	led.Register(reg)
 	a.closers = append(a.closers, led.Close) // closes the backend too (rdb's own Close, registered above, is then a no-op)
-	pol, _ := rollout.Parse(cfg.Rollout) // validated
+	pol, _ := rollout.Parse(cfg.Rollout)     // validated
 	return &proxy.Features{
 		Knowledge:       svc,
 		Prober:          client,
