@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
+	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
 

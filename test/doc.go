@@ -1,5 +1,5 @@
 // Package test holds the black-box end-to-end tests of the sidecar: real
-// sockets, a fake Core (test/fakecore) that follows CORE_FACTS.md, a fresh
+// sockets, a fake Core (internal/fakecore) that follows CORE_FACTS.md, a fresh
 // MariaDB database per world (test/testdb) and, where named, a real Redis.
 //
 //   - harness_test.go: StartSidecar and the shared helpers

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
-	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
+	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 )
 
 const serviceToken = "svc-token-for-tests"
