@@ -9,6 +9,7 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
+	"github.com/bailinghub/knowledge-sidecar/sharedredis"
 )
 
 // reserveLatencies times n reservations (new turns of one session each,
@@ -40,12 +41,12 @@ func TestScaleLedgerLatency(t *testing.T) {
 	single := sharedRedisLedger(t, uniqueRedisPrefix(t))
 	clusterURL, sentinelURL := topoURL(t, "KS_TEST_REDIS_CLUSTER_URL"), topoURL(t, "KS_TEST_REDIS_SENTINEL_URL")
 	cp := uniqueRedisPrefix(t)
-	deleteTopoKeys(t, rawTopo(t, ledger.ModeCluster, clusterURL), cp)
-	cluster := topoLedger(t, ledger.ModeCluster, clusterURL, cp)
+	deleteTopoKeys(t, rawTopo(t, sharedredis.ModeCluster, clusterURL), cp)
+	cluster := topoLedger(t, sharedredis.ModeCluster, clusterURL, cp)
 	sp := uniqueRedisPrefix(t)
-	deleteTopoKeys(t, rawTopo(t, ledger.ModeSentinel, sentinelURL), sp)
-	sentinel := topoLedger(t, ledger.ModeSentinel, sentinelURL, sp)
-	waited := topoLedgerWait(t, ledger.ModeSentinel, sentinelURL, sp, 1)
+	deleteTopoKeys(t, rawTopo(t, sharedredis.ModeSentinel, sentinelURL), sp)
+	sentinel := topoLedger(t, sharedredis.ModeSentinel, sentinelURL, sp)
+	waited := topoLedgerWait(t, sharedredis.ModeSentinel, sentinelURL, sp, 1)
 
 	// After a failover test the set may still lack a replica for WAIT
 	// (Sentinel turns the old primary into one about 10s after the switch).

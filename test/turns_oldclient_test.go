@@ -18,6 +18,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
+	"github.com/bailinghub/knowledge-sidecar/sharedredis"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
 
@@ -50,7 +51,7 @@ func TestTurnOldClientsSeeCore(t *testing.T) {
 		AllowedRoutes: []string{testdb.RouteMulti}, ExpiresAt: time.Now().Add(15 * time.Minute),
 	})
 	w.Core.RevokeSession(revoked)
-	deadRedis, err := ledger.NewRedis(ledger.RedisOptions{URL: "redis://" + deadAddr(t) + "/0", DialTimeout: 300 * time.Millisecond, OpTimeout: 500 * time.Millisecond})
+	deadRedis, err := newRedisLedger(sharedredis.Options{URL: "redis://" + deadAddr(t) + "/0", DialTimeout: 300 * time.Millisecond, OpTimeout: 500 * time.Millisecond}, ledger.RedisOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

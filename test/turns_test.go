@@ -30,6 +30,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
+	"github.com/bailinghub/knowledge-sidecar/sharedredis"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
 
@@ -953,7 +954,7 @@ func redisTestURL() string {
 // Redis unreachable: t.Fatal when CI=true, else skip.
 func sharedRedisLedger(t *testing.T, prefix string) *ledger.Redis {
 	t.Helper()
-	l, err := ledger.NewRedis(ledger.RedisOptions{URL: redisTestURL(), KeyPrefix: prefix, TTL: 10 * time.Minute})
+	l, err := newRedisLedger(sharedredis.Options{URL: redisTestURL()}, ledger.RedisOptions{KeyPrefix: prefix, TTL: 10 * time.Minute})
 	if err != nil {
 		t.Fatalf("ledger.NewRedis: %v", err)
 	}
@@ -964,6 +965,21 @@ func sharedRedisLedger(t *testing.T, prefix string) *ledger.Redis {
 		testkit.RequireService(t, "Redis at KS_TEST_REDIS_URL", err)
 	}
 	return l
+}
+
+// newRedisLedger is a Redis ledger on a client of its own built from so
+// (the ledger's Close closes it), as the sidecar builds one.
+func newRedisLedger(so sharedredis.Options, lo ledger.RedisOptions) (*ledger.Redis, error) {
+	c, err := sharedredis.New(so)
+	if err != nil {
+		return nil, err
+	}
+	l, err := ledger.NewRedis(c, lo)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return l, nil
 }
 
 // uniqueRedisPrefix returns a key prefix of its own and deletes its keys at cleanup.
@@ -1062,7 +1078,7 @@ func TestTurnLedgerSharedRedis(t *testing.T) {
 // need it answer 503 knowledge_unavailable without reaching Core, while
 // pass-through traffic and turns without the field keep working.
 func TestTurnLedgerRedisDown(t *testing.T) {
-	l, err := ledger.NewRedis(ledger.RedisOptions{URL: "redis://" + deadAddr(t) + "/0", DialTimeout: 500 * time.Millisecond, OpTimeout: time.Second})
+	l, err := newRedisLedger(sharedredis.Options{URL: "redis://" + deadAddr(t) + "/0", DialTimeout: 500 * time.Millisecond, OpTimeout: time.Second}, ledger.RedisOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
