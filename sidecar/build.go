@@ -114,25 +114,6 @@ func (r *recorder) MustRegister(cs ...prometheus.Collector) {
 	}
 }
 
-// descs returns every registered metric descriptor.
-func (r *recorder) descs() []*prometheus.Desc {
-	r.mu.Lock()
-	cs := append([]prometheus.Collector(nil), r.collectors...)
-	r.mu.Unlock()
-	ch := make(chan *prometheus.Desc)
-	go func() {
-		for _, c := range cs {
-			c.Describe(ch)
-		}
-		close(ch)
-	}()
-	var out []*prometheus.Desc
-	for d := range ch {
-		out = append(out, d)
-	}
-	return out
-}
-
 // Deps are the parts a caller puts in place of the real ones, and what the
 // process owns. Zero values mean the real part.
 type Deps struct {

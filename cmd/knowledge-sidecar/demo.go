@@ -287,14 +287,6 @@ func (w *demoWorld) config(listen, adminListen string) config.Config {
 	return cfg
 }
 
-func firstRunes(s string, n int) string {
-	r := []rune(s)
-	if len(r) > n {
-		r = r[:n]
-	}
-	return string(r)
-}
-
 // queries are the walkthrough's search (step 2) and read (step 3) queries.
 type queries struct{ search, read string }
 
