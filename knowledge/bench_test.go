@@ -20,7 +20,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 )
 
 // refBenchCases are a typical reference (the test keyring, a 64-byte KB id)
@@ -540,7 +540,7 @@ func BenchmarkCatalogRoute(b *testing.B) {
 }
 
 // newSQLBenchService is newBenchService over the production SQL catalog on
-// a fresh MariaDB database (test/testdb; KS_TEST_MYSQL_DSN) seeded with the
+// a fresh MariaDB database (internal/testkit/testdb; KS_TEST_MYSQL_DSN) seeded with the
 // same corpus, read as the read-only user: the catalog's statements, the
 // driver and the revision cache are the sidecar's own. Identity and Core
 // search stay zero-latency fakes. It returns the registry of the catalog

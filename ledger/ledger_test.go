@@ -2,8 +2,6 @@ package ledger
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -18,8 +16,8 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/sharedredis"
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
 
 const (
@@ -40,15 +38,6 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 func requireRedis(t *testing.T) string {
 	t.Helper()
 	return testdb.RedisURL(t)
-}
-
-func uniquePrefix(t *testing.T) string {
-	t.Helper()
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		t.Fatal(err)
-	}
-	return "ks:test:" + hex.EncodeToString(b[:]) + ":"
 }
 
 // rawRedis is a plain client for inspecting keys; it deletes every key under
@@ -108,7 +97,7 @@ func backends() []backend {
 		}},
 		{"redis", func(t *testing.T) Ledger {
 			url := requireRedis(t)
-			prefix := uniquePrefix(t)
+			prefix := testdb.RedisPrefix(t)
 			rawRedis(t, url, prefix)
 			return newTestRedis(t, url, prefix, time.Hour)
 		}},
@@ -483,7 +472,7 @@ func TestMemoryBounded(t *testing.T) {
 
 func TestRedisTTLIsSetAndRefreshed(t *testing.T) {
 	url := requireRedis(t)
-	prefix := uniquePrefix(t)
+	prefix := testdb.RedisPrefix(t)
 	raw := rawRedis(t, url, prefix)
 	const ttl = 90 * time.Second
 	l := newTestRedis(t, url, prefix, ttl)
@@ -535,7 +524,7 @@ func TestRedisTTLIsSetAndRefreshed(t *testing.T) {
 
 func TestRedisExpiredRecordIsFree(t *testing.T) {
 	url := requireRedis(t)
-	prefix := uniquePrefix(t)
+	prefix := testdb.RedisPrefix(t)
 	raw := rawRedis(t, url, prefix)
 	l := newTestRedis(t, url, prefix, time.Hour)
 	ctx := context.Background()
@@ -561,7 +550,7 @@ func TestRedisExpiredRecordIsFree(t *testing.T) {
 
 func TestRedisKeysHideRawIDs(t *testing.T) {
 	url := requireRedis(t)
-	prefix := uniquePrefix(t)
+	prefix := testdb.RedisPrefix(t)
 	raw := rawRedis(t, url, prefix)
 	l := newTestRedis(t, url, prefix, time.Hour)
 	k := Key{"session-secretish", "order-assistant", "conversation-xyz", "turn-abc", "message-def"}
@@ -603,7 +592,7 @@ func TestRedisKeysHideRawIDs(t *testing.T) {
 
 func TestRedisReplicasShareRecords(t *testing.T) {
 	url := requireRedis(t)
-	prefix := uniquePrefix(t)
+	prefix := testdb.RedisPrefix(t)
 	rawRedis(t, url, prefix)
 	a := newTestRedis(t, url, prefix, time.Hour)
 	b := newTestRedis(t, url, prefix, time.Hour)
@@ -644,7 +633,7 @@ func TestRedisReplicasShareRecords(t *testing.T) {
 // another mode, and is never released.
 func TestRedisRecordWithoutCount(t *testing.T) {
 	url := requireRedis(t)
-	prefix := uniquePrefix(t)
+	prefix := testdb.RedisPrefix(t)
 	raw := rawRedis(t, url, prefix)
 	l := newTestRedis(t, url, prefix, time.Hour)
 	ctx := context.Background()
@@ -672,7 +661,7 @@ func TestRedisRecordWithoutCount(t *testing.T) {
 // their records, and a release removes record and count together.
 func TestRedisCountsFollowRecords(t *testing.T) {
 	url := requireRedis(t)
-	prefix := uniquePrefix(t)
+	prefix := testdb.RedisPrefix(t)
 	raw := rawRedis(t, url, prefix)
 	l := newTestRedis(t, url, prefix, time.Hour)
 	ctx := context.Background()
@@ -889,7 +878,7 @@ knowledge_sidecar_ledger_evictions_total{bound="session"} %v
 // 1,000) a mode switch on the first turn is still ErrConflict.
 func TestRedisKeepsRecordsForTTL(t *testing.T) {
 	url := requireRedis(t)
-	prefix := uniquePrefix(t)
+	prefix := testdb.RedisPrefix(t)
 	rawRedis(t, url, prefix)
 	r := newTestRedis(t, url, prefix, time.Hour)
 	ctx := context.Background()

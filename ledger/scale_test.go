@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/sharedredis"
 )
 
@@ -111,7 +112,7 @@ func TestRedisKeysShareOneSlot(t *testing.T) {
 // and the record stays bound to its mode; a conflict does not wait.
 func TestRedisWaitReplicas(t *testing.T) {
 	url := requireRedis(t)
-	prefix := uniquePrefix(t)
+	prefix := testdb.RedisPrefix(t)
 	rawRedis(t, url, prefix)
 	r, err := NewRedis(testClient(t, sharedredis.Options{URL: url, OpTimeout: 2 * time.Second}),
 		RedisOptions{KeyPrefix: prefix, TTL: time.Minute, WaitReplicas: 16, WaitTimeout: 150 * time.Millisecond})

@@ -2,9 +2,7 @@ package sharedredis
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/tls"
-	"encoding/hex"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 )
 
 func TestMain(m *testing.M) { testkit.Main(m) }
@@ -24,15 +22,6 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 func requireRedis(t *testing.T) string {
 	t.Helper()
 	return testdb.RedisURL(t)
-}
-
-func uniquePrefix(t *testing.T) string {
-	t.Helper()
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		t.Fatal(err)
-	}
-	return "ks:test:" + hex.EncodeToString(b[:]) + ":"
 }
 
 // rawRedis is a plain client for inspecting keys; it deletes every key under
@@ -183,7 +172,7 @@ func TestTLSExplicit(t *testing.T) {
 // replicas) draw from one bucket per session.
 func TestLimiterGCRA(t *testing.T) {
 	url := requireRedis(t)
-	prefix := uniquePrefix(t)
+	prefix := testdb.RedisPrefix(t)
 	rawRedis(t, url, "rate:"+prefix)
 	a, b := testClient(t, Options{URL: url, OpTimeout: 5 * time.Second}), testClient(t, Options{URL: url, OpTimeout: 5 * time.Second})
 	la, err := a.Limiter(prefix)

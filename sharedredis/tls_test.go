@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 )
 
 // writePEM writes one PEM block to dir/name and returns the path.
@@ -121,7 +122,7 @@ func TestTLSRealServer(t *testing.T) {
 	if err := c.Ping(ctx); err != nil {
 		t.Fatalf("ping over TLS with the CA file: %v", err)
 	}
-	rl, _ := c.Limiter(uniquePrefix(t))
+	rl, _ := c.Limiter(testdb.RedisPrefix(t))
 	if ok, _, err := rl.Allow(ctx, "s-tls", 1, 1); err != nil || !ok {
 		t.Fatalf("rate limit over TLS: %v %v", ok, err)
 	}

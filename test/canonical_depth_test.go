@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 )
 
 // TestPathSpellingsAtEveryDecodingDepth: the spellings FuzzClassifyPath

@@ -19,9 +19,9 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/sharedredis"
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
 
 // privateRedis starts a redis-server of the test's own on a free loopback

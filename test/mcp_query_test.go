@@ -13,8 +13,8 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/hostclient"
 	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/mcpserver"
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
 
 // countingRT counts the requests a host client sends.

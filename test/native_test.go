@@ -16,7 +16,7 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 )
 
 func capsPath(route string) string {

@@ -24,9 +24,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/sharedredis"
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
 
 // topoURL is the URL in env; unset: a loud failure with CI=true (the test
@@ -119,7 +119,7 @@ func TestScaleTopologyProbe(t *testing.T) {
 	for _, tp := range topologies {
 		t.Run(tp.mode, func(t *testing.T) {
 			url := topoURL(t, tp.env)
-			topoLedger(t, tp.mode, url, uniqueRedisPrefix(t)) // its scripts load, or skip/fail
+			topoLedger(t, tp.mode, url, testdb.RedisPrefix(t)) // its scripts load, or skip/fail
 			c, err := sharedredis.New(sharedredis.Options{URL: url, Mode: tp.mode})
 			if err != nil {
 				t.Fatal(err)
@@ -149,7 +149,7 @@ func TestScaleTwoReplicasRace(t *testing.T) {
 	for _, tp := range topologies {
 		t.Run(tp.mode, func(t *testing.T) {
 			url := topoURL(t, tp.env)
-			prefix := uniqueRedisPrefix(t)
+			prefix := testdb.RedisPrefix(t)
 			deleteTopoKeys(t, rawTopo(t, tp.mode, url), prefix)
 			w := NewWorld(t, WorldOptions{})
 			a := w.StartSidecar(t, FeatureOptions{Ledger: topoLedger(t, tp.mode, url, prefix)})
@@ -167,7 +167,7 @@ func TestScaleTwoReplicasRace(t *testing.T) {
 // reservation succeeds).
 func TestScaleClusterKeysSpread(t *testing.T) {
 	url := topoURL(t, "KS_TEST_REDIS_CLUSTER_URL")
-	prefix := uniqueRedisPrefix(t)
+	prefix := testdb.RedisPrefix(t)
 	raw := rawTopo(t, sharedredis.ModeCluster, url).(*redis.ClusterClient)
 	deleteTopoKeys(t, raw, prefix)
 	l := topoLedger(t, sharedredis.ModeCluster, url, prefix)
@@ -280,7 +280,7 @@ func total(m map[int]int) (n int) {
 // waitReplicas is ledger.redis_wait_replicas; lossy allows records written
 // during the failover to vanish (asynchronous replication without WAIT).
 func failoverScenario(t *testing.T, mode, url string, waitReplicas int, lossy bool, failover func(ctx context.Context) error, settled func(ctx context.Context) bool) {
-	prefix := uniqueRedisPrefix(t)
+	prefix := testdb.RedisPrefix(t)
 	deleteTopoKeys(t, rawTopo(t, mode, url), prefix)
 	w := NewWorld(t, WorldOptions{})
 	sc := w.StartSidecar(t, FeatureOptions{Ledger: topoLedgerWait(t, mode, url, prefix, waitReplicas)})
@@ -470,7 +470,7 @@ func sentinelFailover(t *testing.T, waitReplicas int, lossy bool) {
 func TestScaleClusterStoppedPrimary(t *testing.T) {
 	url := topoURL(t, "KS_TEST_REDIS_CLUSTER_URL")
 	raw := rawTopo(t, sharedredis.ModeCluster, url).(*redis.ClusterClient)
-	prefix := uniqueRedisPrefix(t)
+	prefix := testdb.RedisPrefix(t)
 	deleteTopoKeys(t, raw, prefix)
 	l := topoLedger(t, sharedredis.ModeCluster, url, prefix)
 	w := NewWorld(t, WorldOptions{})
@@ -586,7 +586,7 @@ func processID(t *testing.T, ctx context.Context, addr string) int {
 // for sessions on every primary.
 func TestScaleClusterWaitReplicas(t *testing.T) {
 	url := topoURL(t, "KS_TEST_REDIS_CLUSTER_URL")
-	prefix := uniqueRedisPrefix(t)
+	prefix := testdb.RedisPrefix(t)
 	deleteTopoKeys(t, rawTopo(t, sharedredis.ModeCluster, url), prefix)
 	l := topoLedgerWait(t, sharedredis.ModeCluster, url, prefix, 1)
 	strict := topoLedgerWait(t, sharedredis.ModeCluster, url, prefix, 2) // each primary has one replica

@@ -13,9 +13,9 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/sharedredis"
 	"github.com/bailinghub/knowledge-sidecar/sidecar"
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
 
 // sharedLimiter returns the shared rate limit on c under prefix (a replica's
@@ -58,9 +58,9 @@ func capabilities(t *testing.T, c *http.Client, sc *Sidecar, token string) (int,
 // accepted at most burst + rps × elapsed times. With a bucket per replica
 // they would accept 2 × burst at least.
 func TestScaleSharedRateLimit(t *testing.T) {
-	prefix := uniqueRedisPrefix(t)
+	prefix := testdb.RedisPrefix(t)
 	la, lb := sharedRedisLedger(t, prefix), sharedRedisLedger(t, prefix)
-	rl := sharedLimiter(t, nil, uniqueRedisPrefix(t))
+	rl := sharedLimiter(t, nil, testdb.RedisPrefix(t))
 	rlB := sharedLimiter(t, nil, rl.KeyPrefix())
 	w := NewWorld(t, WorldOptions{})
 	const rps, burst = 1.0, 5
@@ -100,7 +100,7 @@ func TestScaleSharedRateLimit(t *testing.T) {
 // outage is logged once, without an address.
 func TestScaleRateLimitFallback(t *testing.T) {
 	relay, l, rc := redisRelay(t)
-	rl := sharedLimiter(t, rc, uniqueRedisPrefix(t))
+	rl := sharedLimiter(t, rc, testdb.RedisPrefix(t))
 	w := NewWorld(t, WorldOptions{})
 	reg := prometheus.NewRegistry()
 	var logs testkit.Buffer
@@ -151,7 +151,7 @@ func TestScaleRateLimitFallback(t *testing.T) {
 // default (rate_limit.backend defaults to redis): 30 requests alternating
 // between two replicas are accepted at most burst + rps × elapsed times.
 func TestScaleBuildSharesRateLimit(t *testing.T) {
-	sharedRedisLedger(t, uniqueRedisPrefix(t)) // Redis reachable, or skip/fail
+	sharedRedisLedger(t, testdb.RedisPrefix(t)) // Redis reachable, or skip/fail
 	w := NewWorld(t, WorldOptions{})
 	// The built replicas use the default key prefix: leave the sessions'
 	// buckets empty for later tests (they share this Redis).

@@ -17,9 +17,9 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/sharedredis"
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
 
 // sameAnswer compares what the client got through the sidecar with Core's

@@ -19,9 +19,9 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/sharedredis"
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
 
 const attemptHeader = "X-Test-Attempt"
@@ -88,9 +88,9 @@ func raceSetups(t *testing.T) []raceSetup {
 		out = append(out, raceSetup{name, w, tap, [2]*Sidecar{s1, s2}})
 	}
 	mk("memory", ledger.NewMemory(100_000, time.Hour, nil), nil)
-	p1 := uniqueRedisPrefix(t)
+	p1 := testdb.RedisPrefix(t)
 	mk("redis", sharedRedisLedger(t, p1), nil)
-	p2 := uniqueRedisPrefix(t)
+	p2 := testdb.RedisPrefix(t)
 	mk("redis_two_replicas", sharedRedisLedger(t, p2), sharedRedisLedger(t, p2))
 	return out
 }
@@ -251,7 +251,7 @@ func redisRelay(t *testing.T) (*tcpForwarder, *ledger.Redis, *sharedredis.Client
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := ledger.NewRedis(c, ledger.RedisOptions{KeyPrefix: uniqueRedisPrefix(t), TTL: 10 * time.Minute})
+	l, err := ledger.NewRedis(c, ledger.RedisOptions{KeyPrefix: testdb.RedisPrefix(t), TTL: 10 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

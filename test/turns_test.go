@@ -9,8 +9,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -23,15 +21,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
 	"github.com/bailinghub/knowledge-sidecar/sharedredis"
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
 
 // turnConflictJSON is Core's exact 409 body (CORE_FACTS §3.4).
@@ -982,36 +978,11 @@ func newRedisLedger(so sharedredis.Options, lo ledger.RedisOptions) (*ledger.Red
 	return l, nil
 }
 
-// uniqueRedisPrefix returns a key prefix of its own and deletes its keys at cleanup.
-func uniqueRedisPrefix(t *testing.T) string {
-	t.Helper()
-	b := make([]byte, 6)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	prefix := "ks-e2e:" + hex.EncodeToString(b) + ":"
-	t.Cleanup(func() {
-		opt, err := redis.ParseURL(redisTestURL())
-		if err != nil {
-			return
-		}
-		rc := redis.NewClient(opt)
-		defer rc.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		keys, _ := rc.Keys(ctx, prefix+"*").Result()
-		if len(keys) > 0 {
-			rc.Del(ctx, keys...)
-		}
-	})
-	return prefix
-}
-
 // TestTurnLedgerSharedRedis: two sidecar replicas share a Redis ledger: a
 // mode switch on B after A is 409 without a Core call, a same-mode retry on
 // B replays A's run, and refs issued by A are read on B.
 func TestTurnLedgerSharedRedis(t *testing.T) {
-	prefix := uniqueRedisPrefix(t)
+	prefix := testdb.RedisPrefix(t)
 	la := sharedRedisLedger(t, prefix)
 	lb := sharedRedisLedger(t, prefix)
 	w := NewWorld(t, WorldOptions{})
