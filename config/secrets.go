@@ -36,9 +36,6 @@ var secrets = [...]Secret{
 		func(c *Config) *string { return &c.Ledger.RedisURL }, func(c *Config) *string { return &c.Ledger.RedisURLFile }},
 }
 
-// Secrets returns the secret settings (a copy of the one list).
-func Secrets() []Secret { return append([]Secret(nil), secrets[:]...) }
-
 // secretOf returns the secret whose setting is path.
 func secretOf(path string) (Secret, bool) {
 	for _, s := range secrets {

@@ -16,8 +16,8 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/breaker"
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
-	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 )
 
 const testServiceToken = "svc-0123456789-secret"

@@ -18,10 +18,10 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/catalog"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
-	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
 
 // refBenchCases are a typical reference (the test keyring, a 64-byte KB id)
@@ -541,7 +541,7 @@ func BenchmarkCatalogRoute(b *testing.B) {
 }
 
 // newSQLBenchService is newBenchService over the production SQL catalog on
-// a fresh MariaDB database (test/testdb; KS_TEST_MYSQL_DSN) seeded with the
+// a fresh MariaDB database (internal/testkit/testdb; KS_TEST_MYSQL_DSN) seeded with the
 // same corpus, read as the read-only user: the catalog's statements, the
 // driver and the revision cache are the sidecar's own. Identity and Core
 // search stay zero-latency fakes. It returns the registry of the catalog

@@ -21,11 +21,11 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/catalog"
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 	"github.com/bailinghub/knowledge-sidecar/rollout"
-	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/turn"
 	"github.com/bailinghub/knowledge-sidecar/turn/turntest"
 )

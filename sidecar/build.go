@@ -31,6 +31,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
 	"github.com/bailinghub/knowledge-sidecar/rollout"
+	"github.com/bailinghub/knowledge-sidecar/sharedredis"
 	"github.com/bailinghub/knowledge-sidecar/telemetry"
 )
 
@@ -61,7 +62,7 @@ var ExtraChecks = []func(*config.Config) (string, error){
 		if !strings.HasPrefix(u, "redis://") && !strings.HasPrefix(u, "rediss://") {
 			return "", nil // empty, or already reported by Validate
 		}
-		if err := ledger.ParseRedisURL(c.Ledger.RedisMode, u); err != nil {
+		if err := sharedredis.ParseURL(c.Ledger.RedisMode, u); err != nil {
 			switch c.Ledger.RedisMode {
 			case "cluster":
 				return "ledger.redis_url", errors.New("is not a valid Redis Cluster URL such as redis://host1:6379?addr=host2:6379&addr=host3:6379 (value not shown)")
@@ -78,7 +79,7 @@ var ExtraChecks = []func(*config.Config) (string, error){
 		if c.Ledger.RedisCAFile == "" || !strings.HasPrefix(c.Ledger.RedisURL, "rediss://") {
 			return "", nil // unset, or already reported by Validate
 		}
-		if err := ledger.CheckCAFile(c.Ledger.RedisCAFile); err != nil {
+		if err := sharedredis.CheckCAFile(c.Ledger.RedisCAFile); err != nil {
 			return "ledger.redis_ca_file", fmt.Errorf("%q: %w", c.Ledger.RedisCAFile, err)
 		}
 		return "", nil
@@ -111,25 +112,6 @@ func (r *recorder) MustRegister(cs ...prometheus.Collector) {
 			panic(err)
 		}
 	}
-}
-
-// descs returns every registered metric descriptor.
-func (r *recorder) descs() []*prometheus.Desc {
-	r.mu.Lock()
-	cs := append([]prometheus.Collector(nil), r.collectors...)
-	r.mu.Unlock()
-	ch := make(chan *prometheus.Desc)
-	go func() {
-		for _, c := range cs {
-			c.Describe(ch)
-		}
-		close(ch)
-	}()
-	var out []*prometheus.Desc
-	for d := range ch {
-		out = append(out, d)
-	}
-	return out
 }
 
 // Deps are the parts a caller puts in place of the real ones, and what the
@@ -344,12 +326,11 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 		return nil, fmt.Errorf("signing keys: %w", err)
 	}
 	// One Redis client serves the ledger and the shared rate limit.
-	var rdb *ledger.Redis
+	var rdb *sharedredis.Client
 	if cfg.LedgerBackend() == "redis" || cfg.RateLimitBackend() == "redis" {
-		ledger.QuietRedisLogs()
-		rdb, err = ledger.NewRedis(ledger.RedisOptions{
-			URL: cfg.Ledger.RedisURL, TTL: cfg.Ledger.TTL, Mode: cfg.Ledger.RedisMode,
-			CAFile: cfg.Ledger.RedisCAFile, WaitReplicas: cfg.Ledger.RedisWaitReplicas,
+		sharedredis.QuietLogs()
+		rdb, err = sharedredis.New(sharedredis.Options{
+			URL: cfg.Ledger.RedisURL, Mode: cfg.Ledger.RedisMode, CAFile: cfg.Ledger.RedisCAFile,
 			TracerProvider: a.tp,
 		})
 		if err != nil {
@@ -367,7 +348,7 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 	}
 	var shared knowledge.SharedLimiter
 	if cfg.RateLimitBackend() == "redis" {
-		rl, err := rdb.RateLimiter("")
+		rl, err := rdb.Limiter("")
 		if err != nil {
 			return nil, err
 		}
@@ -392,7 +373,11 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 	}
 	var backend ledger.Ledger
 	if cfg.LedgerBackend() == "redis" {
-		backend = rdb
+		rl, err := ledger.NewRedis(rdb, ledger.RedisOptions{TTL: cfg.Ledger.TTL, WaitReplicas: cfg.Ledger.RedisWaitReplicas})
+		if err != nil {
+			return nil, err
+		}
+		backend = rl
 		ledger.RegisterEvictions(reg) // Redis evicts nothing before ledger.ttl: the series stay 0
 	} else {
 		mem := ledger.NewMemory(cfg.Ledger.MaxEntries, cfg.Ledger.TTL, time.Now)
@@ -453,7 +438,7 @@ func (a *App) buildCatalog(ctx context.Context, cfg config.Config, deps Deps, re
 	if cfg.Core.ClientAppID != "" {
 		// Core's rate limit on our own client: read, logged and exported at
 		// start-up and on each schema re-check.
-		limits := catalog.NewRateLimitCheck(sqlCat, cfg.Core.ClientAppID, log, reg)
+		limits := catalog.NewClientLimitCheck(sqlCat, cfg.Core.ClientAppID, log, reg)
 		gated.AfterCheck(func(ctx context.Context) { _ = limits.Check(ctx) })
 	}
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)

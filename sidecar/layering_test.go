@@ -17,7 +17,8 @@ import (
 // TestLayering keeps the import rules of docs/architecture.md true: data
 // flows one way (edge → decisions → adapters), every layer speaks in
 // corefacts, which does no I/O, and the two adapters of Core know nothing of
-// each other. Only non-test files count (tests may wire anything).
+// each other; the shared Redis client is a leaf, and nothing the binary
+// links comes from test/. Only non-test files count (tests may wire anything).
 func TestLayering(t *testing.T) {
 	const mod = "github.com/bailinghub/knowledge-sidecar/"
 	rules := []struct {
@@ -43,6 +44,14 @@ func TestLayering(t *testing.T) {
 		// The checker is the independent oracle: its own copy of the wire
 		// facts (conformance/oracle.go), never package protocol's.
 		{dir: "conformance", ours: []string{"hostclient"}},
+		// The Redis the replicas share knows no ledger, limit or protocol;
+		// the ledger keeps its backends only and takes a client from it.
+		{dir: "sharedredis", ours: []string{}},
+		{dir: "ledger", ours: []string{"config", "sharedredis", "telemetry"}},
+		// The Core double follows Core's facts, never the sidecar's code; the
+		// binary links it (demo), so nothing of it may come from test/.
+		{dir: "internal/fakecore", ours: []string{"corefacts", "corefacts/jsstring", "protocol"}},
+		{dir: "cmd/knowledge-sidecar", forbidden: []string{mod + "test/"}},
 	}
 	for _, r := range rules {
 		pkg, err := build.ImportDir(filepath.Join("..", r.dir), 0)

@@ -19,9 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
-	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 )
 
 // rawConn is a client connection that writes exact bytes.

@@ -22,12 +22,12 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/hostclient"
+	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
-	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
 
 // End-to-end tests of the three knowledge endpoints through the edge: real

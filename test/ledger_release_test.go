@@ -17,10 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
-	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
+	"github.com/bailinghub/knowledge-sidecar/sharedredis"
 )
 
 // privateRedis starts a redis-server of the test's own on a free loopback
@@ -76,7 +77,7 @@ func privateRedis(t *testing.T) (string, *exec.Cmd) {
 
 func TestTurnReleaseFailsRedisPaused(t *testing.T) {
 	addr, redis := privateRedis(t)
-	rl, err := ledger.NewRedis(ledger.RedisOptions{URL: "redis://" + addr + "/0", DialTimeout: 300 * time.Millisecond, OpTimeout: 300 * time.Millisecond})
+	rl, err := newRedisLedger(sharedredis.Options{URL: "redis://" + addr + "/0", DialTimeout: 300 * time.Millisecond, OpTimeout: 300 * time.Millisecond}, ledger.RedisOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

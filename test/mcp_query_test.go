@@ -12,10 +12,10 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/bailinghub/knowledge-sidecar/hostclient"
+	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/mcpserver"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
-	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
 
 // countingRT counts the requests a host client sends.

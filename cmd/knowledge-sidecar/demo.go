@@ -25,8 +25,8 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/catalog"
 	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/sidecar"
-	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 )
 
 //go:embed demodocs/*.md
@@ -285,14 +285,6 @@ func (w *demoWorld) config(listen, adminListen string) config.Config {
 	cfg.Rollout = "allow:" + demoRoute
 	cfg.Shutdown.DrainDelay, cfg.Shutdown.Timeout = 0, 5*time.Second
 	return cfg
-}
-
-func firstRunes(s string, n int) string {
-	r := []rune(s)
-	if len(r) > n {
-		r = r[:n]
-	}
-	return string(r)
 }
 
 // queries are the walkthrough's search (step 2) and read (step 3) queries.

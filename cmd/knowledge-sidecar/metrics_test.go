@@ -14,9 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bailinghub/knowledge-sidecar/config"
+	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/sidecar"
-	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
 
 // exported is one metric the sidecar registers.

@@ -24,6 +24,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
+	"github.com/bailinghub/knowledge-sidecar/sharedredis"
 )
 
 // probeAgentTokenEnv optionally holds an Agent access token (bha_…) with
@@ -311,28 +312,34 @@ func (p *prober) redis(ctx context.Context) {
 		p.add("redis", verdictSkip, "ledger backend is memory (one replica); set KNOWLEDGE_SIDECAR_LEDGER_REDIS_URL for several")
 		return
 	}
-	ledger.QuietRedisLogs()
-	r, err := ledger.NewRedis(ledger.RedisOptions{URL: p.cfg.Ledger.RedisURL, TTL: p.cfg.Ledger.TTL, OpTimeout: p.timeout,
+	sharedredis.QuietLogs()
+	c, err := sharedredis.New(sharedredis.Options{URL: p.cfg.Ledger.RedisURL, OpTimeout: p.timeout,
 		Mode: p.cfg.Ledger.RedisMode, CAFile: p.cfg.Ledger.RedisCAFile})
 	if err != nil {
 		p.add("redis", verdictFail, "%v", err)
 		return
 	}
+	r, err := ledger.NewRedis(c, ledger.RedisOptions{TTL: p.cfg.Ledger.TTL})
+	if err != nil {
+		c.Close()
+		p.add("redis", verdictFail, "%v", err)
+		return
+	}
 	defer r.Close()
-	mode := "mode " + r.Mode()
+	mode := "mode " + c.Mode()
 	if err := r.Probe(ctx); err != nil {
 		p.add("redis", verdictFail, "%s: %v", mode, err)
 		return
 	}
-	top, err := r.Topology(ctx)
+	top, err := c.Topology(ctx)
 	if err != nil {
 		p.add("redis", verdictFail, "%s: %v", mode, err)
 		return
 	}
 	switch top.Mode {
-	case ledger.ModeCluster:
+	case sharedredis.ModeCluster:
 		mode += fmt.Sprintf(", %d primaries (%s), %d replicas", len(top.Primaries), strings.Join(top.Primaries, ", "), top.Replicas)
-	case ledger.ModeSentinel:
+	case sharedredis.ModeSentinel:
 		mode += ", master " + cmp.Or(top.Master, "(none confirmed)")
 	}
 	p.add("redis", verdictOK, "%s; reachable; the ledger's Lua scripts load (rate limit: %s)", mode, p.cfg.RateLimitBackend())

@@ -23,11 +23,11 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/catalog"
 	kscfg "github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
 	"github.com/bailinghub/knowledge-sidecar/sidecar"
-	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 	"github.com/bailinghub/knowledge-sidecar/turn/turntest"
 )
 

@@ -81,7 +81,7 @@ func TestSharedLimiterDecidesAndFallsBack(t *testing.T) {
 
 	// Outage: the local bucket (burst 3) decides; the shared one is not
 	// asked again before sharedRetryDelay.
-	sh.set(false, 0, errors.New("ledger: rate limit: connection failed: turn ledger unavailable"))
+	sh.set(false, 0, errors.New("redis: rate limit: connection failed: redis unavailable"))
 	calls := sh.calls
 	admitted := 0
 	for i := 0; i < 10; i++ {

@@ -1,4 +1,4 @@
-package ledger
+package sharedredis
 
 import (
 	"bufio"
@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 )
 
 // writePEM writes one PEM block to dir/name and returns the path.
@@ -109,36 +110,25 @@ func tlsRedis(t *testing.T) (addr, caFile string) {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), caFile
 }
 
-// TestRedisTLSRealServer: rediss:// with ledger.redis_ca_file reaches a
-// TLS-only Redis whose certificate a private CA signed, runs the scripts
-// and the shared rate limit; without the CA the handshake fails (the
-// system roots do not know it), with an error naming no address.
-func TestRedisTLSRealServer(t *testing.T) {
+// TestTLSRealServer: rediss:// with ledger.redis_ca_file reaches a
+// TLS-only Redis whose certificate a private CA signed and runs the shared
+// rate limit (a Lua script, as the ledger's); without the CA the handshake
+// fails (the system roots do not know it), with an error naming no address.
+func TestTLSRealServer(t *testing.T) {
 	addr, caFile := tlsRedis(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	r, err := NewRedis(RedisOptions{URL: "rediss://" + addr + "/0", CAFile: caFile, KeyPrefix: uniquePrefix(t)})
-	if err != nil {
-		t.Fatal(err)
+	c := testClient(t, Options{URL: "rediss://" + addr + "/0", CAFile: caFile})
+	if err := c.Ping(ctx); err != nil {
+		t.Fatalf("ping over TLS with the CA file: %v", err)
 	}
-	defer r.Close()
-	if err := r.Probe(ctx); err != nil {
-		t.Fatalf("probe over TLS with the CA file: %v", err)
-	}
-	if _, err := r.Reserve(ctx, key("t-tls", "m-tls"), "inline"); err != nil {
-		t.Fatalf("reserve over TLS: %v", err)
-	}
-	rl, _ := r.RateLimiter("")
+	rl, _ := c.Limiter(testdb.RedisPrefix(t))
 	if ok, _, err := rl.Allow(ctx, "s-tls", 1, 1); err != nil || !ok {
 		t.Fatalf("rate limit over TLS: %v %v", ok, err)
 	}
 
-	plain, err := NewRedis(RedisOptions{URL: "rediss://" + addr + "/0", OpTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer plain.Close()
-	err = plain.Ping(ctx)
+	plain := testClient(t, Options{URL: "rediss://" + addr + "/0", OpTimeout: 2 * time.Second})
+	err := plain.Ping(ctx)
 	if err == nil {
 		t.Fatal("a certificate of an unknown CA was accepted without ledger.redis_ca_file")
 	}

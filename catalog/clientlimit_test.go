@@ -16,7 +16,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/catalog"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 )
 
 // records returns the JSON log records written to logs so far, and forgets
@@ -45,17 +45,17 @@ func gaugeValue(t *testing.T, reg prometheus.Gatherer, name string) float64 {
 	return testkit.Metric(t, reg, name, nil)
 }
 
-// TestRateLimitCheck: the sidecar's Core client rate limit is read through
+// TestClientLimitCheck: the sidecar's Core client rate limit is read through
 // the read-only user (its column GRANT), logged at warn with the capacity it
 // implies (limit ÷ the most enabled KBs one enabled route searches) and
 // exported as gauges; an unlimited client is +Inf capacity and no warning.
-func TestRateLimitCheck(t *testing.T) {
+func TestClientLimitCheck(t *testing.T) {
 	db := testdb.New(t)
 	cat := openSQL(t, db, nil)
 	ctx := context.Background()
 	var logs testkit.Buffer
 	reg := prometheus.NewRegistry()
-	check := catalog.NewRateLimitCheck(cat, testdb.AppA, slog.New(slog.NewJSONHandler(&logs, nil)), reg)
+	check := catalog.NewClientLimitCheck(cat, testdb.AppA, slog.New(slog.NewJSONHandler(&logs, nil)), reg)
 
 	// The fixtures' widest enabled route is kb-multi: faq and manuals are
 	// searched, kb-disabled and kb-missing are not. Core's default limit, 60.
@@ -107,7 +107,7 @@ func TestRateLimitCheck(t *testing.T) {
 
 	t.Run("unknown client", func(t *testing.T) {
 		var logs testkit.Buffer
-		c := catalog.NewRateLimitCheck(cat, "no-such-app", slog.New(slog.NewJSONHandler(&logs, nil)), nil)
+		c := catalog.NewClientLimitCheck(cat, "no-such-app", slog.New(slog.NewJSONHandler(&logs, nil)), nil)
 		if err := c.Check(ctx); !errors.Is(err, corefacts.ErrNotFound) {
 			t.Errorf("got %v; want ErrNotFound", err)
 		}
@@ -117,9 +117,9 @@ func TestRateLimitCheck(t *testing.T) {
 	})
 }
 
-// TestRateLimitCheckRunsWithSchemaChecks: hooked on the schema gate, the
+// TestClientLimitCheckRunsWithSchemaChecks: hooked on the schema gate, the
 // check runs at the start-up check (and not before the schema passed).
-func TestRateLimitCheckRunsWithSchemaChecks(t *testing.T) {
+func TestClientLimitCheckRunsWithSchemaChecks(t *testing.T) {
 	db := testdb.New(t)
 	db.Exec(t, "UPDATE bz_clients SET rate_limit_per_min = 60 WHERE app_id = 'app-a'")
 	db.Exec(t, "DELETE FROM bz_schema_migrations WHERE filename = '056_agent_client_runtime.sql'")
@@ -128,7 +128,7 @@ func TestRateLimitCheckRunsWithSchemaChecks(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	gate := catalog.NewSchemaGate(cat, time.Minute, func() time.Time { return now }, nil)
-	check := catalog.NewRateLimitCheck(cat, testdb.AppA, slog.New(slog.NewJSONHandler(&logs, nil)), reg)
+	check := catalog.NewClientLimitCheck(cat, testdb.AppA, slog.New(slog.NewJSONHandler(&logs, nil)), reg)
 	gate.AfterCheck(func(ctx context.Context) { _ = check.Check(ctx) })
 	ctx := context.Background()
 	if err := gate.Check(ctx); err == nil {

@@ -12,7 +12,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 )
 
 // TestMain prints one line when tests were skipped for want of MariaDB.
@@ -151,7 +151,7 @@ func TestReadOnlyUserTaskGrants(t *testing.T) {
 
 // docs/core-contract.md carries the same GRANTs the test user gets.
 func TestContractDocCarriesTheGrants(t *testing.T) {
-	doc, err := os.ReadFile("../../docs/core-contract.md")
+	doc, err := os.ReadFile("../../../docs/core-contract.md")
 	if err != nil {
 		t.Fatalf("read docs/core-contract.md: %v", err)
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts/jsstring"
-	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
+	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 )
 
 // jsTrimCases are String.prototype.trim's results written from ECMAScript

@@ -1,7 +1,8 @@
-package ledger
+package sharedredis
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"sort"
 	"sync"
@@ -21,49 +22,46 @@ type Topology struct {
 	Master string
 }
 
-// Mode is the Redis mode the ledger was built with.
-func (r *Redis) Mode() string { return r.mode }
-
-// Topology asks Redis which nodes serve the ledger (cluster: the primaries
+// Topology asks Redis which nodes serve the client (cluster: the primaries
 // from CLUSTER SLOTS; sentinel: the current primary). Its result names
 // addresses: it is for the operator's probe only, never for logs of
 // requests.
-func (r *Redis) Topology(ctx context.Context) (Topology, error) {
-	opCtx, cancel := context.WithTimeout(ctx, r.opTimeout)
+func (c *Client) Topology(ctx context.Context) (Topology, error) {
+	opCtx, cancel := context.WithTimeout(ctx, c.opTimeout)
 	defer cancel()
-	t := Topology{Mode: r.mode}
-	switch c := r.client.(type) {
+	t := Topology{Mode: c.mode}
+	switch rc := c.rdb.(type) {
 	case *redis.ClusterClient:
 		var mu sync.Mutex
-		err := c.ForEachMaster(opCtx, func(ctx context.Context, n *redis.Client) error {
+		err := rc.ForEachMaster(opCtx, func(ctx context.Context, n *redis.Client) error {
 			mu.Lock()
 			t.Primaries = append(t.Primaries, n.Options().Addr)
 			mu.Unlock()
 			return nil
 		})
 		if err != nil {
-			return t, r.fail(ctx, "cluster nodes", err)
+			return t, c.fail(ctx, "cluster nodes", err)
 		}
-		err = c.ForEachSlave(opCtx, func(ctx context.Context, n *redis.Client) error {
+		err = rc.ForEachSlave(opCtx, func(ctx context.Context, n *redis.Client) error {
 			mu.Lock()
 			t.Replicas++
 			mu.Unlock()
 			return nil
 		})
 		if err != nil {
-			return t, r.fail(ctx, "cluster nodes", err)
+			return t, c.fail(ctx, "cluster nodes", err)
 		}
 		sort.Strings(t.Primaries)
 	case *redis.Client:
-		if r.mode == ModeSentinel {
+		if c.mode == ModeSentinel {
 			// The failover client dials the primary the sentinels name;
 			// ROLE on it confirms it is one.
-			role, err := c.Do(opCtx, "ROLE").Slice()
+			role, err := rc.Do(opCtx, "ROLE").Slice()
 			if err != nil {
-				return t, r.fail(ctx, "role", err)
+				return t, c.fail(ctx, "role", err)
 			}
 			if len(role) > 0 && role[0] == "master" {
-				t.Master = r.sentinelMaster(opCtx)
+				t.Master = c.sentinelMaster(opCtx)
 			}
 		}
 	}
@@ -72,14 +70,14 @@ func (r *Redis) Topology(ctx context.Context) (Topology, error) {
 
 // sentinelMaster asks the sentinels, in turn, for the primary's address;
 // "" when none answers.
-func (r *Redis) sentinelMaster(ctx context.Context) string {
-	o := r.sentinels
+func (c *Client) sentinelMaster(ctx context.Context) string {
+	o := c.sentinels
 	if o == nil {
 		return ""
 	}
 	for _, addr := range o.SentinelAddrs {
 		sc := redis.NewSentinelClient(&redis.Options{Addr: addr, Username: o.SentinelUsername, Password: o.SentinelPassword,
-			TLSConfig: o.TLSConfig, DialTimeout: DefaultDialTimeout, ReadTimeout: r.opTimeout, WriteTimeout: r.opTimeout,
+			TLSConfig: o.TLSConfig, DialTimeout: DefaultDialTimeout, ReadTimeout: c.opTimeout, WriteTimeout: c.opTimeout,
 			DisableIdentity: true, MaxRetries: -1})
 		a, err := sc.GetMasterAddrByName(ctx, o.MasterName).Result()
 		sc.Close()
@@ -90,7 +88,12 @@ func (r *Redis) sentinelMaster(ctx context.Context) string {
 	return ""
 }
 
-// RecordKeys are the Redis keys of k's records (the turn record, the user
-// message record, their attempt counts), all in one cluster slot. For
-// operators' debugging and the scale tests (which primary holds a turn).
-func (r *Redis) RecordKeys(k Key) []string { return r.keys(k) }
+// fail is a failed operation's error: its kind from a closed set, never
+// the driver's message (it names the server address).
+func (c *Client) fail(ctx context.Context, op string, err error) error {
+	c.NoteFailure(ctx, err)
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return fmt.Errorf("redis: %s: %w: %w", op, ErrUnavailable, ctxErr)
+	}
+	return fmt.Errorf("redis: %s: %s: %w", op, Reason(err), ErrUnavailable)
+}

@@ -1,4 +1,4 @@
-package ledger
+package sharedredis
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-// TestRedisLibraryLogsNothing runs a Reserve against a Redis that refuses
+// TestRedisLibraryLogsNothing runs a rate-limit Allow against a Redis that refuses
 // connections in a child process (go-redis's default logger holds the
 // stderr it found at start, so only a fresh process shows what it writes)
 // and finds none of go-redis's own lines, nor the address, on its stderr.
@@ -21,15 +21,16 @@ func TestRedisLibraryLogsNothing(t *testing.T) {
 			if mode == ModeSentinel {
 				url = "redis://" + addr + "?master_name=none"
 			}
-			l, err := NewRedis(RedisOptions{URL: url, Mode: mode})
+			c, err := New(Options{URL: url, Mode: mode})
 			if err != nil {
 				t.Fatalf("%s: %v", mode, err)
 			}
-			_, err = l.Reserve(context.Background(), Key{"s", "r", "c", "t", "u"}, "inline")
+			l, _ := c.Limiter("")
+			_, _, err = l.Allow(context.Background(), "s", 1, 1)
 			if !errors.Is(err, ErrUnavailable) {
-				t.Fatalf("%s: Reserve against a refused Redis: %v; want ErrUnavailable", mode, err)
+				t.Fatalf("%s: Allow against a refused Redis: %v; want ErrUnavailable", mode, err)
 			}
-			_ = l.Close()
+			_ = c.Close()
 		}
 		return
 	}

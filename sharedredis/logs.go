@@ -1,4 +1,4 @@
-package ledger
+package sharedredis
 
 import (
 	"context"
@@ -10,7 +10,8 @@ import (
 // chose) through one process-wide logger, as plain text to stderr with the
 // servers' addresses in them. The Redis URL is a secret of the deployment,
 // and the sidecar's logs are JSON lines; so the library's own lines are
-// dropped. Its failures reach operators as the ledger's errors, metrics
+// dropped (as soon as this package is linked in). Its failures reach
+// operators as the ledger's and the rate limit's errors, metrics
 // (ledger_errors_total, rate_limit_fallback_total) and the sidecar's own
 // log lines.
 func init() { redis.SetLogger(silentRedisLog{}) }
@@ -18,3 +19,9 @@ func init() { redis.SetLogger(silentRedisLog{}) }
 type silentRedisLog struct{}
 
 func (silentRedisLog) Printf(context.Context, string, ...any) {}
+
+// QuietLogs silences go-redis's process-wide logger, which prints server
+// addresses; the users of the client report their own failures, without
+// them. (The package's init already did; QuietLogs undoes a later
+// redis.SetLogger by someone else.)
+func QuietLogs() { redis.SetLogger(silentRedisLog{}) }

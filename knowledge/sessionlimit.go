@@ -13,7 +13,7 @@ import (
 
 // SharedLimiter is a per-session rate limit that several replicas draw from
 // together (rate_limit.backend: redis). Implementations live outside this
-// package (package ledger has the Redis one), so knowledge knows no Redis
+// package (package sharedredis has the Redis one), so knowledge knows no Redis
 // types.
 type SharedLimiter interface {
 	// Allow takes one token from the session's bucket of rps tokens per

@@ -1,4 +1,4 @@
-package ledger
+package sharedredis
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 )
 
 // traceScope is the instrumentation scope (the one telemetry.ScopeName;
-// repeated here so the ledger imports no other package of the sidecar).
+// repeated here so this package imports no other package of the sidecar).
 const traceScope = "github.com/bailinghub/knowledge-sidecar"
 
 // traceHook is a go-redis hook making one CLIENT span per command or

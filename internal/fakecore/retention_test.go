@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
+	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 )
 
 func liveHeap() uint64 {

@@ -3,7 +3,7 @@ package fakecore_test
 import (
 	"testing"
 
-	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
+	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 )
 
 // TestChunksMatchCoreVectors: every case of Core's own chunker output

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
-	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 )
 
 const serviceToken = "svc-token-for-tests"

@@ -84,13 +84,13 @@ func (c *SQLCatalog) MaxKBsPerRoute(ctx context.Context) (int, error) {
 	return most, nil
 }
 
-// rateLimitCatalog is what RateLimitCheck reads; *SQLCatalog satisfies it.
-type rateLimitCatalog interface {
+// clientLimitCatalog is what ClientLimitCheck reads; *SQLCatalog satisfies it.
+type clientLimitCatalog interface {
 	ClientRateLimit(ctx context.Context, appID string) (int, error)
 	MaxKBsPerRoute(ctx context.Context) (int, error)
 }
 
-// RateLimitCheck reads the rate limit Core applies to the sidecar's own
+// ClientLimitCheck reads the rate limit Core applies to the sidecar's own
 // client (config core.client_app_id) and what it implies: searches a minute
 // for all sessions together = limit ÷ the most KBs a route searches. A
 // non-zero limit is logged at warn on every Check (run at start-up and on
@@ -99,21 +99,21 @@ type rateLimitCatalog interface {
 //
 //	core_client_rate_limit_per_minute   rate_limit_per_min as read (0: unlimited)
 //	core_search_capacity_per_minute     limit ÷ max KBs per route; +Inf when unlimited
-type RateLimitCheck struct {
-	cat      rateLimitCatalog
+type ClientLimitCheck struct {
+	cat      clientLimitCatalog
 	appID    string
 	log      *slog.Logger
 	limit    prometheus.Gauge
 	capacity prometheus.Gauge
 }
 
-// NewRateLimitCheck builds the check for client appID; reg nil means no
+// NewClientLimitCheck builds the check for client appID; reg nil means no
 // gauges, log nil means no logs.
-func NewRateLimitCheck(cat rateLimitCatalog, appID string, log *slog.Logger, reg prometheus.Registerer) *RateLimitCheck {
+func NewClientLimitCheck(cat clientLimitCatalog, appID string, log *slog.Logger, reg prometheus.Registerer) *ClientLimitCheck {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &RateLimitCheck{
+	r := &ClientLimitCheck{
 		cat: cat, appID: appID, log: log,
 		limit: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: telemetry.Namespace, Subsystem: "core", Name: "client_rate_limit_per_minute",
@@ -133,7 +133,7 @@ func NewRateLimitCheck(cat rateLimitCatalog, appID string, log *slog.Logger, reg
 
 // Check reads the limit now, updates the gauges and logs. It returns the
 // catalog's error (also logged); ErrNotFound when no client has the app id.
-func (r *RateLimitCheck) Check(ctx context.Context) error {
+func (r *ClientLimitCheck) Check(ctx context.Context) error {
 	limit, err := r.cat.ClientRateLimit(ctx, r.appID)
 	if errors.Is(err, corefacts.ErrNotFound) {
 		r.log.LogAttrs(ctx, slog.LevelWarn, "core.client_app_id names no Core client; its rate limit cannot be checked",
