@@ -1,7 +1,6 @@
 package sharedredis
 
 import (
-	"bufio"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -12,9 +11,7 @@ import (
 	"math/big"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -38,8 +35,6 @@ func writePEM(t *testing.T, dir, name, typ string, der []byte) string {
 // the CA file. No redis-server: skip (fail with CI=true).
 func tlsRedis(t *testing.T) (addr, caFile string) {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	testkit.RequireService(t, "redis-server (a TLS-only Redis)", err)
 	dir := t.TempDir()
 	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ks test CA"},
@@ -67,47 +62,9 @@ func tlsRedis(t *testing.T) (addr, caFile string) {
 	certFile := writePEM(t, dir, "server.pem", "CERTIFICATE", srvDER)
 	keyFile := writePEM(t, dir, "server.key", "EC PRIVATE KEY", keyDER)
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	cmd := exec.Command(bin, "--port", "0", "--tls-port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--tls-cert-file", certFile, "--tls-key-file", keyFile, "--tls-ca-cert-file", caFile,
-		"--tls-auth-clients", "no", "--save", "", "--appendonly", "no", "--dir", dir)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	// Redis logs to stdout; it is ready when it says so.
-	ready := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		said := false
-		for sc.Scan() {
-			if !said && strings.Contains(sc.Text(), "Ready to accept connections") {
-				said = true
-				ready <- true
-			}
-		}
-		if !said {
-			ready <- false
-		}
-	}()
-	select {
-	case ok := <-ready:
-		if !ok {
-			t.Fatal("the TLS redis-server exited before it was ready")
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the TLS redis-server was not ready within 10s")
-	}
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), caFile
+	addr, _ = testkit.RedisServer(t, "--tls-port", "--port", "0",
+		"--tls-cert-file", certFile, "--tls-key-file", keyFile, "--tls-ca-cert-file", caFile, "--tls-auth-clients", "no")
+	return addr, caFile
 }
 
 // TestTLSRealServer: rediss:// with ledger.redis_ca_file reaches a
