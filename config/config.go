@@ -252,13 +252,15 @@ type Proxy struct {
 	// container's cgroup memory limit when there is one (else no limit); an
 	// explicit GOMEMLIMIT environment variable always wins. Restart-only.
 	MemoryLimit int64 `yaml:"memory_limit"`
-	// DialTimeout bounds connecting to Core. Default 5s.
+	// DialTimeout bounds connecting to Core (pass-through and the Core
+	// client's identity and search calls alike). Default 5s.
 	DialTimeout time.Duration `yaml:"dial_timeout"`
 	// ResponseHeaderTimeout bounds waiting for Core's response headers on
 	// pass-through traffic (0 = none; streams are not affected once headers
 	// arrived). Default 60s.
 	ResponseHeaderTimeout time.Duration `yaml:"response_header_timeout"`
-	// MaxIdleConnsPerHost sizes the keep-alive pool to Core. Default 256.
+	// MaxIdleConnsPerHost sizes the keep-alive pool to Core: the
+	// pass-through's, and the Core client's (a pool of its own). Default 256.
 	MaxIdleConnsPerHost int `yaml:"max_idle_conns_per_host"`
 }
 

@@ -305,8 +305,15 @@ func Build(ctx context.Context, cfg config.Config, deps Deps) (*App, error) {
 
 func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, reg prometheus.Registerer, log *slog.Logger) (*proxy.Features, error) {
 	client, err := coreclient.NewClient(coreclient.Options{
-		BaseURL:        cfg.Core.URL,
-		ServiceToken:   cfg.Core.Token,
+		BaseURL:      cfg.Core.URL,
+		ServiceToken: cfg.Core.Token,
+		// Its own pool to Core, built from the pass-through's settings
+		// (coreclient.NewTransport says why not the pass-through's pool).
+		Transport: coreclient.NewTransport(coreclient.TransportOptions{
+			DialTimeout:           cfg.Proxy.DialTimeout,
+			ResponseHeaderTimeout: cfg.Core.Timeout,
+			MaxIdleConnsPerHost:   cfg.Proxy.MaxIdleConnsPerHost,
+		}),
 		Timeout:        cfg.Core.Timeout,
 		ProbeInterval:  cfg.ProbeInterval,
 		Identity:       breakerSettings(cfg.Core.Identity),

@@ -33,7 +33,7 @@ func TestLayering(t *testing.T) {
 		{dir: "corefacts", stdOnly: true},
 		{dir: "corefacts/jsstring", stdOnly: true},
 		{dir: "internal/jsonscan", stdOnly: true},
-		{dir: "knowledge", ours: []string{"config", "corefacts", "corefacts/jsstring", "internal/jsonscan", "protocol"},
+		{dir: "knowledge", ours: []string{"config", "corefacts", "corefacts/jsstring", "protocol"},
 			forbidden: []string{"github.com/labstack/echo/", "net/http/httputil"}},
 		{dir: "turn", ours: []string{"corefacts/jsstring", "internal/jsonscan", "knowledge", "ledger", "protocol"},
 			forbidden: []string{"github.com/labstack/echo/", "net/http/httputil"}},
