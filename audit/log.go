@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,7 +17,6 @@ import (
 	otellog "go.opentelemetry.io/otel/log"
 
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
-	"github.com/bailinghub/knowledge-sidecar/protocol"
 	"github.com/bailinghub/knowledge-sidecar/telemetry"
 )
 
@@ -71,13 +71,9 @@ type Log struct {
 	enc     *json.Encoder
 }
 
-// endpoints is the closed label set of audit_events_total; any other
-// endpoint is counted as "other".
-var endpoints = []string{
-	knowledge.EndpointSearch, knowledge.EndpointRead, knowledge.EndpointTurn,
-	knowledge.MCPEndpoint(protocol.SearchTool), knowledge.MCPEndpoint(protocol.ReadTool),
-	knowledge.MCPEndpoint("search"), knowledge.MCPEndpoint("fetch"), "other",
-}
+// endpoints is the closed label set of audit_events_total: every MCP tool
+// is "mcp"; an endpoint outside the set is counted as "other".
+var endpoints = []string{knowledge.EndpointSearch, knowledge.EndpointRead, knowledge.EndpointTurn, "mcp", "other"}
 
 // Open opens o.File for appending (created 0600 if absent) and returns the
 // Log writing to it.
@@ -105,7 +101,7 @@ func Open(o Options) (*Log, error) {
 	}
 	l.events = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: telemetry.Namespace, Name: "audit_events_total",
-		Help: "Disclosure audit events written, by endpoint (search, read, turn, mcp:<tool>, other).",
+		Help: "Disclosure audit events written, by endpoint (search, read, turn, mcp for every mcp:<tool>, other).",
 	}, []string{"endpoint"})
 	l.failures = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: telemetry.Namespace, Name: "audit_failures_total",
@@ -198,10 +194,11 @@ func (l *Log) Disclose(ctx context.Context, d *knowledge.Disclosure) error {
 }
 
 func endpointLabel(e string) string {
-	for _, k := range endpoints {
-		if k == e {
-			return e
-		}
+	switch {
+	case e == knowledge.EndpointSearch, e == knowledge.EndpointRead, e == knowledge.EndpointTurn:
+		return e
+	case strings.HasPrefix(e, knowledge.MCPEndpoint("")):
+		return "mcp"
 	}
 	return "other"
 }
