@@ -65,10 +65,7 @@ func (s *Service) TurnHintsFor(ctx context.Context, sess corefacts.Session, d De
 	if s.audit == nil {
 		return hints, outcome
 	}
-	ev := &Disclosure{Endpoint: EndpointTurn, Session: sess, RunID: runID}
-	if d.route != nil {
-		ev.Route = d.route.Key
-	}
+	ev := &Disclosure{Endpoint: EndpointTurn, Route: d.key, Session: sess, RunID: runID}
 	ev.hints(d.Status, minted)
 	if name, ok := ctx.Value(endpointKey{}).(string); ok {
 		ev.Endpoint = name
