@@ -39,7 +39,41 @@ type Config struct {
 	Log       Log       `yaml:"log"`
 	Reload    Reload    `yaml:"reload"`
 	Tracing   Tracing   `yaml:"tracing"`
+	Audit     Audit     `yaml:"audit"`
 }
+
+// Audit configures the disclosure audit (SPEC §11, docs/audit.md): one
+// JSON event per answer of search, read and on_demand turns naming the
+// documents disclosed, never the query or any document text.
+type Audit struct {
+	// Enabled turns the audit on. Default false. Restart-only.
+	Enabled bool `yaml:"enabled"`
+	// File is where events are appended as JSON Lines: a path, or "-" for
+	// standard output. Reopened on SIGHUP and POST /-/reload (logrotate).
+	// Default "-". Restart-only (the path; reopening is not).
+	File string `yaml:"file"`
+	// OnFailure is what an answer does when its event cannot be written:
+	// "continue" (sent; the failure counted and logged) or "refuse" (503
+	// knowledge_unavailable: nothing disclosed without its event). Default
+	// "continue". Restart-only.
+	OnFailure string `yaml:"on_failure"`
+	// OTLP also sends each event as an OpenTelemetry log record to the
+	// OTLP collector tracing uses (OTEL_EXPORTER_OTLP_[LOGS_]* variables);
+	// needs tracing.enabled. Default false. Restart-only.
+	OTLP bool `yaml:"otlp"`
+	// QueryHMACKey, when set, records HMAC-SHA256(key, query) in hex beside
+	// a search's query length (a plain hash of a short query is guessable).
+	// At least 32 bytes. Secret: env or QueryHMACKeyFile only. Default unset.
+	QueryHMACKey string `yaml:"-"`
+	// QueryHMACKeyFile is a file holding QueryHMACKey.
+	QueryHMACKeyFile string `yaml:"query_hmac_key_file"`
+}
+
+// Audit failure policies (audit.on_failure).
+const (
+	AuditContinue = "continue"
+	AuditRefuse   = "refuse"
+)
 
 // Tracing configures OpenTelemetry tracing (SPEC §9, docs/tracing.md).
 type Tracing struct {
@@ -336,6 +370,7 @@ func Defaults() Config {
 		Log:      Log{Level: "info"},
 		Reload:   Reload{WatchInterval: 10 * time.Second},
 		Tracing:  Tracing{Enabled: false, TrustInbound: "trusted_proxies"}, // off unless asked for
+		Audit:    Audit{Enabled: false, File: "-", OnFailure: AuditContinue},
 	}
 }
 

@@ -42,6 +42,7 @@ func (c *Config) Validate(extra ...func(*Config) (path string, err error)) error
 	p.log(c.Log)
 	p.reload(c.Reload)
 	p.tracing(c.Tracing)
+	p.audit(c.Audit, c.Tracing.Enabled)
 	for _, check := range extra {
 		if path, err := check(c); err != nil {
 			p.add(path, strings.TrimPrefix(err.Error(), path+": ")) // no "rollout: rollout: …"
@@ -237,6 +238,27 @@ func (p *problems) tracing(t Tracing) {
 	case "trusted_proxies", "all", "none":
 	default:
 		p.add("tracing.trust_inbound", quote(t.TrustInbound)+" is not one of trusted_proxies, all, none")
+	}
+}
+
+// AuditQueryKeyMin is the shortest audit.query_hmac_key accepted (bytes).
+const AuditQueryKeyMin = 32
+
+// audit: the audit section; audit.otlp needs tracing.enabled (its exporter).
+func (p *problems) audit(a Audit, tracing bool) {
+	if a.File == "" {
+		p.add("audit.file", `is required: a path, or "-" for standard output`)
+	}
+	switch a.OnFailure {
+	case AuditContinue, AuditRefuse:
+	default:
+		p.add("audit.on_failure", quote(a.OnFailure)+" is not one of continue, refuse")
+	}
+	if a.OTLP && !tracing {
+		p.add("audit.otlp", "needs tracing.enabled (the OTLP exporter is tracing's)")
+	}
+	if a.QueryHMACKey != "" && len(a.QueryHMACKey) < AuditQueryKeyMin {
+		p.add("audit.query_hmac_key", fmt.Sprintf("is too short: must be at least %d bytes (%s)", AuditQueryKeyMin, secret("audit.query_hmac_key").Hint()))
 	}
 }
 

@@ -241,7 +241,7 @@ const (
 // newBenchService is a Service over zero-latency fakes with the load tool's
 // corpus: 12 documents of 40 KiB, a route with top_k 8, and a Core search
 // that answers 8 chunk hits spread over 6 documents.
-func newBenchService(b *testing.B) *Service {
+func newBenchService(b *testing.B, opts ...func(*Options)) *Service {
 	b.Helper()
 	cat := &benchCatalog{MemCatalog: catalog.NewMemCatalog(), docs: map[int64]corefacts.Document{}}
 	cat.PutKB(benchKB, true)
@@ -266,8 +266,12 @@ func newBenchService(b *testing.B) *Service {
 	}
 	id := &fakeIdentity{sessions: map[string]corefacts.Session{tokA: sessionA}, sysInfo: map[string]error{}}
 	ret := &fakeRetriever{hits: map[string][]corefacts.Hit{benchKB: hits}}
-	svc, err := New(Options{Identity: id, Retriever: ret, Catalog: cat, Keys: testKeys(b), Now: func() time.Time { return t0 },
-		RateLimit: 1e9, RateBurst: 1 << 30})
+	o := Options{Identity: id, Retriever: ret, Catalog: cat, Keys: testKeys(b), Now: func() time.Time { return t0 },
+		RateLimit: 1e9, RateBurst: 1 << 30}
+	for _, fn := range opts {
+		fn(&o)
+	}
+	svc, err := New(o)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -64,6 +64,7 @@ type Delivery struct {
 	Status, ScopeRevision string
 	route                 *corefacts.Route // nil unless read from the catalog now
 	flags                 map[string]bool  // nil unless the KB flags were read
+	key                   string           // the route of the turn's path (the audit's)
 }
 
 // Delivery is the final word on the route's delivery status (§4) and scope
@@ -80,6 +81,12 @@ type Delivery struct {
 // had (the catalog is down and the route was never seen), so the turn is not
 // forwarded and no run exists the host could not be told about.
 func (s *Service) Delivery(ctx context.Context, route corefacts.RouteKey) (Delivery, error) {
+	d, err := s.delivery(ctx, route)
+	d.key = route.String()
+	return d, err
+}
+
+func (s *Service) delivery(ctx context.Context, route corefacts.RouteKey) (Delivery, error) {
 	if route.IsZero() {
 		return noKnowledge(route), nil
 	}

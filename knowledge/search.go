@@ -34,12 +34,17 @@ func (s *Service) Search(ctx context.Context, authorization string, route corefa
 func (s *Service) SearchInto(ctx context.Context, dst []byte, authorization string, route corefacts.RouteKey, body io.Reader) (out []byte, err error) {
 	start := time.Now()
 	defer func() { s.m.observe("search", err, time.Since(start).Seconds()) }()
+	d := s.auditing(EndpointSearch, route) // nil: audit off
+	if d != nil {
+		defer func() { out, err = s.disclose(ctx, d, out, err) }()
+	}
 
 	// SPEC §2 order: identity → body → managed task → route → run.
 	sess, err := s.identify(ctx, authorization)
 	if err != nil {
 		return nil, err
 	}
+	d.identified(sess)
 	raw, err := readBody(body)
 	if err != nil {
 		return nil, err
@@ -48,6 +53,7 @@ func (s *Service) SearchInto(ctx context.Context, dst []byte, authorization stri
 	if err != nil {
 		return nil, err
 	}
+	d.asked(req.query, true, req.runID)
 	// The route's KB rows are read with it (one statement) when the last
 	// configuration seen for the route names them; the fresh route decides
 	// (kbRows reads any id the guess missed).
@@ -71,6 +77,7 @@ func (s *Service) SearchInto(ctx context.Context, dst []byte, authorization stri
 	}
 	kc := a.route.Knowledge
 	if kc == nil {
+		d.hints(res.Status, nil)
 		return res.appendTo(dst), nil
 	}
 	kbs := uniqueStrings(kc.KBIDs)
@@ -124,6 +131,7 @@ func (s *Service) SearchInto(ctx context.Context, dst []byte, authorization stri
 	if res.Truncated {
 		s.m.truncate("search")
 	}
+	d.hints(res.Status, res.Hints)
 	return res.appendTo(dst), nil
 }
 
@@ -374,7 +382,7 @@ func (s *Service) mint(groups []docGroup, bind Binding, scope string) ([]Hint, e
 		}
 		hints = append(hints, Hint{
 			Ref: ref, Title: g.doc.Title, Summary: summarize(g.chunks), Revision: rev,
-			Score: g.score, ExpiresAt: expiry,
+			Score: g.score, ExpiresAt: expiry, docID: g.doc.DocID, kbID: g.doc.KBID,
 		})
 	}
 	return hints, nil

@@ -16,6 +16,10 @@ type Hint struct {
 	Revision  string
 	Score     float64
 	ExpiresAt time.Time
+
+	// The document behind the ref, for the disclosure audit (never serialized).
+	docID int64
+	kbID  string
 }
 
 // SearchBody is a search response before serialization. Hints are in rank

@@ -53,6 +53,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Registerer receives the metrics (nil: no metrics).
 	Registerer prometheus.Registerer
+	// Auditor records every answer of search, read and an on_demand turn's
+	// hints before it is sent (SPEC §11); nil: no audit.
+	Auditor Auditor
 }
 
 // Service answers the knowledge endpoints. It is safe for concurrent use.
@@ -68,6 +71,7 @@ type Service struct {
 	timeout   time.Duration
 	log       *slog.Logger
 	m         *metrics
+	audit     Auditor // nil: audit off
 
 	limiter *limiter
 	// routes remembers the last configuration seen per route, used only
@@ -107,7 +111,7 @@ func New(o Options) (*Service, error) {
 	s := &Service{
 		id: o.Identity, retriever: o.Retriever, catalog: o.Catalog, tasks: o.Tasks, keys: o.Keys,
 		now: o.Now, rate: rate.Limit(o.RateLimit), burst: o.RateBurst,
-		timeout: o.RetrievalTimeout, log: o.Logger,
+		timeout: o.RetrievalTimeout, log: o.Logger, audit: o.Auditor,
 	}
 	if s.now == nil {
 		s.now = time.Now

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/netip"
 	"net/url"
@@ -22,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/bailinghub/knowledge-sidecar/audit"
 	"github.com/bailinghub/knowledge-sidecar/breaker"
 	"github.com/bailinghub/knowledge-sidecar/catalog"
 	"github.com/bailinghub/knowledge-sidecar/config"
@@ -135,6 +137,8 @@ type Deps struct {
 	// TracerProvider replaces the OTLP tracer provider of tracing.enabled
 	// (tests record spans with it); set, tracing is on.
 	TracerProvider trace.TracerProvider
+	// AuditStdout replaces standard output for audit.file "-" (tests).
+	AuditStdout io.Writer
 }
 
 // App is a built sidecar: the edge plus what must be closed after it.
@@ -149,6 +153,8 @@ type App struct {
 	cfg    config.Config
 	level  *slog.LevelVar
 	single bool // Deps.SingleProcess
+
+	audit *audit.Log // nil: audit off
 
 	tp      trace.TracerProvider // nil: tracing off
 	tracing *telemetry.Tracing   // the OTLP provider Build set up, flushed by ShutdownTracing
@@ -361,7 +367,12 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 		}
 		shared = rl
 	}
+	auditor, err := a.buildAudit(ctx, cfg, deps, reg, log)
+	if err != nil {
+		return nil, err
+	}
 	svc, err := knowledge.New(knowledge.Options{
+		Auditor:          auditor,
 		SharedLimiter:    shared,
 		Now:              deps.Now,
 		Identity:         client,
@@ -411,6 +422,40 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 		NoTurnHints:     !cfg.TurnHints,
 		Now:             deps.Now,
 	}, nil
+}
+
+// buildAudit opens the disclosure audit's sink (SPEC §11) when
+// audit.enabled, with its OTLP logger when audit.otlp; nil otherwise.
+func (a *App) buildAudit(ctx context.Context, cfg config.Config, deps Deps, reg prometheus.Registerer, log *slog.Logger) (knowledge.Auditor, error) {
+	if !cfg.Audit.Enabled {
+		return nil, nil
+	}
+	o := audit.Options{
+		File: cfg.Audit.File, Refuse: cfg.Audit.OnFailure == config.AuditRefuse,
+		Now: deps.Now, Logger: log, Registerer: reg, Stdout: deps.AuditStdout,
+	}
+	if cfg.Audit.QueryHMACKey != "" {
+		o.QueryKey = []byte(cfg.Audit.QueryHMACKey)
+	}
+	if cfg.Audit.OTLP {
+		p, err := audit.NewOTLP(ctx, telemetry.ServiceName, deps.Version)
+		if err != nil {
+			return nil, err
+		}
+		a.closers = append(a.closers, func() error {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			return p.Shutdown(sctx)
+		})
+		o.OTLP = p.Logger()
+	}
+	l, err := audit.Open(o)
+	if err != nil {
+		return nil, err
+	}
+	a.audit = l
+	a.closers = append(a.closers, l.Close)
+	return l, nil
 }
 
 // buildCatalog opens the SQL catalog behind its schema gate, or takes the
@@ -478,6 +523,9 @@ func (a *App) buildCatalog(ctx context.Context, cfg config.Config, deps Deps, re
 func (a *App) Reload(load func() (config.Config, error)) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	// The audit file is reopened whatever the configuration says: logrotate
+	// renamed it and asks for a new one (its failure is logged by Reopen).
+	_ = a.audit.Reopen()
 	cfg, err := load()
 	if err != nil {
 		a.Server.ObserveReload("rejected")

@@ -41,6 +41,8 @@ func TestLayering(t *testing.T) {
 		{dir: "catalog", forbidden: []string{mod + "coreclient", mod + "knowledge", mod + "proxy", mod + "turn", mod + "ledger", mod + "sidecar"}},
 		{dir: "breaker", ours: []string{"config", "corefacts", "telemetry"}},
 		{dir: "rollout", ours: []string{"corefacts"}},
+		{dir: "audit", ours: []string{"corefacts/jsstring", "knowledge", "protocol", "telemetry"},
+			forbidden: []string{"github.com/labstack/echo/", "net/http/httputil"}},
 		// The checker is the independent oracle: its own copy of the wire
 		// facts (conformance/oracle.go), never package protocol's.
 		{dir: "conformance", ours: []string{"hostclient"}},

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"database/sql"
@@ -262,6 +263,13 @@ func newSidecar(coreURL, catalogDSN string, turnHints bool, log *slog.Logger) (*
 	// As serve reads it; the SDK then reads the OTEL_* variables.
 	if on, err := strconv.ParseBool(os.Getenv("KNOWLEDGE_SIDECAR_TRACING_ENABLED")); err == nil {
 		cfg.Tracing.Enabled = on
+	}
+	// The disclosure audit, as serve reads it (--cpu-variant
+	// 'audit=;KNOWLEDGE_SIDECAR_AUDIT_ENABLED=true;KNOWLEDGE_SIDECAR_AUDIT_FILE=…').
+	if on, err := strconv.ParseBool(os.Getenv("KNOWLEDGE_SIDECAR_AUDIT_ENABLED")); err == nil && on {
+		cfg.Audit.Enabled = true
+		cfg.Audit.File = cmp.Or(os.Getenv("KNOWLEDGE_SIDECAR_AUDIT_FILE"), cfg.Audit.File)
+		cfg.Audit.QueryHMACKey = os.Getenv("KNOWLEDGE_SIDECAR_AUDIT_QUERY_HMAC_KEY")
 	}
 	deps := sidecar.Deps{Logger: log, Version: "bench"}
 	if catalogDSN == "" {
