@@ -138,7 +138,9 @@ type Deps struct {
 	Logger *slog.Logger // nil: discard
 	// Level is the logger's level, which reloads change (nil: a private one).
 	Level   *slog.LevelVar
-	Version string // build version, in build_info
+	Version string // build version, in build_info and /-/status
+	// Revision is the VCS revision, in /-/status.
+	Revision string
 	// Catalog replaces the SQL catalog of catalog.dsn (the demo's in-memory
 	// twin): no DSN is needed and no schema check runs. It must also
 	// implement knowledge.Tasks to apply task rules; otherwise none apply.
@@ -167,6 +169,17 @@ type App struct {
 	cfg    config.Config
 	level  *slog.LevelVar
 	single bool // Deps.SingleProcess
+
+	// What /-/status and /-/explain read (status.go).
+	version, revision string
+	started           time.Time
+	now               func() time.Time
+	registry          *prometheus.Registry
+	knowledgeOff      string        // why the knowledge features are off; "": on
+	sqlCatalog        bool          // the catalog is catalog.dsn's, behind its schema gate
+	routes            RouteLookup   // the knowledge endpoints' catalog
+	rdb               *ledger.Redis // nil: no Redis
+	lastReload        *ReloadStatus // under mu; nil: none since start
 
 	tp      trace.TracerProvider // nil: tracing off
 	tracing *telemetry.Tracing   // the OTLP provider Build set up, flushed by ShutdownTracing
@@ -265,7 +278,12 @@ func Build(ctx context.Context, cfg config.Config, deps Deps) (*App, error) {
 	if level == nil {
 		level = new(slog.LevelVar)
 	}
-	a := &App{log: log, cfg: cfg, metrics: rec, level: level, single: deps.SingleProcess}
+	a := &App{log: log, cfg: cfg, metrics: rec, level: level, single: deps.SingleProcess,
+		version: deps.Version, revision: deps.Revision, now: deps.Now, registry: reg}
+	if a.now == nil {
+		a.now = time.Now
+	}
+	a.started = a.now()
 	log, err := a.setupTracing(ctx, cfg, deps, rec, log)
 	if err != nil {
 		return nil, err
@@ -303,6 +321,7 @@ func Build(ctx context.Context, cfg config.Config, deps Deps) (*App, error) {
 		ok = true // the catalog is given, not dialled
 	}
 	if !ok {
+		a.knowledgeOff = reason
 		log.Warn("knowledge features are off; running as a pure pass-through proxy", slog.String("reason", reason))
 	} else {
 		f, err := a.buildFeatures(ctx, cfg, deps, rec, log)
@@ -318,6 +337,7 @@ func Build(ctx context.Context, cfg config.Config, deps Deps) (*App, error) {
 		return nil, err
 	}
 	a.Server = srv
+	a.registerOps()
 	return a, nil
 }
 
@@ -356,6 +376,7 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 			return nil, err
 		}
 		a.closers = append(a.closers, rdb.Close)
+		a.rdb = rdb
 		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		if err := rdb.Ping(pctx); err != nil {
 			// Not fatal: pass-through and turns without the field keep working;
@@ -426,6 +447,7 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 func (a *App) buildCatalog(ctx context.Context, cfg config.Config, deps Deps, reg prometheus.Registerer, log *slog.Logger) (knowledge.Catalog, knowledge.Tasks, error) {
 	if deps.Catalog != nil {
 		tasks, _ := deps.Catalog.(knowledge.Tasks)
+		a.routes = deps.Catalog
 		return deps.Catalog, tasks, nil
 	}
 	sqlCat, err := catalog.Open(catalog.Options{
@@ -475,6 +497,7 @@ func (a *App) buildCatalog(ctx context.Context, cfg config.Config, deps Deps, re
 	case corefacts.TaskControlAbsent, corefacts.TaskControlEnforced:
 		log.Info("managed-task rules", slog.String("task_control", string(st)))
 	}
+	a.routes, a.sqlCatalog = gated, true
 	return gated, gated, nil
 }
 
@@ -489,6 +512,7 @@ func (a *App) Reload(load func() (config.Config, error)) error {
 	cfg, err := load()
 	if err != nil {
 		a.Server.ObserveReload("rejected")
+		a.noteReload("rejected", err)
 		a.log.Error("configuration reload rejected; keeping the running configuration", slog.Any("error", err))
 		var ce *config.Error
 		if !errors.As(err, &ce) {
@@ -513,6 +537,7 @@ func (a *App) Reload(load func() (config.Config, error)) error {
 	}
 	a.cfg.Rollout, a.cfg.TurnHints, a.cfg.Log.Level = cfg.Rollout, cfg.TurnHints, cfg.Log.Level
 	a.Server.ObserveReload("ok")
+	a.noteReload("ok", nil)
 	a.log.Info("configuration reloaded", slog.String("rollout", pol.String()), slog.Bool("turn_hints", cfg.TurnHints),
 		slog.String("log_level", cfg.Log.Level))
 	return nil
