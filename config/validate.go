@@ -77,6 +77,9 @@ func (p *problems) core(core Core) {
 		if u.RawQuery != "" || u.Fragment != "" {
 			p.add("core.url", showURL(u)+" must not have a query or fragment")
 		}
+		if core.CAFile != "" && u.Scheme != "https" {
+			p.add("core.ca_file", "is set but core.url is not https:// (the CA only verifies Core's TLS certificate)")
+		}
 	}
 	if id := core.ClientAppID; id != "" && (utf8.RuneCountInString(id) > 64 || strings.TrimSpace(id) != id || strings.ContainsFunc(id, unicode.IsControl)) {
 		p.add("core.client_app_id", quote(id)+" is not a Core app_id: 1 to 64 characters, no control characters or outer spaces")

@@ -8,6 +8,7 @@ package sidecar
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -71,6 +72,15 @@ var ExtraChecks = []func(*config.Config) (string, error){
 				return "ledger.redis_url", errors.New("is not a valid Redis URL such as redis://host:6379/0 (value not shown)")
 			}
 			return "", nil // the mode is reported by Validate
+		}
+		return "", nil
+	},
+	func(c *config.Config) (string, error) {
+		if c.Core.CAFile == "" || !strings.HasPrefix(c.Core.URL, "https://") {
+			return "", nil // unset, or already reported by Validate
+		}
+		if _, err := CoreTLS(*c); err != nil {
+			return "core.ca_file", errors.New(strings.TrimPrefix(err.Error(), "core.ca_file "))
 		}
 		return "", nil
 	},
@@ -179,6 +189,7 @@ type App struct {
 	sqlCatalog        bool          // the catalog is catalog.dsn's, behind its schema gate
 	routes            RouteLookup   // the knowledge endpoints' catalog
 	rdb               *ledger.Redis // nil: no Redis
+	coreTLS           *tls.Config   // core.ca_file's; nil: the system roots
 	lastReload        *ReloadStatus // under mu; nil: none since start
 
 	tp      trace.TracerProvider // nil: tracing off
@@ -290,6 +301,12 @@ func Build(ctx context.Context, cfg config.Config, deps Deps) (*App, error) {
 	}
 	a.log = log
 	coreURL, _ := url.Parse(cfg.Core.URL) // validated
+	// One TLS configuration for every connection to Core (core.ca_file).
+	a.coreTLS, err = CoreTLS(cfg)
+	if err != nil {
+		a.Close()
+		return nil, err
+	}
 	var trusted []netip.Prefix
 	for _, s := range cfg.Proxy.TrustedProxies {
 		p, _ := config.ParsePrefix(s) // validated
@@ -301,6 +318,7 @@ func Build(ctx context.Context, cfg config.Config, deps Deps) (*App, error) {
 			DialTimeout:           cfg.Proxy.DialTimeout,
 			ResponseHeaderTimeout: cfg.Proxy.ResponseHeaderTimeout,
 			MaxIdleConnsPerHost:   cfg.Proxy.MaxIdleConnsPerHost,
+			TLSClientConfig:       a.coreTLS,
 		}),
 		TrustedProxies:  trusted,
 		PreserveHost:    cfg.Proxy.PreserveHost,
@@ -345,6 +363,7 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 	client, err := coreclient.NewClient(coreclient.Options{
 		BaseURL:        cfg.Core.URL,
 		ServiceToken:   cfg.Core.Token,
+		Transport:      CoreClientTransport(a.coreTLS),
 		Timeout:        cfg.Core.Timeout,
 		ProbeInterval:  cfg.ProbeInterval,
 		Identity:       breakerSettings(cfg.Core.Identity),

@@ -34,7 +34,7 @@ Operator side:
   status         print a running sidecar's status from its admin listener: status [--admin URL]
   keygen         print a new KNOWLEDGE_SIDECAR_SIGNING_KEYS entry
   version        print version, revision, build time and Go version
-Host side (Agent token from BAILING_AGENT_TOKEN; mcp also --token-file or --token-command):
+Host side (Agent token from BAILING_AGENT_TOKEN, or --token-file; mcp also --token-command):
   mcp            serve knowledge_search and knowledge_read to an MCP host over stdio
   conformance    check an implementation of the protocol against its MUSTs
   help           print this list
