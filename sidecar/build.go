@@ -42,15 +42,15 @@ var ExtraChecks = []func(*config.Config) (string, error){
 		return "rollout", err
 	},
 	func(c *config.Config) (string, error) {
-		if ok, _ := c.KnowledgeEnabled(); !ok && c.Signing.Keys == "" {
-			return "", nil
+		if ok, _ := c.KnowledgeEnabled(); (!ok && c.Signing.Keys == "") || config.IsPlaceholder(c.Signing.Keys) || config.IsPlaceholder(c.Core.Token) {
+			return "", nil // off, or a placeholder Validate reports
 		}
 		_, err := knowledge.NewKeyring(c.Signing.Keys, c.Core.Token)
 		return "signing.keys", err
 	},
 	func(c *config.Config) (string, error) {
-		if c.Catalog.DSN == "" {
-			return "", nil
+		if c.Catalog.DSN == "" || config.IsPlaceholder(c.Catalog.DSN) {
+			return "", nil // unset, or a placeholder Validate reports
 		}
 		if _, err := catalog.NormalizeDSN(c.Catalog.DSN); err != nil {
 			return "catalog.dsn", errors.New("is not a valid go-sql-driver/mysql DSN such as user:password@tcp(host:3306)/bailinghub (value not shown)")
@@ -59,7 +59,7 @@ var ExtraChecks = []func(*config.Config) (string, error){
 	},
 	func(c *config.Config) (string, error) {
 		u := c.Ledger.RedisURL
-		if !strings.HasPrefix(u, "redis://") && !strings.HasPrefix(u, "rediss://") {
+		if (!strings.HasPrefix(u, "redis://") && !strings.HasPrefix(u, "rediss://")) || config.IsPlaceholder(u) {
 			return "", nil // empty, or already reported by Validate
 		}
 		if err := ledger.ParseRedisURL(c.Ledger.RedisMode, u); err != nil {
