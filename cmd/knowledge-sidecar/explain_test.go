@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -8,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/bailinghub/knowledge-sidecar/rollout"
+	"github.com/bailinghub/knowledge-sidecar/sidecar"
 	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
 
@@ -74,4 +76,19 @@ func TestCheckConfigRoute(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("json", func(t *testing.T) {
+		body := "core:\n  url: http://core.internal:8000\nrollout: \"percent:" + strconv.Itoa(from) + "\"\nnative_detection: never\n"
+		if err := os.WriteFile(cfgPath, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		code, stdout, stderr := runCLI("check-config", "--config", cfgPath, "--route", testdb.RouteMulti, "--json")
+		var ex sidecar.Explanation
+		if err := json.Unmarshal([]byte(stdout), &ex); code != 0 || err != nil {
+			t.Fatalf("exit %d, %v; want 0 and the JSON alone on stdout:\n%s%s", code, err, stdout, stderr)
+		}
+		if !ex.Served || ex.Rollout.Bucket == nil || *ex.Rollout.Bucket != rollout.Bucket(testdb.RouteMulti) || !ex.Catalog.Found {
+			t.Errorf("got %+v; want served, its bucket, found", ex)
+		}
+	})
 }

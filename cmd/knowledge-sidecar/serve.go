@@ -77,9 +77,11 @@ func cmdCheckConfig(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	if ok, reason := cfg.KnowledgeEnabled(); !ok {
+	switch ok, reason := cfg.KnowledgeEnabled(); {
+	case *route != "" && *asJSON: // stdout is the explanation's JSON alone
+	case !ok:
 		fmt.Fprintf(stdout, "configuration is valid; knowledge features are off: %s (pure pass-through)\n", reason)
-	} else {
+	default:
 		fmt.Fprintln(stdout, "configuration is valid")
 	}
 	code := 0
