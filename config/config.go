@@ -99,6 +99,12 @@ type Core struct {
 	Token string `yaml:"-"`
 	// TokenFile is a file holding Token (trailing newline trimmed).
 	TokenFile string `yaml:"token_file"`
+	// CAFile is a PEM file of the CA certificate(s) that sign an https://
+	// Core's certificate, trusted in addition to the system roots, by the
+	// pass-through and by the sidecar's own Core calls alike (MCP hosts and
+	// containers often do not pass SSL_CERT_FILE). Default "" (the system
+	// roots only). Restart-only.
+	CAFile string `yaml:"ca_file"`
 	// ClientAppID is the app_id of the Core client (bz_clients) whose token
 	// is Token. Optional, default "" (not checked). When set, the catalog
 	// reads its rate_limit_per_min at start-up and on each schema re-check:

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -566,7 +568,13 @@ func transportError(ctx context.Context, err error) error {
 		return fmt.Errorf("%w: %w", corefacts.ErrUnavailable, context.DeadlineExceeded)
 	}
 	var dnsErr *net.DNSError
+	var unknownCA x509.UnknownAuthorityError
+	var verify *tls.CertificateVerificationError
 	switch {
+	case errors.As(err, &unknownCA): // the sentinels' texts name no host
+		return fmt.Errorf("%w: transport error: %w", corefacts.ErrUnavailable, ErrUnknownAuthority)
+	case errors.As(err, &verify):
+		return fmt.Errorf("%w: transport error: %w", corefacts.ErrUnavailable, ErrCertificate)
 	case errors.Is(err, syscall.ECONNREFUSED): // its text names no address
 		return fmt.Errorf("%w: transport error: %w", corefacts.ErrUnavailable, syscall.ECONNREFUSED)
 	case errors.As(err, &dnsErr):
@@ -574,6 +582,14 @@ func transportError(ctx context.Context, err error) error {
 	}
 	return fmt.Errorf("%w: transport error", corefacts.ErrUnavailable)
 }
+
+// ErrUnknownAuthority: an https Core's certificate is signed by a CA that
+// is not trusted (a private CA needs core.ca_file). ErrCertificate: it did
+// not verify otherwise (host name, expiry). Neither keeps the address.
+var (
+	ErrUnknownAuthority = errors.New("core's TLS certificate is signed by an unknown authority")
+	ErrCertificate      = errors.New("core's TLS certificate does not verify")
+)
 
 // ErrNoSuchHost: Core's host name does not resolve (the name is not kept).
 var ErrNoSuchHost = errors.New("the host name does not resolve")

@@ -8,6 +8,7 @@ package sidecar
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -44,15 +45,15 @@ var ExtraChecks = []func(*config.Config) (string, error){
 		return "rollout", err
 	},
 	func(c *config.Config) (string, error) {
-		if ok, _ := c.KnowledgeEnabled(); !ok && c.Signing.Keys == "" {
-			return "", nil
+		if ok, _ := c.KnowledgeEnabled(); (!ok && c.Signing.Keys == "") || config.IsPlaceholder(c.Signing.Keys) || config.IsPlaceholder(c.Core.Token) {
+			return "", nil // off, or a placeholder Validate reports
 		}
 		_, err := knowledge.NewKeyring(c.Signing.Keys, c.Core.Token)
 		return "signing.keys", err
 	},
 	func(c *config.Config) (string, error) {
-		if c.Catalog.DSN == "" {
-			return "", nil
+		if c.Catalog.DSN == "" || config.IsPlaceholder(c.Catalog.DSN) {
+			return "", nil // unset, or a placeholder Validate reports
 		}
 		if _, err := catalog.NormalizeDSN(c.Catalog.DSN); err != nil {
 			return "catalog.dsn", errors.New("is not a valid go-sql-driver/mysql DSN such as user:password@tcp(host:3306)/bailinghub (value not shown)")
@@ -61,7 +62,7 @@ var ExtraChecks = []func(*config.Config) (string, error){
 	},
 	func(c *config.Config) (string, error) {
 		u := c.Ledger.RedisURL
-		if !strings.HasPrefix(u, "redis://") && !strings.HasPrefix(u, "rediss://") {
+		if (!strings.HasPrefix(u, "redis://") && !strings.HasPrefix(u, "rediss://")) || config.IsPlaceholder(u) {
 			return "", nil // empty, or already reported by Validate
 		}
 		if err := sharedredis.ParseURL(c.Ledger.RedisMode, u); err != nil {
@@ -74,6 +75,15 @@ var ExtraChecks = []func(*config.Config) (string, error){
 				return "ledger.redis_url", errors.New("is not a valid Redis URL such as redis://host:6379/0 (value not shown)")
 			}
 			return "", nil // the mode is reported by Validate
+		}
+		return "", nil
+	},
+	func(c *config.Config) (string, error) {
+		if c.Core.CAFile == "" || !strings.HasPrefix(c.Core.URL, "https://") {
+			return "", nil // unset, or already reported by Validate
+		}
+		if _, err := CoreTLS(*c); err != nil {
+			return "core.ca_file", errors.New(strings.TrimPrefix(err.Error(), "core.ca_file "))
 		}
 		return "", nil
 	},
@@ -122,7 +132,9 @@ type Deps struct {
 	Logger *slog.Logger // nil: discard
 	// Level is the logger's level, which reloads change (nil: a private one).
 	Level   *slog.LevelVar
-	Version string // build version, in build_info
+	Version string // build version, in build_info and /-/status
+	// Revision is the VCS revision, in /-/status.
+	Revision string
 	// Catalog replaces the SQL catalog of catalog.dsn (the demo's in-memory
 	// twin): no DSN is needed and no schema check runs. It must also
 	// implement knowledge.Tasks to apply task rules; otherwise none apply.
@@ -155,6 +167,18 @@ type App struct {
 	single bool // Deps.SingleProcess
 
 	audit *audit.Log // nil: audit off
+
+	// What /-/status and /-/explain read (status.go).
+	version, revision string
+	started           time.Time
+	now               func() time.Time
+	registry          *prometheus.Registry
+	knowledgeOff      string              // why the knowledge features are off; "": on
+	sqlCatalog        bool                // the catalog is catalog.dsn's, behind its schema gate
+	routes            RouteLookup         // the knowledge endpoints' catalog
+	rdb               *sharedredis.Client // nil: no Redis
+	coreTLS           *tls.Config         // core.ca_file's; nil: the system roots
+	lastReload        *ReloadStatus       // under mu; nil: none since start
 
 	tp      trace.TracerProvider // nil: tracing off
 	tracing *telemetry.Tracing   // the OTLP provider Build set up, flushed by ShutdownTracing
@@ -253,13 +277,24 @@ func Build(ctx context.Context, cfg config.Config, deps Deps) (*App, error) {
 	if level == nil {
 		level = new(slog.LevelVar)
 	}
-	a := &App{log: log, cfg: cfg, metrics: rec, level: level, single: deps.SingleProcess}
+	a := &App{log: log, cfg: cfg, metrics: rec, level: level, single: deps.SingleProcess,
+		version: deps.Version, revision: deps.Revision, now: deps.Now, registry: reg}
+	if a.now == nil {
+		a.now = time.Now
+	}
+	a.started = a.now()
 	log, err := a.setupTracing(ctx, cfg, deps, rec, log)
 	if err != nil {
 		return nil, err
 	}
 	a.log = log
 	coreURL, _ := url.Parse(cfg.Core.URL) // validated
+	// One TLS configuration for every connection to Core (core.ca_file).
+	a.coreTLS, err = CoreTLS(cfg)
+	if err != nil {
+		a.Close()
+		return nil, err
+	}
 	var trusted []netip.Prefix
 	for _, s := range cfg.Proxy.TrustedProxies {
 		p, _ := config.ParsePrefix(s) // validated
@@ -271,6 +306,7 @@ func Build(ctx context.Context, cfg config.Config, deps Deps) (*App, error) {
 			DialTimeout:           cfg.Proxy.DialTimeout,
 			ResponseHeaderTimeout: cfg.Proxy.ResponseHeaderTimeout,
 			MaxIdleConnsPerHost:   cfg.Proxy.MaxIdleConnsPerHost,
+			TLSClientConfig:       a.coreTLS,
 		}),
 		TrustedProxies:  trusted,
 		PreserveHost:    cfg.Proxy.PreserveHost,
@@ -291,6 +327,7 @@ func Build(ctx context.Context, cfg config.Config, deps Deps) (*App, error) {
 		ok = true // the catalog is given, not dialled
 	}
 	if !ok {
+		a.knowledgeOff = reason
 		log.Warn("knowledge features are off; running as a pure pass-through proxy", slog.String("reason", reason))
 	} else {
 		f, err := a.buildFeatures(ctx, cfg, deps, rec, log)
@@ -306,20 +343,15 @@ func Build(ctx context.Context, cfg config.Config, deps Deps) (*App, error) {
 		return nil, err
 	}
 	a.Server = srv
+	a.registerOps()
 	return a, nil
 }
 
 func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, reg prometheus.Registerer, log *slog.Logger) (*proxy.Features, error) {
 	client, err := coreclient.NewClient(coreclient.Options{
-		BaseURL:      cfg.Core.URL,
-		ServiceToken: cfg.Core.Token,
-		// Its own pool to Core, built from the pass-through's settings
-		// (coreclient.NewTransport says why not the pass-through's pool).
-		Transport: coreclient.NewTransport(coreclient.TransportOptions{
-			DialTimeout:           cfg.Proxy.DialTimeout,
-			ResponseHeaderTimeout: cfg.Core.Timeout,
-			MaxIdleConnsPerHost:   cfg.Proxy.MaxIdleConnsPerHost,
-		}),
+		BaseURL:        cfg.Core.URL,
+		ServiceToken:   cfg.Core.Token,
+		Transport:      CoreClientTransport(cfg, a.coreTLS),
 		Timeout:        cfg.Core.Timeout,
 		ProbeInterval:  cfg.ProbeInterval,
 		Identity:       breakerSettings(cfg.Core.Identity),
@@ -350,6 +382,7 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 			return nil, err
 		}
 		a.closers = append(a.closers, rdb.Close)
+		a.rdb = rdb
 		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		if err := rdb.Ping(pctx); err != nil {
 			// Not fatal: pass-through and turns without the field keep working;
@@ -463,6 +496,7 @@ func (a *App) buildAudit(ctx context.Context, cfg config.Config, deps Deps, reg 
 func (a *App) buildCatalog(ctx context.Context, cfg config.Config, deps Deps, reg prometheus.Registerer, log *slog.Logger) (knowledge.Catalog, knowledge.Tasks, error) {
 	if deps.Catalog != nil {
 		tasks, _ := deps.Catalog.(knowledge.Tasks)
+		a.routes = deps.Catalog
 		return deps.Catalog, tasks, nil
 	}
 	sqlCat, err := catalog.Open(catalog.Options{
@@ -512,6 +546,7 @@ func (a *App) buildCatalog(ctx context.Context, cfg config.Config, deps Deps, re
 	case corefacts.TaskControlAbsent, corefacts.TaskControlEnforced:
 		log.Info("managed-task rules", slog.String("task_control", string(st)))
 	}
+	a.routes, a.sqlCatalog = gated, true
 	return gated, gated, nil
 }
 
@@ -529,6 +564,7 @@ func (a *App) Reload(load func() (config.Config, error)) error {
 	cfg, err := load()
 	if err != nil {
 		a.Server.ObserveReload("rejected")
+		a.noteReload("rejected", err)
 		a.log.Error("configuration reload rejected; keeping the running configuration", slog.Any("error", err))
 		var ce *config.Error
 		if !errors.As(err, &ce) {
@@ -553,6 +589,7 @@ func (a *App) Reload(load func() (config.Config, error)) error {
 	}
 	a.cfg.Rollout, a.cfg.TurnHints, a.cfg.Log.Level = cfg.Rollout, cfg.TurnHints, cfg.Log.Level
 	a.Server.ObserveReload("ok")
+	a.noteReload("ok", nil)
 	a.log.Info("configuration reloaded", slog.String("rollout", pol.String()), slog.Bool("turn_hints", cfg.TurnHints),
 		slog.String("log_level", cfg.Log.Level))
 	return nil

@@ -200,7 +200,8 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 	// The demo's configuration is made here, not read: only the listen
 	// flags come from the user, and Run says clearly if they are unusable.
 	cfg := w.config(*listen, *adminListen)
-	app, err := sidecar.Build(ctx, cfg, sidecar.Deps{Logger: log, Level: level, Version: version, Catalog: w.catalog, SingleProcess: true})
+	b := readBuildInfo()
+	app, err := sidecar.Build(ctx, cfg, sidecar.Deps{Logger: log, Level: level, Version: b.Version, Revision: b.Revision, Catalog: w.catalog, SingleProcess: true})
 	if err != nil {
 		fmt.Fprintln(stderr, "demo:", err)
 		return 1

@@ -25,6 +25,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/sharedredis"
+	"github.com/bailinghub/knowledge-sidecar/sidecar"
 )
 
 // probeAgentTokenEnv optionally holds an Agent access token (bha_…) with
@@ -84,8 +85,14 @@ func runProbes(ctx context.Context, cfg config.Config, timeout time.Duration, st
 }
 
 func (p *prober) core(ctx context.Context) {
+	coreTLS, err := sidecar.CoreTLS(p.cfg) // validated
+	if err != nil {
+		p.add("core", verdictFail, "%v", err)
+		return
+	}
 	client, err := coreclient.NewClient(coreclient.Options{
 		BaseURL: p.cfg.Core.URL, ServiceToken: p.cfg.Core.Token, Timeout: p.timeout, ProbeInterval: time.Second,
+		Transport: sidecar.CoreClientTransport(p.cfg, coreTLS),
 	})
 	if err != nil {
 		p.add("core", verdictFail, "%v", err)
@@ -140,6 +147,10 @@ func (p *prober) core(ctx context.Context) {
 // coreProblem words a Core probe error for an operator.
 func coreProblem(err error) string {
 	switch {
+	case errors.Is(err, coreclient.ErrUnknownAuthority):
+		return "Core's TLS certificate is not signed by a trusted CA: set core.ca_file to the PEM file of the CA that signs it"
+	case errors.Is(err, coreclient.ErrCertificate):
+		return "Core's TLS certificate does not verify (a host name it is not valid for, or expired)"
 	case errors.Is(err, coreclient.ErrNotACore):
 		return err.Error()
 	case errors.Is(err, context.DeadlineExceeded):
