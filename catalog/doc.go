@@ -16,7 +16,7 @@
 //
 // # Core's rate limit on the sidecar's client
 //
-// [RateLimitCheck] reads bz_clients.rate_limit_per_min of the sidecar's own
+// [ClientLimitCheck] reads bz_clients.rate_limit_per_min of the sidecar's own
 // client and the most KBs one route searches, logs a non-zero limit at warn
 // with the search capacity it implies and exports both as gauges. It runs
 // after every passing schema check ([SchemaGate.AfterCheck]).

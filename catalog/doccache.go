@@ -75,5 +75,3 @@ func (c *docCache) add(k docKey, e docEntry) {
 		}
 	}
 }
-
-func (c *docCache) len() int { return c.lru.Len() }

@@ -39,7 +39,41 @@ type Config struct {
 	Log       Log       `yaml:"log"`
 	Reload    Reload    `yaml:"reload"`
 	Tracing   Tracing   `yaml:"tracing"`
+	Audit     Audit     `yaml:"audit"`
 }
+
+// Audit configures the disclosure audit (SPEC §11, docs/audit.md): one
+// JSON event per answer of search, read and on_demand turns naming the
+// documents disclosed, never the query or any document text.
+type Audit struct {
+	// Enabled turns the audit on. Default false. Restart-only.
+	Enabled bool `yaml:"enabled"`
+	// File is where events are appended as JSON Lines: a path, or "-" for
+	// standard output. Reopened on SIGHUP and POST /-/reload (logrotate).
+	// Default "-". Restart-only (the path; reopening is not).
+	File string `yaml:"file"`
+	// OnFailure is what an answer does when its event cannot be written:
+	// "continue" (sent; the failure counted and logged) or "refuse" (503
+	// knowledge_unavailable: nothing disclosed without its event). Default
+	// "continue". Restart-only.
+	OnFailure string `yaml:"on_failure"`
+	// OTLP also sends each event as an OpenTelemetry log record to the
+	// OTLP collector tracing uses (OTEL_EXPORTER_OTLP_[LOGS_]* variables);
+	// needs tracing.enabled. Default false. Restart-only.
+	OTLP bool `yaml:"otlp"`
+	// QueryHMACKey, when set, records HMAC-SHA256(key, query) in hex beside
+	// a search's query length (a plain hash of a short query is guessable).
+	// At least 32 bytes. Secret: env or QueryHMACKeyFile only. Default unset.
+	QueryHMACKey string `yaml:"-"`
+	// QueryHMACKeyFile is a file holding QueryHMACKey.
+	QueryHMACKeyFile string `yaml:"query_hmac_key_file"`
+}
+
+// Audit failure policies (audit.on_failure).
+const (
+	AuditContinue = "continue"
+	AuditRefuse   = "refuse"
+)
 
 // Tracing configures OpenTelemetry tracing (SPEC §9, docs/tracing.md).
 type Tracing struct {
@@ -65,6 +99,12 @@ type Core struct {
 	Token string `yaml:"-"`
 	// TokenFile is a file holding Token (trailing newline trimmed).
 	TokenFile string `yaml:"token_file"`
+	// CAFile is a PEM file of the CA certificate(s) that sign an https://
+	// Core's certificate, trusted in addition to the system roots, by the
+	// pass-through and by the sidecar's own Core calls alike (MCP hosts and
+	// containers often do not pass SSL_CERT_FILE). Default "" (the system
+	// roots only). Restart-only.
+	CAFile string `yaml:"ca_file"`
 	// ClientAppID is the app_id of the Core client (bz_clients) whose token
 	// is Token. Optional, default "" (not checked). When set, the catalog
 	// reads its rate_limit_per_min at start-up and on each schema re-check:
@@ -252,13 +292,15 @@ type Proxy struct {
 	// container's cgroup memory limit when there is one (else no limit); an
 	// explicit GOMEMLIMIT environment variable always wins. Restart-only.
 	MemoryLimit int64 `yaml:"memory_limit"`
-	// DialTimeout bounds connecting to Core. Default 5s.
+	// DialTimeout bounds connecting to Core (pass-through and the Core
+	// client's identity and search calls alike). Default 5s.
 	DialTimeout time.Duration `yaml:"dial_timeout"`
 	// ResponseHeaderTimeout bounds waiting for Core's response headers on
 	// pass-through traffic (0 = none; streams are not affected once headers
 	// arrived). Default 60s.
 	ResponseHeaderTimeout time.Duration `yaml:"response_header_timeout"`
-	// MaxIdleConnsPerHost sizes the keep-alive pool to Core. Default 256.
+	// MaxIdleConnsPerHost sizes the keep-alive pool to Core: the
+	// pass-through's, and the Core client's (a pool of its own). Default 256.
 	MaxIdleConnsPerHost int `yaml:"max_idle_conns_per_host"`
 }
 
@@ -334,6 +376,7 @@ func Defaults() Config {
 		Log:      Log{Level: "info"},
 		Reload:   Reload{WatchInterval: 10 * time.Second},
 		Tracing:  Tracing{Enabled: false, TrustInbound: "trusted_proxies"}, // off unless asked for
+		Audit:    Audit{Enabled: false, File: "-", OnFailure: AuditContinue},
 	}
 }
 

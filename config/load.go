@@ -16,20 +16,15 @@ const EnvPrefix = "KNOWLEDGE_SIDECAR_"
 // LookupEnv is os.LookupEnv's shape, injected so tests control the environment.
 type LookupEnv func(string) (string, bool)
 
-// Load builds the configuration: defaults, then the YAML file at path (if
-// path is not empty), then environment overrides, then secrets from their
-// files. It returns decoding problems; call Validate for semantic ones. An
-// unreadable file or a YAML syntax error is fatal (zero Config); every other
-// problem (unknown keys, secrets in the file, bad values, environment and
-// secret-file problems) comes back as one *Error next to the partly built
+// LoadWithWarnings builds the configuration: defaults, then the YAML file at
+// path (if path is not empty), then environment overrides, then secrets from
+// their files. It returns decoding problems; call Validate for semantic ones.
+// An unreadable file or a YAML syntax error is fatal (zero Config); every
+// other problem (unknown keys, secrets in the file, bad values, environment
+// and secret-file problems) comes back as one *Error next to the partly built
 // Config, so that Validate's problems can be reported in the same breath.
-func Load(path string, env LookupEnv) (Config, error) {
-	cfg, _, err := LoadWithWarnings(path, env)
-	return cfg, err
-}
-
-// LoadWithWarnings is Load that also returns warnings: settings that are
-// legal but probably not meant (an empty file, a file without rollout).
+// It also returns warnings: settings that are legal but probably not meant
+// (an empty file, a file without rollout).
 func LoadWithWarnings(path string, env LookupEnv) (Config, []string, error) {
 	if env == nil {
 		env = os.LookupEnv

@@ -34,10 +34,9 @@ var secrets = [...]Secret{
 		func(c *Config) *string { return &c.Signing.Keys }, func(c *Config) *string { return &c.Signing.KeysFile }},
 	{"ledger.redis_url", EnvPrefix + "LEDGER_REDIS_URL", "ledger.redis_url_file",
 		func(c *Config) *string { return &c.Ledger.RedisURL }, func(c *Config) *string { return &c.Ledger.RedisURLFile }},
+	{"audit.query_hmac_key", EnvPrefix + "AUDIT_QUERY_HMAC_KEY", "audit.query_hmac_key_file",
+		func(c *Config) *string { return &c.Audit.QueryHMACKey }, func(c *Config) *string { return &c.Audit.QueryHMACKeyFile }},
 }
-
-// Secrets returns the secret settings (a copy of the one list).
-func Secrets() []Secret { return append([]Secret(nil), secrets[:]...) }
 
 // secretOf returns the secret whose setting is path.
 func secretOf(path string) (Secret, bool) {

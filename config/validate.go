@@ -30,6 +30,7 @@ import (
 // SDK's.
 func (c *Config) Validate(extra ...func(*Config) (path string, err error)) error {
 	var p problems
+	p.placeholders(c)
 	p.listeners(c.Listen, c.AdminListen)
 	p.core(c.Core)
 	p.catalog(c.Catalog)
@@ -42,6 +43,7 @@ func (c *Config) Validate(extra ...func(*Config) (path string, err error)) error
 	p.log(c.Log)
 	p.reload(c.Reload)
 	p.tracing(c.Tracing)
+	p.audit(c.Audit, c.Tracing.Enabled)
 	for _, check := range extra {
 		if path, err := check(c); err != nil {
 			p.add(path, strings.TrimPrefix(err.Error(), path+": ")) // no "rollout: rollout: …"
@@ -66,6 +68,8 @@ func (p *problems) listeners(listen, admin string) {
 func (p *problems) core(core Core) {
 	if core.URL == "" {
 		p.add("core.url", "is required (KNOWLEDGE_SIDECAR_CORE_URL)")
+	} else if IsPlaceholder(core.URL) {
+		// reported by placeholders
 	} else if u, err := url.Parse(core.URL); err != nil {
 		p.add("core.url", "is not a URL (value not shown)")
 	} else if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -76,6 +80,9 @@ func (p *problems) core(core Core) {
 		}
 		if u.RawQuery != "" || u.Fragment != "" {
 			p.add("core.url", showURL(u)+" must not have a query or fragment")
+		}
+		if core.CAFile != "" && u.Scheme != "https" {
+			p.add("core.ca_file", "is set but core.url is not https:// (the CA only verifies Core's TLS certificate)")
 		}
 	}
 	if id := core.ClientAppID; id != "" && (utf8.RuneCountInString(id) > 64 || strings.TrimSpace(id) != id || strings.ContainsFunc(id, unicode.IsControl)) {
@@ -136,7 +143,7 @@ func (p *problems) ledger(l Ledger) {
 	default:
 		p.add("ledger.backend", quote(l.Backend)+" is not one of memory, redis")
 	}
-	if l.RedisURL != "" {
+	if l.RedisURL != "" && !IsPlaceholder(l.RedisURL) { // a placeholder is reported by placeholders
 		// A secret (it may carry a password): never shown.
 		if u, err := url.Parse(l.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
 			p.add("ledger.redis_url", "is not a redis:// or rediss:// URL (value not shown)")
@@ -237,6 +244,27 @@ func (p *problems) tracing(t Tracing) {
 	case "trusted_proxies", "all", "none":
 	default:
 		p.add("tracing.trust_inbound", quote(t.TrustInbound)+" is not one of trusted_proxies, all, none")
+	}
+}
+
+// AuditQueryKeyMin is the shortest audit.query_hmac_key accepted (bytes).
+const AuditQueryKeyMin = 32
+
+// audit: the audit section; audit.otlp needs tracing.enabled (its exporter).
+func (p *problems) audit(a Audit, tracing bool) {
+	if a.File == "" {
+		p.add("audit.file", `is required: a path, or "-" for standard output`)
+	}
+	switch a.OnFailure {
+	case AuditContinue, AuditRefuse:
+	default:
+		p.add("audit.on_failure", quote(a.OnFailure)+" is not one of continue, refuse")
+	}
+	if a.OTLP && !tracing {
+		p.add("audit.otlp", "needs tracing.enabled (the OTLP exporter is tracing's)")
+	}
+	if a.QueryHMACKey != "" && len(a.QueryHMACKey) < AuditQueryKeyMin {
+		p.add("audit.query_hmac_key", fmt.Sprintf("is too short: must be at least %d bytes (%s)", AuditQueryKeyMin, secret("audit.query_hmac_key").Hint()))
 	}
 }
 

@@ -11,22 +11,19 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/hostclient"
 )
 
 var (
 	capsRequired = []string{"schema_version", "protocol", "supported", "route", "enabled", "knowledge_scope_revision", "delivery_modes", "limits"}
-	capsLimits   = map[string]int64{
-		"search_max_results": 3, "search_max_bytes": 4096, "read_default_bytes": 16384,
-		"read_max_bytes": 32768, "reference_ttl_seconds": 300, "read_chain_max_bytes": 131072,
-	}
 )
 
 // capabilities checks the negotiation answer. ok is false when the route does
 // not speak the protocol at all: the other checks would be meaningless.
 func (r *runner) capabilities(ctx context.Context) (ok bool, err error) {
-	const name, rule = "capabilities.supported", "capabilities answers 200 with bailing.agent-knowledge-capabilities.v1"
+	const name, rule = "capabilities.supported", "capabilities answers 200 with " + capabilitiesSchema
 	res, err := r.send(ctx, hostclient.Request{Method: http.MethodGet, URL: r.c.URL(r.c.Route(), hostclient.Capabilities), Token: r.c.Token()}, "capabilities", true)
 	if err != nil {
 		return false, err
@@ -47,7 +44,7 @@ func (r *runner) capabilities(ctx context.Context) (ok bool, err error) {
 		Limits        map[string]int64 `json:"limits"`
 	}
 	if res.Status != http.StatusOK || json.Unmarshal(res.Body, &obj) != nil || json.Unmarshal(res.Body, &caps) != nil ||
-		caps.SchemaVersion != "bailing.agent-knowledge-capabilities.v1" {
+		caps.SchemaVersion != capabilitiesSchema {
 		r.result(name, rule, Fail, fmt.Sprintf("got %s; the route does not speak %s, nothing else was checked", codeOf(res), Protocol))
 		return false, nil
 	}
@@ -69,8 +66,8 @@ func (r *runner) capabilities(ctx context.Context) (ok bool, err error) {
 	if caps.Route != r.c.Route() {
 		v = append(v, fmt.Sprintf("route %q; want %q", caps.Route, r.c.Route()))
 	}
-	if len(caps.Modes) != 2 || caps.Modes[0] != "inline" || caps.Modes[1] != "on_demand" {
-		v = append(v, fmt.Sprintf("delivery_modes %q; want [inline on_demand]", caps.Modes))
+	if len(caps.Modes) != 2 || caps.Modes[0] != modeInline || caps.Modes[1] != modeOnDemand {
+		v = append(v, fmt.Sprintf("delivery_modes %q; want [%s %s]", caps.Modes, modeInline, modeOnDemand))
 	}
 	r.note("capabilities.schema", "capabilities has exactly the v1 fields (supported, route, enabled, delivery_modes…)", strings.Join(v, "; "))
 
@@ -83,7 +80,8 @@ func (r *runner) capabilities(ctx context.Context) (ok bool, err error) {
 	if len(caps.Limits) != len(capsLimits) {
 		v = append(v, fmt.Sprintf("%d limits; want %d", len(caps.Limits), len(capsLimits)))
 	}
-	r.note("capabilities.limits", "limits are the protocol constants (3 results, 4096, 16384, 32768, 300 s, 131072)", strings.Join(v, "; "))
+	r.note("capabilities.limits", fmt.Sprintf("limits are the protocol constants (%d results, %d, %d, %d, %d s, %d)",
+		searchMaxResults, searchMaxBytes, pageDefault, pageMax, int(refTTL/time.Second), chainMax), strings.Join(v, "; "))
 
 	viol := ""
 	if !isHex64(caps.Revision) {
@@ -132,7 +130,7 @@ func (r *runner) auth(ctx context.Context) error {
 			}
 			continue
 		}
-		if d := wantError(res, http.StatusUnauthorized, "unauthorized"); d != "" {
+		if d := wantError(res, http.StatusUnauthorized, codeUnauthorized); d != "" {
 			r.note(name, rule, c.endpoint+": "+d)
 		} else {
 			r.note(name, rule, "")
@@ -154,7 +152,7 @@ func (r *runner) routes(ctx context.Context) error {
 			}
 			continue
 		}
-		d := wantError(res, http.StatusNotFound, "route_unavailable")
+		d := wantError(res, http.StatusNotFound, codeRouteUnavailable)
 		if d != "" && wantError(res, http.StatusNotFound, "not_found") != "" {
 			r.note(name, rule, fmt.Sprintf("route %q: %s", bad, d))
 		} else {
@@ -195,7 +193,7 @@ func (r *runner) methods(ctx context.Context) error {
 			continue
 		}
 		r.seen = append(r.seen, observed{c.endpoint, res})
-		v := wantError(res, http.StatusMethodNotAllowed, "method_not_allowed")
+		v := wantError(res, http.StatusMethodNotAllowed, codeMethodNotAllowed)
 		if !strings.Contains(strings.ToUpper(res.Header.Get("Allow")), c.allow) {
 			v = strings.TrimPrefix(v+fmt.Sprintf("; Allow %q does not name %s", res.Header.Get("Allow"), c.allow), "; ")
 		}

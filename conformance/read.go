@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -13,13 +14,8 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/hostclient"
 )
 
-// The protocol's read limits.
-const (
-	chainMax   = 131072
-	pageMax    = 32768
-	pageMin    = 4096
-	chainPages = 64 // a chain longer than this is a failure by itself
-)
+// chainPages: a chain longer than this is a failure by itself.
+const chainPages = 64
 
 var readRequired = []string{"schema_version", "route", "knowledge_scope_revision", "ref", "revision", "title", "content", "trust",
 	"next_cursor", "truncated", "budget_exhausted", "total_content_bytes", "read_chain_max_bytes"}
@@ -33,8 +29,9 @@ const (
 	ruleMatchesHit = "a page matches its hint (title, revision)"
 	rulePaging     = "every non-final page has next_cursor and truncated true; the last has next_cursor null"
 	ruleComplete   = "a full read adds up to total_content_bytes and ends with truncated false"
-	ruleChain      = "a read chain serves at most 131072 content bytes, then budget_exhausted with next_cursor null"
 )
+
+var ruleChain = "a read chain serves at most " + strconv.Itoa(chainMax) + " content bytes, then budget_exhausted with next_cursor null"
 
 func (r *runner) readBody(ref, cursor string, maxBytes int) map[string]any {
 	b := map[string]any{"ref": ref, "max_bytes": maxBytes}
@@ -70,7 +67,7 @@ func (r *runner) page(ctx context.Context, ref, cursor string, maxBytes int) (*h
 		r.note("read.shape", ruleReadShape, "body is not a JSON object of the v1 shape")
 		return nil, nil
 	}
-	sv := r.envelope(obj, readRequired, envelope{"bailing.agent-knowledge-read.v1", p.SchemaVersion, p.Trust, p.Route, p.RunID})
+	sv := r.envelope(obj, readRequired, envelope{readSchema, p.SchemaVersion, p.Trust, p.Route, p.RunID})
 	if p.Ref != ref {
 		sv = append(sv, "ref not echoed verbatim")
 	}
@@ -194,7 +191,7 @@ func (r *runner) reads(ctx context.Context) error {
 
 	big := r.bigDoc()
 	if big == nil {
-		r.skip("read.chain_budget", ruleChain, "no document larger than 131072 bytes found")
+		r.skip("read.chain_budget", ruleChain, fmt.Sprintf("no document larger than %d bytes found", chainMax))
 		return nil
 	}
 	pages, err := r.chain(ctx, big.ref, pageMax)
@@ -224,7 +221,7 @@ func (r *runner) expectRead(ctx context.Context, name, rule string, body map[str
 
 // tamper: refs and cursors are authenticated and bound to what they continue.
 func (r *runner) tamper(ctx context.Context) error {
-	const invalid = "knowledge_reference_invalid"
+	const invalid = codeReferenceInvalid
 	if err := r.expectRead(ctx, "read.legacy_ref", "an in-turn ref such as knowledge:1 → 400 knowledge_reference_invalid",
 		map[string]any{"ref": "knowledge:1"}, 400, invalid); err != nil {
 		return err
@@ -282,14 +279,14 @@ func (r *runner) tamper(ctx context.Context) error {
 
 // expiry: refs and cursors expire after 300 s. Needs Options.Advance.
 func (r *runner) expiry(ctx context.Context) error {
-	const (
-		nRef, rRef = "read.expired_ref", "a ref older than 300 s → 410 knowledge_reference_expired"
-		nCur, rCur = "read.expired_cursor", "a cursor older than 300 s → 410 knowledge_reference_expired"
+	var (
+		nRef, rRef = "read.expired_ref", "a ref older than " + ttlText + " → 410 " + codeReferenceExpired
+		nCur, rCur = "read.expired_cursor", "a cursor older than " + ttlText + " → 410 " + codeReferenceExpired
 	)
 	switch {
 	case r.o.Advance == nil:
-		r.skip(nRef, rRef, "black-box mode: refs live 300 s and the checker does not wait that long")
-		r.skip(nCur, rCur, "black-box mode: refs live 300 s and the checker does not wait that long")
+		r.skip(nRef, rRef, "black-box mode: refs live "+ttlText+" and the checker does not wait that long")
+		r.skip(nCur, rCur, "black-box mode: refs live "+ttlText+" and the checker does not wait that long")
 		return nil
 	case len(r.docs) == 0:
 		r.skip(nRef, rRef, "no document found")
@@ -297,12 +294,12 @@ func (r *runner) expiry(ctx context.Context) error {
 		return nil
 	}
 	r.o.Advance(301 * time.Second)
-	if err := r.expectRead(ctx, nRef, rRef, r.readBody(r.docs[0].ref, "", pageMin), 410, "knowledge_reference_expired"); err != nil {
+	if err := r.expectRead(ctx, nRef, rRef, r.readBody(r.docs[0].ref, "", pageMin), 410, codeReferenceExpired); err != nil {
 		return err
 	}
 	if r.cursor == "" {
 		r.skip(nCur, rCur, "no document needed a second page")
 		return nil
 	}
-	return r.expectRead(ctx, nCur, rCur, r.readBody(r.cursorRef, r.cursor, pageMin), 410, "knowledge_reference_expired")
+	return r.expectRead(ctx, nCur, rCur, r.readBody(r.cursorRef, r.cursor, pageMin), 410, codeReferenceExpired)
 }

@@ -13,9 +13,6 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/hostclient"
 )
 
-// Protocol is the protocol the checker checks.
-const Protocol = "bailing.agent-knowledge.v1"
-
 // Errors that stop a run before any check is meaningful.
 var (
 	// ErrConnection means no request of the run was answered (nothing, or

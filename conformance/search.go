@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -119,7 +120,7 @@ func (r *runner) discover(ctx context.Context) error {
 
 func (r *runner) bigDoc() *doc {
 	for _, d := range r.docs {
-		if d.total > 131072 {
+		if d.total > chainMax {
 			return d
 		}
 	}
@@ -134,10 +135,10 @@ func (r *runner) checkSearch(res *hostclient.Response, limit int) []hint {
 	}
 	r.note("search.ok", "a valid search answers 200", "")
 	viol := ""
-	if len(res.Body) > 4096 {
+	if len(res.Body) > searchMaxBytes {
 		viol = fmt.Sprintf("body of %d bytes", len(res.Body))
 	}
-	r.note("search.body_budget", "search body ≤ 4096 bytes", viol)
+	r.note("search.body_budget", "search body ≤ "+strconv.Itoa(searchMaxBytes)+" bytes", viol)
 
 	var obj map[string]json.RawMessage
 	var sr searchResp
@@ -145,10 +146,8 @@ func (r *runner) checkSearch(res *hostclient.Response, limit int) []hint {
 		r.note("search.shape", "search answers the v1 fields with trust reference_only", "body is not a JSON object of the v1 shape")
 		return nil
 	}
-	v := r.envelope(obj, searchRequired, envelope{"bailing.agent-knowledge-search.v1", sr.SchemaVersion, sr.Trust, sr.Route, sr.RunID})
-	switch sr.Status {
-	case "ok", "partial", "unavailable", "disabled":
-	default:
+	v := r.envelope(obj, searchRequired, envelope{searchSchema, sr.SchemaVersion, sr.Trust, sr.Route, sr.RunID})
+	if !knownStatus(sr.Status) {
 		v = append(v, fmt.Sprintf("status %q", sr.Status))
 	}
 	if sr.Truncated == nil {
@@ -202,10 +201,10 @@ func (r *runner) checkSearch(res *hostclient.Response, limit int) []hint {
 			viol = fmt.Sprintf("expires_at %q is not RFC 3339 UTC", h.ExpiresAt)
 		case dateErr == nil:
 			if d := exp.Sub(date); d < 290*time.Second || d > 310*time.Second {
-				viol = fmt.Sprintf("expires_at is %s after the answer's Date; want 300 s", d)
+				viol = fmt.Sprintf("expires_at is %s after the answer's Date; want %s", d, ttlText)
 			}
 		}
-		r.note("search.expires_at", "expires_at is RFC 3339 UTC, issue + 300 s", viol)
+		r.note("search.expires_at", "expires_at is RFC 3339 UTC, issue + "+ttlText, viol)
 		if utf8.ValidString(h.Summary) && h.Ref != "" {
 			hints = append(hints, h)
 		}
@@ -242,25 +241,25 @@ type badRequest struct {
 // validation: bad input is refused with the defined status and code, never
 // clamped or fixed. None of these needs a document: shape comes before the ref.
 func (r *runner) searchValidation(ctx context.Context) error {
-	long := strings.Repeat("知", 2001)
-	big := `{"query":"` + strings.Repeat("a", 17*1024) + `"}`
+	long := strings.Repeat("知", maxQueryUnits+1)
+	big := `{"query":"` + strings.Repeat("a", maxRequestBytes+1024) + `"}`
 	cases := []badRequest{
-		{"search.validation.limit", "limit outside 1–3 or not an integer → 400 invalid_request", hostclient.Search,
-			[]string{`{"query":"policy","limit":0}`, `{"query":"policy","limit":4}`, `{"query":"policy","limit":2.5}`, `{"query":"policy","limit":"3"}`}, 400, "invalid_request"},
-		{"search.validation.query", "a blank, missing, over-2000-UTF-16-unit or control-character query → 400 invalid_request", hostclient.Search,
-			[]string{`{"query":"   "}`, `{"limit":1}`, `{"query":"` + long + `"}`, `{"query":"` + strings.Repeat("😀", 1001) + `"}`, `{"query":"a\u0001b"}`, `{"query":7}`}, 400, "invalid_request"},
+		{"search.validation.limit", "limit outside 1–" + strconv.Itoa(searchMaxResults) + " or not an integer → 400 " + codeInvalidRequest, hostclient.Search,
+			[]string{`{"query":"policy","limit":0}`, `{"query":"policy","limit":` + strconv.Itoa(searchMaxResults+1) + `}`, `{"query":"policy","limit":2.5}`, `{"query":"policy","limit":"3"}`}, 400, codeInvalidRequest},
+		{"search.validation.query", "a blank, missing, over-" + strconv.Itoa(maxQueryUnits) + "-UTF-16-unit or control-character query → 400 " + codeInvalidRequest, hostclient.Search,
+			[]string{`{"query":"   "}`, `{"limit":1}`, `{"query":"` + long + `"}`, `{"query":"` + strings.Repeat("😀", maxQueryUnits/2+1) + `"}`, `{"query":"a\u0001b"}`, `{"query":7}`}, 400, codeInvalidRequest},
 		{"search.validation.unknown_field", "an unknown field → 400 invalid_request", hostclient.Search,
-			[]string{`{"query":"policy","conformance_unknown":1}`}, 400, "invalid_request"},
+			[]string{`{"query":"policy","conformance_unknown":1}`}, 400, codeInvalidRequest},
 		{"search.validation.json", "malformed JSON or a non-object body → 400 invalid_request", hostclient.Search,
-			[]string{`{"query":`, `[]`, `"policy"`}, 400, "invalid_request"},
+			[]string{`{"query":`, `[]`, `"policy"`}, 400, codeInvalidRequest},
 		{"search.validation.run_id", "a malformed run_id → 400 invalid_request", hostclient.Search,
-			[]string{`{"query":"policy","run_id":"not-a-uuid"}`}, 400, "invalid_request"},
-		{"read.validation.max_bytes", "max_bytes outside 4096–32768 or not an integer → 400 invalid_request", hostclient.Read,
-			[]string{`{"ref":"conformance","max_bytes":4095}`, `{"ref":"conformance","max_bytes":32769}`, `{"ref":"conformance","max_bytes":"8192"}`, `{"ref":"conformance","max_bytes":8192.5}`}, 400, "invalid_request"},
+			[]string{`{"query":"policy","run_id":"not-a-uuid"}`}, 400, codeInvalidRequest},
+		{"read.validation.max_bytes", "max_bytes outside " + strconv.Itoa(pageMin) + "–" + strconv.Itoa(pageMax) + " or not an integer → 400 " + codeInvalidRequest, hostclient.Read,
+			[]string{`{"ref":"conformance","max_bytes":` + strconv.Itoa(pageMin-1) + `}`, `{"ref":"conformance","max_bytes":` + strconv.Itoa(pageMax+1) + `}`, `{"ref":"conformance","max_bytes":"8192"}`, `{"ref":"conformance","max_bytes":8192.5}`}, 400, codeInvalidRequest},
 		{"read.validation.ref", "a missing or non-string ref → 400 invalid_request", hostclient.Read,
-			[]string{`{}`, `{"ref":5}`, `{"ref":"conformance","unknown":true}`}, 400, "invalid_request"},
-		{"body.too_large", "a body over 16 KiB → 413 payload_too_large", hostclient.Search,
-			[]string{big}, 413, "payload_too_large"},
+			[]string{`{}`, `{"ref":5}`, `{"ref":"conformance","unknown":true}`}, 400, codeInvalidRequest},
+		{"body.too_large", "a body over " + strconv.Itoa(maxRequestBytes>>10) + " KiB → 413 " + codePayloadTooLarge, hostclient.Search,
+			[]string{big}, 413, codePayloadTooLarge},
 	}
 	for _, c := range cases {
 		for _, b := range c.bodies {
@@ -296,7 +295,7 @@ func (r *runner) runChecks(ctx context.Context) error {
 		r.skip(name, rule, "the session is in a managed task ("+e.Error+")")
 		return nil
 	}
-	r.note(name, rule, wantError(res, http.StatusNotFound, "run_not_found"))
+	r.note(name, rule, wantError(res, http.StatusNotFound, codeRunNotFound))
 	return nil
 }
 
@@ -324,7 +323,7 @@ func (r *runner) envelope(obj map[string]json.RawMessage, required []string, e e
 	if e.schemaVersion != e.want {
 		v = append(v, fmt.Sprintf("schema_version %q", e.schemaVersion))
 	}
-	if e.trust != "reference_only" {
+	if e.trust != trustReferenceOnly {
 		v = append(v, fmt.Sprintf("trust %q", e.trust))
 	}
 	if e.route != r.c.Route() {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/bailinghub/knowledge-sidecar/hostclient"
@@ -12,9 +13,9 @@ import (
 
 var deliveryRequired = []string{"schema_version", "mode", "protocol", "knowledge_scope_revision", "status", "hints"}
 
-const (
+var (
 	nTurnMode, rTurnMode         = "turns.invalid_mode", "a knowledge_delivery other than inline/on_demand → 400 invalid_request"
-	nTurnDemand, rTurnDemand     = "turns.on_demand", "an on_demand turn empties context.knowledge/knowledge_refs and adds the v1 delivery block (≤ 3 hints, ≤ 4096 bytes)"
+	nTurnDemand, rTurnDemand     = "turns.on_demand", "an on_demand turn empties context.knowledge/knowledge_refs and adds the v1 delivery block (≤ " + strconv.Itoa(searchMaxResults) + " hints, ≤ " + strconv.Itoa(searchMaxBytes) + " bytes)"
 	nTurnConflict, rTurnConflict = "turns.conflict", "retrying a turn in another mode → 409 turn_conflict"
 )
 
@@ -42,11 +43,11 @@ func (r *runner) turns(ctx context.Context) error {
 			}
 			continue
 		}
-		r.note(nTurnMode, rTurnMode, wantError(res, 400, "invalid_request"))
+		r.note(nTurnMode, rTurnMode, wantError(res, 400, codeInvalidRequest))
 	}
 
 	id := randomUUID()
-	res, err := send(turn("on_demand", id))
+	res, err := send(turn(modeOnDemand, id))
 	if err != nil {
 		r.skip(nTurnConflict, rTurnConflict, "the on_demand turn got no answer")
 		return r.lost(err, nTurnDemand, rTurnDemand)
@@ -56,7 +57,7 @@ func (r *runner) turns(ctx context.Context) error {
 		r.skip(nTurnConflict, rTurnConflict, "the on_demand turn was not accepted")
 		return nil
 	}
-	res, err = send(turn("inline", id))
+	res, err = send(turn(modeInline, id))
 	if err != nil {
 		return r.lost(err, nTurnConflict, rTurnConflict)
 	}
@@ -88,7 +89,7 @@ func checkDelivery(res *hostclient.Response) string {
 	if d := keys(t.Delivery, deliveryRequired); d != "" {
 		v = append(v, d)
 	}
-	want := map[string]string{"schema_version": "bailing.agent-knowledge-delivery.v1", "mode": "on_demand", "protocol": Protocol}
+	want := map[string]string{"schema_version": deliverySchema, "mode": modeOnDemand, "protocol": Protocol}
 	for k, w := range want {
 		var got string
 		if json.Unmarshal(t.Delivery[k], &got) != nil || got != w {
@@ -98,17 +99,15 @@ func checkDelivery(res *hostclient.Response) string {
 	var status, rev string
 	_ = json.Unmarshal(t.Delivery["status"], &status)
 	_ = json.Unmarshal(t.Delivery["knowledge_scope_revision"], &rev)
-	switch status {
-	case "ok", "partial", "unavailable", "disabled":
-	default:
+	if !knownStatus(status) {
 		v = append(v, fmt.Sprintf("status %q", status))
 	}
 	if !isHex64(rev) {
 		v = append(v, "knowledge_scope_revision is not 64 lowercase hex")
 	}
 	var hints []map[string]json.RawMessage
-	if json.Unmarshal(t.Delivery["hints"], &hints) != nil || len(hints) > 3 || len(t.Delivery["hints"]) > 4096 {
-		v = append(v, "hints is not an array of at most 3 hints within 4096 bytes")
+	if json.Unmarshal(t.Delivery["hints"], &hints) != nil || len(hints) > searchMaxResults || len(t.Delivery["hints"]) > searchMaxBytes {
+		v = append(v, fmt.Sprintf("hints is not an array of at most %d hints within %d bytes", searchMaxResults, searchMaxBytes))
 	}
 	for _, h := range hints {
 		if d := keys(h, hintRequired); d != "" {

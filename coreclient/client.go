@@ -1,9 +1,11 @@
 package coreclient
 
 import (
-	"bufio"
 	"bytes"
+	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,7 +37,7 @@ const (
 type Options struct {
 	BaseURL      string            // Core base URL, absolute http(s)
 	ServiceToken string            // sidecar's own credential for /kb/search (Bearer); never the caller's
-	Transport    http.RoundTripper // nil → coreTransport for http:// (keep-alive on the caller's goroutine), over a tuned clone of http.DefaultTransport for https (dial 2s, resp-header 5s, idle 256/host)
+	Transport    http.RoundTripper // nil → NewTransport(TransportOptions{}): config.Defaults()' settings
 	Timeout      time.Duration     // per-call deadline, always below the caller's (default 3s)
 	// ProbeInterval is how long "system-info absent" is remembered (default 60s).
 	ProbeInterval       time.Duration
@@ -101,7 +103,7 @@ func NewClient(o Options) (*Client, error) {
 	}
 	rt := o.Transport
 	if rt == nil {
-		rt = newCoreTransport()
+		rt = NewTransport(TransportOptions{})
 	}
 	// Requests go to the RoundTripper itself, not through an http.Client:
 	// redirects are never followed (Core does not redirect these calls, and
@@ -114,17 +116,41 @@ func NewClient(o Options) (*Client, error) {
 	return c, nil
 }
 
-// DefaultTransport is a clone of http.DefaultTransport tuned for one busy
-// upstream: 2s dial, 5s response-header timeout, 256 idle connections per
-// host, and no environment proxy.
-func DefaultTransport() *http.Transport {
+// TransportOptions tune the Core client's transport. Zero fields take
+// config.Defaults(): the settings are the pass-through's to the same Core
+// (proxy.dial_timeout, proxy.max_idle_conns_per_host) and the per-call
+// bound (core.timeout) as the response-header timeout.
+type TransportOptions struct {
+	DialTimeout           time.Duration // connecting to Core (default 5s)
+	ResponseHeaderTimeout time.Duration // waiting for Core's answer headers (default 3s)
+	MaxIdleConnsPerHost   int           // the keep-alive pool to Core (default 256)
+}
+
+// NewTransport returns the Core client's transport: a clone of
+// http.DefaultTransport with o's timeouts and pool, no transparent
+// compression (Core's JSON answers are small; asking for gzip would only
+// cost CPU on both sides) and no environment proxy. It is a pool of its
+// own, not the pass-through's: a burst of long turns or streams held open
+// to Core cannot take the connections the identity and search calls need,
+// nor they the turns'.
+//
+// A reused connection that Core closed while idle (Node's keep-alive
+// timeout is 5s) costs nothing: net/http's connection reader sees the close
+// and drops it from the pool; in the race where a request was already
+// written to it, net/http retries a GET on a new connection, and a POST
+// when it is marked idempotent (SearchKB does so) and its body can be
+// replayed (Request.GetBody).
+func NewTransport(o TransportOptions) *http.Transport {
+	d := config.Defaults()
+	o.DialTimeout = cmp.Or(o.DialTimeout, d.Proxy.DialTimeout)
+	o.ResponseHeaderTimeout = cmp.Or(o.ResponseHeaderTimeout, d.Core.Timeout)
+	o.MaxIdleConnsPerHost = cmp.Or(o.MaxIdleConnsPerHost, d.Proxy.MaxIdleConnsPerHost)
 	t := http.DefaultTransport.(*http.Transport).Clone()
-	d := &net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}
-	t.DialContext = d.DialContext
-	t.ResponseHeaderTimeout = 5 * time.Second
-	t.MaxIdleConns = 1024
-	t.MaxIdleConnsPerHost = 256
-	t.IdleConnTimeout = 90 * time.Second
+	t.DialContext = (&net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}).DialContext
+	t.ResponseHeaderTimeout = o.ResponseHeaderTimeout
+	t.MaxIdleConns = o.MaxIdleConnsPerHost // one host
+	t.MaxIdleConnsPerHost = o.MaxIdleConnsPerHost
+	t.DisableCompression = true
 	// Calls carry the caller's bearer or the service token: never route them
 	// through a proxy named by HTTP(S)_PROXY in the environment.
 	t.Proxy = nil
@@ -375,6 +401,11 @@ func (c *Client) postKBSearch(ctx context.Context, payload []byte) (int, []byte,
 	req.Header.Set("Authorization", "Bearer "+c.serviceToken)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
+	// A search changes nothing in Core, so it may be sent again: an
+	// Idempotency-Key without a value lets net/http retry it on a new
+	// connection when a reused one fails before the answer's first byte,
+	// and is not sent (net/http's Transport documentation).
+	req.Header["Idempotency-Key"] = nil
 	return c.do(req, searchBodyLimit)
 }
 
@@ -537,7 +568,13 @@ func transportError(ctx context.Context, err error) error {
 		return fmt.Errorf("%w: %w", corefacts.ErrUnavailable, context.DeadlineExceeded)
 	}
 	var dnsErr *net.DNSError
+	var unknownCA x509.UnknownAuthorityError
+	var verify *tls.CertificateVerificationError
 	switch {
+	case errors.As(err, &unknownCA): // the sentinels' texts name no host
+		return fmt.Errorf("%w: transport error: %w", corefacts.ErrUnavailable, ErrUnknownAuthority)
+	case errors.As(err, &verify):
+		return fmt.Errorf("%w: transport error: %w", corefacts.ErrUnavailable, ErrCertificate)
 	case errors.Is(err, syscall.ECONNREFUSED): // its text names no address
 		return fmt.Errorf("%w: transport error: %w", corefacts.ErrUnavailable, syscall.ECONNREFUSED)
 	case errors.As(err, &dnsErr):
@@ -545,6 +582,14 @@ func transportError(ctx context.Context, err error) error {
 	}
 	return fmt.Errorf("%w: transport error", corefacts.ErrUnavailable)
 }
+
+// ErrUnknownAuthority: an https Core's certificate is signed by a CA that
+// is not trusted (a private CA needs core.ca_file). ErrCertificate: it did
+// not verify otherwise (host name, expiry). Neither keeps the address.
+var (
+	ErrUnknownAuthority = errors.New("core's TLS certificate is signed by an unknown authority")
+	ErrCertificate      = errors.New("core's TLS certificate does not verify")
+)
 
 // ErrNoSuchHost: Core's host name does not resolve (the name is not kept).
 var ErrNoSuchHost = errors.New("the host name does not resolve")
@@ -575,239 +620,4 @@ func kbUnavailable(body []byte) bool {
 		Error string `json:"error"`
 	}
 	return json.Unmarshal(body, &e) == nil && strings.HasPrefix(e.Error, kbUnavailablePrefix)
-}
-
-// coreTransport is the Core client's default transport for http:// Core
-// URLs: HTTP/1.1 keep-alive exchanges run on the caller's goroutine (write
-// the request, read the answer, hand the connection back when its body was
-// read to the end), where net/http's Transport hands every exchange to a
-// connection's read and write goroutines: three goroutine wake-ups per call
-// fewer, about 17 µs of CPU per Core call on this machine kind (session,
-// system-info and each /kb/search: two to four per knowledge request).
-// Requests and answers are written and parsed by net/http (Request.Write,
-// ReadResponse). https and anything else go to the fallback Transport.
-//
-// Deadlines come from the request's context (every Core call has one) and
-// the response-header timeout; a cancelled context poisons the connection's
-// deadline, so the exchange returns at once and the connection is closed.
-// A reused connection that fails before any byte of an answer arrived (Core
-// closed it while idle: Node's keep-alive timeout is 5 s) is retried once on
-// a new connection when the body can be replayed.
-type coreTransport struct {
-	fallback          *http.Transport
-	dial              func(ctx context.Context, network, addr string) (net.Conn, error)
-	respHeaderTimeout time.Duration
-	idleTimeout       time.Duration
-	maxIdle           int
-	now               func() time.Time
-
-	mu   sync.Mutex
-	idle map[string][]*coreConn // by host:port, most recently used last
-}
-
-type coreConn struct {
-	c    net.Conn
-	br   *bufio.Reader
-	bw   *bufio.Writer
-	used time.Time
-}
-
-func newCoreTransport() *coreTransport {
-	fb := DefaultTransport()
-	d := &net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}
-	return &coreTransport{
-		fallback: fb, dial: d.DialContext, respHeaderTimeout: fb.ResponseHeaderTimeout,
-		idleTimeout: fb.IdleConnTimeout, maxIdle: fb.MaxIdleConnsPerHost, now: time.Now,
-		idle: map[string][]*coreConn{},
-	}
-}
-
-// errNothingReceived: the connection failed before the first byte of an answer.
-type errNothingReceived struct{ err error }
-
-func (e errNothingReceived) Error() string { return "core connection closed before an answer" }
-func (e errNothingReceived) Unwrap() error { return e.err }
-
-func (t *coreTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.URL.Scheme != "http" || req.Method == http.MethodConnect || req.Header.Get("Upgrade") != "" {
-		return t.fallback.RoundTrip(req)
-	}
-	addr := req.URL.Host
-	if req.URL.Port() == "" {
-		addr = net.JoinHostPort(req.URL.Hostname(), "80")
-	}
-	for attempt := 0; ; attempt++ {
-		cc, reused, err := t.conn(req.Context(), addr)
-		if err != nil {
-			closeRequestBody(req)
-			return nil, err
-		}
-		resp, err := t.exchange(cc, addr, req)
-		if err == nil {
-			return resp, nil
-		}
-		cc.c.Close()
-		var nothing errNothingReceived
-		if !reused || attempt > 0 || !errors.As(err, &nothing) || req.Context().Err() != nil ||
-			(req.Body != nil && req.Body != http.NoBody && req.GetBody == nil) {
-			closeRequestBody(req)
-			return nil, err
-		}
-		if req.GetBody != nil { // replay the body on the new connection
-			body, gerr := req.GetBody()
-			if gerr != nil {
-				return nil, err
-			}
-			r2 := *req
-			r2.Body = body
-			req = &r2
-		}
-	}
-}
-
-func closeRequestBody(req *http.Request) {
-	if req.Body != nil {
-		req.Body.Close()
-	}
-}
-
-// conn takes the most recently used idle connection to addr that has not
-// idled too long, or dials one.
-func (t *coreTransport) conn(ctx context.Context, addr string) (*coreConn, bool, error) {
-	now := t.now()
-	t.mu.Lock()
-	for list := t.idle[addr]; len(list) > 0; list = t.idle[addr] {
-		cc := list[len(list)-1]
-		t.idle[addr] = list[:len(list)-1]
-		if now.Sub(cc.used) < t.idleTimeout {
-			t.mu.Unlock()
-			return cc, true, nil
-		}
-		cc.c.Close()
-	}
-	t.mu.Unlock()
-	c, err := t.dial(ctx, "tcp", addr)
-	if err != nil {
-		return nil, false, err
-	}
-	return &coreConn{c: c, br: bufio.NewReaderSize(c, 16<<10), bw: bufio.NewWriterSize(c, 4<<10)}, false, nil
-}
-
-// put keeps a connection whose exchange ended cleanly for the next call.
-func (t *coreTransport) put(addr string, cc *coreConn) {
-	cc.used = t.now()
-	t.mu.Lock()
-	if len(t.idle[addr]) < t.maxIdle {
-		t.idle[addr] = append(t.idle[addr], cc)
-		cc = nil
-	}
-	t.mu.Unlock()
-	if cc != nil {
-		cc.c.Close()
-	}
-}
-
-// CloseIdleConnections closes the idle connections (http.Client calls it).
-func (t *coreTransport) CloseIdleConnections() {
-	t.mu.Lock()
-	idle := t.idle
-	t.idle = map[string][]*coreConn{}
-	t.mu.Unlock()
-	for _, list := range idle {
-		for _, cc := range list {
-			cc.c.Close()
-		}
-	}
-	t.fallback.CloseIdleConnections()
-}
-
-// longAgo is a deadline in the past: it makes every pending I/O return.
-var longAgo = time.Unix(1, 0)
-
-func (t *coreTransport) exchange(cc *coreConn, addr string, req *http.Request) (*http.Response, error) {
-	ctx := req.Context()
-	deadline, hasDeadline := ctx.Deadline()
-	if err := cc.c.SetDeadline(deadline); err != nil { // zero: none
-		return nil, err
-	}
-	stop := context.AfterFunc(ctx, func() { cc.c.SetDeadline(longAgo) })
-	fail := func(err error) (*http.Response, error) {
-		stop()
-		return nil, err
-	}
-	if err := req.Write(cc.bw); err != nil {
-		return fail(errNothingReceived{err})
-	}
-	if err := cc.bw.Flush(); err != nil {
-		return fail(errNothingReceived{err})
-	}
-	if t.respHeaderTimeout > 0 {
-		hd := t.now().Add(t.respHeaderTimeout)
-		if !hasDeadline || hd.Before(deadline) {
-			cc.c.SetReadDeadline(hd)
-		}
-	}
-	if _, err := cc.br.Peek(1); err != nil {
-		if ne, ok := err.(net.Error); ok && ne.Timeout() {
-			return fail(err) // Core is slow, not gone: never retried
-		}
-		return fail(errNothingReceived{err})
-	}
-	var resp *http.Response
-	for {
-		var err error
-		if resp, err = http.ReadResponse(cc.br, req); err != nil {
-			return fail(err)
-		}
-		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
-			break
-		}
-		resp.Body.Close() // an informational answer (1xx): the real one follows
-	}
-	cc.c.SetReadDeadline(deadline) // the body: the call's deadline only
-	if ctx.Err() != nil {
-		cc.c.SetDeadline(longAgo) // cancelled meanwhile: keep the poison
-	}
-	keep := !resp.Close && !req.Close && resp.ProtoAtLeast(1, 1) && resp.StatusCode != http.StatusSwitchingProtocols
-	resp.Body = &coreBody{rc: resp.Body, t: t, cc: cc, addr: addr, stop: stop, keep: keep}
-	return resp, nil
-}
-
-// coreBody hands its connection back when read to the end and closed;
-// closed early, the connection is closed.
-type coreBody struct {
-	rc     io.ReadCloser
-	t      *coreTransport
-	cc     *coreConn
-	addr   string
-	stop   func() bool
-	keep   bool
-	eof    bool
-	closed bool
-}
-
-func (b *coreBody) Read(p []byte) (int, error) {
-	if b.closed {
-		return 0, errors.New("coreclient: read on a closed answer body")
-	}
-	n, err := b.rc.Read(p)
-	if err == io.EOF {
-		b.eof = true
-	}
-	return n, err
-}
-
-func (b *coreBody) Close() error {
-	if b.closed {
-		return nil
-	}
-	b.closed = true
-	err := b.rc.Close()
-	// stop is false when the context already fired: the deadline is poisoned.
-	if b.stop() && b.keep && b.eof && err == nil && b.cc.br.Buffered() == 0 {
-		b.t.put(b.addr, b.cc)
-		return nil
-	}
-	b.cc.c.Close()
-	return err
 }

@@ -14,10 +14,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bailinghub/knowledge-sidecar/breaker"
+	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
-	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 )
 
 const testServiceToken = "svc-0123456789-secret"
@@ -539,11 +540,24 @@ var _ interface {
 	Usable() bool
 } = (*coreclient.Client)(nil)
 
-// The Core client carries bearers and the service token: an HTTP(S)_PROXY in
-// the environment must never see them.
-func TestDefaultTransportIgnoresEnvironmentProxy(t *testing.T) {
-	if coreclient.DefaultTransport().Proxy != nil {
-		t.Fatal("got a Proxy func on the Core transport; want nil (no environment proxy)")
+// The Core client's transport takes its settings from config.Defaults()
+// unless given; it carries bearers and the service token, so an
+// HTTP(S)_PROXY in the environment must never see them.
+func TestNewTransport(t *testing.T) {
+	d := config.Defaults()
+	tr := coreclient.NewTransport(coreclient.TransportOptions{})
+	if tr.ResponseHeaderTimeout != d.Core.Timeout || tr.MaxIdleConnsPerHost != d.Proxy.MaxIdleConnsPerHost || tr.MaxIdleConns < tr.MaxIdleConnsPerHost {
+		t.Errorf("defaults: got response-header %v, idle %d/host of %d; want %v, %d", tr.ResponseHeaderTimeout, tr.MaxIdleConnsPerHost, tr.MaxIdleConns, d.Core.Timeout, d.Proxy.MaxIdleConnsPerHost)
+	}
+	if tr.Proxy != nil {
+		t.Error("got a Proxy func on the Core transport; want nil (no environment proxy)")
+	}
+	if !tr.DisableCompression {
+		t.Error("got transparent compression; want none (Core's answers read as sent)")
+	}
+	tr = coreclient.NewTransport(coreclient.TransportOptions{DialTimeout: time.Second, ResponseHeaderTimeout: 2 * time.Second, MaxIdleConnsPerHost: 8})
+	if tr.ResponseHeaderTimeout != 2*time.Second || tr.MaxIdleConnsPerHost != 8 {
+		t.Errorf("options: got response-header %v, idle %d/host; want 2s, 8", tr.ResponseHeaderTimeout, tr.MaxIdleConnsPerHost)
 	}
 }
 

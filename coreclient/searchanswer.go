@@ -3,6 +3,11 @@ package coreclient
 // Core's 200 answer to POST /kb/search (CORE_FACTS §5.2), decoded in one
 // pass over the bytes with internal/jsonscan instead of encoding/json's
 // reflection: the biggest single cost of a knowledge search (issue 22).
+// Speed-only code (DESIGN 14) that earns its place: with encoding/json in
+// its stead a whole search cost 8–30 % more CPU in the load tool's
+// side-by-side runs, above 10 % in three of four (docs/performance.md,
+// "Decisions: speed-only code"); BenchmarkKBSearchDecode compares the two
+// on their own.
 //
 // decodeSearch accepts and refuses exactly what
 // json.Unmarshal(body, &searchResponse{}) accepts and refuses and gives the

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
-	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
+	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 )
 
 // coreSearchAnswer is a /kb/search answer as Core writes it (CORE_FACTS

@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -46,7 +48,7 @@ func defaultClient(t *testing.T, url string, timeout time.Duration) *coreclient.
 
 // The default transport keeps one connection to Core alive across calls,
 // with plain and chunked answers alike, and forwards the caller's header.
-func TestCoreTransportKeepAlive(t *testing.T) {
+func TestTransportKeepAlive(t *testing.T) {
 	var chunked atomic.Bool
 	srv, conns := countingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != aliceAuth {
@@ -78,38 +80,83 @@ func TestCoreTransportKeepAlive(t *testing.T) {
 	}
 }
 
-// Core closing an idle connection (without Connection: close) costs the next
-// call nothing: it is retried once on a new connection, GETs and the
-// /kb/search POST alike.
-func TestCoreTransportServerClosedIdle(t *testing.T) {
+// rawCore is a Core double on a bare listener that answers the requests of
+// each connection with answer (session or search by path) until keep of
+// them were answered; the next request on the connection is read whole and
+// then the connection is closed without a byte of answer (keep 1: Core's
+// keep-alive timer firing just as the request arrived; keep 0: never
+// answered at all). It records each request's path and body.
+type rawCore struct {
+	addr     string
+	accepted atomic.Int64
+	mu       sync.Mutex
+	got      []string // "path body", in arrival order
+}
+
+func newRawCore(t *testing.T, keep int, closeAfter bool) *rawCore {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	var accepted atomic.Int64
+	rc := &rawCore{addr: "http://" + ln.Addr().String()}
 	go func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			accepted.Add(1)
-			go func() { // one exchange per connection, then close it silently
-				defer c.Close()
-				req, err := http.ReadRequest(bufio.NewReader(c))
-				if err != nil {
-					return
-				}
-				body := sessionJSON
-				if req.URL.Path == "/kb/search" {
-					body = `{"kb_ids":["faq"],"hits":[]}`
-				}
-				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-			}()
+			rc.accepted.Add(1)
+			go rc.serve(c, keep, closeAfter)
 		}
 	}()
-	c := defaultClient(t, "http://"+ln.Addr().String(), 0)
+	return rc
+}
+
+func (rc *rawCore) serve(c net.Conn, keep int, closeAfter bool) {
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for n := 0; ; n++ {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		body, _ := io.ReadAll(req.Body)
+		rc.mu.Lock()
+		entry := req.URL.Path + " " + string(body)
+		if _, ok := req.Header["Idempotency-Key"]; ok {
+			entry += " (with an Idempotency-Key header)"
+		}
+		rc.got = append(rc.got, entry)
+		rc.mu.Unlock()
+		if n == keep {
+			return // the request was read; no answer, the connection closes
+		}
+		answer := sessionJSON
+		if req.URL.Path == "/kb/search" {
+			answer = `{"kb_ids":["faq"],"hits":[{"score":0.9,"content":"c","doc_id":7,"title":"t","seq":0,"kb_id":"faq"}]}`
+		}
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(answer), answer)
+		if closeAfter {
+			return // closed silently, without Connection: close
+		}
+	}
+}
+
+func (rc *rawCore) requests() []string {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return append([]string(nil), rc.got...)
+}
+
+// Core closing each connection after its answer (without Connection: close)
+// costs the next call nothing, GETs and the /kb/search POST alike: the
+// closed connection is dropped from the pool, or the call is sent again on
+// a new one.
+func TestTransportServerClosedIdle(t *testing.T) {
+	core := newRawCore(t, -1, true)
+	c := defaultClient(t, core.addr, 0)
 	for i := range 3 {
 		if _, err := c.Session(t.Context(), aliceAuth); err != nil {
 			t.Fatalf("session %d: %v", i, err)
@@ -118,14 +165,64 @@ func TestCoreTransportServerClosedIdle(t *testing.T) {
 			t.Fatalf("search %d: %v", i, err)
 		}
 	}
-	if got := accepted.Load(); got < 6 {
+	if got := core.accepted.Load(); got < 6 {
 		t.Errorf("connections: got %d; want one per call (each was closed by the server)", got)
+	}
+}
+
+// A reused connection that Core closes after reading a request, before any
+// byte of the answer (its keep-alive timer firing as the request arrives),
+// is the race net/http retries only for a request marked idempotent: the
+// /kb/search POST is sent again, body and all, on a new connection and
+// succeeds, as the session GET does.
+func TestTransportRetriesOnDroppedReusedConnection(t *testing.T) {
+	for _, second := range []string{"search", "session"} {
+		t.Run(second, func(t *testing.T) {
+			core := newRawCore(t, 1, false) // each connection answers one request, drops the next
+			c := defaultClient(t, core.addr, 0)
+			if _, err := c.Session(t.Context(), aliceAuth); err != nil {
+				t.Fatal(err)
+			}
+			var err error
+			if second == "search" {
+				var hits []corefacts.Hit
+				hits, err = c.SearchKB(t.Context(), "faq", "refund", 4)
+				if err == nil && (len(hits) != 1 || hits[0].DocID != 7) {
+					t.Fatalf("hits: got %+v; want doc 7", hits)
+				}
+			} else {
+				_, err = c.Session(t.Context(), aliceAuth)
+			}
+			if err != nil {
+				t.Fatalf("%s on the dropped connection: got %v; want it retried and answered", second, err)
+			}
+			got := core.requests()
+			if len(got) != 3 || got[1] != got[2] || core.accepted.Load() != 2 {
+				t.Fatalf("Core saw %q on %d connections; want the second request twice, on 2 connections", got, core.accepted.Load())
+			}
+			if second == "search" && (!strings.HasPrefix(got[2], "/kb/search {") || !strings.HasSuffix(got[2], "}")) {
+				t.Errorf("retried search: got %q; want its body again and no Idempotency-Key on the wire", got[2])
+			}
+		})
+	}
+}
+
+// A new connection dropped before any answer is not retried (net/http:
+// Core refusing the request outright must not loop): ErrUnavailable.
+func TestTransportNoRetryOnFreshConnection(t *testing.T) {
+	core := newRawCore(t, 0, false)
+	c := defaultClient(t, core.addr, 0)
+	if _, err := c.SearchKB(t.Context(), "faq", "refund", 4); !errors.Is(err, corefacts.ErrUnavailable) {
+		t.Fatalf("got %v; want ErrUnavailable", err)
+	}
+	if got := core.requests(); len(got) != 1 {
+		t.Errorf("Core saw %q; want the search once", got)
 	}
 }
 
 // A call whose deadline passes while Core is silent fails as a timeout; its
 // connection is not reused and the next call succeeds.
-func TestCoreTransportDeadline(t *testing.T) {
+func TestTransportDeadline(t *testing.T) {
 	release := make(chan struct{})
 	var hang atomic.Bool
 	srv, conns := countingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -169,7 +266,7 @@ func TestCoreTransportDeadline(t *testing.T) {
 
 // An answer left unread (too large) closes its connection instead of
 // handing back one with bytes still pending.
-func TestCoreTransportUnreadBodyClosesConnection(t *testing.T) {
+func TestTransportUnreadBodyClosesConnection(t *testing.T) {
 	var big atomic.Bool
 	srv, conns := countingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if big.Load() {
@@ -195,35 +292,27 @@ func TestCoreTransportUnreadBodyClosesConnection(t *testing.T) {
 }
 
 // BenchmarkCoreSession is one identity call to an in-process Core double
-// over the default transport (coreTransport) and over net/http's tuned
-// Transport: cpu-µs/op is the whole process's user + system time per call
-// (the double's share included, the same in both).
+// over the default transport: cpu-µs/op is the whole process's user +
+// system time per call (the double's share included).
 func BenchmarkCoreSession(b *testing.B) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write([]byte(sessionJSON))
 	}))
 	defer srv.Close()
-	for _, tc := range []struct {
-		name string
-		rt   http.RoundTripper
-	}{{"default", nil}, {"net-http", coreclient.DefaultTransport()}} {
-		b.Run(tc.name, func(b *testing.B) {
-			c, err := coreclient.NewClient(coreclient.Options{BaseURL: srv.URL, ServiceToken: testServiceToken, Transport: tc.rt})
-			if err != nil {
-				b.Fatal(err)
-			}
-			ctx := context.Background()
-			b.ReportAllocs()
-			c0 := rusageCPU()
-			for b.Loop() {
-				if _, err := c.Session(ctx, aliceAuth); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64((rusageCPU()-c0).Microseconds())/float64(b.N), "cpu-µs/op")
-		})
+	c, err := coreclient.NewClient(coreclient.Options{BaseURL: srv.URL, ServiceToken: testServiceToken})
+	if err != nil {
+		b.Fatal(err)
 	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	c0 := rusageCPU()
+	for b.Loop() {
+		if _, err := c.Session(ctx, aliceAuth); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64((rusageCPU()-c0).Microseconds())/float64(b.N), "cpu-µs/op")
 }
 
 func rusageCPU() time.Duration {

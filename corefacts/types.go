@@ -146,10 +146,6 @@ func SameID(a, b string) bool {
 	return strings.EqualFold(strings.TrimRight(a, " "), strings.TrimRight(b, " "))
 }
 
-// CapabilitiesSchema is the schema_version of a native Core's knowledge
-// capabilities answer.
-const CapabilitiesSchema = "bailing.agent-knowledge-capabilities.v1"
-
 // RouteBundle is a route read together with the rows a knowledge request
 // needs after it (the SQL catalog's RouteBundle): the KB rows of the ids asked for and,
 // when a document was asked for, that document fenced to those KBs. All of

@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"syscall"
 	"time"
@@ -213,18 +212,4 @@ func (r *Response) ErrorCode() (e ErrorBody, ok bool) {
 		return ErrorBody{}, false
 	}
 	return e, true
-}
-
-// ReadTokenFile reads a bearer from a file, trimming the trailing newline
-// (LF or CRLF) editors and `echo` add; other whitespace is kept.
-func ReadTokenFile(path string) (string, error) {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("token file: %w", err)
-	}
-	t := strings.TrimSuffix(strings.TrimSuffix(string(raw), "\n"), "\r")
-	if t == "" {
-		return "", errors.New("token file is empty")
-	}
-	return t, nil
 }

@@ -36,95 +36,174 @@ func (t StaticToken) Token() string { return string(t) }
 // Refresh implements TokenSource: there is never another token.
 func (StaticToken) Refresh(context.Context, string) (string, bool) { return "", false }
 
+// MaxTokenFileBytes bounds a token file. Core's access tokens are well
+// under 1 KiB; a larger file is refused rather than read.
+const MaxTokenFileBytes = 16 << 10
+
+// ErrTokenFileRefused is wrapped by the errors of a token file that exists
+// but is not one: not a regular file (a FIFO, a device, a directory, a link
+// to one of these), larger than MaxTokenFileBytes, or empty.
+var ErrTokenFileRefused = errors.New("token file refused")
+
+// ReadTokenFile reads a bearer from a file, trimming the trailing newline
+// (LF or CRLF) editors and `echo` add; other whitespace is kept. Only a
+// regular file (after links) of at most MaxTokenFileBytes is read, and the
+// open cannot block: a FIFO or device swapped in is refused, never waited on.
+func ReadTokenFile(path string) (string, error) {
+	t, _, err := readTokenFile(path)
+	return t, err
+}
+
+// readTokenFile is ReadTokenFile that also returns what the file was judged
+// by (the opened file's Stat, or the path's when it was refused before
+// opening; nil when even Stat failed). Errors never carry the content.
+func readTokenFile(path string) (string, os.FileInfo, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return "", nil, fmt.Errorf("token file: %w", err)
+	}
+	if err := checkTokenFile(info); err != nil {
+		return "", info, err
+	}
+	f, err := openNoBlock(path)
+	if err != nil {
+		return "", info, fmt.Errorf("token file: %w", err)
+	}
+	defer f.Close()
+	// The path may name another file now than when it was Stat'ed: judge
+	// the one opened.
+	if info, err = f.Stat(); err != nil {
+		return "", nil, fmt.Errorf("token file: %w", err)
+	}
+	if err := checkTokenFile(info); err != nil {
+		return "", info, err
+	}
+	raw, err := io.ReadAll(io.LimitReader(f, MaxTokenFileBytes+1))
+	if err != nil {
+		return "", info, fmt.Errorf("token file: %w", err)
+	}
+	if len(raw) > MaxTokenFileBytes { // grew after Stat
+		return "", info, fmt.Errorf("%w: larger than %d bytes", ErrTokenFileRefused, MaxTokenFileBytes)
+	}
+	t := strings.TrimSuffix(strings.TrimSuffix(string(raw), "\n"), "\r")
+	if t == "" {
+		return "", info, fmt.Errorf("%w: token file is empty", ErrTokenFileRefused)
+	}
+	return t, info, nil
+}
+
+func checkTokenFile(info os.FileInfo) error {
+	switch {
+	case !info.Mode().IsRegular():
+		return fmt.Errorf("%w: not a regular file (%s)", ErrTokenFileRefused, info.Mode().Type())
+	case info.Size() > MaxTokenFileBytes:
+		return fmt.Errorf("%w: larger than %d bytes", ErrTokenFileRefused, MaxTokenFileBytes)
+	}
+	return nil
+}
+
 // FileToken reads the token from a file, and reads it again when the file
 // changes: a replaced file (another inode, as a Kubernetes secret update or a
 // write-then-rename makes), another size or another modification time, seen
 // with one os.Stat per call. After a 401 it reads the file once more whatever
-// Stat says, so an in-place rewrite Stat cannot see is still picked up. When
-// the file cannot be read the last token read stays in use.
+// Stat says, so an in-place rewrite Stat cannot see is still picked up.
+//
+// When the file cannot be read or is refused (see ReadTokenFile) the last
+// good token stays in use; the problem is logged once until it changes, and
+// a refused file is not read again until Stat shows it changed. No call
+// waits on another call's file I/O: files are read outside the lock, and the
+// token read is swapped in under it.
 type FileToken struct {
 	path string
 	log  *slog.Logger
 
-	mu     sync.Mutex
-	token  string
-	info   os.FileInfo // what Stat said when token was read
-	broken bool        // the last attempt to re-read failed (logged once)
+	mu      sync.Mutex
+	token   string
+	info    os.FileInfo // the file token was read from
+	bad     os.FileInfo // the file last refused; nil when none (or Stat failed)
+	problem string      // the problem last logged; "" while the file is good
 }
 
-// NewFileToken reads path; it fails when the file cannot be read or holds no
-// token. log (nil: discard) receives refresh problems, never the token.
+// NewFileToken reads path; it fails when the file cannot be read, is
+// refused or holds no token. log (nil: discard) receives refresh problems,
+// never the token.
 func NewFileToken(path string, log *slog.Logger) (*FileToken, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	f := &FileToken{path: path, log: log}
-	info, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("token file: %w", err)
-	}
-	t, err := ReadTokenFile(path)
+	t, info, err := readTokenFile(path)
 	if err != nil {
 		return nil, err
 	}
-	f.token, f.info = t, info
-	return f, nil
+	return &FileToken{path: path, log: log, token: t, info: info}, nil
 }
 
 // Token implements TokenSource.
 func (f *FileToken) Token() string {
 	info, err := os.Stat(f.path)
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	token := f.token
+	unchanged := err == nil && (sameFile(f.info, info) || (f.bad != nil && sameFile(f.bad, info)))
+	warn := func() {}
 	if err != nil {
-		f.failed(err)
-		return f.token
+		f.bad = nil
+		warn = f.problemLocked(fmt.Errorf("token file: %w", err))
 	}
-	if sameFile(f.info, info) {
-		return f.token
+	f.mu.Unlock()
+	if err != nil || unchanged {
+		warn()
+		return token
 	}
-	f.reread(info)
-	return f.token
+	token, _ = f.load()
+	return token
 }
 
 // Refresh implements TokenSource.
 func (f *FileToken) Refresh(_ context.Context, rejected string) (string, bool) {
-	info, err := os.Stat(f.path)
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.token != rejected { // another call has read the new token meanwhile
-		return f.token, true
+	token := f.token
+	f.mu.Unlock()
+	if token != rejected { // another call has read the new token meanwhile
+		return token, true
 	}
-	if err != nil {
-		f.failed(err)
+	token, ok := f.load()
+	if !ok || token == rejected {
 		return "", false
 	}
-	if !f.reread(info) || f.token == rejected {
-		return "", false
-	}
-	return f.token, true
+	return token, true
 }
 
-// reread reads the file; on success it keeps the token and the Stat it was
-// read after. Called with mu held.
-func (f *FileToken) reread(info os.FileInfo) bool {
-	t, err := ReadTokenFile(f.path)
+// load reads the file (without the lock) and keeps its token, or keeps the
+// last one when it is refused. It returns the token now in use and whether
+// the read succeeded.
+func (f *FileToken) load() (string, bool) {
+	t, info, err := readTokenFile(f.path)
+	f.mu.Lock()
 	if err != nil {
-		f.failed(err)
-		return false
+		f.bad = info
+		warn, token := f.problemLocked(err), f.token
+		f.mu.Unlock()
+		warn()
+		return token, false
 	}
-	if f.broken {
+	recovered := f.problem != ""
+	f.token, f.info, f.bad, f.problem = t, info, nil, ""
+	f.mu.Unlock()
+	if recovered {
 		f.log.Warn("token file readable again", "path", f.path)
 	}
-	f.token, f.info, f.broken = t, info, false
-	return true
+	return t, true
 }
 
-func (f *FileToken) failed(err error) {
-	if !f.broken {
-		f.log.Warn("token file cannot be read; keeping the last token", "path", f.path, "err", err)
+// problemLocked records err as the file's problem and returns what to log
+// once mu is released: a warning when the problem is not the one last
+// logged, else nothing. Called with mu held.
+func (f *FileToken) problemLocked(err error) (warn func()) {
+	if err == nil || err.Error() == f.problem {
+		return func() {}
 	}
-	f.broken = true
+	f.problem = err.Error()
+	return func() { f.log.Warn("token file cannot be read; keeping the last token", "path", f.path, "err", err) }
 }
 
 func sameFile(a, b os.FileInfo) bool {
@@ -135,6 +214,10 @@ func sameFile(a, b os.FileInfo) bool {
 // surrounding white space, is the token — as credential helpers do. It runs
 // at construction and again after a 401; concurrent refreshes of the same
 // rejected token run it once.
+//
+// Each run is its own process group; on timeout, on cancellation and at
+// Close the whole group is killed (where the platform has process groups),
+// so a helper's own children cannot outlive it.
 type CommandToken struct {
 	command string
 	stderr  io.Writer
@@ -144,6 +227,11 @@ type CommandToken struct {
 	sem   chan struct{} // one run at a time
 	mu    sync.Mutex
 	token string
+
+	life    context.Context // ends at Close: running commands are killed
+	stop    context.CancelFunc
+	running sync.WaitGroup // runs not yet returned
+	closed  bool           // guarded by mu: no run starts after Close
 }
 
 // CommandTimeout bounds one run of a token command.
@@ -156,19 +244,27 @@ const maxTokenOutput = 64 << 10
 // (nil: discarded) and its stdin is empty; log (nil: discard) receives refresh
 // problems, never the token or the command's output.
 func NewCommandToken(ctx context.Context, command string, stderr io.Writer, log *slog.Logger) (*CommandToken, error) {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	if strings.TrimSpace(command) == "" {
 		return nil, errors.New("token command is empty")
 	}
-	c := &CommandToken{command: command, stderr: stderr, log: log, timeout: CommandTimeout, sem: make(chan struct{}, 1)}
+	c := newCommandToken(command, stderr, log, CommandTimeout)
 	t, err := c.run(ctx)
 	if err != nil {
+		c.Close()
 		return nil, err
 	}
 	c.token = t
 	return c, nil
+}
+
+// newCommandToken builds a CommandToken that has not run yet.
+func newCommandToken(command string, stderr io.Writer, log *slog.Logger, timeout time.Duration) *CommandToken {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c := &CommandToken{command: command, stderr: stderr, log: log, timeout: timeout, sem: make(chan struct{}, 1)}
+	c.life, c.stop = context.WithCancel(context.Background())
+	return c
 }
 
 // Token implements TokenSource.
@@ -200,17 +296,49 @@ func (c *CommandToken) Refresh(ctx context.Context, rejected string) (string, bo
 	return t, t != rejected
 }
 
+// Close kills the process groups of the runs still going and waits for
+// them to return (at most commandWaitDelay after the kill); later refreshes
+// fail. The MCP server calls it when it exits.
+func (c *CommandToken) Close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.stop()
+	c.running.Wait()
+}
+
+// commandWaitDelay bounds the wait for a command's output pipes after its
+// process ended or was killed (a child that left its own group may hold them).
+const commandWaitDelay = time.Second
+
+// errTokenCommandClosed is a run refused, or stopped, by Close.
+var errTokenCommandClosed = errors.New("token command: stopped (the server is exiting)")
+
 // run executes the command once and returns its trimmed output. Errors
 // never carry the output.
 func (c *CommandToken) run(ctx context.Context) (string, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return "", errTokenCommandClosed
+	}
+	c.running.Add(1)
+	c.mu.Unlock()
+	defer c.running.Done()
+
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
+	defer context.AfterFunc(c.life, cancel)()
 	cmd := exec.CommandContext(ctx, "sh", "-c", c.command)
 	out := &limitedBuffer{max: maxTokenOutput}
 	cmd.Stdout = out
 	cmd.Stderr = c.stderr
-	cmd.WaitDelay = time.Second // a background child holding stdout cannot hang the refresh
+	ownProcessGroup(cmd)
+	cmd.WaitDelay = commandWaitDelay // a background child holding stdout cannot hang the refresh
 	if err := cmd.Run(); err != nil {
+		if c.life.Err() != nil {
+			return "", errTokenCommandClosed
+		}
 		if ctx.Err() != nil {
 			return "", fmt.Errorf("token command: no token within %s", c.timeout)
 		}

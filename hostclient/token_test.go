@@ -229,7 +229,7 @@ func TestNewCommandTokenFails(t *testing.T) {
 		})
 	}
 	t.Run("too slow", func(t *testing.T) {
-		c := &CommandToken{command: "sleep 5", timeout: 50 * time.Millisecond, sem: make(chan struct{}, 1)}
+		c := newCommandToken("sleep 5", nil, nil, 50*time.Millisecond)
 		if _, err := c.run(context.Background()); err == nil || !strings.Contains(err.Error(), "no token within") {
 			t.Errorf("got %v; want a timeout", err)
 		}

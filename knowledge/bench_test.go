@@ -18,9 +18,10 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/catalog"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
-	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // refBenchCases are a typical reference (the test keyring, a 64-byte KB id)
@@ -102,10 +103,10 @@ func BenchmarkSearchAssembly(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		body := SearchBody{Route: routeKey, RunID: runA, ScopeRevision: strings.Repeat("a", 64), Status: StatusOK,
+		body := SearchBody{Route: routeKey, RunID: runA, ScopeRevision: strings.Repeat("a", 64), Status: protocol.StatusOK,
 			Hints: append([]Hint(nil), hints...)}
-		body.Fit(SearchMaxBytes)
-		if out := body.AppendJSON(make([]byte, 0, SearchMaxBytes)); len(out) > SearchMaxBytes {
+		body.Fit(protocol.SearchMaxBytes)
+		if out := body.AppendJSON(make([]byte, 0, protocol.SearchMaxBytes)); len(out) > protocol.SearchMaxBytes {
 			b.Fatal("over budget")
 		}
 	}
@@ -122,15 +123,15 @@ func BenchmarkReadPage32K(b *testing.B) {
 	p := ReadPage{Route: routeKey, RunID: runA, ScopeRevision: strings.Repeat("a", 64), Ref: ref,
 		Revision: strings.Repeat("b", 64), Title: "标题", Content: content, Offset: 50_000, Served: 50_000}
 	p.Offset = boundaryAtOrBefore(content, p.Offset)
-	buf := make([]byte, 0, ReadMaxBytes)
+	buf := make([]byte, 0, protocol.ReadMaxBytes)
 	b.ReportAllocs()
-	b.SetBytes(ReadMaxBytes)
+	b.SetBytes(protocol.ReadMaxBytes)
 	for b.Loop() {
-		plan, ok := p.Plan(ReadMaxBytes, k.cursorLen())
+		plan, ok := p.Plan(protocol.ReadMaxBytes, k.cursorLen())
 		if !ok {
 			b.Fatal("no plan")
 		}
-		if out := p.AppendJSON(buf[:0], plan, cursor); len(out) > ReadMaxBytes {
+		if out := p.AppendJSON(buf[:0], plan, cursor); len(out) > protocol.ReadMaxBytes {
 			b.Fatal("over budget")
 		}
 	}
@@ -240,7 +241,7 @@ const (
 // newBenchService is a Service over zero-latency fakes with the load tool's
 // corpus: 12 documents of 40 KiB, a route with top_k 8, and a Core search
 // that answers 8 chunk hits spread over 6 documents.
-func newBenchService(b *testing.B) *Service {
+func newBenchService(b *testing.B, opts ...func(*Options)) *Service {
 	b.Helper()
 	cat := &benchCatalog{MemCatalog: catalog.NewMemCatalog(), docs: map[int64]corefacts.Document{}}
 	cat.PutKB(benchKB, true)
@@ -265,8 +266,12 @@ func newBenchService(b *testing.B) *Service {
 	}
 	id := &fakeIdentity{sessions: map[string]corefacts.Session{tokA: sessionA}, sysInfo: map[string]error{}}
 	ret := &fakeRetriever{hits: map[string][]corefacts.Hit{benchKB: hits}}
-	svc, err := New(Options{Identity: id, Retriever: ret, Catalog: cat, Keys: testKeys(b), Now: func() time.Time { return t0 },
-		RateLimit: 1e9, RateBurst: 1 << 30})
+	o := Options{Identity: id, Retriever: ret, Catalog: cat, Keys: testKeys(b), Now: func() time.Time { return t0 },
+		RateLimit: 1e9, RateBurst: 1 << 30}
+	for _, fn := range opts {
+		fn(&o)
+	}
+	svc, err := New(o)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -309,7 +314,7 @@ func BenchmarkServiceRead(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		out, err := svc.Read(ctx, tokA, rk(routeKey), strings.NewReader(body))
-		if err != nil || len(out) < ReadMaxBytes/2 {
+		if err != nil || len(out) < protocol.ReadMaxBytes/2 {
 			b.Fatalf("got %v with %d bytes; want a page", err, len(out))
 		}
 	}
@@ -540,7 +545,7 @@ func BenchmarkCatalogRoute(b *testing.B) {
 }
 
 // newSQLBenchService is newBenchService over the production SQL catalog on
-// a fresh MariaDB database (test/testdb; KS_TEST_MYSQL_DSN) seeded with the
+// a fresh MariaDB database (internal/testkit/testdb; KS_TEST_MYSQL_DSN) seeded with the
 // same corpus, read as the read-only user: the catalog's statements, the
 // driver and the revision cache are the sidecar's own. Identity and Core
 // search stay zero-latency fakes. It returns the registry of the catalog
@@ -620,7 +625,7 @@ func BenchmarkServiceSQL(b *testing.B) {
 	readBody := `{"ref":"` + res.Hints[0].Ref + `","max_bytes":32768}`
 	read := func() {
 		out, err := svc.Read(ctx, tokA, rk(routeKey), strings.NewReader(readBody))
-		if err != nil || len(out) < ReadMaxBytes/2 {
+		if err != nil || len(out) < protocol.ReadMaxBytes/2 {
 			b.Fatalf("got %v with %d bytes; want a page", err, len(out))
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // FuzzJSONString: the budget's byte arithmetic is the serializer's. For
@@ -66,14 +68,14 @@ func FuzzPlan(f *testing.F) {
 	f.Add("hello world", "title", uint32(0), uint32(0), uint16(400), uint8(150))
 	f.Add(strings.Repeat("plain text\n", 60), "t", uint32(13), uint32(40), uint16(500), uint8(2))
 	f.Add(strings.Repeat("\"\\\x01\u2028😀退", 30), "\u2029<>&", uint32(7), uint32(300), uint16(700), uint8(3))
-	f.Add("\xff\xfe\xfd", "x\x00", uint32(1), uint32(ReadChainMaxBytes), uint16(0), uint8(0))
+	f.Add("\xff\xfe\xfd", "x\x00", uint32(1), uint32(protocol.ReadChainMaxBytes), uint16(0), uint8(0))
 	f.Fuzz(func(t *testing.T, content, title string, offset, servedBack uint32, extra uint16, cursorLen uint8) {
 		p := ReadPage{Route: routeKey, RunID: runA, ScopeRevision: strings.Repeat("a", 64), Ref: "ref",
 			Revision: strings.Repeat("b", 64), Title: title, Content: content}
 		p.Offset = boundaryAtOrBefore(content, int(offset%uint32(len(content)+1)))
 		// Served close to the chain budget (or past it), so that short
 		// documents meet it too.
-		p.Served = ReadChainMaxBytes - int(servedBack%uint32(2*len(content)+16)) + 8
+		p.Served = protocol.ReadChainMaxBytes - int(servedBack%uint32(2*len(content)+16)) + 8
 		checkPlan(t, p, p.fixedLen()+int(extra)-100, int(cursorLen))
 		p.Served = 0
 		checkPlan(t, p, p.fixedLen()+int(extra)-100, int(cursorLen))

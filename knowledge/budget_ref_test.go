@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // The byte-at-a-time text passes and the two-scan Plan that the eight-byte
@@ -108,7 +110,7 @@ func fitPrefixRef(s string, budget int) (n, escaped int) {
 // page, then one for a page that continues.
 func (p *ReadPage) planRef(maxBytes, cursorLen int) (plan PagePlan, ok bool) {
 	rest := p.Content[p.Offset:]
-	chainRoom := ReadChainMaxBytes - p.Served
+	chainRoom := protocol.ReadChainMaxBytes - p.Served
 	fixed := p.fixedLen()
 	if len(rest) <= chainRoom {
 		// The final page: the whole rest, with next_cursor null.
@@ -269,7 +271,7 @@ func TestPlanMatchesRef(t *testing.T) {
 			p.Content = strings.Repeat("plain text\n", r.IntN(40)) + p.Content
 		}
 		p.Offset = boundaryAtOrBefore(p.Content, r.IntN(len(p.Content)+1))
-		p.Served = ReadChainMaxBytes - r.IntN(2*len(p.Content)+8) + 4
+		p.Served = protocol.ReadChainMaxBytes - r.IntN(2*len(p.Content)+8) + 4
 		maxBytes := fixed + r.IntN(2*JSONStringLen(p.Content)+40) - 20
 		checkPlan(t, p, maxBytes, r.IntN(8))
 		checkPlan(t, p, maxBytes, r.IntN(300))

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // Adversarial text: everything JSON must escape, multi-byte characters of
@@ -137,11 +139,11 @@ func TestAppendJSONFloat(t *testing.T) {
 
 // randomSearchBody builds a body with realistic refs and adversarial text.
 func randomSearchBody(r *rand.Rand, k *Keyring) SearchBody {
-	b := SearchBody{Route: routeKey, ScopeRevision: strings.Repeat("a", 64), Status: StatusOK}
+	b := SearchBody{Route: routeKey, ScopeRevision: strings.Repeat("a", 64), Status: protocol.StatusOK}
 	if r.IntN(2) == 0 {
 		b.RunID = runA
 	}
-	n := r.IntN(SearchMaxResults + 1)
+	n := r.IntN(protocol.SearchMaxResults + 1)
 	for i := 0; i < n; i++ {
 		c := sampleClaims()
 		c.DocID = int64(r.IntN(1<<40) + 1)
@@ -153,7 +155,7 @@ func randomSearchBody(r *rand.Rand, k *Keyring) SearchBody {
 		}
 		b.Hints = append(b.Hints, Hint{
 			Ref: ref, Title: nastyString(r, titleLen), Summary: nastyString(r, r.IntN(SummaryMaxBytes+1)),
-			Revision: strings.Repeat("b", 64), Score: float64(r.IntN(1000)) / 1000, ExpiresAt: t0.Add(ReferenceTTL),
+			Revision: strings.Repeat("b", 64), Score: float64(r.IntN(1000)) / 1000, ExpiresAt: t0.Add(protocol.ReferenceTTL),
 		})
 	}
 	return b
@@ -163,10 +165,10 @@ func checkFit(t testing.TB, orig SearchBody) {
 	t.Helper()
 	fitted := orig
 	fitted.Hints = append([]Hint(nil), orig.Hints...)
-	fitted.Fit(SearchMaxBytes)
+	fitted.Fit(protocol.SearchMaxBytes)
 	body := fitted.AppendJSON(nil)
-	if len(body) > SearchMaxBytes {
-		t.Fatalf("body %d bytes; want ≤ %d", len(body), SearchMaxBytes)
+	if len(body) > protocol.SearchMaxBytes {
+		t.Fatalf("body %d bytes; want ≤ %d", len(body), protocol.SearchMaxBytes)
 	}
 	var decoded struct {
 		Hints []struct {
@@ -218,27 +220,27 @@ func TestSearchFitPolicy(t *testing.T) {
 		return Hint{Ref: ref, Title: title, Summary: summary, Revision: strings.Repeat("b", 64), Score: 0.5, ExpiresAt: t0}
 	}
 	t.Run("small body untouched", func(t *testing.T) {
-		b := SearchBody{Route: routeKey, Status: StatusOK, Hints: []Hint{hint("t", "short")}}
-		b.Fit(SearchMaxBytes)
+		b := SearchBody{Route: routeKey, Status: protocol.StatusOK, Hints: []Hint{hint("t", "short")}}
+		b.Fit(protocol.SearchMaxBytes)
 		if b.Truncated || b.Hints[0].Summary != "short" {
 			t.Fatalf("got truncated=%v summary=%q; want untouched", b.Truncated, b.Hints[0].Summary)
 		}
 	})
 	t.Run("summaries shortened before any hint is dropped", func(t *testing.T) {
 		long := strings.Repeat("\x01", 600) // 3600 escaped bytes each
-		b := SearchBody{Route: routeKey, Status: StatusOK, Hints: []Hint{hint("a", long), hint("b", long), hint("c", long)}}
-		b.Fit(SearchMaxBytes)
+		b := SearchBody{Route: routeKey, Status: protocol.StatusOK, Hints: []Hint{hint("a", long), hint("b", long), hint("c", long)}}
+		b.Fit(protocol.SearchMaxBytes)
 		if len(b.Hints) != 3 || !b.Truncated {
 			t.Fatalf("got %d hints truncated=%v; want 3 shortened hints", len(b.Hints), b.Truncated)
 		}
-		if n := len(b.AppendJSON(nil)); n > SearchMaxBytes || n < SearchMaxBytes-3*6-1 {
-			t.Fatalf("body %d bytes; want close to but not over %d", n, SearchMaxBytes)
+		if n := len(b.AppendJSON(nil)); n > protocol.SearchMaxBytes || n < protocol.SearchMaxBytes-3*6-1 {
+			t.Fatalf("body %d bytes; want close to but not over %d", n, protocol.SearchMaxBytes)
 		}
 	})
 	t.Run("lowest-ranked hint dropped when titles leave no room", func(t *testing.T) {
 		title := strings.Repeat("\x01", 191) // 1146 escaped bytes
-		b := SearchBody{Route: routeKey, Status: StatusOK, Hints: []Hint{hint(title+"1", "x"), hint(title+"2", "y"), hint(title+"3", "z")}}
-		b.Fit(SearchMaxBytes)
+		b := SearchBody{Route: routeKey, Status: protocol.StatusOK, Hints: []Hint{hint(title+"1", "x"), hint(title+"2", "y"), hint(title+"3", "z")}}
+		b.Fit(protocol.SearchMaxBytes)
 		if len(b.Hints) != 2 || !strings.HasSuffix(b.Hints[1].Title, "2") || !b.Truncated {
 			t.Fatalf("got %d hints (last %q); want the two best", len(b.Hints), b.Hints[len(b.Hints)-1].Title[191:])
 		}
@@ -250,8 +252,8 @@ func TestSearchFitPolicy(t *testing.T) {
 		long := mustKeyring(t, strings.Repeat("Z", maxKeyIDLen)+":"+secret('w'), "")
 		c := sampleClaims()
 		c.KBID = strings.Repeat("k", maxKBIDLen)
-		b := SearchBody{Route: strings.Repeat("r", 64), RunID: runA, ScopeRevision: strings.Repeat("a", 64), Status: StatusPartial}
-		for i := 0; i < SearchMaxResults; i++ {
+		b := SearchBody{Route: strings.Repeat("r", 64), RunID: runA, ScopeRevision: strings.Repeat("a", 64), Status: protocol.StatusPartial}
+		for i := 0; i < protocol.SearchMaxResults; i++ {
 			ref, _ := long.SealRef(c)
 			if len(ref) != maxRefLen {
 				t.Fatalf("ref %d bytes; want the longest, %d", len(ref), maxRefLen)
@@ -259,22 +261,22 @@ func TestSearchFitPolicy(t *testing.T) {
 			b.Hints = append(b.Hints, Hint{Ref: ref, Title: strings.Repeat("t", 191), Summary: strings.Repeat("s", SummaryMaxBytes),
 				Revision: strings.Repeat("b", 64), Score: 0.123456789, ExpiresAt: t0})
 		}
-		b.Fit(SearchMaxBytes)
-		if len(b.Hints) != SearchMaxResults || !b.Truncated {
-			t.Fatalf("got %d hints truncated=%v; want %d shortened hints", len(b.Hints), b.Truncated, SearchMaxResults)
+		b.Fit(protocol.SearchMaxBytes)
+		if len(b.Hints) != protocol.SearchMaxResults || !b.Truncated {
+			t.Fatalf("got %d hints truncated=%v; want %d shortened hints", len(b.Hints), b.Truncated, protocol.SearchMaxResults)
 		}
 		for i, h := range b.Hints {
 			if len(h.Summary) < SummaryMaxBytes/2 {
 				t.Errorf("hint %d summary %d bytes; want ≥ %d", i, len(h.Summary), SummaryMaxBytes/2)
 			}
 		}
-		if n := len(b.AppendJSON(nil)); n > SearchMaxBytes {
-			t.Fatalf("body %d bytes; want ≤ %d", n, SearchMaxBytes)
+		if n := len(b.AppendJSON(nil)); n > protocol.SearchMaxBytes {
+			t.Fatalf("body %d bytes; want ≤ %d", n, protocol.SearchMaxBytes)
 		}
 	})
 	t.Run("a title that alone cannot fit drops only that hint", func(t *testing.T) {
-		b := SearchBody{Route: routeKey, Status: StatusOK, Hints: []Hint{hint("ok1", "s"), hint(strings.Repeat("\x01", 700), "s"), hint("ok3", "s")}}
-		b.Fit(SearchMaxBytes)
+		b := SearchBody{Route: routeKey, Status: protocol.StatusOK, Hints: []Hint{hint("ok1", "s"), hint(strings.Repeat("\x01", 700), "s"), hint("ok3", "s")}}
+		b.Fit(protocol.SearchMaxBytes)
 		if len(b.Hints) != 2 || b.Hints[0].Title != "ok1" || b.Hints[1].Title != "ok3" || !b.Truncated {
 			t.Fatalf("got %d hints; want ok1 and ok3", len(b.Hints))
 		}
@@ -323,8 +325,8 @@ func readPages(t testing.TB, content, title string, maxBytes int, k *Keyring) st
 		}
 		got.WriteString(want)
 		served := p.Served + plan.End - p.Offset
-		if served > ReadChainMaxBytes {
-			t.Fatalf("served %d; want ≤ %d", served, ReadChainMaxBytes)
+		if served > protocol.ReadChainMaxBytes {
+			t.Fatalf("served %d; want ≤ %d", served, protocol.ReadChainMaxBytes)
 		}
 		switch {
 		case plan.More:
@@ -335,7 +337,7 @@ func readPages(t testing.TB, content, title string, maxBytes int, k *Keyring) st
 			_, size := utf8.DecodeRuneInString(content[plan.End:])
 			bigger := plan
 			bigger.End += size
-			if bigger.End-p.Offset+p.Served <= ReadChainMaxBytes && len(p.AppendJSON(nil, bigger, cursor)) <= maxBytes {
+			if bigger.End-p.Offset+p.Served <= protocol.ReadChainMaxBytes && len(p.AppendJSON(nil, bigger, cursor)) <= maxBytes {
 				t.Fatalf("page at %d ends at %d but one more character fits", p.Offset, plan.End)
 			}
 			p.Offset, p.Served = plan.End, served
@@ -344,7 +346,7 @@ func readPages(t testing.TB, content, title string, maxBytes int, k *Keyring) st
 				t.Fatalf("exhausted page: got cursor=%v truncated=%v exhausted=%v", d.NextCursor, d.Truncated, d.BudgetExhausted)
 			}
 			_, size := utf8.DecodeRuneInString(content[plan.End:])
-			if served+size <= ReadChainMaxBytes {
+			if served+size <= protocol.ReadChainMaxBytes {
 				t.Fatalf("budget_exhausted with %d bytes served; the next character still fits the chain", served)
 			}
 			return got.String()
@@ -364,16 +366,16 @@ func TestReadPagesProperty(t *testing.T) {
 	for i := 0; i < 60; i++ {
 		content := nastyString(r, sizes[r.IntN(len(sizes))])
 		title := nastyString(r, r.IntN(191))
-		maxBytes := ReadMinBytes + r.IntN(ReadMaxBytes-ReadMinBytes+1)
+		maxBytes := protocol.ReadMinBytes + r.IntN(protocol.ReadMaxBytes-protocol.ReadMinBytes+1)
 		got := readPages(t, content, title, maxBytes, k)
 		if !strings.HasPrefix(content, got) {
 			t.Fatalf("pages do not concatenate to a prefix of the document")
 		}
-		if len(content) <= ReadChainMaxBytes && got != content {
+		if len(content) <= protocol.ReadChainMaxBytes && got != content {
 			t.Fatalf("document of %d bytes read as %d bytes; want all of it", len(content), len(got))
 		}
-		if len(content) > ReadChainMaxBytes && len(got) < ReadChainMaxBytes-utf8.UTFMax {
-			t.Fatalf("long document: chain served %d bytes; want about %d", len(got), ReadChainMaxBytes)
+		if len(content) > protocol.ReadChainMaxBytes && len(got) < protocol.ReadChainMaxBytes-utf8.UTFMax {
+			t.Fatalf("long document: chain served %d bytes; want about %d", len(got), protocol.ReadChainMaxBytes)
 		}
 	}
 }
@@ -383,17 +385,17 @@ func TestReadPages300kDocument(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
 	doc := []rune(nastyString(r, 1_200_000))[:300_000] // 300 000 characters
 	content := string(doc)
-	for _, maxBytes := range []int{ReadMinBytes, ReadDefaultBytes, ReadMaxBytes} {
+	for _, maxBytes := range []int{protocol.ReadMinBytes, protocol.ReadDefaultBytes, protocol.ReadMaxBytes} {
 		got := readPages(t, content, "标题 \"quoted\" \u2028", maxBytes, k)
-		if !strings.HasPrefix(content, got) || len(got) > ReadChainMaxBytes || len(got) < ReadChainMaxBytes-utf8.UTFMax {
-			t.Fatalf("max_bytes %d: served %d bytes; want the first ≈%d bytes", maxBytes, len(got), ReadChainMaxBytes)
+		if !strings.HasPrefix(content, got) || len(got) > protocol.ReadChainMaxBytes || len(got) < protocol.ReadChainMaxBytes-utf8.UTFMax {
+			t.Fatalf("max_bytes %d: served %d bytes; want the first ≈%d bytes", maxBytes, len(got), protocol.ReadChainMaxBytes)
 		}
 	}
 }
 
 func TestPlanRefusesImpossibleTitle(t *testing.T) {
 	p := ReadPage{Route: routeKey, Title: strings.Repeat("\x01", 1000), Content: "abc"}
-	if _, ok := p.Plan(ReadMinBytes, 150); ok {
+	if _, ok := p.Plan(protocol.ReadMinBytes, 150); ok {
 		t.Fatalf("got ok; want refusal when not even one character fits")
 	}
 }
@@ -408,7 +410,7 @@ func FuzzReadPage(f *testing.F) {
 		if len(title) > 800 {
 			title = title[:800]
 		}
-		maxBytes := ReadMinBytes + int(extra)%(ReadMaxBytes-ReadMinBytes+1)
+		maxBytes := protocol.ReadMinBytes + int(extra)%(protocol.ReadMaxBytes-protocol.ReadMinBytes+1)
 		got := readPages(t, content, title, maxBytes, k)
 		if !strings.HasPrefix(content, got) {
 			t.Fatalf("pages are not a prefix of the document")
@@ -422,7 +424,7 @@ func FuzzSearchFit(f *testing.F) {
 	k := testKeys(f)
 	ref, _ := k.SealRef(sampleClaims())
 	f.Fuzz(func(t *testing.T, t1, s1, t2, s2 string, n uint8) {
-		b := SearchBody{Route: routeKey, RunID: runA, ScopeRevision: strings.Repeat("a", 64), Status: StatusPartial}
+		b := SearchBody{Route: routeKey, RunID: runA, ScopeRevision: strings.Repeat("a", 64), Status: protocol.StatusPartial}
 		pairs := [][2]string{{t1, s1}, {t2, s2}, {t1 + t2, s2 + s1}}
 		for i := 0; i < int(n)%4; i++ {
 			b.Hints = append(b.Hints, Hint{Ref: ref, Title: pairs[i][0], Summary: pairs[i][1], Revision: strings.Repeat("c", 64), Score: 0.9, ExpiresAt: t0.Add(time.Minute)})
@@ -474,7 +476,7 @@ func TestPlanAllocatesNothing(t *testing.T) {
 	k := testKeys(t)
 	p := ReadPage{Route: routeKey, RunID: runA, ScopeRevision: strings.Repeat("a", 64), Ref: strings.Repeat("r", maxRefLen),
 		Revision: strings.Repeat("b", 64), Title: strings.Repeat("标题", 20), Content: strings.Repeat("plain text\n", 4000)}
-	if n := testing.AllocsPerRun(10, func() { p.Plan(ReadMaxBytes, k.cursorLen()) }); n != 0 {
+	if n := testing.AllocsPerRun(10, func() { p.Plan(protocol.ReadMaxBytes, k.cursorLen()) }); n != 0 {
 		t.Fatalf("Plan: %v allocations; want 0", n)
 	}
 }

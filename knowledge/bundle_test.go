@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // bundlingCatalog is the fake catalog with RouteBundle (the SQL catalog's
@@ -133,34 +134,34 @@ func TestBundledReadsAndSearches(t *testing.T) {
 	if extra != 1 {
 		t.Errorf("searches of the added KB: got %d; want 1", extra)
 	}
-	if m["status"] != StatusOK {
-		t.Errorf("status: got %v; want %s", m["status"], StatusOK)
+	if m["status"] != protocol.StatusOK {
+		t.Errorf("status: got %v; want %s", m["status"], protocol.StatusOK)
 	}
 
 	// A disabled KB and a changed document are seen through the bundle (a
 	// new ref: the added KB changed the scope).
 	ref = e.refFor(tokA, routeKey, "", docRefund)
 	e.cat.edit(func(c *fakeCatalog) { c.kbs["faq"] = false })
-	if _, _, ke := e.call("read", tokA, routeKey, readBodyJSON(map[string]any{"ref": ref})); ke == nil || ke.Code != CodeKnowledgeChanged {
-		t.Fatalf("read of a disabled KB: got %v; want %s", ke, CodeKnowledgeChanged)
+	if _, _, ke := e.call("read", tokA, routeKey, readBodyJSON(map[string]any{"ref": ref})); ke == nil || ke.Code != protocol.CodeKnowledgeChanged {
+		t.Fatalf("read of a disabled KB: got %v; want %s", ke, protocol.CodeKnowledgeChanged)
 	}
 	e.cat.edit(func(c *fakeCatalog) { c.kbs["faq"] = true })
 	e.cat.setDoc(corefacts.Document{DocMeta: corefacts.DocMeta{DocID: docRefund, KBID: "faq", Title: "退款规则"}, Content: refundContent + " changed"})
-	if _, _, ke := e.call("read", tokA, routeKey, readBodyJSON(map[string]any{"ref": ref})); ke == nil || ke.Code != CodeKnowledgeChanged {
-		t.Fatalf("read of a changed document: got %v; want %s", ke, CodeKnowledgeChanged)
+	if _, _, ke := e.call("read", tokA, routeKey, readBodyJSON(map[string]any{"ref": ref})); ke == nil || ke.Code != protocol.CodeKnowledgeChanged {
+		t.Fatalf("read of a changed document: got %v; want %s", ke, protocol.CodeKnowledgeChanged)
 	}
 	e.cat.edit(func(c *fakeCatalog) { delete(c.docs, docRefund) })
-	if _, _, ke := e.call("read", tokA, routeKey, readBodyJSON(map[string]any{"ref": ref})); ke == nil || ke.Code != CodeKnowledgeChanged {
-		t.Fatalf("read of a deleted document: got %v; want %s", ke, CodeKnowledgeChanged)
+	if _, _, ke := e.call("read", tokA, routeKey, readBodyJSON(map[string]any{"ref": ref})); ke == nil || ke.Code != protocol.CodeKnowledgeChanged {
+		t.Fatalf("read of a deleted document: got %v; want %s", ke, protocol.CodeKnowledgeChanged)
 	}
 	// A body the bundle could not read is the document step's 503.
 	e.cat.setDoc(corefacts.Document{DocMeta: corefacts.DocMeta{DocID: docRefund, KBID: "faq", Title: "退款规则"}, Content: refundContent})
 	e.cat.edit(func(c *fakeCatalog) { c.docsDown = true })
-	if _, _, ke := e.call("read", tokA, routeKey, readBodyJSON(map[string]any{"ref": ref})); ke == nil || ke.Code != CodeUnavailable {
-		t.Fatalf("read with the body unreadable: got %v; want %s", ke, CodeUnavailable)
+	if _, _, ke := e.call("read", tokA, routeKey, readBodyJSON(map[string]any{"ref": ref})); ke == nil || ke.Code != protocol.CodeUnavailable {
+		t.Fatalf("read with the body unreadable: got %v; want %s", ke, protocol.CodeUnavailable)
 	}
 	// …but only there: a binding error before it still wins.
-	if _, _, ke := e.call("read", tokB, routeKey, readBodyJSON(map[string]any{"ref": ref})); ke == nil || ke.Code != CodeReferenceInvalid {
-		t.Fatalf("read under another identity with the body unreadable: got %v; want %s", ke, CodeReferenceInvalid)
+	if _, _, ke := e.call("read", tokB, routeKey, readBodyJSON(map[string]any{"ref": ref})); ke == nil || ke.Code != protocol.CodeReferenceInvalid {
+		t.Fatalf("read under another identity with the body unreadable: got %v; want %s", ke, protocol.CodeReferenceInvalid)
 	}
 }

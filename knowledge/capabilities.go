@@ -7,14 +7,7 @@ import (
 	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
-)
-
-// Delivery statuses (SPEC §4).
-const (
-	StatusOK          = "ok"
-	StatusPartial     = "partial"
-	StatusUnavailable = "unavailable"
-	StatusDisabled    = "disabled"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // Capabilities answers GET …/knowledge/capabilities (SPEC §3).
@@ -39,41 +32,28 @@ func (s *Service) Capabilities(ctx context.Context, authorization string, route 
 
 func capabilitiesBody(route string, enabled bool, scope string) []byte {
 	b := make([]byte, 0, 512)
-	b = append(b, `{"schema_version":"bailing.agent-knowledge-capabilities.v1","protocol":`...)
-	b = AppendJSONString(b, Protocol)
+	b = append(b, `{"schema_version":"`+protocol.CapabilitiesSchema+`","protocol":`...)
+	b = AppendJSONString(b, protocol.Name)
 	b = append(b, `,"supported":true,"route":`...)
 	b = AppendJSONString(b, route)
 	b = append(b, `,"enabled":`...)
 	b = appendBool(b, enabled)
 	b = append(b, `,"knowledge_scope_revision":`...)
 	b = AppendJSONString(b, scope)
-	b = append(b, `,"delivery_modes":["inline","on_demand"],"limits":{"search_max_results":`...)
-	b = strconv.AppendInt(b, SearchMaxResults, 10)
+	b = append(b, `,"delivery_modes":["`+protocol.DeliveryInline+`","`+protocol.DeliveryOnDemand+`"],"limits":{"search_max_results":`...)
+	b = strconv.AppendInt(b, protocol.SearchMaxResults, 10)
 	b = append(b, `,"search_max_bytes":`...)
-	b = strconv.AppendInt(b, SearchMaxBytes, 10)
+	b = strconv.AppendInt(b, protocol.SearchMaxBytes, 10)
 	b = append(b, `,"read_default_bytes":`...)
-	b = strconv.AppendInt(b, ReadDefaultBytes, 10)
+	b = strconv.AppendInt(b, protocol.ReadDefaultBytes, 10)
 	b = append(b, `,"read_max_bytes":`...)
-	b = strconv.AppendInt(b, ReadMaxBytes, 10)
+	b = strconv.AppendInt(b, protocol.ReadMaxBytes, 10)
 	b = append(b, `,"reference_ttl_seconds":`...)
-	b = strconv.AppendInt(b, int64(ReferenceTTL/time.Second), 10)
+	b = strconv.AppendInt(b, protocol.ReferenceTTLSeconds, 10)
 	b = append(b, `,"read_chain_max_bytes":`...)
-	b = strconv.AppendInt(b, ReadChainMaxBytes, 10)
+	b = strconv.AppendInt(b, protocol.ReadChainMaxBytes, 10)
 	return append(b, "}}"...)
 }
-
-// DeliveryMode is how a turn carries knowledge (SPEC §7): Core's bounded
-// inline knowledge, or on demand through search and read.
-type DeliveryMode string
-
-// The two delivery modes; a turn request naming any other is refused.
-const (
-	DeliveryInline   DeliveryMode = "inline"
-	DeliveryOnDemand DeliveryMode = "on_demand"
-)
-
-// Valid reports whether m is one of the two modes.
-func (m DeliveryMode) Valid() bool { return m == DeliveryInline || m == DeliveryOnDemand }
 
 // Delivery is the route's knowledge state for an intercepted turn, taken
 // before the turn is forwarded (SPEC §7): the status and scope revision its
@@ -84,6 +64,7 @@ type Delivery struct {
 	Status, ScopeRevision string
 	route                 *corefacts.Route // nil unless read from the catalog now
 	flags                 map[string]bool  // nil unless the KB flags were read
+	key                   string           // the route of the turn's path (the audit's)
 }
 
 // Delivery is the final word on the route's delivery status (§4) and scope
@@ -100,6 +81,12 @@ type Delivery struct {
 // had (the catalog is down and the route was never seen), so the turn is not
 // forwarded and no run exists the host could not be told about.
 func (s *Service) Delivery(ctx context.Context, route corefacts.RouteKey) (Delivery, error) {
+	d, err := s.delivery(ctx, route)
+	d.key = route.String()
+	return d, err
+}
+
+func (s *Service) delivery(ctx context.Context, route corefacts.RouteKey) (Delivery, error) {
 	if route.IsZero() {
 		return noKnowledge(route), nil
 	}
@@ -112,7 +99,7 @@ func (s *Service) Delivery(ctx context.Context, route corefacts.RouteKey) (Deliv
 			if last.Knowledge == nil {
 				return noKnowledge(route), nil
 			}
-			return Delivery{Status: StatusUnavailable, ScopeRevision: ScopeRevision(route.String(), last.Knowledge)}, nil
+			return Delivery{Status: protocol.StatusUnavailable, ScopeRevision: ScopeRevision(route.String(), last.Knowledge)}, nil
 		}
 		return Delivery{}, errUnavailable(err)
 	}
@@ -121,14 +108,14 @@ func (s *Service) Delivery(ctx context.Context, route corefacts.RouteKey) (Deliv
 	}
 	scope := ScopeRevision(r.Key, r.Knowledge)
 	if r.Knowledge == nil {
-		return Delivery{Status: StatusDisabled, ScopeRevision: scope, route: &r}, nil
+		return Delivery{Status: protocol.StatusDisabled, ScopeRevision: scope, route: &r}, nil
 	}
 	if !s.retriever.Usable() || !s.catalog.Usable() {
-		return Delivery{Status: StatusUnavailable, ScopeRevision: scope, route: &r}, nil
+		return Delivery{Status: protocol.StatusUnavailable, ScopeRevision: scope, route: &r}, nil
 	}
 	flags, err := s.catalog.KBEnabled(ctx, r.Knowledge.KBIDs)
 	if err != nil {
-		return Delivery{Status: StatusUnavailable, ScopeRevision: scope, route: &r}, nil
+		return Delivery{Status: protocol.StatusUnavailable, ScopeRevision: scope, route: &r}, nil
 	}
 	on := 0
 	for _, id := range r.Knowledge.KBIDs {
@@ -138,16 +125,16 @@ func (s *Service) Delivery(ctx context.Context, route corefacts.RouteKey) (Deliv
 	}
 	switch {
 	case on == 0:
-		return Delivery{Status: StatusUnavailable, ScopeRevision: scope, route: &r}, nil
+		return Delivery{Status: protocol.StatusUnavailable, ScopeRevision: scope, route: &r}, nil
 	case on < len(r.Knowledge.KBIDs):
-		return Delivery{Status: StatusPartial, ScopeRevision: scope, route: &r, flags: flags}, nil
+		return Delivery{Status: protocol.StatusPartial, ScopeRevision: scope, route: &r, flags: flags}, nil
 	default:
-		return Delivery{Status: StatusOK, ScopeRevision: scope, route: &r, flags: flags}, nil
+		return Delivery{Status: protocol.StatusOK, ScopeRevision: scope, route: &r, flags: flags}, nil
 	}
 }
 
 // noKnowledge is the delivery of a route without knowledge: "disabled",
 // with the scope revision of an empty configuration.
 func noKnowledge(route corefacts.RouteKey) Delivery {
-	return Delivery{Status: StatusDisabled, ScopeRevision: ScopeRevision(route.String(), nil)}
+	return Delivery{Status: protocol.StatusDisabled, ScopeRevision: ScopeRevision(route.String(), nil)}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 func TestCapabilitiesBody(t *testing.T) {
@@ -69,7 +70,7 @@ func TestCapabilitiesCatalogDown(t *testing.T) {
 	if _, _, ke := e.call("capabilities", tokA, routeTwin, ""); ke == nil || ke.Status != 503 {
 		t.Fatalf("catalog down, route never seen: got %v; want 503", ke)
 	}
-	if _, _, ke := e.call("search", tokA, routeKey, `{"query":"x"}`); ke == nil || ke.Code != CodeUnavailable {
+	if _, _, ke := e.call("search", tokA, routeKey, `{"query":"x"}`); ke == nil || ke.Code != protocol.CodeUnavailable {
 		t.Fatalf("search with catalog down: got %v; want 503 knowledge_unavailable (no stale config for search)", ke)
 	}
 }
@@ -136,19 +137,19 @@ func TestDelivery(t *testing.T) {
 		mutate  func(e *env)
 		want    string
 		wantRev string // "" = the route's own scope revision
-		code    string
+		code    protocol.ErrorCode
 	}{
-		{"ok", routeKey, nil, StatusOK, "", ""},
-		{"disabled", routeNone, nil, StatusDisabled, "", ""},
-		{"partial", routeKey, func(e *env) { e.cat.kbs["faq"] = false }, StatusPartial, "", ""},
-		{"kb missing partial", routeKey, func(e *env) { delete(e.cat.kbs, "policy") }, StatusPartial, "", ""},
-		{"no kb enabled", routeKey, func(e *env) { e.cat.kbs = map[string]bool{} }, StatusUnavailable, "", ""},
-		{"breaker open", routeKey, func(e *env) { e.ret.unusable = true }, StatusUnavailable, "", ""},
-		{"catalog unusable", routeKey, func(e *env) { e.cat.unusable = true }, StatusUnavailable, "", ""},
-		{"unknown route: disabled, forwarded", "ghost-route", nil, StatusDisabled, ScopeRevision("ghost-route", nil), ""},
-		{"no route key: disabled (the edge refuses it before)", "BAD", nil, StatusDisabled, ScopeRevision("", nil), ""},
-		{"disabled route: disabled, forwarded", "off-route", nil, StatusDisabled, ScopeRevision("off-route", nil), ""},
-		{"catalog down nothing known: not forwarded", routeKey, func(e *env) { e.cat.down = true }, "", "", CodeUnavailable},
+		{"ok", routeKey, nil, protocol.StatusOK, "", ""},
+		{"disabled", routeNone, nil, protocol.StatusDisabled, "", ""},
+		{"partial", routeKey, func(e *env) { e.cat.kbs["faq"] = false }, protocol.StatusPartial, "", ""},
+		{"kb missing partial", routeKey, func(e *env) { delete(e.cat.kbs, "policy") }, protocol.StatusPartial, "", ""},
+		{"no kb enabled", routeKey, func(e *env) { e.cat.kbs = map[string]bool{} }, protocol.StatusUnavailable, "", ""},
+		{"breaker open", routeKey, func(e *env) { e.ret.unusable = true }, protocol.StatusUnavailable, "", ""},
+		{"catalog unusable", routeKey, func(e *env) { e.cat.unusable = true }, protocol.StatusUnavailable, "", ""},
+		{"unknown route: disabled, forwarded", "ghost-route", nil, protocol.StatusDisabled, ScopeRevision("ghost-route", nil), ""},
+		{"no route key: disabled (the edge refuses it before)", "BAD", nil, protocol.StatusDisabled, ScopeRevision("", nil), ""},
+		{"disabled route: disabled, forwarded", "off-route", nil, protocol.StatusDisabled, ScopeRevision("off-route", nil), ""},
+		{"catalog down nothing known: not forwarded", routeKey, func(e *env) { e.cat.down = true }, "", "", protocol.CodeUnavailable},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -184,7 +185,7 @@ func TestDelivery(t *testing.T) {
 		d, _ := e.svc.Delivery(context.Background(), rk(routeKey))
 		e.cat.down = true
 		d2, err := e.svc.Delivery(context.Background(), rk(routeKey))
-		if err != nil || d2.Status != StatusUnavailable || d2.ScopeRevision != d.ScopeRevision {
+		if err != nil || d2.Status != protocol.StatusUnavailable || d2.ScopeRevision != d.ScopeRevision {
 			t.Fatalf("got %q %q %v; want unavailable with the last revision", d2.Status, d2.ScopeRevision, err)
 		}
 	})
@@ -193,7 +194,7 @@ func TestDelivery(t *testing.T) {
 		_, _ = e.svc.Delivery(context.Background(), rk(routeNone))
 		e.cat.down = true
 		d, err := e.svc.Delivery(context.Background(), rk(routeNone))
-		if err != nil || d.Status != StatusDisabled || d.ScopeRevision != ScopeRevision(routeNone, nil) {
+		if err != nil || d.Status != protocol.StatusDisabled || d.ScopeRevision != ScopeRevision(routeNone, nil) {
 			t.Fatalf("got %q %q %v; want disabled with the empty revision", d.Status, d.ScopeRevision, err)
 		}
 	})
@@ -252,15 +253,16 @@ func TestMetrics(t *testing.T) {
 	e.id.sysInfo[routeKey] = &corefacts.CoreError{Status: 403, Code: "audience_not_allowed"}
 	e.call("capabilities", tokA, routeKey, "")
 	for _, tc := range []struct {
-		endpoint, code string
-		want           float64
+		endpoint string
+		code     protocol.ErrorCode
+		want     float64
 	}{
 		{"search", statusOK, 1},
-		{"read", CodeReferenceInvalid, 1},
-		{"capabilities", CodeUnauthorized, 1},
+		{"read", protocol.CodeReferenceInvalid, 1},
+		{"capabilities", protocol.CodeUnauthorized, 1},
 		{"capabilities", codeCoreGate, 1},
 	} {
-		got := testutil.ToFloat64(e.svc.m.requests.WithLabelValues(tc.endpoint, tc.code))
+		got := testutil.ToFloat64(e.svc.m.requests.WithLabelValues(tc.endpoint, string(tc.code)))
 		if got != tc.want {
 			t.Errorf("requests_total{%s,%s} = %v; want %v", tc.endpoint, tc.code, got, tc.want)
 		}

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // TestDocsMentionEveryCode keeps docs/protocol.md and docs/openapi.yaml in
@@ -29,13 +31,17 @@ func TestDocsMentionEveryCode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, code := range []string{CodeInvalidRequest, CodeReferenceInvalid, CodeUnauthorized, CodeRouteNotAllowed,
-		CodeRouteUnavailable, CodeRunNotFound, CodeRunNotActive, CodeScopeChanged, CodeKnowledgeChanged,
-		CodeReferenceExpired, CodePayloadTooLarge, CodeRateLimited, CodeUnavailable, TaskMessage,
-		CodeTaskRequired, CodeTaskRecordInvalid, CodeTaskBindingConflict, CodeTaskRunInactive, CodeTaskMemberMismatch,
-		CodeTaskScopeBlocked, CodeTaskPaused, CodeTaskCancelled, CodeTaskExpired, CodeTaskInvalidInput, CodeTaskUnavailable,
-		"bailing.agent-knowledge-search.v1", "bailing.agent-knowledge-read.v1", "bailing.agent-knowledge-capabilities.v1",
-		"131072", "32768", "16384", "4096"} {
+	codes := []protocol.ErrorCode{protocol.CodeInvalidRequest, protocol.CodeReferenceInvalid, protocol.CodeUnauthorized, protocol.CodeRouteNotAllowed,
+		protocol.CodeRouteUnavailable, protocol.CodeRunNotFound, protocol.CodeRunNotActive, protocol.CodeScopeChanged, protocol.CodeKnowledgeChanged,
+		protocol.CodeReferenceExpired, protocol.CodePayloadTooLarge, protocol.CodeRateLimited, protocol.CodeUnavailable,
+		protocol.CodeTaskRequired, protocol.CodeTaskRecordInvalid, protocol.CodeTaskBindingConflict, protocol.CodeTaskRunInactive, protocol.CodeTaskMemberMismatch,
+		protocol.CodeTaskScopeBlocked, protocol.CodeTaskPaused, protocol.CodeTaskCancelled, protocol.CodeTaskExpired, protocol.CodeTaskInvalidInput, protocol.CodeTaskUnavailable}
+	words := []string{protocol.TaskMessage, protocol.SearchSchema, protocol.ReadSchema, protocol.CapabilitiesSchema,
+		"131072", "32768", "16384", "4096"}
+	for _, c := range codes {
+		words = append(words, string(c))
+	}
+	for _, code := range words {
 		for name, text := range map[string][]byte{"openapi.yaml": spec, "protocol.md": guide} {
 			if !strings.Contains(string(text), code) {
 				t.Errorf("%s does not mention %q", name, code)
@@ -74,8 +80,8 @@ func TestOpenAPITokenSchemas(t *testing.T) {
 		"Cursor": {doc.Components.Schemas.Cursor, cur, "kc1." + cur[len(CursorPrefix):]},
 	} {
 		re, err := regexp.Compile(tc.s.Pattern)
-		if err != nil || tc.s.MaxLength != MaxTokenLen {
-			t.Fatalf("%s: pattern %q (%v), maxLength %d; want a valid pattern and %d", name, tc.s.Pattern, err, tc.s.MaxLength, MaxTokenLen)
+		if err != nil || tc.s.MaxLength != protocol.MaxTokenBytes {
+			t.Fatalf("%s: pattern %q (%v), maxLength %d; want a valid pattern and %d", name, tc.s.Pattern, err, tc.s.MaxLength, protocol.MaxTokenBytes)
 		}
 		if !re.MatchString(tc.tok) || len(tc.tok) > tc.s.MaxLength {
 			t.Errorf("%s: sealed token %q (%d bytes) does not match the schema", name, tc.tok, len(tc.tok))

@@ -3,34 +3,17 @@ package knowledge
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
-)
-
-// Error codes answered by the knowledge endpoints (SPEC §2). A route gate
-// decision from Core is relayed with Core's own code, which may be outside
-// this list.
-const (
-	CodeInvalidRequest   = "invalid_request"
-	CodeReferenceInvalid = "knowledge_reference_invalid"
-	CodeUnauthorized     = "unauthorized"
-	CodeRouteNotAllowed  = "route_not_allowed"
-	CodeRouteUnavailable = "route_unavailable"
-	CodeRunNotFound      = "run_not_found"
-	CodeRunNotActive     = "run_not_active"
-	CodeScopeChanged     = "knowledge_scope_changed"
-	CodeKnowledgeChanged = "knowledge_changed"
-	CodeReferenceExpired = "knowledge_reference_expired"
-	CodePayloadTooLarge  = "payload_too_large"
-	CodeRateLimited      = "rate_limited"
-	CodeUnavailable      = "knowledge_unavailable"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 const (
-	codeCoreGate         = "core_gate" // metrics label for any relayed Core gate code
-	statusOK             = "ok"        // metrics label for a success
-	maxRelayedMessageLen = 200
+	codeCoreGate         protocol.ErrorCode = "core_gate" // metrics label for any relayed Core gate code
+	statusOK             protocol.ErrorCode = "ok"        // metrics label for a success
+	maxRelayedMessageLen                    = 200
 )
 
 // Error is every failure the knowledge endpoints answer with. The proxy
@@ -39,10 +22,10 @@ const (
 // addresses, SQL, credentials, tokens or document text; Err is the cause,
 // for logs only.
 type Error struct {
-	Status  int    // HTTP status: 400, 401, 403, 404, 409, 410, 413, 429 or 503
-	Code    string // SPEC §2 code, or Core's relayed gate code
-	Message string // one English sentence, safe to show to clients
-	Err     error  // cause, for logs (Unwrap)
+	Status  int                // HTTP status: 400, 401, 403, 404, 409, 410, 413, 429 or 503
+	Code    protocol.ErrorCode // SPEC §2 code, or Core's relayed gate code
+	Message string             // one English sentence, safe to show to clients
+	Err     error              // cause, for logs (Unwrap)
 	// RetryAfter, on a 429, is when the session's next token is back; the
 	// edge sends it as Retry-After in whole seconds (at least 1).
 	RetryAfter time.Duration
@@ -65,28 +48,28 @@ func (e *Error) Error() string {
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
 
-func newError(status int, code, msg string, cause error) *Error {
+func newError(status int, code protocol.ErrorCode, msg string, cause error) *Error {
 	return &Error{Status: status, Code: code, Message: msg, Err: cause}
 }
 
-func errInvalid(msg string) *Error { return newError(400, CodeInvalidRequest, msg, nil) }
+func errInvalid(msg string) *Error { return newError(400, protocol.CodeInvalidRequest, msg, nil) }
 
 func errRefInvalid(cause error) *Error {
-	return newError(400, CodeReferenceInvalid,
+	return newError(400, protocol.CodeReferenceInvalid,
 		"The knowledge reference or cursor is not valid for this request; search again.", cause)
 }
 
 func errRefExpired() *Error {
-	return newError(410, CodeReferenceExpired,
+	return newError(410, protocol.CodeReferenceExpired,
 		"The knowledge reference or cursor has expired; search again.", nil)
 }
 
 func errUnauthorized(cause error) *Error {
-	return newError(401, CodeUnauthorized, "The Agent access token was rejected.", cause)
+	return newError(401, protocol.CodeUnauthorized, "The Agent access token was rejected.", cause)
 }
 
 func errUnavailable(cause error) *Error {
-	return newError(503, CodeUnavailable, "Knowledge is temporarily unavailable.", cause)
+	return newError(503, protocol.CodeUnavailable, "Knowledge is temporarily unavailable.", cause)
 }
 
 // Unavailable is the 503 knowledge_unavailable answer; cause is for logs.
@@ -97,33 +80,33 @@ func Unavailable(cause error) *Error { return errUnavailable(cause) }
 func RouteUnavailable() *Error { return errRouteUnavailable(nil) }
 
 func errRouteUnavailable(cause error) *Error {
-	return newError(404, CodeRouteUnavailable, "The configured route is unavailable.", cause)
+	return newError(404, protocol.CodeRouteUnavailable, "The configured route is unavailable.", cause)
 }
 
 func errRunNotFound(cause error) *Error {
-	return newError(404, CodeRunNotFound, "The run was not found for this Agent Session and route.", cause)
+	return newError(404, protocol.CodeRunNotFound, "The run was not found for this Agent Session and route.", cause)
 }
 
 func errRunNotActive() *Error {
-	return newError(409, CodeRunNotActive, "The run is not active.", nil)
+	return newError(409, protocol.CodeRunNotActive, "The run is not active.", nil)
 }
 
 func errScopeChanged() *Error {
-	return newError(409, CodeScopeChanged,
+	return newError(409, protocol.CodeScopeChanged,
 		"The route's knowledge configuration changed since the reference was issued; search again.", nil)
 }
 
 func errKnowledgeChanged(cause error) *Error {
-	return newError(409, CodeKnowledgeChanged,
+	return newError(409, protocol.CodeKnowledgeChanged,
 		"The referenced document changed or is no longer available; search again.", cause)
 }
 
 func errTooLarge() *Error {
-	return newError(413, CodePayloadTooLarge, "The request body exceeds 16384 bytes.", nil)
+	return newError(413, protocol.CodePayloadTooLarge, "The request body exceeds "+strconv.Itoa(protocol.MaxRequestBytes)+" bytes.", nil)
 }
 
 func errRateLimited(retryAfter time.Duration) *Error {
-	e := newError(429, CodeRateLimited, "Too many knowledge requests for this Agent Session.", nil)
+	e := newError(429, protocol.CodeRateLimited, "Too many knowledge requests for this Agent Session.", nil)
 	e.RetryAfter = retryAfter
 	return e
 }
@@ -170,7 +153,7 @@ func relayCoreError(ce *corefacts.CoreError) *Error {
 			msg = "The route cannot be used by this Agent Session."
 		}
 	}
-	return newError(ce.Status, ce.Code, msg, ce)
+	return newError(ce.Status, protocol.ErrorCode(ce.Code), msg, ce)
 }
 
 // safeCode accepts Core's snake_case / TASK_* codes only, so nothing odd

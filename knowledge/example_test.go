@@ -8,6 +8,7 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // A reference is sealed for one identity and document and opened again by
@@ -21,7 +22,7 @@ func ExampleKeyring_SealRef() {
 	bind := knowledge.Binding{ClientAppID: "app-1", SessionID: "sess-a", PrincipalID: "user-42",
 		OnBehalfOf: "t7:user-42", Route: "order-assistant"}
 	ref, err := keys.SealRef(knowledge.RefClaims{
-		Expiry:        issued.Add(knowledge.ReferenceTTL),
+		Expiry:        issued.Add(protocol.ReferenceTTL),
 		Binding:       bind.Digest(),
 		ScopeRevision: strings.Repeat("0", 64),
 		DocRevision:   corefacts.Revision("Refunds", "Refund window 0 means no refunds."),
@@ -32,7 +33,7 @@ func ExampleKeyring_SealRef() {
 		panic(err)
 	}
 	claims, err := keys.OpenRef(ref)
-	fmt.Println(strings.HasPrefix(ref, knowledge.RefPrefix), len(ref) <= knowledge.MaxTokenLen, err)
+	fmt.Println(strings.HasPrefix(ref, knowledge.RefPrefix), len(ref) <= protocol.MaxTokenBytes, err)
 	// Only the prefix and the key id are readable; the rest is ciphertext
 	// under a fresh nonce, so sealing again gives another string.
 	parts := strings.Split(ref, ".")
@@ -100,7 +101,7 @@ func ExampleFitPrefix() {
 // Fit shortens summaries, then drops the lowest-ranked hints, until the
 // whole body fits.
 func ExampleSearchBody_Fit() {
-	body := knowledge.SearchBody{Route: "order-assistant", ScopeRevision: strings.Repeat("0", 64), Status: knowledge.StatusOK}
+	body := knowledge.SearchBody{Route: "order-assistant", ScopeRevision: strings.Repeat("0", 64), Status: protocol.StatusOK}
 	for i := 1; i <= 3; i++ {
 		body.Hints = append(body.Hints, knowledge.Hint{
 			Ref: "kr2.core." + strings.Repeat("A", 300), Title: fmt.Sprintf("Doc %d", i),
@@ -108,9 +109,9 @@ func ExampleSearchBody_Fit() {
 			Score: 0.9, ExpiresAt: time.Date(2026, 9, 1, 12, 5, 0, 0, time.UTC),
 		})
 	}
-	body.Fit(knowledge.SearchMaxBytes)
+	body.Fit(protocol.SearchMaxBytes)
 	out := body.AppendJSON(nil)
-	fmt.Println(len(out) <= knowledge.SearchMaxBytes, len(body.Hints), body.Truncated)
+	fmt.Println(len(out) <= protocol.SearchMaxBytes, len(body.Hints), body.Truncated)
 	// Output:
 	// true 3 true
 }
@@ -124,10 +125,10 @@ func ExampleReadPage_Plan() {
 		Revision: strings.Repeat("f", 64), Title: "Big", Content: strings.Repeat("数据<&>", 3000),
 	}
 	cursorLen := len(mustCursor(keys))
-	plan, ok := page.Plan(knowledge.ReadMinBytes, cursorLen)
+	plan, ok := page.Plan(protocol.ReadMinBytes, cursorLen)
 	body := page.AppendJSON(nil, plan, mustCursor(keys))
 	// The page never splits a character.
-	fmt.Println(ok, plan.More, plan.BudgetExhausted, len(body) <= knowledge.ReadMinBytes, utf8.ValidString(page.Content[:plan.End]))
+	fmt.Println(ok, plan.More, plan.BudgetExhausted, len(body) <= protocol.ReadMinBytes, utf8.ValidString(page.Content[:plan.End]))
 	// Output:
 	// true true false true true
 }

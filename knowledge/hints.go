@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // TurnItem is one piece of what Core retrieved for a turn (SPEC §7
@@ -43,28 +44,51 @@ var emptyHints = []byte("[]")
 // one catalog query (the documents) and no Core HTTP call. Items are grouped
 // by document keeping the best score, documents kept only when ready, in an
 // enabled KB of the route and still holding the hit text (the search rules
-// and pipeline: rank), at most SearchMaxResults, each ref bound to sess, the
+// and pipeline: rank), at most protocol.SearchMaxResults, each ref bound to sess, the
 // route and runID, carrying d's scope revision and expiring like a search
 // ref. It returns the serialized "hints" JSON array, fitted within
-// SearchMaxBytes (summaries shortened first, then the lowest ranks dropped),
+// protocol.SearchMaxBytes (summaries shortened first, then the lowest ranks dropped),
 // and an outcome (HintsMinted, HintsNone, HintsFailed).
 //
 // A route without knowledge ("disabled") has none, one whose catalog or
 // retrieval was down ("unavailable") fails, neither reading Core's answer
 // further. Best effort: every failure is "[]" with HintsFailed, never an
 // error.
+//
+// With an Auditor, every call is one disclosure (endpoint turn, the
+// delivery status, the documents of the hints) recorded before the hints
+// are returned; when the auditor refuses to let them go unrecorded the
+// turn gets "[]" (HintsFailed): SPEC §7 never fails a turn over its hints,
+// and Core has created the run already.
 func (s *Service) TurnHintsFor(ctx context.Context, sess corefacts.Session, d Delivery, runID string, items []TurnItem) (hints []byte, outcome string) {
+	hints, outcome, minted := s.turnHints(ctx, sess, d, runID, items)
+	if s.audit == nil {
+		return hints, outcome
+	}
+	ev := &Disclosure{Endpoint: EndpointTurn, Route: d.key, Session: sess, RunID: runID}
+	ev.hints(d.Status, minted)
+	if name, ok := ctx.Value(endpointKey{}).(string); ok {
+		ev.Endpoint = name
+	}
+	if err := s.audit.Disclose(ctx, ev); err != nil && len(minted) > 0 {
+		return emptyHints, HintsFailed
+	}
+	return hints, outcome
+}
+
+// turnHints is TurnHintsFor without the audit; minted are the hints served.
+func (s *Service) turnHints(ctx context.Context, sess corefacts.Session, d Delivery, runID string, items []TurnItem) (hints []byte, outcome string, minted []Hint) {
 	switch {
-	case d.Status == StatusDisabled: // no knowledge configured
-		return emptyHints, HintsNone
-	case d.Status != StatusOK && d.Status != StatusPartial,
+	case d.Status == protocol.StatusDisabled: // no knowledge configured
+		return emptyHints, HintsNone, nil
+	case d.Status != protocol.StatusOK && d.Status != protocol.StatusPartial,
 		d.route == nil || d.route.Knowledge == nil || d.flags == nil: // d is not Delivery's
 		// "unavailable": the catalog or retrieval was down.
-		return emptyHints, HintsFailed
+		return emptyHints, HintsFailed, nil
 	case len(items) == 0:
-		return emptyHints, HintsNone
+		return emptyHints, HintsNone, nil
 	case !uuidPattern.MatchString(runID) || sess.SessionID == "":
-		return emptyHints, HintsFailed
+		return emptyHints, HintsFailed, nil
 	}
 	runID = strings.ToLower(runID) // as read's run_id is compared
 	r := *d.route
@@ -74,30 +98,32 @@ func (s *Service) TurnHintsFor(ctx context.Context, sess corefacts.Session, d De
 	for _, it := range items {
 		hits = append(hits, corefacts.Hit{DocID: it.DocID, Title: it.Title, Content: it.Content, Score: it.Score})
 	}
-	groups, err := s.rank(ctx, []kbAnswer{{hits: hits}}, flags, kbs, SearchMaxResults, 0)
+	groups, err := s.rank(ctx, []kbAnswer{{hits: hits}}, flags, kbs, protocol.SearchMaxResults, 0)
 	if err != nil {
-		return s.hintsFailed(ctx, "documents", err)
+		hints, outcome = s.hintsFailed(ctx, "documents", err)
+		return hints, outcome, nil
 	}
 	if len(groups) == 0 {
-		return emptyHints, HintsNone
+		return emptyHints, HintsNone, nil
 	}
 	a := admitted{sess: sess, route: r}
-	minted, err := s.mint(groups, s.binding(a, runID), d.ScopeRevision)
+	minted, err = s.mint(groups, s.binding(a, runID), d.ScopeRevision)
 	if err != nil {
-		return s.hintsFailed(ctx, "seal", err)
+		hints, outcome = s.hintsFailed(ctx, "seal", err)
+		return hints, outcome, nil
 	}
-	out := AppendHints(make([]byte, 0, SearchMaxBytes), minted)
-	if len(out) <= SearchMaxBytes { // the common case: nothing to fit
-		return out, HintsMinted
+	out := AppendHints(make([]byte, 0, protocol.SearchMaxBytes), minted)
+	if len(out) <= protocol.SearchMaxBytes { // the common case: nothing to fit
+		return out, HintsMinted, minted
 	}
 	before := len(minted)
-	minted, _ = fitHints(minted, len(emptyHints), SearchMaxBytes)
+	minted, _ = fitHints(minted, len(emptyHints), protocol.SearchMaxBytes)
 	s.m.drop("budget", before-len(minted))
 	s.m.truncate("turn")
 	if len(minted) == 0 {
-		return emptyHints, HintsNone
+		return emptyHints, HintsNone, nil
 	}
-	return AppendHints(out[:0], minted), HintsMinted
+	return AppendHints(out[:0], minted), HintsMinted, minted
 }
 
 func (s *Service) hintsFailed(ctx context.Context, step string, err error) ([]byte, string) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/hostclient"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // turnHints takes routeKey's Delivery, as a turn is before it is
@@ -22,8 +23,8 @@ func (e *env) turnHints(items []TurnItem) ([]hostclient.Hint, string, []byte) {
 		e.t.Fatalf("Delivery: %+v, %v", d, err)
 	}
 	raw, outcome := e.svc.TurnHintsFor(context.Background(), sessionA, d, runA, items)
-	if len(raw) > SearchMaxBytes {
-		e.t.Errorf("hints array is %d bytes; want ≤ %d", len(raw), SearchMaxBytes)
+	if len(raw) > protocol.SearchMaxBytes {
+		e.t.Errorf("hints array is %d bytes; want ≤ %d", len(raw), protocol.SearchMaxBytes)
 	}
 	var generic []map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &generic); err != nil {
@@ -114,7 +115,7 @@ func TestTurnHintsGrouping(t *testing.T) {
 				if want := e.cat.docs[docIDOf(t, e, h.Title)].Revision; h.Revision != want {
 					t.Errorf("hint %s revision: got %s; want %s", h.Title, h.Revision, want)
 				}
-				if want := t0.Add(ReferenceTTL).Format(time.RFC3339); h.ExpiresAt != want {
+				if want := t0.Add(protocol.ReferenceTTL).Format(time.RFC3339); h.ExpiresAt != want {
 					t.Errorf("hint %s expires_at: got %s; want %s", h.Title, h.ExpiresAt, want)
 				}
 			}
@@ -216,8 +217,8 @@ func TestTurnHintsBudget(t *testing.T) {
 				items = append(items, TurnItem{DocID: id, Title: tc.titles[i], Content: tc.contents[i], Score: 0.9 - float64(i)/10})
 			}
 			hints, outcome, raw := e.turnHints(items)
-			if len(raw) > SearchMaxBytes {
-				t.Fatalf("hints array: got %d bytes; want ≤ %d", len(raw), SearchMaxBytes)
+			if len(raw) > protocol.SearchMaxBytes {
+				t.Fatalf("hints array: got %d bytes; want ≤ %d", len(raw), protocol.SearchMaxBytes)
 			}
 			if len(hints) != tc.wantTitles || outcome != HintsMinted {
 				t.Fatalf("got %d hints (%s); want %d minted", len(hints), outcome, tc.wantTitles)
@@ -259,12 +260,12 @@ func TestTurnHintReadWithRun(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		body     map[string]any
-		wantCode string // "" = 200
+		wantCode protocol.ErrorCode // "" = 200
 	}{
 		{"with the run", map[string]any{"ref": hints[0].Ref, "run_id": runA}, ""},
 		{"with the run in upper case", map[string]any{"ref": hints[0].Ref, "run_id": strings.ToUpper(runA)}, ""},
-		{"without the run", map[string]any{"ref": hints[0].Ref}, CodeReferenceInvalid},
-		{"with another run", map[string]any{"ref": hints[0].Ref, "run_id": runB}, CodeReferenceInvalid},
+		{"without the run", map[string]any{"ref": hints[0].Ref}, protocol.CodeReferenceInvalid},
+		{"with another run", map[string]any{"ref": hints[0].Ref, "run_id": runB}, protocol.CodeReferenceInvalid},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, _, ke := e.call("read", tokA, routeKey, readBodyJSON(tc.body))
@@ -287,7 +288,7 @@ func TestTurnHintReadWithRun(t *testing.T) {
 	if got, want := hintTitles(again), hintTitles(hints); got != want {
 		t.Errorf("replay documents: got %q; want %q", got, want)
 	}
-	if want := t0.Add(90*time.Second + ReferenceTTL).Format(time.RFC3339); again[0].ExpiresAt != want {
+	if want := t0.Add(90*time.Second + protocol.ReferenceTTL).Format(time.RFC3339); again[0].ExpiresAt != want {
 		t.Errorf("replay expiry: got %s; want a fresh %s", again[0].ExpiresAt, want)
 	}
 	if again[0].Ref == hints[0].Ref {
@@ -325,7 +326,7 @@ func TestTurnHintsForReusesDelivery(t *testing.T) {
 	e := newEnv(t)
 	items := []TurnItem{{DocID: docRefund, Title: "退款规则", Content: refundChunk1, Score: 0.82}}
 	d, err := e.svc.Delivery(context.Background(), rk(routeKey))
-	if err != nil || d.Status != StatusOK {
+	if err != nil || d.Status != protocol.StatusOK {
 		t.Fatalf("Delivery: %+v, %v", d, err)
 	}
 	e.cat.mu.Lock()
@@ -366,7 +367,7 @@ func TestTurnHintsForStatus(t *testing.T) {
 			}
 			e.cat.down = true
 		}, want: HintsFailed},
-		{name: "not from Delivery", d: &Delivery{Status: StatusOK, ScopeRevision: ScopeRevision(routeKey, &defaultKBConfg)}, want: HintsFailed},
+		{name: "not from Delivery", d: &Delivery{Status: protocol.StatusOK, ScopeRevision: ScopeRevision(routeKey, &defaultKBConfg)}, want: HintsFailed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)

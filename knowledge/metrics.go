@@ -4,6 +4,8 @@ import (
 	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // metrics are optional: every method is a no-op on a nil *metrics.
@@ -20,11 +22,11 @@ type metrics struct {
 // Closed label sets.
 var (
 	endpointLabels = []string{"capabilities", "search", "read"}
-	codeLabels     = []string{statusOK, CodeInvalidRequest, CodeReferenceInvalid, CodeUnauthorized,
-		CodeRouteNotAllowed, CodeRouteUnavailable, CodeRunNotFound, CodeRunNotActive, CodeScopeChanged,
-		CodeKnowledgeChanged, CodeReferenceExpired, CodePayloadTooLarge, CodeRateLimited, CodeUnavailable, codeCoreGate,
-		CodeTaskRequired, CodeTaskRecordInvalid, CodeTaskBindingConflict, CodeTaskRunInactive, CodeTaskMemberMismatch,
-		CodeTaskScopeBlocked, CodeTaskPaused, CodeTaskCancelled, CodeTaskExpired, CodeTaskInvalidInput, CodeTaskUnavailable}
+	codeLabels     = []protocol.ErrorCode{statusOK, protocol.CodeInvalidRequest, protocol.CodeReferenceInvalid, protocol.CodeUnauthorized,
+		protocol.CodeRouteNotAllowed, protocol.CodeRouteUnavailable, protocol.CodeRunNotFound, protocol.CodeRunNotActive, protocol.CodeScopeChanged,
+		protocol.CodeKnowledgeChanged, protocol.CodeReferenceExpired, protocol.CodePayloadTooLarge, protocol.CodeRateLimited, protocol.CodeUnavailable, codeCoreGate,
+		protocol.CodeTaskRequired, protocol.CodeTaskRecordInvalid, protocol.CodeTaskBindingConflict, protocol.CodeTaskRunInactive, protocol.CodeTaskMemberMismatch,
+		protocol.CodeTaskScopeBlocked, protocol.CodeTaskPaused, protocol.CodeTaskCancelled, protocol.CodeTaskExpired, protocol.CodeTaskInvalidInput, protocol.CodeTaskUnavailable}
 	kbResultLabels   = []string{"ok", "error", "timeout", "rate_limited", "skipped", kbEmptyFailure}
 	dropReasonLabels = []string{"stale_fragment", "not_ready", "kb_unavailable", "missing", "budget"}
 )
@@ -88,13 +90,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	for _, c := range taskCodes {
-		m.taskDeny.WithLabelValues(c)
+		m.taskDeny.WithLabelValues(string(c))
 	}
 	// Pre-create the closed label sets so dashboards see zeros.
 	for _, e := range endpointLabels {
 		m.duration.WithLabelValues(e)
 		for _, c := range codeLabels {
-			m.requests.WithLabelValues(e, c)
+			m.requests.WithLabelValues(e, string(c))
 		}
 	}
 	// Capabilities is never shortened; "turn" is same-run hints (TurnHintsFor).
@@ -131,7 +133,7 @@ func (m *metrics) observe(endpoint string, err error, seconds float64) {
 	}
 	code := statusOK
 	if err != nil {
-		code = CodeUnavailable
+		code = protocol.CodeUnavailable
 		var ke *Error
 		if errors.As(err, &ke) {
 			code = codeCoreGate
@@ -143,7 +145,7 @@ func (m *metrics) observe(endpoint string, err error, seconds float64) {
 			}
 		}
 	}
-	m.requests.WithLabelValues(endpoint, code).Inc()
+	m.requests.WithLabelValues(endpoint, string(code)).Inc()
 	m.duration.WithLabelValues(endpoint).Observe(seconds)
 }
 
@@ -171,8 +173,8 @@ func (m *metrics) served(n int) {
 	}
 }
 
-func (m *metrics) taskDenied(code string) {
+func (m *metrics) taskDenied(code protocol.ErrorCode) {
 	if m != nil {
-		m.taskDeny.WithLabelValues(code).Inc()
+		m.taskDeny.WithLabelValues(string(code)).Inc()
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // Read answers POST …/knowledge/read (SPEC §6). Every page re-checks
@@ -25,12 +26,17 @@ func (s *Service) Read(ctx context.Context, authorization string, route corefact
 func (s *Service) ReadInto(ctx context.Context, dst []byte, authorization string, route corefacts.RouteKey, body io.Reader) (out []byte, err error) {
 	start := time.Now()
 	defer func() { s.m.observe("read", err, time.Since(start).Seconds()) }()
+	d := s.auditing(EndpointRead, route) // nil: audit off
+	if d != nil {
+		defer func() { out, err = s.disclose(ctx, d, out, err) }()
+	}
 
 	// SPEC §2 order: identity → body → managed task → route → MAC → …
 	sess, err := s.identify(ctx, authorization)
 	if err != nil {
 		return nil, err
 	}
+	d.identified(sess)
 	raw, err := readBody(body)
 	if err != nil {
 		return nil, err
@@ -39,6 +45,7 @@ func (s *Service) ReadInto(ctx context.Context, dst []byte, authorization string
 	if err != nil {
 		return nil, err
 	}
+	d.asked("", false, req.runID)
 	// A marked session's read without run_id is TASK_REQUIRED even though its
 	// ref names a run; with run_id the ref must be bound to it (below).
 	// The ref is opened first (no I/O) so that its KB and document are read
@@ -111,7 +118,7 @@ func (s *Service) ReadInto(ctx context.Context, dst []byte, authorization string
 	}
 	if req.hasCursor {
 		off, served := cc.NextOffset, cc.Served
-		if off >= int64(len(doc.Content)) || served >= ReadChainMaxBytes ||
+		if off >= int64(len(doc.Content)) || served >= protocol.ReadChainMaxBytes ||
 			boundaryAtOrBefore(doc.Content, int(off)) != int(off) {
 			return nil, errRefInvalid(errors.New("cursor position does not fit the document"))
 		}
@@ -125,7 +132,7 @@ func (s *Service) ReadInto(ctx context.Context, dst []byte, authorization string
 	n := plan.End - page.Offset
 	if plan.More {
 		cursor, err = s.keys.SealCursor(CursorClaims{
-			Expiry:     now.Add(ReferenceTTL).Truncate(time.Second),
+			Expiry:     now.Add(protocol.ReferenceTTL).Truncate(time.Second),
 			RefDigest:  RefDigest(req.ref),
 			NextOffset: int64(plan.End),
 			Served:     int64(page.Served + n),
@@ -141,6 +148,13 @@ func (s *Service) ReadInto(ctx context.Context, dst []byte, authorization string
 	s.m.served(n)
 	if plan.Truncated() {
 		s.m.truncate("read")
+	}
+	if d != nil {
+		d.Status = protocol.StatusOK
+		d.Documents = []DisclosedDocument{{
+			DocID: rc.DocID, KBID: rc.KBID, Revision: rc.DocRevision,
+			Page: true, Start: page.Offset, End: plan.End, BudgetExhausted: plan.BudgetExhausted,
+		}}
 	}
 	return out, nil
 }

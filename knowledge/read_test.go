@@ -14,6 +14,7 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/hostclient"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 func (e *env) readPage(body string) (hostclient.ReadAnswer, []byte) {
@@ -77,7 +78,7 @@ func TestReadChainThroughService(t *testing.T) {
 			e.cat.setDoc(d)
 			e.ret.hits["faq"] = []corefacts.Hit{{KBID: "faq", DocID: docRefund, Content: "", Score: 0.9}}
 			ref := e.refFor(tokA, routeKey, "", docRefund)
-			limit := ReadDefaultBytes
+			limit := protocol.ReadDefaultBytes
 			if tc.maxBytes != "" {
 				_ = json.Unmarshal([]byte(tc.maxBytes[len(`,"max_bytes":`):]), &limit)
 			}
@@ -89,15 +90,15 @@ func TestReadChainThroughService(t *testing.T) {
 				if len(raw) > limit {
 					t.Fatalf("page %d: %d bytes; want ≤ %d", page, len(raw), limit)
 				}
-				if !utf8.ValidString(p.Content) || p.TotalContentBytes != int64(len(tc.content)) || p.ReadChainMaxBytes != ReadChainMaxBytes {
+				if !utf8.ValidString(p.Content) || p.TotalContentBytes != int64(len(tc.content)) || p.ReadChainMaxBytes != protocol.ReadChainMaxBytes {
 					t.Fatalf("page %d: invalid UTF-8 or wrong totals", page)
 				}
 				got.WriteString(p.Content)
-				if got.Len() > ReadChainMaxBytes {
-					t.Fatalf("served %d bytes; want ≤ %d", got.Len(), ReadChainMaxBytes)
+				if got.Len() > protocol.ReadChainMaxBytes {
+					t.Fatalf("served %d bytes; want ≤ %d", got.Len(), protocol.ReadChainMaxBytes)
 				}
 				if p.NextCursor == nil {
-					if len(tc.content) > ReadChainMaxBytes {
+					if len(tc.content) > protocol.ReadChainMaxBytes {
 						if !p.Truncated || !p.BudgetExhausted {
 							t.Fatalf("last page of a long doc: truncated=%v exhausted=%v; want true,true", p.Truncated, p.BudgetExhausted)
 						}
@@ -106,7 +107,7 @@ func TestReadChainThroughService(t *testing.T) {
 					}
 					break
 				}
-				if !p.Truncated || p.BudgetExhausted || len(*p.NextCursor) > MaxTokenLen {
+				if !p.Truncated || p.BudgetExhausted || len(*p.NextCursor) > protocol.MaxTokenBytes {
 					t.Fatalf("non-final page: truncated=%v exhausted=%v; want true,false", p.Truncated, p.BudgetExhausted)
 				}
 				body = `{"ref":"` + ref + `","cursor":"` + *p.NextCursor + `"` + tc.maxBytes + `}`
@@ -114,8 +115,8 @@ func TestReadChainThroughService(t *testing.T) {
 			if !strings.HasPrefix(tc.content, got.String()) {
 				t.Fatalf("pages do not concatenate to the document prefix")
 			}
-			if len(tc.content) > ReadChainMaxBytes && got.Len() < ReadChainMaxBytes-utf8.UTFMax {
-				t.Fatalf("chain stopped at %d bytes; want ≈ %d", got.Len(), ReadChainMaxBytes)
+			if len(tc.content) > protocol.ReadChainMaxBytes && got.Len() < protocol.ReadChainMaxBytes-utf8.UTFMax {
+				t.Fatalf("chain stopped at %d bytes; want ≈ %d", got.Len(), protocol.ReadChainMaxBytes)
 			}
 		})
 	}
@@ -141,7 +142,7 @@ func TestReadNeverServesNewerBody(t *testing.T) {
 		`{"ref":"` + ref + `"}`,
 	} {
 		_, _, ke := e.call("read", tokA, routeKey, body)
-		if ke == nil || ke.Code != CodeKnowledgeChanged {
+		if ke == nil || ke.Code != protocol.CodeKnowledgeChanged {
 			t.Fatalf("got %v; want 409 knowledge_changed", ke)
 		}
 	}
@@ -160,12 +161,12 @@ func TestReadCursorRules(t *testing.T) {
 		{"past the end", int64(len(refundContent)) + 1, 0},
 		{"at the end", int64(len(refundContent)), 0},
 		{"inside a character", 3, 3}, // "# 退" : byte 3 is inside 退
-		{"chain already spent", 0, ReadChainMaxBytes},
+		{"chain already spent", 0, protocol.ReadChainMaxBytes},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cur, _ := e.svc.keys.SealCursor(CursorClaims{Expiry: e.clock.Now().Add(ReferenceTTL), RefDigest: RefDigest(ref), NextOffset: tc.offset, Served: tc.served})
+			cur, _ := e.svc.keys.SealCursor(CursorClaims{Expiry: e.clock.Now().Add(protocol.ReferenceTTL), RefDigest: RefDigest(ref), NextOffset: tc.offset, Served: tc.served})
 			_, _, ke := e.call("read", tokA, routeKey, `{"ref":"`+ref+`","cursor":"`+cur+`"}`)
-			if ke == nil || ke.Code != CodeReferenceInvalid {
+			if ke == nil || ke.Code != protocol.CodeReferenceInvalid {
 				t.Fatalf("got %v; want knowledge_reference_invalid", ke)
 			}
 		})
@@ -186,8 +187,8 @@ func TestReadDefaultMaxBytes(t *testing.T) {
 	e.cat.setDoc(d)
 	e.ret.hits["faq"] = []corefacts.Hit{{KBID: "faq", DocID: docRefund, Content: "xxx", Score: 0.9}}
 	_, raw := e.readPage(`{"ref":"` + e.refFor(tokA, routeKey, "", docRefund) + `"}`)
-	if len(raw) != ReadDefaultBytes {
-		t.Fatalf("page of an ASCII document is %d bytes; want exactly the default %d", len(raw), ReadDefaultBytes)
+	if len(raw) != protocol.ReadDefaultBytes {
+		t.Fatalf("page of an ASCII document is %d bytes; want exactly the default %d", len(raw), protocol.ReadDefaultBytes)
 	}
 }
 
@@ -224,10 +225,10 @@ func TestAnswerInto(t *testing.T) {
 		{"read, too small", make([]byte, 100, 4095), false, func(dst []byte) ([]byte, error) {
 			return e.svc.ReadInto(ctx, dst, tokA, rk(routeKey), strings.NewReader(readBody))
 		}, wantRead},
-		{"search, room for the largest answer", bytes.Repeat([]byte{'x'}, SearchMaxBytes), true, func(dst []byte) ([]byte, error) {
+		{"search, room for the largest answer", bytes.Repeat([]byte{'x'}, protocol.SearchMaxBytes), true, func(dst []byte) ([]byte, error) {
 			return e.svc.SearchInto(ctx, dst, tokA, rk(routeKey), strings.NewReader(searchBody))
 		}, wantSearch},
-		{"search, too small", make([]byte, 10, SearchMaxBytes-1), false, func(dst []byte) ([]byte, error) {
+		{"search, too small", make([]byte, 10, protocol.SearchMaxBytes-1), false, func(dst []byte) ([]byte, error) {
 			return e.svc.SearchInto(ctx, dst, tokA, rk(routeKey), strings.NewReader(searchBody))
 		}, wantSearch},
 	} {

@@ -2,6 +2,8 @@ package knowledge
 
 import (
 	"strconv"
+
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // ReadPage is one read response before serialization (SPEC §6).
@@ -30,12 +32,12 @@ func (p PagePlan) Truncated() bool { return p.More || p.BudgetExhausted }
 // Plan chooses the longest continuation of the content such that the whole
 // body, serialized by AppendJSON with a next_cursor of cursorLen bytes when
 // one is needed, is at most maxBytes, never splitting a character and never
-// serving more than ReadChainMaxBytes content bytes along the chain. ok is
+// serving more than protocol.ReadChainMaxBytes content bytes along the chain. ok is
 // false when not even one character fits (only possible with a pathological
 // title and a small maxBytes). The cost is linear in the page size.
 func (p *ReadPage) Plan(maxBytes, cursorLen int) (plan PagePlan, ok bool) {
 	rest := p.Content[p.Offset:]
-	chainRoom := ReadChainMaxBytes - p.Served
+	chainRoom := protocol.ReadChainMaxBytes - p.Served
 	fixed := p.fixedLen()
 	// room is what the content may escape to on a page that continues (a
 	// next_cursor, truncated true).
@@ -104,7 +106,7 @@ func (p *ReadPage) AppendJSON(b []byte, plan PagePlan, cursor string) []byte {
 }
 
 func (p *ReadPage) appendHead(b []byte) []byte {
-	b = append(b, `{"schema_version":"bailing.agent-knowledge-read.v1","route":`...)
+	b = append(b, `{"schema_version":"`+protocol.ReadSchema+`","route":`...)
 	b = AppendJSONString(b, p.Route)
 	if p.RunID != "" {
 		b = append(b, `,"run_id":`...)
@@ -124,7 +126,7 @@ func (p *ReadPage) appendHead(b []byte) []byte {
 // appendTail writes everything after content; with valuesOmitted the three
 // plan-dependent values are left out (for measuring).
 func (p *ReadPage) appendTail(b []byte, plan PagePlan, cursor string, valuesOmitted bool) []byte {
-	b = append(b, `,"trust":"reference_only","next_cursor":`...)
+	b = append(b, `,"trust":"`+protocol.Trust+`","next_cursor":`...)
 	if !valuesOmitted {
 		if plan.More {
 			b = AppendJSONString(b, cursor)
@@ -143,6 +145,6 @@ func (p *ReadPage) appendTail(b []byte, plan PagePlan, cursor string, valuesOmit
 	b = append(b, `,"total_content_bytes":`...)
 	b = strconv.AppendInt(b, int64(len(p.Content)), 10)
 	b = append(b, `,"read_chain_max_bytes":`...)
-	b = strconv.AppendInt(b, ReadChainMaxBytes, 10)
+	b = strconv.AppendInt(b, protocol.ReadChainMaxBytes, 10)
 	return append(b, '}')
 }

@@ -8,7 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts/jsstring"
-	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
+	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 )
 
 // The search re-check against what Core's real chunker produces
@@ -23,7 +23,7 @@ type coreChunkCase struct {
 
 func loadCoreChunkCases(t *testing.T) []coreChunkCase {
 	t.Helper()
-	vs, err := fakecore.LoadChunkVectors("../test/fakecore/testdata/chunk-vectors.json")
+	vs, err := fakecore.LoadChunkVectors("../internal/fakecore/testdata/chunk-vectors.json")
 	if err != nil || len(vs) < 30 {
 		t.Fatalf("got %d cases, %v; want the whole vector file", len(vs), err)
 	}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/chacha20poly1305"
+
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // References and cursors (SPEC §5, version 2: confidential as well as
@@ -59,12 +61,7 @@ const (
 	// RefPrefix starts every reference.
 	RefPrefix = "kr2."
 	// CursorPrefix starts every cursor.
-	CursorPrefix = "kc2."
-	// MaxTokenLen is the maximum length of a reference or cursor string.
-	MaxTokenLen = 512
-	// ReferenceTTL is the lifetime of references and cursors.
-	ReferenceTTL = 300 * time.Second
-
+	CursorPrefix   = "kc2."
 	nonceLen       = chacha20poly1305.NonceSizeX
 	tagLen         = chacha20poly1305.Overhead
 	refFixedLen    = 8 + 32 + 32 + 32 + 8 // reference plaintext before the KB id
@@ -107,7 +104,7 @@ type Binding struct {
 // Digest is SHA-256 over the length-prefixed fields of b.
 func (b Binding) Digest() [32]byte {
 	h := sha256.New()
-	h.Write([]byte("bailing.agent-knowledge.v1/binding"))
+	h.Write([]byte(protocol.Name + "/binding"))
 	var n [4]byte
 	for _, f := range []string{b.ClientAppID, b.SessionID, b.PrincipalID, b.OnBehalfOf, b.Route, b.RunID} {
 		binary.BigEndian.PutUint32(n[:], uint32(len(f)))
@@ -269,7 +266,7 @@ func sealToken(prefix, keyID string, aead cipher.AEAD, plain []byte) string {
 // tag, and returns the plaintext and the key id. The key is picked by the id
 // in the token; an unknown id fails without trying any key.
 func (k *Keyring) open(s, prefix string) (plain []byte, keyID string, err error) {
-	if len(s) > MaxTokenLen || !strings.HasPrefix(s, prefix) {
+	if len(s) > protocol.MaxTokenBytes || !strings.HasPrefix(s, prefix) {
 		return nil, "", ErrReferenceInvalid
 	}
 	dot := strings.IndexByte(s[len(prefix):], '.')

@@ -14,11 +14,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 func sampleClaims() RefClaims {
 	return RefClaims{
-		Expiry:        t0.Add(ReferenceTTL),
+		Expiry:        t0.Add(protocol.ReferenceTTL),
 		Binding:       Binding{ClientAppID: "app-1", SessionID: "sess-a", PrincipalID: "user-42", OnBehalfOf: "t7:user-42", Route: routeKey, RunID: runA}.Digest(),
 		ScopeRevision: strings.Repeat("ab", 32),
 		DocRevision:   strings.Repeat("cd", 32),
@@ -50,8 +52,8 @@ func TestRefRoundTripAndShape(t *testing.T) {
 	if !strings.HasPrefix(ref, RefPrefix) {
 		t.Errorf("ref %q; want prefix %q", ref, RefPrefix)
 	}
-	if len(ref) > MaxTokenLen {
-		t.Errorf("ref length %d; want ≤ %d even with the longest key id and kb id", len(ref), MaxTokenLen)
+	if len(ref) > protocol.MaxTokenBytes {
+		t.Errorf("ref length %d; want ≤ %d even with the longest key id and kb id", len(ref), protocol.MaxTokenBytes)
 	}
 	if strings.ContainsAny(ref[len(RefPrefix):], "+/=") {
 		t.Errorf("ref %q; want unpadded base64url", ref)
@@ -143,7 +145,7 @@ func TestRefIsOpaque(t *testing.T) {
 	b := Binding{ClientAppID: "app-opaque-7", SessionID: "sess-opaque-8", PrincipalID: "user-opaque-9",
 		OnBehalfOf: "tenant-opaque:user-opaque-9", Route: "order-assistant", RunID: runA}
 	c := RefClaims{
-		Expiry: t0.Add(ReferenceTTL), Binding: b.Digest(),
+		Expiry: t0.Add(protocol.ReferenceTTL), Binding: b.Digest(),
 		ScopeRevision: strings.Repeat("ab", 32), DocRevision: strings.Repeat("cd", 32),
 		DocID: 4_242_424_242, KBID: "kb-opaque-faq",
 	}
@@ -164,7 +166,7 @@ func TestRefIsOpaque(t *testing.T) {
 }
 
 // TestTokenLengthWorstCase: the longest key id, KB id and document id keep
-// references and cursors within MaxTokenLen, at the lengths maxRefLen and
+// references and cursors within protocol.MaxTokenBytes, at the lengths maxRefLen and
 // cursorLen promise.
 func TestTokenLengthWorstCase(t *testing.T) {
 	k := mustKeyring(t, strings.Repeat("Z", maxKeyIDLen)+":"+secret('w'), "")
@@ -180,15 +182,15 @@ func TestTokenLengthWorstCase(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(ref) != maxRefLen || len(ref) > MaxTokenLen {
-			t.Fatalf("longest ref is %d bytes; want %d and ≤ %d", len(ref), maxRefLen, MaxTokenLen)
+		if len(ref) != maxRefLen || len(ref) > protocol.MaxTokenBytes {
+			t.Fatalf("longest ref is %d bytes; want %d and ≤ %d", len(ref), maxRefLen, protocol.MaxTokenBytes)
 		}
 		cur, err := k.SealCursor(CursorClaims{Expiry: c.Expiry, RefDigest: RefDigest(ref), NextOffset: 1<<63 - 1, Served: 1<<63 - 1})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(cur) != k.cursorLen() || len(cur) > MaxTokenLen {
-			t.Fatalf("longest cursor is %d bytes; want %d and ≤ %d", len(cur), k.cursorLen(), MaxTokenLen)
+		if len(cur) != k.cursorLen() || len(cur) > protocol.MaxTokenBytes {
+			t.Fatalf("longest cursor is %d bytes; want %d and ≤ %d", len(cur), k.cursorLen(), protocol.MaxTokenBytes)
 		}
 		if got, err := k.OpenRef(ref); err != nil || got.KBID != c.KBID || got.DocID != c.DocID {
 			t.Fatalf("longest ref: got %+v, %v; want its claims", got, err)
@@ -519,7 +521,7 @@ func TestReplicasShareKeys(t *testing.T) {
 	if _, _, ke := b.call("read", tokA, routeKey, body); ke != nil {
 		t.Fatalf("replica with the same keys: got %v; want success", ke)
 	}
-	if _, _, ke := c.call("read", tokA, routeKey, body); ke == nil || ke.Code != CodeReferenceInvalid {
+	if _, _, ke := c.call("read", tokA, routeKey, body); ke == nil || ke.Code != protocol.CodeReferenceInvalid {
 		t.Fatalf("replica with other keys: got %v; want knowledge_reference_invalid", ke)
 	}
 }
@@ -536,7 +538,7 @@ func TestRotationThroughService(t *testing.T) {
 		t.Fatalf("after rotation: got %v; want success", ke)
 	}
 	removed := newEnv(t, func(o *Options) { o.Keys = mustKeyring(t, "new:"+secret('n'), "") })
-	if _, _, ke := removed.call("read", tokA, routeKey, body); ke == nil || ke.Code != CodeReferenceInvalid {
+	if _, _, ke := removed.call("read", tokA, routeKey, body); ke == nil || ke.Code != protocol.CodeReferenceInvalid {
 		t.Fatalf("after removal: got %v; want knowledge_reference_invalid", ke)
 	}
 }
@@ -557,7 +559,7 @@ func TestBindingDigestSeparatesFields(t *testing.T) {
 }
 
 func TestExpiryBoundary(t *testing.T) {
-	exp := t0.Add(ReferenceTTL)
+	exp := t0.Add(protocol.ReferenceTTL)
 	tests := []struct {
 		now  time.Time
 		want bool

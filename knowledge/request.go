@@ -2,28 +2,25 @@ package knowledge
 
 import (
 	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts/jsstring"
-	"github.com/bailinghub/knowledge-sidecar/internal/jsonscan"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // Request decoding: strict, never clamping or fixing input (SPEC §2).
 // Optional fields may be null, which means the same as absent (so a host may
 // pass a previous next_cursor of null back verbatim).
 
-// MaxQueryUnits is the search query limit in UTF-16 code units (JavaScript's
-// String length, as Core counts it; SPEC §4): a character above U+FFFF
-// counts 2, so 1,001 emoji (2,002 units) are refused. It is the one
-// definition: the endpoint and the MCP tool both apply it through
-// CheckQuery.
-const MaxQueryUnits = 2000
-
 // CheckQuery applies SPEC §4's rules for a search query to q: not empty after
-// JavaScript's trim(), at most MaxQueryUnits UTF-16 units, no C0 control
+// JavaScript's trim(), at most protocol.MaxQueryUnits UTF-16 units, no C0 control
 // character but tab, LF and CR. It returns nil or the 400 invalid_request
 // *Error the endpoint answers. The MCP tool (mcpserver) calls it before
 // sending, so it refuses exactly what the endpoint refuses, with the same
@@ -36,8 +33,8 @@ func CheckQuery(q string) *Error {
 	if jsstring.Trim(q) == "" {
 		return errInvalid("query must not be empty.")
 	}
-	if jsstring.UTF16Len(q) > MaxQueryUnits {
-		return errInvalid("query must not exceed " + strconv.Itoa(MaxQueryUnits) + " characters counted in UTF-16 code units (an emoji counts 2).")
+	if jsstring.UTF16Len(q) > protocol.MaxQueryUnits {
+		return errInvalid("query must not exceed " + strconv.Itoa(protocol.MaxQueryUnits) + " characters counted in UTF-16 code units (an emoji counts 2).")
 	}
 	for _, c := range q {
 		if c < 0x20 && c != '\t' && c != '\n' && c != '\r' {
@@ -49,12 +46,12 @@ func CheckQuery(q string) *Error {
 
 var uuidPattern = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 
-// requestFields is a request body's members, located by one scan:
-// vals[i] is the value (its JSON text) of the member named names[i], nil
-// when the body has no such member. Four is the most members a body has.
+// requestFields is a request body's members: vals[i] is the value (its
+// JSON text) of the member named names[i], nil when the body has no such
+// member. Four is the most members a body has.
 type requestFields struct {
 	names []string
-	vals  [4][]byte
+	vals  [4]json.RawMessage
 }
 
 // get returns the value of the member name and whether the body has it.
@@ -73,14 +70,15 @@ var (
 	readFields   = []string{"ref", "run_id", "max_bytes", "cursor"}
 )
 
-// decodeObject locates the members of a JSON object in one pass over
-// internal/jsonscan, rejecting anything but exactly one object, duplicate
-// members and members not in allowed, without reflection. Its answers are
-// those of encoding/json's Decoder reading the object token by token (Token
-// for '{' and each key, Decode of each value into a RawMessage), which
-// request_ref_test.go keeps as the oracle: the same checks in the same
-// order, each member's key and whole value scanned before its name is
-// judged, and a member name with escapes unescaped before it is.
+// decodeObject splits a JSON object into its members with encoding/json's
+// Decoder (Token for '{' and each key, Decode of each value into a
+// RawMessage), rejecting anything but exactly one object, duplicate members
+// and members not in allowed. Each member's key and whole value are read
+// before its name is judged; a name with escapes is judged unescaped.
+// (A one-pass decoder over internal/jsonscan was about 10× faster on its
+// own, 0.5 against 5.8 µs for a read body, but that is a few per cent of a
+// whole search or read, below what DESIGN 14 asks of speed-only code:
+// docs/performance.md, "Decisions: speed-only code".)
 func decodeObject(body []byte, allowed []string) (requestFields, error) {
 	f := requestFields{names: allowed}
 	if !utf8.Valid(body) {
@@ -91,7 +89,7 @@ func decodeObject(body []byte, allowed []string) (requestFields, error) {
 	// U+00A0 and the other Unicode spaces, silently fixing the body.
 	trimmed := bytes.Trim(body, jsonSpace)
 	if len(trimmed) == 0 || trimmed[0] != '{' {
-		if end, err := jsonscan.SkipValue(trimmed, 0, 0); err == nil && end == len(trimmed) {
+		if len(trimmed) > 0 && json.Valid(trimmed) {
 			return f, errInvalid("The request body must be a JSON object.")
 		}
 		return f, errInvalid("The request body must be valid JSON.")
@@ -103,61 +101,44 @@ func decodeObject(body []byte, allowed []string) (requestFields, error) {
 	if bytes.IndexByte(trimmed, '\\') >= 0 && loneSurrogateEscape(trimmed) {
 		return f, errInvalid("The request body contains an unpaired UTF-16 surrogate escape (\\ud800-\\udfff).")
 	}
-	// The object is scanned at depth 0, its values as held at depth 0: the
-	// Decoder took the '{' as a token and scanned each value afresh, so a
-	// value may nest as deeply as a whole document may (encoding/json's
-	// limit), one level more than in a document holding it.
-	var memberErr error
-	end, err := jsonscan.Object(trimmed, 0, 0, func(m jsonscan.Member) (int, error) {
-		end, err := jsonscan.SkipValue(trimmed, m.ValStart, 0)
+	invalid := func() (requestFields, error) {
+		return requestFields{names: allowed}, errInvalid("The request body must be valid JSON.")
+	}
+	dec := json.NewDecoder(bytes.NewReader(trimmed))
+	if _, err := dec.Token(); err != nil { // '{'
+		return invalid()
+	}
+	for dec.More() {
+		tok, err := dec.Token()
 		if err != nil {
-			return 0, err
+			return invalid()
 		}
-		i := fieldIndex(trimmed, m, allowed)
+		key, ok := tok.(string)
+		if !ok {
+			return invalid()
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return invalid()
+		}
+		i := slices.Index(allowed, key)
 		if i < 0 {
-			key, _ := jsonscan.Unquote(trimmed[m.KeyStart:m.KeyEnd])
-			memberErr = errInvalid("Unknown field " + strconv.Quote(safeFieldName(key)) + ".")
-			return 0, memberErr
+			return requestFields{names: allowed}, errInvalid("Unknown field " + strconv.Quote(safeFieldName(key)) + ".")
 		}
 		if f.vals[i] != nil {
-			memberErr = errInvalid("Field " + allowed[i] + " appears more than once.")
-			return 0, memberErr
+			return requestFields{names: allowed}, errInvalid("Field " + key + " appears more than once.")
 		}
-		f.vals[i] = trimmed[m.ValStart:end]
-		return end, nil
-	})
-	switch {
-	case memberErr != nil:
-		return requestFields{names: allowed}, memberErr
-	case err != nil:
-		return requestFields{names: allowed}, errInvalid("The request body must be valid JSON.")
-	case end != len(trimmed):
+		f.vals[i] = raw
+	}
+	if _, err := dec.Token(); err != nil { // '}'
+		return invalid()
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		// The body is trimmed, so whatever follows the object is more than
 		// whitespace: another value, or bytes that are none.
 		return requestFields{names: allowed}, errInvalid("The request body must contain exactly one JSON object.")
 	}
 	return f, nil
-}
-
-// fieldIndex returns the index in allowed of the member's name, unescaped,
-// or -1.
-func fieldIndex(b []byte, m jsonscan.Member, allowed []string) int {
-	if !m.KeyEsc {
-		key := b[m.KeyStart+1 : m.KeyEnd-1]
-		for i, a := range allowed {
-			if string(key) == a {
-				return i
-			}
-		}
-		return -1
-	}
-	key, _ := jsonscan.Unquote(b[m.KeyStart:m.KeyEnd])
-	for i, a := range allowed {
-		if key == a {
-			return i
-		}
-	}
-	return -1
 }
 
 // jsonSpace is the whitespace JSON allows between tokens (RFC 8259 §2).
@@ -252,12 +233,9 @@ func stringField(f *requestFields, name string, required bool) (v string, presen
 		}
 		return "", false, nil
 	}
-	if raw[0] != '"' {
+	if raw[0] != '"' || json.Unmarshal(raw, &v) != nil {
 		return "", false, errInvalid(name + " must be a string.")
 	}
-	// The value was scanned and the body has no lone surrogate escape, so
-	// Unquote decodes it exactly as encoding/json did.
-	v, _ = jsonscan.Unquote(raw)
 	return v, true, nil
 }
 
@@ -353,7 +331,7 @@ func parseSearch(body []byte) (searchRequest, error) {
 		return r, e
 	}
 	r.query = q
-	if r.limit, err = intField(&f, "limit", 1, SearchMaxResults, SearchMaxResults); err != nil {
+	if r.limit, err = intField(&f, "limit", 1, protocol.SearchMaxResults, protocol.SearchMaxResults); err != nil {
 		return r, err
 	}
 	if r.runID, err = runIDField(&f); err != nil {
@@ -385,7 +363,7 @@ func parseRead(body []byte) (readRequest, error) {
 	if r.runID, err = runIDField(&f); err != nil {
 		return r, err
 	}
-	if r.maxBytes, err = intField(&f, "max_bytes", ReadMinBytes, ReadMaxBytes, ReadDefaultBytes); err != nil {
+	if r.maxBytes, err = intField(&f, "max_bytes", protocol.ReadMinBytes, protocol.ReadMaxBytes, protocol.ReadDefaultBytes); err != nil {
 		return r, err
 	}
 	if r.cursor, r.hasCursor, err = stringField(&f, "cursor", false); err != nil {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // TestRequestJSONStrict: the search and read bodies are JSON exactly
@@ -99,8 +101,8 @@ func TestRequestJSONStrict(t *testing.T) {
 				return
 			}
 			var e *Error
-			if !errors.As(err, &e) || e.Status != 400 || e.Code != CodeInvalidRequest {
-				t.Fatalf("%q: got %v; want 400 %s", tc.body, err, CodeInvalidRequest)
+			if !errors.As(err, &e) || e.Status != 400 || e.Code != protocol.CodeInvalidRequest {
+				t.Fatalf("%q: got %v; want 400 %s", tc.body, err, protocol.CodeInvalidRequest)
 			}
 		})
 	}
@@ -192,8 +194,8 @@ func FuzzRequestStrict(f *testing.F) {
 				continue
 			}
 			var e *Error
-			if !errors.As(err, &e) || e.Status != 400 || e.Code != CodeInvalidRequest {
-				t.Fatalf("%q: got %v; want nil or 400 %s", in, err, CodeInvalidRequest)
+			if !errors.As(err, &e) || e.Status != 400 || e.Code != protocol.CodeInvalidRequest {
+				t.Fatalf("%q: got %v; want nil or 400 %s", in, err, protocol.CodeInvalidRequest)
 			}
 		}
 	})

@@ -6,10 +6,8 @@ import (
 	"strconv"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
-
-// Protocol is the protocol name carried by capabilities and turn blocks.
-const Protocol = "bailing.agent-knowledge.v1"
 
 // ScopeRevision is the route's knowledge scope revision (SPEC §3): the
 // lowercase SHA-256 hex of the canonical JSON of its normalized knowledge
@@ -37,7 +35,7 @@ func canonicalScope(route string, k *corefacts.KnowledgeConfig) []byte {
 	b := make([]byte, 0, 256)
 	if k == nil {
 		b = append(b, `{"knowledge":null,"protocol":`...)
-		b = AppendJSONString(b, Protocol)
+		b = AppendJSONString(b, protocol.Name)
 		b = append(b, `,"route":`...)
 		b = AppendJSONString(b, route)
 		return append(b, '}')
@@ -58,7 +56,7 @@ func canonicalScope(route string, k *corefacts.KnowledgeConfig) []byte {
 	b = append(b, `,"page_boost":`...)
 	b = appendBool(b, k.PageBoost)
 	b = append(b, `,"protocol":`...)
-	b = AppendJSONString(b, Protocol)
+	b = AppendJSONString(b, protocol.Name)
 	b = append(b, `,"route":`...)
 	b = AppendJSONString(b, route)
 	b = append(b, `,"top_k":`...)

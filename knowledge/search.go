@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 const (
@@ -29,16 +30,21 @@ func (s *Service) Search(ctx context.Context, authorization string, route corefa
 }
 
 // SearchInto is Search with the answer written into dst's memory when it
-// has room for SearchMaxBytes (see ReadInto).
+// has room for protocol.SearchMaxBytes (see ReadInto).
 func (s *Service) SearchInto(ctx context.Context, dst []byte, authorization string, route corefacts.RouteKey, body io.Reader) (out []byte, err error) {
 	start := time.Now()
 	defer func() { s.m.observe("search", err, time.Since(start).Seconds()) }()
+	d := s.auditing(EndpointSearch, route) // nil: audit off
+	if d != nil {
+		defer func() { out, err = s.disclose(ctx, d, out, err) }()
+	}
 
 	// SPEC §2 order: identity → body → managed task → route → run.
 	sess, err := s.identify(ctx, authorization)
 	if err != nil {
 		return nil, err
 	}
+	d.identified(sess)
 	raw, err := readBody(body)
 	if err != nil {
 		return nil, err
@@ -47,6 +53,7 @@ func (s *Service) SearchInto(ctx context.Context, dst []byte, authorization stri
 	if err != nil {
 		return nil, err
 	}
+	d.asked(req.query, true, req.runID)
 	// The route's KB rows are read with it (one statement) when the last
 	// configuration seen for the route names them; the fresh route decides
 	// (kbRows reads any id the guess missed).
@@ -66,10 +73,11 @@ func (s *Service) SearchInto(ctx context.Context, dst []byte, authorization stri
 	res := SearchBody{
 		Route: a.route.Key, RunID: req.runID,
 		ScopeRevision: ScopeRevision(a.route.Key, a.route.Knowledge),
-		Status:        StatusDisabled,
+		Status:        protocol.StatusDisabled,
 	}
 	kc := a.route.Knowledge
 	if kc == nil {
+		d.hints(res.Status, nil)
 		return res.appendTo(dst), nil
 	}
 	kbs := uniqueStrings(kc.KBIDs)
@@ -104,11 +112,11 @@ func (s *Service) SearchInto(ctx context.Context, dst []byte, authorization stri
 	}
 	switch {
 	case answered == len(kbs):
-		res.Status = StatusOK
+		res.Status = protocol.StatusOK
 	case answered == 0:
-		res.Status = StatusUnavailable
+		res.Status = protocol.StatusUnavailable
 	default:
-		res.Status = StatusPartial
+		res.Status = protocol.StatusPartial
 	}
 	groups, err := s.rank(ctx, answers, flags, searchable, req.limit, 2*req.limit)
 	if err != nil {
@@ -118,11 +126,12 @@ func (s *Service) SearchInto(ctx context.Context, dst []byte, authorization stri
 		return nil, errUnavailable(err)
 	}
 	before := len(res.Hints)
-	res.Fit(SearchMaxBytes)
+	res.Fit(protocol.SearchMaxBytes)
 	s.m.drop("budget", before-len(res.Hints))
 	if res.Truncated {
 		s.m.truncate("search")
 	}
+	d.hints(res.Status, res.Hints)
 	return res.appendTo(dst), nil
 }
 
@@ -357,9 +366,9 @@ func (s *Service) rank(ctx context.Context, answers []kbAnswer, flags map[string
 
 // mint turns ranked documents into hints: an extractive summary, the
 // document's revision, and a ref bound to bind and scope that expires
-// ReferenceTTL from now.
+// protocol.ReferenceTTL from now.
 func (s *Service) mint(groups []docGroup, bind Binding, scope string) ([]Hint, error) {
-	expiry := s.now().Add(ReferenceTTL).Truncate(time.Second)
+	expiry := s.now().Add(protocol.ReferenceTTL).Truncate(time.Second)
 	digest := bind.Digest()
 	hints := make([]Hint, 0, len(groups))
 	for _, g := range groups {
@@ -373,7 +382,7 @@ func (s *Service) mint(groups []docGroup, bind Binding, scope string) ([]Hint, e
 		}
 		hints = append(hints, Hint{
 			Ref: ref, Title: g.doc.Title, Summary: summarize(g.chunks), Revision: rev,
-			Score: g.score, ExpiresAt: expiry,
+			Score: g.score, ExpiresAt: expiry, docID: g.doc.DocID, kbID: g.doc.KBID,
 		})
 	}
 	return hints, nil

@@ -20,6 +20,7 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/catalog"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 func hintsOf(t *testing.T, m map[string]any) []map[string]any {
@@ -159,7 +160,7 @@ func TestSearchConcurrentPerKB(t *testing.T) {
 	barrier.Add(2) // both KB calls must be in flight at once
 	e.ret.barrier = &barrier
 	m := e.mustOK("search", tokA, routeKey, `{"query":"x"}`)
-	if m["status"] != StatusOK {
+	if m["status"] != protocol.StatusOK {
 		t.Fatalf("status %v; want ok (calls ran concurrently)", m["status"])
 	}
 }
@@ -170,7 +171,7 @@ func TestSearchPerKBTimeout(t *testing.T) {
 		e.ret.hang["policy"] = true
 		start := time.Now()
 		m := e.mustOK("search", tokA, routeKey, `{"query":"x"}`)
-		if m["status"] != StatusPartial {
+		if m["status"] != protocol.StatusPartial {
 			t.Fatalf("status %v; want partial when one KB times out", m["status"])
 		}
 		if d := time.Since(start); d != 2*time.Second {
@@ -191,26 +192,26 @@ func TestSearchStatus(t *testing.T) {
 		wantTitles string
 		wantCalls  int
 	}{
-		{"all answered", nil, routeKey, StatusOK, "退款规则,Policy,Shipping", 2},
+		{"all answered", nil, routeKey, protocol.StatusOK, "退款规则,Policy,Shipping", 2},
 		{"no hits above threshold is ok and empty", func(e *env) {
 			e.cat.routes[routeKey].Knowledge.MinScore = 0.9
-		}, routeKey, StatusOK, "", 2},
-		{"a KB with a ready document answers no hit: failed", func(e *env) { delete(e.ret.hits, "policy") }, routeKey, StatusPartial, "退款规则,Shipping", 2},
-		{"every KB with a ready document answers no hit: unavailable", func(e *env) { e.ret.hits = nil }, routeKey, StatusUnavailable, "", 2},
+		}, routeKey, protocol.StatusOK, "", 2},
+		{"a KB with a ready document answers no hit: failed", func(e *env) { delete(e.ret.hits, "policy") }, routeKey, protocol.StatusPartial, "退款规则,Shipping", 2},
+		{"every KB with a ready document answers no hit: unavailable", func(e *env) { e.ret.hits = nil }, routeKey, protocol.StatusUnavailable, "", 2},
 		{"a KB without a ready document answers no hit: ok", func(e *env) {
 			delete(e.ret.hits, "policy")
 			d := e.cat.docs[docPolicy]
 			d.Status = "embedding"
 			e.cat.docs[docPolicy] = d
-		}, routeKey, StatusOK, "退款规则,Shipping", 2},
-		{"one KB errors", func(e *env) { e.ret.errs["policy"] = corefacts.ErrUnavailable }, routeKey, StatusPartial, "退款规则,Shipping", 2},
-		{"one KB disabled is skipped", func(e *env) { e.cat.kbs["policy"] = false }, routeKey, StatusPartial, "退款规则,Shipping", 1},
-		{"one KB missing is skipped", func(e *env) { delete(e.cat.kbs, "policy") }, routeKey, StatusPartial, "退款规则,Shipping", 1},
+		}, routeKey, protocol.StatusOK, "退款规则,Shipping", 2},
+		{"one KB errors", func(e *env) { e.ret.errs["policy"] = corefacts.ErrUnavailable }, routeKey, protocol.StatusPartial, "退款规则,Shipping", 2},
+		{"one KB disabled is skipped", func(e *env) { e.cat.kbs["policy"] = false }, routeKey, protocol.StatusPartial, "退款规则,Shipping", 1},
+		{"one KB missing is skipped", func(e *env) { delete(e.cat.kbs, "policy") }, routeKey, protocol.StatusPartial, "退款规则,Shipping", 1},
 		{"every KB fails", func(e *env) {
 			e.ret.errs["faq"], e.ret.errs["policy"] = corefacts.ErrBreakerOpen, corefacts.ErrUnavailable
-		}, routeKey, StatusUnavailable, "", 2},
-		{"every KB disabled", func(e *env) { e.cat.kbs["faq"], e.cat.kbs["policy"] = false, false }, routeKey, StatusUnavailable, "", 0},
-		{"no knowledge configured", nil, routeNone, StatusDisabled, "", 0},
+		}, routeKey, protocol.StatusUnavailable, "", 2},
+		{"every KB disabled", func(e *env) { e.cat.kbs["faq"], e.cat.kbs["policy"] = false, false }, routeKey, protocol.StatusUnavailable, "", 0},
+		{"no knowledge configured", nil, routeNone, protocol.StatusDisabled, "", 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -370,8 +371,8 @@ func TestSearchBodyBudgetEndToEnd(t *testing.T) {
 		if ke != nil {
 			t.Fatal(ke)
 		}
-		if len(raw) > SearchMaxBytes {
-			t.Fatalf("body %d bytes; want ≤ %d", len(raw), SearchMaxBytes)
+		if len(raw) > protocol.SearchMaxBytes {
+			t.Fatalf("body %d bytes; want ≤ %d", len(raw), protocol.SearchMaxBytes)
 		}
 		var m struct {
 			Hints []struct {
@@ -631,7 +632,7 @@ func TestSearchSilentFailure(t *testing.T) {
 	emptyFailures := func() float64 { return testutil.ToFloat64(e.svc.m.kbCalls.WithLabelValues(kbEmptyFailure)) }
 
 	// Healthy: no ReadyKBs question.
-	if m := e.mustOK("search", tokA, routeKey, `{"query":"x"}`); m["status"] != StatusOK {
+	if m := e.mustOK("search", tokA, routeKey, `{"query":"x"}`); m["status"] != protocol.StatusOK {
 		t.Fatalf("status %v; want ok", m["status"])
 	}
 	if asks := e.cat.readyCalls(); len(asks) != 0 {
@@ -641,7 +642,7 @@ func TestSearchSilentFailure(t *testing.T) {
 	// Hits below the threshold only: ok, empty, and no catalog query at all
 	// after the KB flags (threshold before any catalog work on hits).
 	e.cat.edit(func(c *fakeCatalog) { c.routes[routeKey].Knowledge.MinScore, c.docCalls = 0.95, 0 })
-	if m := e.mustOK("search", tokA, routeKey, `{"query":"x"}`); m["status"] != StatusOK || len(hintsOf(t, m)) != 0 {
+	if m := e.mustOK("search", tokA, routeKey, `{"query":"x"}`); m["status"] != protocol.StatusOK || len(hintsOf(t, m)) != 0 {
 		t.Fatalf("got %v %v; want ok and no hints", m["status"], m["hints"])
 	}
 	if asks, docs := e.cat.readyCalls(), e.cat.docCalls; len(asks) != 0 || docs != 0 {
@@ -654,7 +655,7 @@ func TestSearchSilentFailure(t *testing.T) {
 	delete(e.ret.hits, "policy")
 	e.ret.mu.Unlock()
 	m := e.mustOK("search", tokA, routeKey, `{"query":"x"}`)
-	if m["status"] != StatusPartial || titles(hintsOf(t, m)) != "退款规则,Shipping" {
+	if m["status"] != protocol.StatusPartial || titles(hintsOf(t, m)) != "退款规则,Shipping" {
 		t.Fatalf("got %v %q; want partial with faq's hints", m["status"], titles(hintsOf(t, m)))
 	}
 	if asks := e.cat.readyCalls(); fmt.Sprint(asks) != "[[policy]]" {
@@ -669,7 +670,7 @@ func TestSearchSilentFailure(t *testing.T) {
 	e.ret.hits = nil
 	e.ret.mu.Unlock()
 	m = e.mustOK("search", tokA, routeKey, `{"query":"x"}`)
-	if m["status"] != StatusUnavailable || len(hintsOf(t, m)) != 0 {
+	if m["status"] != protocol.StatusUnavailable || len(hintsOf(t, m)) != 0 {
 		t.Fatalf("got %v %v; want unavailable", m["status"], m["hints"])
 	}
 	if asks := e.cat.readyCalls(); len(asks) != 2 || fmt.Sprint(asks[1]) != "[faq policy]" {
@@ -682,7 +683,7 @@ func TestSearchSilentFailure(t *testing.T) {
 	// The catalog cannot answer the question: the search cannot tell an
 	// outage from an empty KB, so it fails like any catalog failure.
 	e.cat.edit(func(c *fakeCatalog) { c.readyDown = true })
-	if _, _, ke := e.call("search", tokA, routeKey, `{"query":"x"}`); ke == nil || ke.Status != 503 || ke.Code != CodeUnavailable {
+	if _, _, ke := e.call("search", tokA, routeKey, `{"query":"x"}`); ke == nil || ke.Status != 503 || ke.Code != protocol.CodeUnavailable {
 		t.Fatalf("got %+v; want 503 knowledge_unavailable", ke)
 	}
 }

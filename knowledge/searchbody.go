@@ -3,6 +3,8 @@ package knowledge
 import (
 	"sort"
 	"time"
+
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // Hint is one search result (SPEC §4): exactly ref, title, summary,
@@ -14,6 +16,10 @@ type Hint struct {
 	Revision  string
 	Score     float64
 	ExpiresAt time.Time
+
+	// The document behind the ref, for the disclosure audit (never serialized).
+	docID int64
+	kbID  string
 }
 
 // SearchBody is a search response before serialization. Hints are in rank
@@ -28,10 +34,10 @@ type SearchBody struct {
 }
 
 // appendTo is the body in dst's memory when it has room for
-// SearchMaxBytes, else in a new buffer of that size.
+// protocol.SearchMaxBytes, else in a new buffer of that size.
 func (r *SearchBody) appendTo(dst []byte) []byte {
-	if cap(dst) < SearchMaxBytes {
-		dst = make([]byte, 0, SearchMaxBytes)
+	if cap(dst) < protocol.SearchMaxBytes {
+		dst = make([]byte, 0, protocol.SearchMaxBytes)
 	}
 	return r.AppendJSON(dst[:0])
 }
@@ -40,7 +46,7 @@ func (r *SearchBody) appendTo(dst []byte) []byte {
 // schema_version, route, run_id (only when set), knowledge_scope_revision,
 // trust, status, hints, truncated.
 func (r *SearchBody) AppendJSON(b []byte) []byte {
-	b = append(b, `{"schema_version":"bailing.agent-knowledge-search.v1","route":`...)
+	b = append(b, `{"schema_version":"`+protocol.SearchSchema+`","route":`...)
 	b = AppendJSONString(b, r.Route)
 	if r.RunID != "" {
 		b = append(b, `,"run_id":`...)
@@ -48,7 +54,7 @@ func (r *SearchBody) AppendJSON(b []byte) []byte {
 	}
 	b = append(b, `,"knowledge_scope_revision":`...)
 	b = AppendJSONString(b, r.ScopeRevision)
-	b = append(b, `,"trust":"reference_only","status":`...)
+	b = append(b, `,"trust":"`+protocol.Trust+`","status":`...)
 	b = AppendJSONString(b, r.Status)
 	b = append(b, `,"hints":`...)
 	b = AppendHints(b, r.Hints)

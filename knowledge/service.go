@@ -15,19 +15,11 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
-// Protocol constants (SPEC §3 limits; fixed, not configuration).
+// The protocol's limits (SPEC §3) are in package protocol.
 const (
-	SearchMaxResults  = 3
-	SearchMaxBytes    = 4096
-	ReadDefaultBytes  = 16384
-	ReadMinBytes      = 4096
-	ReadMaxBytes      = 32768
-	ReadChainMaxBytes = 131072
-	// MaxRequestBytes bounds every request body.
-	MaxRequestBytes = 16 << 10
-
 	limiterCacheSize = 16384
 	routeCacheSize   = 1024
 )
@@ -61,6 +53,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Registerer receives the metrics (nil: no metrics).
 	Registerer prometheus.Registerer
+	// Auditor records every answer of search, read and an on_demand turn's
+	// hints before it is sent (SPEC §11); nil: no audit.
+	Auditor Auditor
 }
 
 // Service answers the knowledge endpoints. It is safe for concurrent use.
@@ -76,6 +71,7 @@ type Service struct {
 	timeout   time.Duration
 	log       *slog.Logger
 	m         *metrics
+	audit     Auditor // nil: audit off
 
 	limiter *limiter
 	// routes remembers the last configuration seen per route, used only
@@ -115,7 +111,7 @@ func New(o Options) (*Service, error) {
 	s := &Service{
 		id: o.Identity, retriever: o.Retriever, catalog: o.Catalog, tasks: o.Tasks, keys: o.Keys,
 		now: o.Now, rate: rate.Limit(o.RateLimit), burst: o.RateBurst,
-		timeout: o.RetrievalTimeout, log: o.Logger,
+		timeout: o.RetrievalTimeout, log: o.Logger, audit: o.Auditor,
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -355,16 +351,16 @@ func (s *Service) gate(ctx context.Context, authorization string, route corefact
 	return nil
 }
 
-// readBody reads at most MaxRequestBytes; one byte more is 413.
+// readBody reads at most protocol.MaxRequestBytes; one byte more is 413.
 func readBody(body io.Reader) ([]byte, error) {
 	if body == nil {
 		return nil, nil
 	}
-	b, err := io.ReadAll(io.LimitReader(body, MaxRequestBytes+1))
+	b, err := io.ReadAll(io.LimitReader(body, protocol.MaxRequestBytes+1))
 	if err != nil {
 		return nil, errInvalid("The request body could not be read.")
 	}
-	if len(b) > MaxRequestBytes {
+	if len(b) > protocol.MaxRequestBytes {
 		return nil, errTooLarge()
 	}
 	return b, nil

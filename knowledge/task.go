@@ -7,31 +7,13 @@ import (
 	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
-)
-
-// Managed tasks (SPEC §4a): Core's own task codes, statuses and message, so
-// hosts that already handle Core's task errors need nothing new.
-const (
-	CodeTaskRequired        = "TASK_REQUIRED"
-	CodeTaskRecordInvalid   = "TASK_RECORD_INVALID"
-	CodeTaskBindingConflict = "TASK_BINDING_CONFLICT"
-	CodeTaskRunInactive     = "TASK_RUN_INACTIVE"
-	CodeTaskMemberMismatch  = "TASK_MEMBER_MISMATCH"
-	CodeTaskScopeBlocked    = "TASK_SCOPE_BLOCKED"
-	CodeTaskPaused          = "TASK_PAUSED"
-	CodeTaskCancelled       = "TASK_CANCELLED"
-	CodeTaskExpired         = "TASK_EXPIRED"
-	CodeTaskInvalidInput    = "TASK_INVALID_INPUT"
-	CodeTaskUnavailable     = "TASK_UNAVAILABLE"
-
-	// TaskMessage is Core's message for every TASK_* answer.
-	TaskMessage = "The governed task operation could not be accepted."
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // taskCodes is the closed label set of knowledge_task_denials_total.
-var taskCodes = []string{CodeTaskRequired, CodeTaskRecordInvalid, CodeTaskBindingConflict,
-	CodeTaskRunInactive, CodeTaskMemberMismatch, CodeTaskScopeBlocked, CodeTaskPaused,
-	CodeTaskCancelled, CodeTaskExpired, CodeTaskInvalidInput, CodeTaskUnavailable}
+var taskCodes = []protocol.ErrorCode{protocol.CodeTaskRequired, protocol.CodeTaskRecordInvalid, protocol.CodeTaskBindingConflict,
+	protocol.CodeTaskRunInactive, protocol.CodeTaskMemberMismatch, protocol.CodeTaskScopeBlocked, protocol.CodeTaskPaused,
+	protocol.CodeTaskCancelled, protocol.CodeTaskExpired, protocol.CodeTaskInvalidInput, protocol.CodeTaskUnavailable}
 
 // Tasks reads Core's task control (Core ≥ 0.8) for one request. The schema
 // gate of package catalog satisfies it: it knows whether the task tables
@@ -45,15 +27,15 @@ type Tasks interface {
 	TaskSnapshot(ctx context.Context, sessionID, runID string) (corefacts.TaskSnapshot, error)
 }
 
-func errTask(code string) *Error {
+func errTask(code protocol.ErrorCode) *Error {
 	status := http.StatusConflict
 	switch code {
-	case CodeTaskInvalidInput:
+	case protocol.CodeTaskInvalidInput:
 		status = http.StatusBadRequest
-	case CodeTaskUnavailable:
+	case protocol.CodeTaskUnavailable:
 		status = http.StatusServiceUnavailable
 	}
-	return newError(status, code, TaskMessage, nil)
+	return newError(status, code, protocol.TaskMessage, nil)
 }
 
 // admitTask is the managed-task step and the route step of SPEC §2 for a
@@ -141,9 +123,9 @@ func (s *Service) checkTask(ctx context.Context, sess corefacts.Session, route, 
 	snap, err := s.tasks.TaskSnapshot(ctx, sess.SessionID, runID)
 	if err != nil {
 		if errors.Is(err, corefacts.ErrTaskUnavailable) {
-			e := errTask(CodeTaskUnavailable)
+			e := errTask(protocol.CodeTaskUnavailable)
 			e.Err = err
-			s.m.taskDenied(CodeTaskUnavailable)
+			s.m.taskDenied(protocol.CodeTaskUnavailable)
 			return false, e
 		}
 		return false, classifyCore(err, nil)
@@ -159,50 +141,50 @@ func (s *Service) checkTask(ctx context.Context, sess corefacts.Session, route, 
 // marker and binding → record integrity → run client and route → run active
 // → caller membership → every member's revalidation → state → expiry. ""
 // means the request may go on (unmanaged, or a managed run that passes).
-func decideTask(snap corefacts.TaskSnapshot, sess corefacts.Session, route, runID string, now time.Time) string {
+func decideTask(snap corefacts.TaskSnapshot, sess corefacts.Session, route, runID string, now time.Time) protocol.ErrorCode {
 	if !snap.Enforced {
 		return ""
 	}
 	if runID == "" || !snap.Bound {
 		if snap.Marked {
-			return CodeTaskRequired
+			return protocol.CodeTaskRequired
 		}
 		return "" // unmanaged: §4's run rules apply later
 	}
 	run, task := snap.Run, snap.Task
 	if run == nil || run.SessionID != sess.SessionID || task == nil || !knownTaskState(task.State) {
-		return CodeTaskRecordInvalid
+		return protocol.CodeTaskRecordInvalid
 	}
 	if !task.PolicyValid {
-		return CodeTaskInvalidInput
+		return protocol.CodeTaskInvalidInput
 	}
 	if !hasMember(snap.Members, "", run.ClientAppID, run.RouteKey, run.Conversation) {
-		return CodeTaskRecordInvalid
+		return protocol.CodeTaskRecordInvalid
 	}
 	if run.ClientAppID != sess.ClientAppID || run.RouteKey != route {
-		return CodeTaskBindingConflict
+		return protocol.CodeTaskBindingConflict
 	}
 	if !run.Active() {
-		return CodeTaskRunInactive
+		return protocol.CodeTaskRunInactive
 	}
 	if !hasMember(snap.Members, sess.SessionID, sess.ClientAppID, route, run.Conversation) {
-		return CodeTaskMemberMismatch
+		return protocol.CodeTaskMemberMismatch
 	}
 	for _, m := range snap.Members {
 		if !m.Valid(now) {
-			return CodeTaskScopeBlocked
+			return protocol.CodeTaskScopeBlocked
 		}
 	}
 	switch task.State {
 	case "paused":
-		return CodeTaskPaused
+		return protocol.CodeTaskPaused
 	case "cancelled":
-		return CodeTaskCancelled
+		return protocol.CodeTaskCancelled
 	case "blocked":
-		return CodeTaskScopeBlocked
+		return protocol.CodeTaskScopeBlocked
 	}
 	if task.Expiry != nil && !task.Expiry.After(now) {
-		return CodeTaskExpired
+		return protocol.CodeTaskExpired
 	}
 	return ""
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // fakeTasks answers every snapshot with snap or err.
@@ -31,15 +32,15 @@ func TestTaskStepAnswers(t *testing.T) {
 		name   string
 		tasks  *fakeTasks
 		status int
-		code   string
+		code   protocol.ErrorCode
 	}{
 		{"absent: no rules", &fakeTasks{}, 0, ""},
 		{"enforced, unmarked, no run", &fakeTasks{snap: corefacts.TaskSnapshot{Enforced: true}}, 0, ""},
-		{"enforced, marked, no run", &fakeTasks{snap: corefacts.TaskSnapshot{Enforced: true, Marked: true}}, 409, CodeTaskRequired},
-		{"partial or refused query", &fakeTasks{err: fmt.Errorf("x: %w", corefacts.ErrTaskUnavailable)}, 503, CodeTaskUnavailable},
-		{"catalog down", &fakeTasks{err: fmt.Errorf("x: %w", corefacts.ErrUnavailable)}, 503, CodeUnavailable},
-		{"breaker open", &fakeTasks{err: corefacts.ErrBreakerOpen}, 503, CodeUnavailable},
-		{"unexpected error", &fakeTasks{err: context.DeadlineExceeded}, 503, CodeUnavailable},
+		{"enforced, marked, no run", &fakeTasks{snap: corefacts.TaskSnapshot{Enforced: true, Marked: true}}, 409, protocol.CodeTaskRequired},
+		{"partial or refused query", &fakeTasks{err: fmt.Errorf("x: %w", corefacts.ErrTaskUnavailable)}, 503, protocol.CodeTaskUnavailable},
+		{"catalog down", &fakeTasks{err: fmt.Errorf("x: %w", corefacts.ErrUnavailable)}, 503, protocol.CodeUnavailable},
+		{"breaker open", &fakeTasks{err: corefacts.ErrBreakerOpen}, 503, protocol.CodeUnavailable},
+		{"unexpected error", &fakeTasks{err: context.DeadlineExceeded}, 503, protocol.CodeUnavailable},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -57,8 +58,8 @@ func TestTaskStepAnswers(t *testing.T) {
 					t.Errorf("%s: got %v; want allowed", ep, ke)
 				case tc.status != 0 && (ke == nil || ke.Status != tc.status || ke.Code != tc.code):
 					t.Errorf("%s: got %v; want %d %s", ep, ke, tc.status, tc.code)
-				case ke != nil && ke.Code[:5] == "TASK_" && ke.Message != TaskMessage:
-					t.Errorf("%s: message %q; want Core's %q", ep, ke.Message, TaskMessage)
+				case ke != nil && ke.Code[:5] == "TASK_" && ke.Message != protocol.TaskMessage:
+					t.Errorf("%s: message %q; want Core's %q", ep, ke.Message, protocol.TaskMessage)
 				}
 			}
 			if tc.tasks.calls != 2 {
@@ -104,8 +105,8 @@ func TestTaskCheckBesideRoute(t *testing.T) {
 			if ep == "read" {
 				body = `{"ref":"` + ref + `"}`
 			}
-			if _, _, ke := e.call(ep, tokA, routeKey, body); ke == nil || ke.Code != CodeTaskRequired {
-				t.Errorf("got %v; want %s", ke, CodeTaskRequired)
+			if _, _, ke := e.call(ep, tokA, routeKey, body); ke == nil || ke.Code != protocol.CodeTaskRequired {
+				t.Errorf("got %v; want %s", ke, protocol.CodeTaskRequired)
 			}
 		})
 	}

@@ -39,9 +39,9 @@
 // one Lua script per operation). A backend that cannot be reached yields an
 // error matching ErrUnavailable whose message names no address or secret.
 //
-// The Redis backend speaks to one node, a Redis Cluster or a Sentinel-managed
-// primary (RedisOptions.Mode); all keys of one script share a hash tag of
+// The Redis backend runs on a sharedredis.Client (one node, a Redis Cluster
+// or a Sentinel-managed primary; the client also carries the replicas'
+// shared per-session rate limit); all keys of one script share a hash tag of
 // (session, route), so they live in one cluster slot while sessions spread
-// over the primaries. The same client carries the replicas' shared
-// per-session rate limit (RateLimiter: GCRA through redis_rate).
+// over the primaries.
 package ledger

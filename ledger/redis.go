@@ -6,62 +6,34 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/otel/trace"
+
+	"github.com/bailinghub/knowledge-sidecar/sharedredis"
 )
 
-// Defaults of RedisOptions.
-const (
-	DefaultKeyPrefix   = "ks:turnmode:v1:"
-	DefaultDialTimeout = 2 * time.Second
-	DefaultOpTimeout   = time.Second
-)
+// DefaultKeyPrefix starts every record key (RedisOptions.KeyPrefix).
+const DefaultKeyPrefix = "ks:turnmode:v1:"
 
-// RedisOptions configures the shared ledger.
+// RedisOptions configures the shared ledger on a sharedredis.Client (which
+// carries the URL, mode, TLS and timeouts).
 type RedisOptions struct {
-	// URL is redis://[user:password@]host:port/db (or rediss://, unix://).
-	// It is a secret: it never appears in errors or logs. Required.
-	URL string
 	// TTL is how long a record lives; ≤ 0 → DefaultTTL (24h).
 	TTL time.Duration
 	// KeyPrefix starts every record key; "" → DefaultKeyPrefix ("ks:turnmode:v1:").
 	// It must not contain '{' or '}': the keys carry their own hash tag.
 	KeyPrefix string
-	// DialTimeout bounds connecting; ≤ 0 → DefaultDialTimeout (2s).
-	DialTimeout time.Duration
-	// OpTimeout bounds every operation (Reserve, Release, Ping) including
-	// retries, below the caller's own deadline; ≤ 0 → DefaultOpTimeout (1s).
-	OpTimeout time.Duration
-	// Mode is ModeSingle ("" too), ModeCluster or ModeSentinel; it chooses
-	// how URL is read (go-redis's ParseURL, ParseClusterURL or
-	// ParseFailoverURL) and which client is built.
-	Mode string
-	// CAFile is a PEM file of the CA that signs the servers' certificates
-	// (rediss:// only); "" → the system roots.
-	CAFile string
 	// WaitReplicas > 0 sends WAIT WaitReplicas WaitTimeout after each
 	// reservation, on the reservation's connection, so the record is on
 	// that many replicas before Core sees the turn; fewer within the
 	// timeout fails the reservation (ErrUnavailable). 0 (the default): no
 	// WAIT.
 	WaitReplicas int
-	// WaitTimeout bounds that WAIT; ≤ 0 → OpTimeout / 2.
+	// WaitTimeout bounds that WAIT; ≤ 0 → the client's OpTimeout / 2.
 	WaitTimeout time.Duration
-	// TracerProvider, when set, gives every Redis command (and pipeline) a
-	// CLIENT span carrying only the command name (SPEC §9). nil: none.
-	TracerProvider trace.TracerProvider
 }
-
-// Redis modes (ledger.redis_mode).
-const (
-	ModeSingle   = "single"
-	ModeCluster  = "cluster"
-	ModeSentinel = "sentinel"
-)
 
 // Redis is the ledger shared by replicas. Each operation is one Lua script,
 // so the check of both records and the write (or compare-and-delete) of both
@@ -69,15 +41,13 @@ const (
 // route), so they stay in one Redis Cluster slot (no CROSSSLOT) while
 // sessions spread over the primaries.
 type Redis struct {
-	client       redis.UniversalClient
-	mode         string
+	conn         *sharedredis.Client
+	client       redis.UniversalClient // conn.Redis()
 	ttl          time.Duration
 	prefix       string
 	opTimeout    time.Duration
 	waitReplicas int
 	waitTimeout  time.Duration
-	// sentinels is how to ask the sentinels (sentinel mode; Topology).
-	sentinels *redis.FailoverOptions
 }
 
 var _ Ledger = (*Redis)(nil)
@@ -140,11 +110,13 @@ end
 return n
 `)
 
-// NewRedis builds the shared ledger. It does not connect: call Ping to check
-// reachability (e.g. at startup). Errors never contain the URL.
-func NewRedis(o RedisOptions) (*Redis, error) {
-	if strings.TrimSpace(o.URL) == "" {
-		return nil, errors.New("ledger: redis url is empty")
+// NewRedis builds the shared ledger on c, whose OpTimeout bounds every
+// operation (Reserve, Release, Ping) including retries. It does not
+// connect: call Ping to check reachability (e.g. at startup). The ledger
+// takes c over: its Close closes c.
+func NewRedis(c *sharedredis.Client, o RedisOptions) (*Redis, error) {
+	if c == nil {
+		return nil, errors.New("ledger: no redis client")
 	}
 	if o.TTL <= 0 {
 		o.TTL = DefaultTTL
@@ -158,50 +130,21 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 	if strings.ContainsAny(o.KeyPrefix, "{}") {
 		return nil, errors.New("ledger: redis key prefix must not contain '{' or '}'")
 	}
-	if o.DialTimeout <= 0 {
-		o.DialTimeout = DefaultDialTimeout
-	}
-	if o.OpTimeout <= 0 {
-		o.OpTimeout = DefaultOpTimeout
-	}
 	if o.WaitReplicas < 0 {
 		return nil, errors.New("ledger: redis wait replicas must not be negative")
 	}
 	if o.WaitTimeout <= 0 {
-		o.WaitTimeout = o.OpTimeout / 2
-	}
-	client, err := newUniversalClient(o)
-	if err != nil {
-		return nil, err
-	}
-	if o.TracerProvider != nil {
-		client.AddHook(traceHook{tracer: o.TracerProvider.Tracer(traceScope)})
-	}
-	var sentinels *redis.FailoverOptions
-	if o.Mode == ModeSentinel {
-		parsed, _ := universalOptions(o) // parsed once already
-		sentinels, _ = parsed.(*redis.FailoverOptions)
-		if sentinels != nil {
-			sentinels.TLSConfig, _ = tlsConfig(o)
-		}
+		o.WaitTimeout = c.OpTimeout() / 2
 	}
 	return &Redis{
-		sentinels:    sentinels,
-		client:       client,
-		mode:         cmpOr(o.Mode, ModeSingle),
+		conn:         c,
+		client:       c.Redis(),
 		ttl:          o.TTL,
 		prefix:       o.KeyPrefix,
-		opTimeout:    o.OpTimeout,
+		opTimeout:    c.OpTimeout(),
 		waitReplicas: o.WaitReplicas,
 		waitTimeout:  o.WaitTimeout,
 	}, nil
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // keys returns the Redis keys of the turn record and the user message
@@ -286,7 +229,7 @@ func (r *Redis) Ping(ctx context.Context) error {
 
 // Close closes the client's connections.
 func (r *Redis) Close() error {
-	if err := r.client.Close(); err != nil && !errors.Is(err, redis.ErrClosed) {
+	if err := r.conn.Close(); err != nil {
 		return fmt.Errorf("ledger: close: %w", ErrUnavailable)
 	}
 	return nil
@@ -296,12 +239,7 @@ func (r *Redis) Close() error {
 // dropped (it names the server address); only a reason from a closed set is
 // kept. When the caller's context ended, its error is wrapped as well.
 func (r *Redis) fail(ctx context.Context, op string, err error) error {
-	if c, ok := r.client.(*redis.ClusterClient); ok && !errors.As(err, new(redis.Error)) {
-		// A timeout or a broken connection: the slot's primary may have
-		// stalled or moved without a MOVED to say so. The reload runs in
-		// the background, at most one at a time.
-		c.ReloadState(ctx)
-	}
+	r.conn.NoteFailure(ctx, err)
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return fmt.Errorf("ledger: %s: %w: %w", op, ErrUnavailable, ctxErr)
 	}
@@ -309,27 +247,13 @@ func (r *Redis) fail(ctx context.Context, op string, err error) error {
 }
 
 func reason(err error) string {
-	var ne net.Error
-	switch {
-	case errors.Is(err, errWaitShort):
+	if errors.Is(err, errWaitShort) {
 		return "replicas did not acknowledge"
-	case errors.Is(err, redis.ErrClosed):
-		return "client closed"
-	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
-		return "timeout"
-	case errors.As(err, new(*net.OpError)):
-		return "connection failed"
-	case errors.As(err, new(redis.Error)):
-		return "server error"
-	default:
-		return "error"
 	}
+	return sharedredis.Reason(err)
 }
 
-// QuietRedisLogs silences go-redis's process-wide logger, which prints
-// server addresses; the ledger reports its own failures, without them.
-func QuietRedisLogs() { redis.SetLogger(quietRedisLog{}) }
-
-type quietRedisLog struct{}
-
-func (quietRedisLog) Printf(context.Context, string, ...any) {}
+// RecordKeys are the Redis keys of k's records (the turn record, the user
+// message record, their attempt counts), all in one cluster slot. For
+// operators' debugging and the scale tests (which primary holds a turn).
+func (r *Redis) RecordKeys(k Key) []string { return r.keys(k) }

@@ -2,6 +2,8 @@ package mcpserver
 
 import (
 	"encoding/json"
+
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // The sentences a knowledge_search result carries beside its JSON, one per
@@ -21,16 +23,16 @@ const (
 // empty for ok with hints (the hints speak for themselves).
 func Guidance(status string, hints int) string {
 	switch status {
-	case "ok":
+	case protocol.StatusOK:
 		if hints > 0 {
 			return ""
 		}
 		return GuidanceOKEmpty
-	case "partial":
+	case protocol.StatusPartial:
 		return GuidancePartial
-	case "unavailable":
+	case protocol.StatusUnavailable:
 		return GuidanceUnavailable
-	case "disabled":
+	case protocol.StatusDisabled:
 		return GuidanceDisabled
 	default:
 		return guidanceUnknown
@@ -45,7 +47,7 @@ func SearchGuidance(body []byte) string {
 		Status        string            `json:"status"`
 		Hints         []json.RawMessage `json:"hints"`
 	}
-	if json.Unmarshal(body, &res) != nil || res.SchemaVersion != "bailing.agent-knowledge-search.v1" {
+	if json.Unmarshal(body, &res) != nil || res.SchemaVersion != protocol.SearchSchema {
 		return ""
 	}
 	return Guidance(res.Status, len(res.Hints))

@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/bailinghub/knowledge-sidecar/hostclient"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // searchAnswer is a protocol search answer with status and n hints.
@@ -89,7 +90,7 @@ func TestSearchGuidance(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			body := searchAnswer(tc.status, tc.hints)
 			cs := session(t, body)
-			res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: SearchTool, Arguments: map[string]any{"query": "refund"}})
+			res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: protocol.SearchTool, Arguments: map[string]any{"query": "refund"}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -134,7 +135,7 @@ func TestSearchGuidance(t *testing.T) {
 // TestReadHasNoGuidance: only search results carry the sentence.
 func TestReadHasNoGuidance(t *testing.T) {
 	cs := session(t, searchAnswer("unavailable", 0))
-	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: ReadTool, Arguments: map[string]any{"ref": "kr1.x"}})
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: protocol.ReadTool, Arguments: map[string]any{"ref": "kr1.x"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/bailinghub/knowledge-sidecar/hostclient"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // TestProtocolDocShowsTheTools: docs/protocol.md §2 shows exactly the tool
@@ -47,7 +48,7 @@ func TestProtocolDocShowsTheTools(t *testing.T) {
 
 // TestSchemasAreExact: only the documented properties, closed, with bounds.
 func TestSchemasAreExact(t *testing.T) {
-	want := map[string][]string{SearchTool: {"limit", "query", "run_id"}, ReadTool: {"cursor", "max_bytes", "ref", "run_id"}}
+	want := map[string][]string{protocol.SearchTool: {"limit", "query", "run_id"}, protocol.ReadTool: {"cursor", "max_bytes", "ref", "run_id"}}
 	for _, def := range Tools() {
 		rs, err := def.resolve()
 		if err != nil {
@@ -59,15 +60,15 @@ func TestSchemasAreExact(t *testing.T) {
 			t.Errorf("%s: properties %v, additionalProperties %v; want %v and false", def.Name, props, s.AdditionalProperties, want[def.Name])
 		}
 		cases := map[string][]map[string]any{
-			SearchTool: {{"query": ""}, {"query": "x", "limit": 0}, {"query": "x", "limit": 4}, {"query": "x", "extra": 1}, {}},
-			ReadTool:   {{"ref": ""}, {"ref": strings.Repeat("a", 513)}, {"ref": "a", "cursor": strings.Repeat("a", 513)}, {"ref": "a", "max_bytes": 4095}, {"ref": "a", "max_bytes": 32769}, {"ref": "a", "run_id": "x"}},
+			protocol.SearchTool: {{"query": ""}, {"query": "x", "limit": 0}, {"query": "x", "limit": 4}, {"query": "x", "extra": 1}, {}},
+			protocol.ReadTool:   {{"ref": ""}, {"ref": strings.Repeat("a", 513)}, {"ref": "a", "cursor": strings.Repeat("a", 513)}, {"ref": "a", "max_bytes": 4095}, {"ref": "a", "max_bytes": 32769}, {"ref": "a", "run_id": "x"}},
 		}
 		for _, bad := range cases[def.Name] {
 			if rs.Validate(bad) == nil {
 				t.Errorf("%s accepts %v; want it refused", def.Name, bad)
 			}
 		}
-		good := map[string]map[string]any{SearchTool: {"query": strings.Repeat("é", 2000), "limit": 3}, ReadTool: {"ref": "a", "max_bytes": 32768, "run_id": "0B9A3E2C-3C1D-4F7E-9A55-1E2D3C4B5A69"}}
+		good := map[string]map[string]any{protocol.SearchTool: {"query": strings.Repeat("é", 2000), "limit": 3}, protocol.ReadTool: {"ref": "a", "max_bytes": 32768, "run_id": "0B9A3E2C-3C1D-4F7E-9A55-1E2D3C4B5A69"}}
 		if err := rs.Validate(good[def.Name]); err != nil {
 			t.Errorf("%s refuses %v: %v", def.Name, good[def.Name], err)
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts/jsstring"
 	"github.com/bailinghub/knowledge-sidecar/hostclient"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // Options configure the server.
@@ -49,7 +50,7 @@ func New(o Options) (*mcp.Server, error) {
 			return nil, err
 		}
 		endpoint := hostclient.Search
-		if def.Name == ReadTool {
+		if def.Name == protocol.ReadTool {
 			endpoint = hostclient.Read
 		}
 		h := &handler{c: o.Client, schema: rs, props: def.properties(), endpoint: endpoint, log: log, runID: o.RunID}
@@ -80,14 +81,14 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 	}
 	var inst any
 	if err := json.Unmarshal(args, &inst); err != nil {
-		return toolError(CodeInvalidRequest, "the arguments are not valid JSON", ""), nil
+		return toolError(protocol.CodeInvalidRequest, "the arguments are not valid JSON", ""), nil
 	}
 	if err := h.schema.Validate(inst); err != nil {
 		msg := "the arguments do not match the tool's input schema"
 		if why := explain(h.props, inst); why != "" {
 			msg += ": " + why
 		}
-		return toolError(CodeInvalidRequest, msg, ""), nil
+		return toolError(protocol.CodeInvalidRequest, msg, ""), nil
 	}
 	if e := checkArgs(h.endpoint, inst); e != nil {
 		return toolError(e.Code, e.Message, ""), nil
@@ -99,11 +100,11 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 			obj["run_id"] = h.runID
 			b, err := json.Marshal(obj)
 			if err != nil {
-				return toolError(CodeInvalidRequest, "the arguments could not be re-encoded", ""), nil
+				return toolError(protocol.CodeInvalidRequest, "the arguments could not be re-encoded", ""), nil
 			}
 			args = b
 		case !strings.EqualFold(got, h.runID):
-			return toolError(CodeInvalidRequest, "this server is bound to run "+h.runID+" (--run-id); omit run_id or pass that one", ""), nil
+			return toolError(protocol.CodeInvalidRequest, "this server is bound to run "+h.runID+" (--run-id); omit run_id or pass that one", ""), nil
 		}
 	}
 	res, err := h.c.Call(ctx, h.endpoint, args)
@@ -112,16 +113,10 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 			return nil, ctx.Err() // the call was cancelled: the SDK answers it
 		}
 		h.log.Warn("knowledge call failed", "endpoint", h.endpoint, "err", err)
-		return toolError(CodeUnavailable, "the knowledge service could not be reached", ""), nil
+		return toolError(protocol.CodeUnavailable, "the knowledge service could not be reached", ""), nil
 	}
 	return result(res, h.endpoint), nil
 }
-
-// Error codes the server itself reports.
-const (
-	CodeInvalidRequest = "invalid_request"
-	CodeUnavailable    = "knowledge_unavailable"
-)
 
 // result turns an HTTP answer of endpoint into a tool result. A search
 // answer carries, after its JSON, the sentence of Guidance for its status.
@@ -129,7 +124,7 @@ func result(res *hostclient.Response, endpoint string) *mcp.CallToolResult {
 	if res.Status == http.StatusOK {
 		var obj map[string]json.RawMessage
 		if len(res.Body) > hostclient.MaxBody || json.Unmarshal(res.Body, &obj) != nil || obj["schema_version"] == nil {
-			return toolError(CodeUnavailable, "the knowledge service answered with something that is not the protocol's JSON", "")
+			return toolError(protocol.CodeUnavailable, "the knowledge service answered with something that is not the protocol's JSON", "")
 		}
 		out := &mcp.CallToolResult{
 			Content:           []mcp.Content{&mcp.TextContent{Text: string(res.Body)}},
@@ -146,23 +141,23 @@ func result(res *hostclient.Response, endpoint string) *mcp.CallToolResult {
 	if !ok {
 		e = hostclient.ErrorBody{Error: "http_" + strconv.Itoa(res.Status), Message: "the knowledge service answered HTTP " + strconv.Itoa(res.Status) + " without an error body"}
 	}
-	return toolError(e.Error, e.Message, res.Header.Get("Retry-After"))
+	return toolError(protocol.ErrorCode(e.Error), e.Message, res.Header.Get("Retry-After"))
 }
 
 // toolError is an isError result: "<code>: <message> <what to do next>".
-func toolError(code, message, retryAfter string) *mcp.CallToolResult {
-	text := code + ": " + strings.TrimSuffix(clip(message, 300), ".") + ". " + Advice(code, retryAfter)
+func toolError(code protocol.ErrorCode, message, retryAfter string) *mcp.CallToolResult {
+	text := string(code) + ": " + strings.TrimSuffix(clip(message, 300), ".") + ". " + Advice(string(code), retryAfter)
 	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: text}}}
 }
 
 // Advice says what the model should do after an error code: search again,
 // wait, fix the call, or give up on knowledge for now.
 func Advice(code, retryAfter string) string {
-	switch {
-	case code == "knowledge_reference_invalid", code == "knowledge_reference_expired",
-		code == "knowledge_changed", code == "knowledge_scope_changed":
+	switch c := protocol.ErrorCode(code); {
+	case c == protocol.CodeReferenceInvalid, c == protocol.CodeReferenceExpired,
+		c == protocol.CodeKnowledgeChanged, c == protocol.CodeScopeChanged:
 		return "Search again with knowledge_search and use a fresh ref; do not retry this ref."
-	case code == "rate_limited":
+	case c == protocol.CodeRateLimited:
 		wait := "a few seconds"
 		if n, err := strconv.Atoi(retryAfter); err == nil && n == 1 {
 			wait = "1 second"
@@ -170,15 +165,15 @@ func Advice(code, retryAfter string) string {
 			wait = strconv.Itoa(n) + " seconds"
 		}
 		return "Wait " + wait + ", then retry the same call."
-	case code == CodeUnavailable, code == "TASK_UNAVAILABLE", strings.HasPrefix(code, "http_5"):
+	case c == protocol.CodeUnavailable, c == protocol.CodeTaskUnavailable, strings.HasPrefix(code, "http_5"):
 		return "Knowledge is temporarily unavailable: wait and retry later, or answer without it and say so; never claim there is no information."
-	case code == CodeInvalidRequest:
+	case c == protocol.CodeInvalidRequest:
 		return "Fix the arguments as described and call again; do not retry them unchanged."
-	case code == "payload_too_large":
+	case c == protocol.CodePayloadTooLarge:
 		return "Shorten the query and call again."
-	case code == "run_not_found", code == "run_not_active":
+	case c == protocol.CodeRunNotFound, c == protocol.CodeRunNotActive:
 		return "Call again with the current run's id, or without run_id outside a turn."
-	case code == "unauthorized":
+	case c == protocol.CodeUnauthorized:
 		return "The host's access token was rejected: give up on knowledge for now and tell the user the host must sign in again."
 	case strings.HasPrefix(code, "TASK_"):
 		return "The managed task does not allow this now: give up on knowledge for this task and tell the user."
@@ -223,18 +218,18 @@ func Probe(ctx context.Context, c *hostclient.Client) (s Support, detail string)
 			Supported     *bool  `json:"supported"`
 			Enabled       bool   `json:"enabled"`
 		}
-		if json.Unmarshal(res.Body, &caps) != nil || caps.SchemaVersion != "bailing.agent-knowledge-capabilities.v1" {
-			return Unsupported, "capabilities answered 200 but not with bailing.agent-knowledge-capabilities.v1"
+		if json.Unmarshal(res.Body, &caps) != nil || caps.SchemaVersion != protocol.CapabilitiesSchema {
+			return Unsupported, "capabilities answered 200 but not with " + protocol.CapabilitiesSchema
 		}
 		if caps.Supported == nil || !*caps.Supported {
-			return Unsupported, "capabilities answered supported: false (or without supported: true): this workspace does not support bailing.agent-knowledge.v1"
+			return Unsupported, "capabilities answered supported: false (or without supported: true): this workspace does not support " + protocol.Name
 		}
 		if !caps.Enabled {
 			return Supported, "the protocol is supported but knowledge is not enabled for this workspace right now"
 		}
 		return Supported, "the protocol is supported"
 	case http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusNotImplemented:
-		return Unsupported, fmt.Sprintf("capabilities answered %d: this workspace does not support bailing.agent-knowledge.v1 (an older Core, or the workspace is not rolled out)", res.Status)
+		return Unsupported, fmt.Sprintf("capabilities answered %d: this workspace does not support %s (an older Core, or the workspace is not rolled out)", res.Status, protocol.Name)
 	default:
 		code := ""
 		if e, ok := res.ErrorCode(); ok {

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 
-	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // Kind is what Core's answer to a capabilities request says of its version.
@@ -58,7 +58,7 @@ func Classify(status int, body []byte) Kind {
 		var v struct {
 			SchemaVersion string `json:"schema_version"`
 		}
-		if json.Unmarshal(body, &v) == nil && v.SchemaVersion == corefacts.CapabilitiesSchema {
+		if json.Unmarshal(body, &v) == nil && v.SchemaVersion == protocol.CapabilitiesSchema {
 			return Native
 		}
 		return Relay

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 func rk(s string) corefacts.RouteKey {
@@ -35,7 +36,7 @@ func (p *gatedProber) ProbeCapabilities(ctx context.Context, _ string, _ corefac
 }
 
 var (
-	nativeBody = []byte(`{"schema_version":"` + corefacts.CapabilitiesSchema + `"}`)
+	nativeBody = []byte(`{"schema_version":"` + protocol.CapabilitiesSchema + `"}`)
 	legacyBody = []byte(`{"error":"not_found","message":"Not found."}`)
 )
 

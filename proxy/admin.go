@@ -10,7 +10,8 @@ import (
 // AdminHandler serves /metrics (this server's own registry; OpenMetrics,
 // with trace-id exemplars, to a scraper that asks for it), /healthz (the
 // process is up), /readyz (configuration loaded, able to proxy, not
-// draining) and POST /-/reload (see SetReloader). Readiness is deliberately not tied to Core retrieval health: a
+// draining), POST /-/reload (see SetReloader), GET /-/status and
+// GET /-/explain?route=KEY (see SetStatus, SetExplainer). Readiness is deliberately not tied to Core retrieval health: a
 // sick knowledge path must not take pass-through traffic out of rotation.
 func (s *Server) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
@@ -26,6 +27,8 @@ func (s *Server) AdminHandler() http.Handler {
 		writeJSON(w, http.StatusOK, []byte(`{"status":"ready"}`))
 	})
 	mux.HandleFunc("POST /-/reload", s.serveReload)
+	mux.HandleFunc("GET /-/status", s.serveStatus)
+	mux.HandleFunc("GET /-/explain", s.serveExplain)
 	return mux
 }
 

@@ -21,10 +21,11 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/catalog"
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 	"github.com/bailinghub/knowledge-sidecar/rollout"
-	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/turn"
 	"github.com/bailinghub/knowledge-sidecar/turn/turntest"
 )
@@ -319,7 +320,7 @@ func BenchmarkTurnRewriteHints(b *testing.B) {
 			b.ReportAllocs()
 			cpu0 := processCPU(b)
 			for b.Loop() {
-				rep, err := turn.ReadReply(body, knowledge.DeliveryOnDemand)
+				rep, err := turn.ReadReply(body, protocol.DeliveryOnDemand)
 				if err != nil {
 					b.Fatal(err)
 				}

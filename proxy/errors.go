@@ -13,6 +13,7 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // Every answer the sidecar makes up itself goes through writeErr: handlers
@@ -24,7 +25,7 @@ import (
 // edgeError is an answer the edge gives on its own.
 type edgeError struct {
 	status  int
-	code    string
+	code    protocol.ErrorCode
 	message string
 	// close: the connection ends after the answer (the request's body, or
 	// what follows it on the wire, is never read on).
@@ -34,28 +35,28 @@ type edgeError struct {
 	retryAfter int
 }
 
-func (e *edgeError) Error() string { return "proxy: " + strconv.Itoa(e.status) + " " + e.code }
+func (e *edgeError) Error() string { return "proxy: " + strconv.Itoa(e.status) + " " + string(e.code) }
 
 var (
-	errH2C = &edgeError{status: http.StatusBadRequest, code: "invalid_request",
+	errH2C = &edgeError{status: http.StatusBadRequest, code: protocol.CodeInvalidRequest,
 		message: "HTTP/2 cleartext upgrade (h2c) is not supported."}
-	errRequestLine = &edgeError{status: http.StatusBadRequest, code: "invalid_request",
+	errRequestLine = &edgeError{status: http.StatusBadRequest, code: protocol.CodeInvalidRequest,
 		message: "The request line is not valid HTTP/1.1.", close: true}
-	errNonCanonicalPath = &edgeError{status: http.StatusBadRequest, code: "invalid_request",
+	errNonCanonicalPath = &edgeError{status: http.StatusBadRequest, code: protocol.CodeInvalidRequest,
 		message: "The request path must be in canonical form.", close: true}
 	errBodyTimeout = &edgeError{status: http.StatusRequestTimeout, code: "request_timeout",
 		message: "The request body was not received in time.", close: true}
-	errBodyMalformed = &edgeError{status: http.StatusBadRequest, code: "invalid_request",
+	errBodyMalformed = &edgeError{status: http.StatusBadRequest, code: protocol.CodeInvalidRequest,
 		message: "The request body is malformed.", close: true}
-	errBodyIncomplete = &edgeError{status: http.StatusBadRequest, code: "invalid_request",
+	errBodyIncomplete = &edgeError{status: http.StatusBadRequest, code: protocol.CodeInvalidRequest,
 		message: "The request body was not received completely.", close: true}
-	errBodyUnreadable = &edgeError{status: http.StatusBadRequest, code: "invalid_request",
+	errBodyUnreadable = &edgeError{status: http.StatusBadRequest, code: protocol.CodeInvalidRequest,
 		message: "The request body could not be read.", close: true}
-	errTurnDelivery = &edgeError{status: http.StatusBadRequest, code: "invalid_request",
+	errTurnDelivery = &edgeError{status: http.StatusBadRequest, code: protocol.CodeInvalidRequest,
 		message: `knowledge_delivery must be "inline" or "on_demand".`}
-	errTurnNotObject = &edgeError{status: http.StatusBadRequest, code: "invalid_request",
+	errTurnNotObject = &edgeError{status: http.StatusBadRequest, code: protocol.CodeInvalidRequest,
 		message: "The request body must be a valid JSON object."}
-	errTurnTooDeep = &edgeError{status: http.StatusBadRequest, code: "invalid_request",
+	errTurnTooDeep = &edgeError{status: http.StatusBadRequest, code: protocol.CodeInvalidRequest,
 		message: "The request body nests JSON too deeply to be checked."}
 	errUpstream = &edgeError{status: http.StatusBadGateway, code: "upstream_unavailable",
 		message: "Core could not be reached."}
@@ -70,14 +71,14 @@ var (
 		message: "The request could not be proxied.", close: true}
 	// errOverloaded: a bound of the edge is reached (requests in flight,
 	// the turn body budget); the client may retry shortly.
-	errOverloaded = &edgeError{status: http.StatusServiceUnavailable, code: "overloaded",
-		message: "The sidecar is at capacity; retry later.", close: true, retryAfter: retryAfterSeconds}
+	errOverloaded = &edgeError{status: http.StatusServiceUnavailable, code: overloadCode,
+		message: overloadMessage, close: true, retryAfter: retryAfterSeconds}
 	errDeliveryFailedAnswer = &edgeError{status: http.StatusBadGateway, code: "knowledge_delivery_failed",
 		message: "Core's turn answer could not be delivered with on-demand knowledge."}
 )
 
 func errMethodNotAllowed(allow string) *edgeError {
-	return &edgeError{status: http.StatusMethodNotAllowed, code: "method_not_allowed",
+	return &edgeError{status: http.StatusMethodNotAllowed, code: protocol.CodeMethodNotAllowed,
 		message: "This knowledge endpoint does not accept that method.", allow: allow}
 }
 
@@ -131,7 +132,7 @@ func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 		}
 		if ke.Status >= 500 {
 			s.log.LogAttrs(ctx, slog.LevelWarn, "knowledge request failed", slog.String("request_id", requestID(ctx)),
-				slog.String("code", ke.Code), slog.Any("cause", ke.Err))
+				slog.String("code", string(ke.Code)), slog.Any("cause", ke.Err))
 		}
 		writeError(w, ke.Status, ke.Code, ke.Message)
 		return
@@ -169,8 +170,8 @@ type errorBody struct {
 
 // writeError writes a JSON error the way every sidecar-made answer is
 // written: Core's flat error body, no-store, never an address or a cause.
-func writeError(w http.ResponseWriter, status int, code, message string) {
-	body, _ := json.Marshal(errorBody{Error: code, Message: message})
+func writeError(w http.ResponseWriter, status int, code protocol.ErrorCode, message string) {
+	body, _ := json.Marshal(errorBody{Error: string(code), Message: message})
 	writeJSON(w, status, body)
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // TestWriteErr: every kind of error becomes one answer, from one place:
@@ -33,8 +34,8 @@ func TestWriteErr(t *testing.T) {
 		{"405 names the method", errMethodNotAllowed("POST"), 405, "method_not_allowed", map[string]string{"Allow": "POST"}},
 		{"upstream timeout", errUpstreamTimeout, 504, "upstream_timeout", nil},
 		{"upstream", errUpstream, 502, "upstream_unavailable", nil},
-		{"knowledge error", &knowledge.Error{Status: 404, Code: knowledge.CodeRunNotFound, Message: "The run was not found."}, 404, "run_not_found", nil},
-		{"429 with Retry-After", &knowledge.Error{Status: 429, Code: knowledge.CodeRateLimited, Message: "Too many.", RetryAfter: 1500 * time.Millisecond}, 429, "rate_limited", map[string]string{"Retry-After": "2"}},
+		{"knowledge error", &knowledge.Error{Status: 404, Code: protocol.CodeRunNotFound, Message: "The run was not found."}, 404, "run_not_found", nil},
+		{"429 with Retry-After", &knowledge.Error{Status: 429, Code: protocol.CodeRateLimited, Message: "Too many.", RetryAfter: 1500 * time.Millisecond}, 429, "rate_limited", map[string]string{"Retry-After": "2"}},
 		{"wrapped ledger conflict", fmt.Errorf("reserve: %w", ledger.ErrConflict), 409, "turn_conflict", nil},
 		{"echo's own", echo.ErrNotFound, 502, "upstream_unavailable", nil},
 		{"anything else: knowledge unavailable", errors.New("dial tcp 10.0.0.7:6379: connection refused"), 503, "knowledge_unavailable", nil},

@@ -20,6 +20,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/native"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 	"github.com/bailinghub/knowledge-sidecar/rollout"
 	"github.com/bailinghub/knowledge-sidecar/turn"
 )
@@ -194,7 +195,7 @@ func (s *Server) read(c echo.Context) error {
 // collector run for them (knowledge.Service.ReadInto, SearchInto). net/http
 // has copied the answer into the connection's buffer or the socket when
 // Write returns.
-var answerBuffers = sync.Pool{New: func() any { b := make([]byte, 0, knowledge.ReadMaxBytes); return &b }}
+var answerBuffers = sync.Pool{New: func() any { b := make([]byte, 0, protocol.ReadMaxBytes); return &b }}
 
 // reply writes a knowledge endpoint's success; an error goes back to the
 // edge, which answers it (writeErr).

@@ -84,8 +84,13 @@ const (
 // retryAfterSeconds is what every overload answer tells the client.
 const retryAfterSeconds = 1
 
-// overloadBody is the JSON body of an overload 503.
-const overloadBody = `{"error":"overloaded","message":"The sidecar is at capacity; retry later."}`
+// The overload 503's code and message: errOverloaded, and overloadBody for
+// the raw answer to a refused connection.
+const (
+	overloadCode    = "overloaded"
+	overloadMessage = "The sidecar is at capacity; retry later."
+	overloadBody    = `{"error":"` + overloadCode + `","message":"` + overloadMessage + `"}`
+)
 
 // limitListener caps the open connections of a listener, all clients
 // together and per peer address (a trusted proxy's connections carry many

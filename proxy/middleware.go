@@ -19,6 +19,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts/jsstring"
+	"github.com/bailinghub/knowledge-sidecar/knowledge"
 )
 
 // reqState travels in the request context so the ReverseProxy's error
@@ -58,10 +59,14 @@ type reqState struct {
 
 type ctxKey struct{}
 
-// Value is the embedded context's, but for ctxKey: the state itself.
+// Value is the embedded context's, but for ctxKey: the state itself, and
+// for knowledge.RequestIDKey: the request id (the disclosure audit's).
 func (s *reqState) Value(key any) any {
-	if _, ok := key.(ctxKey); ok {
+	switch key.(type) {
+	case ctxKey:
 		return s
+	case knowledge.RequestIDKey:
+		return s.id
 	}
 	return s.Context.Value(key)
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"log/slog"
@@ -20,6 +21,9 @@ type TransportOptions struct {
 	DialTimeout           time.Duration
 	ResponseHeaderTimeout time.Duration
 	MaxIdleConnsPerHost   int
+	// TLSClientConfig verifies an https:// Core (core.ca_file); nil: the
+	// system roots.
+	TLSClientConfig *tls.Config
 }
 
 // coreReadBuffer is the transport's read buffer for Core's answers: 256
@@ -48,6 +52,9 @@ func NewTransport(o TransportOptions) *http.Transport {
 	t.DisableCompression = true
 	t.ReadBufferSize = coreReadBuffer
 	t.Proxy = nil // never route Core traffic through an environment proxy
+	if o.TLSClientConfig != nil {
+		t.TLSClientConfig = o.TLSClientConfig.Clone()
+	}
 	return t
 }
 

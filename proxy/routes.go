@@ -6,7 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/bailinghub/knowledge-sidecar/knowledge"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // The paths the sidecar may serve itself; everything else is pass-through.
@@ -41,9 +41,9 @@ type route struct {
 
 // routes is the route table. A new endpoint is one row here plus its handler.
 var routes = []route{
-	{http.MethodGet, pathCapabilities, "capabilities", (*Server).capabilities, true, knowledge.MaxRequestBytes},
-	{http.MethodPost, pathSearch, "search", (*Server).search, true, knowledge.MaxRequestBytes},
-	{http.MethodPost, pathRead, "read", (*Server).read, true, knowledge.MaxRequestBytes},
+	{http.MethodGet, pathCapabilities, "capabilities", (*Server).capabilities, true, protocol.MaxRequestBytes},
+	{http.MethodPost, pathSearch, "search", (*Server).search, true, protocol.MaxRequestBytes},
+	{http.MethodPost, pathRead, "read", (*Server).read, true, protocol.MaxRequestBytes},
 	{http.MethodPost, pathTurns, "turns", (*Server).turns, false, passDrainLimit},
 }
 

@@ -103,6 +103,7 @@ type Server struct {
 	bodyIdle time.Duration
 	access   bool
 	reloader reloaderSlot
+	ops      opsSlots // GET /-/status and /-/explain (status.go)
 	lim      *edgeLimits
 
 	target    *url.URL

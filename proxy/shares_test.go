@@ -14,6 +14,8 @@ import (
 	"testing/iotest"
 
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
+
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 )
 
 func ck(s string) clientKey { return keyOf(netip.MustParseAddr(s)) }
@@ -166,7 +168,10 @@ func TestReadTurn(t *testing.T) {
 		s, st := turnReadServer(t, 1<<20, -1)
 		pr, pw := io.Pipe()
 		errc := make(chan error, 1)
-		go func() { _, err := s.readTurn(turnRequest(st, pr, coreTurnBodyMax), coreTurnBodyMax); errc <- err }()
+		go func() {
+			_, err := s.readTurn(turnRequest(st, pr, corefacts.TurnBodyMax), corefacts.TurnBodyMax)
+			errc <- err
+		}()
 		if _, err := pw.Write([]byte("{")); err != nil { // the reader is past its first growth
 			t.Fatal(err)
 		}

@@ -71,6 +71,9 @@ mariadb -uroot -h127.0.0.1 -e "CREATE DATABASE IF NOT EXISTS ks_test CHARACTER S
 
 go mod download
 go vet ./...
+# No function that nothing reaches (deadcode -test; an allowlist for the
+# few kept on purpose): about a minute on a loaded 2-core machine.
+./scripts/deadcode.sh
 go test -race -count=1 -timeout 20m ./... "$@"
 # Every benchmark once: they are the performance evidence (docs/performance.md),
 # and one whose setup broke would otherwise only be found by the next person

@@ -8,8 +8,10 @@ package sidecar
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/netip"
 	"net/url"
@@ -22,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/bailinghub/knowledge-sidecar/audit"
 	"github.com/bailinghub/knowledge-sidecar/breaker"
 	"github.com/bailinghub/knowledge-sidecar/catalog"
 	"github.com/bailinghub/knowledge-sidecar/config"
@@ -31,6 +34,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
 	"github.com/bailinghub/knowledge-sidecar/rollout"
+	"github.com/bailinghub/knowledge-sidecar/sharedredis"
 	"github.com/bailinghub/knowledge-sidecar/telemetry"
 )
 
@@ -41,15 +45,15 @@ var ExtraChecks = []func(*config.Config) (string, error){
 		return "rollout", err
 	},
 	func(c *config.Config) (string, error) {
-		if ok, _ := c.KnowledgeEnabled(); !ok && c.Signing.Keys == "" {
-			return "", nil
+		if ok, _ := c.KnowledgeEnabled(); (!ok && c.Signing.Keys == "") || config.IsPlaceholder(c.Signing.Keys) || config.IsPlaceholder(c.Core.Token) {
+			return "", nil // off, or a placeholder Validate reports
 		}
 		_, err := knowledge.NewKeyring(c.Signing.Keys, c.Core.Token)
 		return "signing.keys", err
 	},
 	func(c *config.Config) (string, error) {
-		if c.Catalog.DSN == "" {
-			return "", nil
+		if c.Catalog.DSN == "" || config.IsPlaceholder(c.Catalog.DSN) {
+			return "", nil // unset, or a placeholder Validate reports
 		}
 		if _, err := catalog.NormalizeDSN(c.Catalog.DSN); err != nil {
 			return "catalog.dsn", errors.New("is not a valid go-sql-driver/mysql DSN such as user:password@tcp(host:3306)/bailinghub (value not shown)")
@@ -58,10 +62,10 @@ var ExtraChecks = []func(*config.Config) (string, error){
 	},
 	func(c *config.Config) (string, error) {
 		u := c.Ledger.RedisURL
-		if !strings.HasPrefix(u, "redis://") && !strings.HasPrefix(u, "rediss://") {
+		if (!strings.HasPrefix(u, "redis://") && !strings.HasPrefix(u, "rediss://")) || config.IsPlaceholder(u) {
 			return "", nil // empty, or already reported by Validate
 		}
-		if err := ledger.ParseRedisURL(c.Ledger.RedisMode, u); err != nil {
+		if err := sharedredis.ParseURL(c.Ledger.RedisMode, u); err != nil {
 			switch c.Ledger.RedisMode {
 			case "cluster":
 				return "ledger.redis_url", errors.New("is not a valid Redis Cluster URL such as redis://host1:6379?addr=host2:6379&addr=host3:6379 (value not shown)")
@@ -75,10 +79,19 @@ var ExtraChecks = []func(*config.Config) (string, error){
 		return "", nil
 	},
 	func(c *config.Config) (string, error) {
+		if c.Core.CAFile == "" || !strings.HasPrefix(c.Core.URL, "https://") {
+			return "", nil // unset, or already reported by Validate
+		}
+		if _, err := CoreTLS(*c); err != nil {
+			return "core.ca_file", errors.New(strings.TrimPrefix(err.Error(), "core.ca_file "))
+		}
+		return "", nil
+	},
+	func(c *config.Config) (string, error) {
 		if c.Ledger.RedisCAFile == "" || !strings.HasPrefix(c.Ledger.RedisURL, "rediss://") {
 			return "", nil // unset, or already reported by Validate
 		}
-		if err := ledger.CheckCAFile(c.Ledger.RedisCAFile); err != nil {
+		if err := sharedredis.CheckCAFile(c.Ledger.RedisCAFile); err != nil {
 			return "ledger.redis_ca_file", fmt.Errorf("%q: %w", c.Ledger.RedisCAFile, err)
 		}
 		return "", nil
@@ -113,32 +126,15 @@ func (r *recorder) MustRegister(cs ...prometheus.Collector) {
 	}
 }
 
-// descs returns every registered metric descriptor.
-func (r *recorder) descs() []*prometheus.Desc {
-	r.mu.Lock()
-	cs := append([]prometheus.Collector(nil), r.collectors...)
-	r.mu.Unlock()
-	ch := make(chan *prometheus.Desc)
-	go func() {
-		for _, c := range cs {
-			c.Describe(ch)
-		}
-		close(ch)
-	}()
-	var out []*prometheus.Desc
-	for d := range ch {
-		out = append(out, d)
-	}
-	return out
-}
-
 // Deps are the parts a caller puts in place of the real ones, and what the
 // process owns. Zero values mean the real part.
 type Deps struct {
 	Logger *slog.Logger // nil: discard
 	// Level is the logger's level, which reloads change (nil: a private one).
 	Level   *slog.LevelVar
-	Version string // build version, in build_info
+	Version string // build version, in build_info and /-/status
+	// Revision is the VCS revision, in /-/status.
+	Revision string
 	// Catalog replaces the SQL catalog of catalog.dsn (the demo's in-memory
 	// twin): no DSN is needed and no schema check runs. It must also
 	// implement knowledge.Tasks to apply task rules; otherwise none apply.
@@ -153,6 +149,8 @@ type Deps struct {
 	// TracerProvider replaces the OTLP tracer provider of tracing.enabled
 	// (tests record spans with it); set, tracing is on.
 	TracerProvider trace.TracerProvider
+	// AuditStdout replaces standard output for audit.file "-" (tests).
+	AuditStdout io.Writer
 }
 
 // App is a built sidecar: the edge plus what must be closed after it.
@@ -167,6 +165,20 @@ type App struct {
 	cfg    config.Config
 	level  *slog.LevelVar
 	single bool // Deps.SingleProcess
+
+	audit *audit.Log // nil: audit off
+
+	// What /-/status and /-/explain read (status.go).
+	version, revision string
+	started           time.Time
+	now               func() time.Time
+	registry          *prometheus.Registry
+	knowledgeOff      string              // why the knowledge features are off; "": on
+	sqlCatalog        bool                // the catalog is catalog.dsn's, behind its schema gate
+	routes            RouteLookup         // the knowledge endpoints' catalog
+	rdb               *sharedredis.Client // nil: no Redis
+	coreTLS           *tls.Config         // core.ca_file's; nil: the system roots
+	lastReload        *ReloadStatus       // under mu; nil: none since start
 
 	tp      trace.TracerProvider // nil: tracing off
 	tracing *telemetry.Tracing   // the OTLP provider Build set up, flushed by ShutdownTracing
@@ -265,13 +277,24 @@ func Build(ctx context.Context, cfg config.Config, deps Deps) (*App, error) {
 	if level == nil {
 		level = new(slog.LevelVar)
 	}
-	a := &App{log: log, cfg: cfg, metrics: rec, level: level, single: deps.SingleProcess}
+	a := &App{log: log, cfg: cfg, metrics: rec, level: level, single: deps.SingleProcess,
+		version: deps.Version, revision: deps.Revision, now: deps.Now, registry: reg}
+	if a.now == nil {
+		a.now = time.Now
+	}
+	a.started = a.now()
 	log, err := a.setupTracing(ctx, cfg, deps, rec, log)
 	if err != nil {
 		return nil, err
 	}
 	a.log = log
 	coreURL, _ := url.Parse(cfg.Core.URL) // validated
+	// One TLS configuration for every connection to Core (core.ca_file).
+	a.coreTLS, err = CoreTLS(cfg)
+	if err != nil {
+		a.Close()
+		return nil, err
+	}
 	var trusted []netip.Prefix
 	for _, s := range cfg.Proxy.TrustedProxies {
 		p, _ := config.ParsePrefix(s) // validated
@@ -283,6 +306,7 @@ func Build(ctx context.Context, cfg config.Config, deps Deps) (*App, error) {
 			DialTimeout:           cfg.Proxy.DialTimeout,
 			ResponseHeaderTimeout: cfg.Proxy.ResponseHeaderTimeout,
 			MaxIdleConnsPerHost:   cfg.Proxy.MaxIdleConnsPerHost,
+			TLSClientConfig:       a.coreTLS,
 		}),
 		TrustedProxies:  trusted,
 		PreserveHost:    cfg.Proxy.PreserveHost,
@@ -303,6 +327,7 @@ func Build(ctx context.Context, cfg config.Config, deps Deps) (*App, error) {
 		ok = true // the catalog is given, not dialled
 	}
 	if !ok {
+		a.knowledgeOff = reason
 		log.Warn("knowledge features are off; running as a pure pass-through proxy", slog.String("reason", reason))
 	} else {
 		f, err := a.buildFeatures(ctx, cfg, deps, rec, log)
@@ -318,6 +343,7 @@ func Build(ctx context.Context, cfg config.Config, deps Deps) (*App, error) {
 		return nil, err
 	}
 	a.Server = srv
+	a.registerOps()
 	return a, nil
 }
 
@@ -325,6 +351,7 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 	client, err := coreclient.NewClient(coreclient.Options{
 		BaseURL:        cfg.Core.URL,
 		ServiceToken:   cfg.Core.Token,
+		Transport:      CoreClientTransport(cfg, a.coreTLS),
 		Timeout:        cfg.Core.Timeout,
 		ProbeInterval:  cfg.ProbeInterval,
 		Identity:       breakerSettings(cfg.Core.Identity),
@@ -344,18 +371,18 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 		return nil, fmt.Errorf("signing keys: %w", err)
 	}
 	// One Redis client serves the ledger and the shared rate limit.
-	var rdb *ledger.Redis
+	var rdb *sharedredis.Client
 	if cfg.LedgerBackend() == "redis" || cfg.RateLimitBackend() == "redis" {
-		ledger.QuietRedisLogs()
-		rdb, err = ledger.NewRedis(ledger.RedisOptions{
-			URL: cfg.Ledger.RedisURL, TTL: cfg.Ledger.TTL, Mode: cfg.Ledger.RedisMode,
-			CAFile: cfg.Ledger.RedisCAFile, WaitReplicas: cfg.Ledger.RedisWaitReplicas,
+		sharedredis.QuietLogs()
+		rdb, err = sharedredis.New(sharedredis.Options{
+			URL: cfg.Ledger.RedisURL, Mode: cfg.Ledger.RedisMode, CAFile: cfg.Ledger.RedisCAFile,
 			TracerProvider: a.tp,
 		})
 		if err != nil {
 			return nil, err
 		}
 		a.closers = append(a.closers, rdb.Close)
+		a.rdb = rdb
 		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		if err := rdb.Ping(pctx); err != nil {
 			// Not fatal: pass-through and turns without the field keep working;
@@ -367,13 +394,18 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 	}
 	var shared knowledge.SharedLimiter
 	if cfg.RateLimitBackend() == "redis" {
-		rl, err := rdb.RateLimiter("")
+		rl, err := rdb.Limiter("")
 		if err != nil {
 			return nil, err
 		}
 		shared = rl
 	}
+	auditor, err := a.buildAudit(ctx, cfg, deps, reg, log)
+	if err != nil {
+		return nil, err
+	}
 	svc, err := knowledge.New(knowledge.Options{
+		Auditor:          auditor,
 		SharedLimiter:    shared,
 		Now:              deps.Now,
 		Identity:         client,
@@ -392,7 +424,11 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 	}
 	var backend ledger.Ledger
 	if cfg.LedgerBackend() == "redis" {
-		backend = rdb
+		rl, err := ledger.NewRedis(rdb, ledger.RedisOptions{TTL: cfg.Ledger.TTL, WaitReplicas: cfg.Ledger.RedisWaitReplicas})
+		if err != nil {
+			return nil, err
+		}
+		backend = rl
 		ledger.RegisterEvictions(reg) // Redis evicts nothing before ledger.ttl: the series stay 0
 	} else {
 		mem := ledger.NewMemory(cfg.Ledger.MaxEntries, cfg.Ledger.TTL, time.Now)
@@ -407,7 +443,7 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 	led := ledger.NewRetrying(backend, cfg.Ledger.TTL, time.Now)
 	led.Register(reg)
 	a.closers = append(a.closers, led.Close) // closes the backend too (rdb's own Close, registered above, is then a no-op)
-	pol, _ := rollout.Parse(cfg.Rollout) // validated
+	pol, _ := rollout.Parse(cfg.Rollout)     // validated
 	return &proxy.Features{
 		Knowledge:       svc,
 		Prober:          client,
@@ -421,11 +457,46 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 	}, nil
 }
 
+// buildAudit opens the disclosure audit's sink (SPEC §11) when
+// audit.enabled, with its OTLP logger when audit.otlp; nil otherwise.
+func (a *App) buildAudit(ctx context.Context, cfg config.Config, deps Deps, reg prometheus.Registerer, log *slog.Logger) (knowledge.Auditor, error) {
+	if !cfg.Audit.Enabled {
+		return nil, nil
+	}
+	o := audit.Options{
+		File: cfg.Audit.File, Refuse: cfg.Audit.OnFailure == config.AuditRefuse,
+		Now: deps.Now, Logger: log, Registerer: reg, Stdout: deps.AuditStdout,
+	}
+	if cfg.Audit.QueryHMACKey != "" {
+		o.QueryKey = []byte(cfg.Audit.QueryHMACKey)
+	}
+	if cfg.Audit.OTLP {
+		p, err := audit.NewOTLP(ctx, telemetry.ServiceName, deps.Version)
+		if err != nil {
+			return nil, err
+		}
+		a.closers = append(a.closers, func() error {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			return p.Shutdown(sctx)
+		})
+		o.OTLP = p.Logger()
+	}
+	l, err := audit.Open(o)
+	if err != nil {
+		return nil, err
+	}
+	a.audit = l
+	a.closers = append(a.closers, l.Close)
+	return l, nil
+}
+
 // buildCatalog opens the SQL catalog behind its schema gate, or takes the
 // one given in deps.
 func (a *App) buildCatalog(ctx context.Context, cfg config.Config, deps Deps, reg prometheus.Registerer, log *slog.Logger) (knowledge.Catalog, knowledge.Tasks, error) {
 	if deps.Catalog != nil {
 		tasks, _ := deps.Catalog.(knowledge.Tasks)
+		a.routes = deps.Catalog
 		return deps.Catalog, tasks, nil
 	}
 	sqlCat, err := catalog.Open(catalog.Options{
@@ -453,7 +524,7 @@ func (a *App) buildCatalog(ctx context.Context, cfg config.Config, deps Deps, re
 	if cfg.Core.ClientAppID != "" {
 		// Core's rate limit on our own client: read, logged and exported at
 		// start-up and on each schema re-check.
-		limits := catalog.NewRateLimitCheck(sqlCat, cfg.Core.ClientAppID, log, reg)
+		limits := catalog.NewClientLimitCheck(sqlCat, cfg.Core.ClientAppID, log, reg)
 		gated.AfterCheck(func(ctx context.Context) { _ = limits.Check(ctx) })
 	}
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -475,6 +546,7 @@ func (a *App) buildCatalog(ctx context.Context, cfg config.Config, deps Deps, re
 	case corefacts.TaskControlAbsent, corefacts.TaskControlEnforced:
 		log.Info("managed-task rules", slog.String("task_control", string(st)))
 	}
+	a.routes, a.sqlCatalog = gated, true
 	return gated, gated, nil
 }
 
@@ -486,9 +558,13 @@ func (a *App) buildCatalog(ctx context.Context, cfg config.Config, deps Deps, re
 func (a *App) Reload(load func() (config.Config, error)) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	// The audit file is reopened whatever the configuration says: logrotate
+	// renamed it and asks for a new one (its failure is logged by Reopen).
+	_ = a.audit.Reopen()
 	cfg, err := load()
 	if err != nil {
 		a.Server.ObserveReload("rejected")
+		a.noteReload("rejected", err)
 		a.log.Error("configuration reload rejected; keeping the running configuration", slog.Any("error", err))
 		var ce *config.Error
 		if !errors.As(err, &ce) {
@@ -513,6 +589,7 @@ func (a *App) Reload(load func() (config.Config, error)) error {
 	}
 	a.cfg.Rollout, a.cfg.TurnHints, a.cfg.Log.Level = cfg.Rollout, cfg.TurnHints, cfg.Log.Level
 	a.Server.ObserveReload("ok")
+	a.noteReload("ok", nil)
 	a.log.Info("configuration reloaded", slog.String("rollout", pol.String()), slog.Bool("turn_hints", cfg.TurnHints),
 		slog.String("log_level", cfg.Log.Level))
 	return nil

@@ -1,9 +1,15 @@
 package sidecar
 
 import (
+	"go/ast"
 	"go/build"
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -11,7 +17,8 @@ import (
 // TestLayering keeps the import rules of docs/architecture.md true: data
 // flows one way (edge → decisions → adapters), every layer speaks in
 // corefacts, which does no I/O, and the two adapters of Core know nothing of
-// each other. Only non-test files count (tests may wire anything).
+// each other; the shared Redis client is a leaf, and nothing the binary
+// links comes from test/. Only non-test files count (tests may wire anything).
 func TestLayering(t *testing.T) {
 	const mod = "github.com/bailinghub/knowledge-sidecar/"
 	rules := []struct {
@@ -22,22 +29,36 @@ func TestLayering(t *testing.T) {
 		stdOnly   bool
 		forbidden []string // import paths (or prefixes ending in /) it must not import
 	}{
+		{dir: "protocol", stdOnly: true},
 		{dir: "corefacts", stdOnly: true},
 		{dir: "corefacts/jsstring", stdOnly: true},
 		{dir: "internal/jsonscan", stdOnly: true},
-		{dir: "knowledge", ours: []string{"config", "corefacts", "corefacts/jsstring", "internal/jsonscan"},
+		{dir: "knowledge", ours: []string{"config", "corefacts", "corefacts/jsstring", "protocol"},
 			forbidden: []string{"github.com/labstack/echo/", "net/http/httputil"}},
-		{dir: "turn", ours: []string{"corefacts", "corefacts/jsstring", "internal/jsonscan", "knowledge", "ledger"},
+		{dir: "turn", ours: []string{"corefacts", "corefacts/jsstring", "internal/jsonscan", "knowledge", "ledger", "protocol"},
 			forbidden: []string{"github.com/labstack/echo/", "net/http/httputil"}},
 		{dir: "coreclient", forbidden: []string{mod + "catalog", mod + "knowledge", mod + "proxy", mod + "turn", mod + "ledger", mod + "sidecar"}},
 		{dir: "catalog", forbidden: []string{mod + "coreclient", mod + "knowledge", mod + "proxy", mod + "turn", mod + "ledger", mod + "sidecar"}},
 		{dir: "breaker", ours: []string{"config", "corefacts", "telemetry"}},
 		{dir: "rollout", ours: []string{"corefacts"}},
-		{dir: "native", ours: []string{"config", "corefacts"},
+		{dir: "native", ours: []string{"config", "corefacts", "protocol"},
 			forbidden: []string{"github.com/labstack/echo/", "net/http/httputil"}},
 		// The edge reaches Core's adapters only through the decisions:
 		// proxy → knowledge, turn, native → coreclient, catalog.
 		{dir: "proxy", forbidden: []string{mod + "coreclient", mod + "catalog", mod + "breaker", mod + "sidecar"}},
+		{dir: "audit", ours: []string{"corefacts/jsstring", "knowledge", "protocol", "telemetry"},
+			forbidden: []string{"github.com/labstack/echo/", "net/http/httputil"}},
+		// The checker is the independent oracle: its own copy of the wire
+		// facts (conformance/oracle.go), never package protocol's.
+		{dir: "conformance", ours: []string{"hostclient"}},
+		// The Redis the replicas share knows no ledger, limit or protocol;
+		// the ledger keeps its backends only and takes a client from it.
+		{dir: "sharedredis", ours: []string{}},
+		{dir: "ledger", ours: []string{"config", "sharedredis", "telemetry"}},
+		// The Core double follows Core's facts, never the sidecar's code; the
+		// binary links it (demo), so nothing of it may come from test/.
+		{dir: "internal/fakecore", ours: []string{"corefacts", "corefacts/jsstring", "protocol"}},
+		{dir: "cmd/knowledge-sidecar", forbidden: []string{mod + "test/"}},
 	}
 	for _, r := range rules {
 		pkg, err := build.ImportDir(filepath.Join("..", r.dir), 0)
@@ -58,5 +79,53 @@ func TestLayering(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestWireFactsOnce keeps the protocol's names in one place (DESIGN item 13):
+// no non-test Go file spells the protocol name or a schema_version name as a
+// string literal, except package protocol, which defines them, and the
+// checker's independent oracle, conformance/oracle.go. Everything else uses
+// the constants of package protocol.
+func TestWireFactsOnce(t *testing.T) {
+	// The protocol name and every bailing.agent-knowledge-*.v1 schema name,
+	// alone or inside a larger literal (a JSON prefix, a message).
+	wire := regexp.MustCompile(`bailing\.agent-knowledge(-[a-z]+)?\.v1`)
+	allowed := map[string]bool{"conformance/oracle.go": true}
+	root := ".."
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() {
+			if rel == "protocol" || rel != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(rel, ".go") || strings.HasSuffix(rel, "_test.go") || allowed[rel] {
+			return nil
+		}
+		fset := token.NewFileSet()
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			lit, ok := n.(*ast.BasicLit)
+			if !ok || lit.Kind != token.STRING {
+				return true
+			}
+			if s, err := strconv.Unquote(lit.Value); err == nil && wire.MatchString(s) {
+				t.Errorf("%s: string literal %s spells a wire name; want a constant of package protocol", fset.Position(lit.Pos()), lit.Value)
+			}
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

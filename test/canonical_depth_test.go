@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
+	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 )
 
 // TestPathSpellingsAtEveryDecodingDepth: the spellings FuzzClassifyPath

@@ -1,6 +1,6 @@
 // Package test holds the black-box end-to-end tests of the sidecar: real
-// sockets, a fake Core (test/fakecore) that follows CORE_FACTS.md, a fresh
-// MariaDB database per world (test/testdb) and, where named, a real Redis.
+// sockets, a fake Core (internal/fakecore) that follows CORE_FACTS.md, a fresh
+// MariaDB database per world (internal/testkit/testdb) and, where named, a real Redis.
 //
 //   - harness_test.go: StartSidecar and the shared helpers
 //   - world_test.go: World (fake Core + catalog) and the features wiring

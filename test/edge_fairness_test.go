@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 )
 
 // attackerAddr is the attacker's own loopback address: Linux routes all of

@@ -97,6 +97,9 @@ func TestConnectionCapClosesIdleFirst(t *testing.T) {
 			t.Fatalf("within the cap: got %d; want 200", res.StatusCode)
 		}
 		idle = append(idle, c)
+		// The server marks a connection idle a moment after its answer
+		// went out: wait, so that idle[0] is the oldest idle one, then idle[1].
+		testkit.WaitMetric(t, sc.Registry, "knowledge_sidecar_idle_connections", nil, float64(len(idle)))
 	}
 	for range 2 { // two newcomers: the two oldest idle connections go
 		testkit.WaitMetric(t, sc.Registry, "knowledge_sidecar_idle_connections", nil, max)

@@ -19,9 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
-	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 )
 
 // rawConn is a client connection that writes exact bytes.
@@ -364,17 +364,20 @@ func TestStalledBodies(t *testing.T) {
 			conn := dialRaw(t, host)
 			// A body announced at 8000 bytes of which a few ever come; the
 			// idle timeout is made long so that only an early answer passes.
-			// (A turn answers early once its knowledge_delivery key has
-			// come: without one it is an old client's, forwarded to Core
-			// whole — turns_oldclient_test.go.)
+			// (An unauthenticated turn is not the sidecar's to read at all:
+			// it streams to Core, and a stalled one ends at the edge's body
+			// deadline like any pass-through upload, holding nothing of the
+			// turn body budget — turns_oldclient_test.go.)
 			start := `{"query":"`
+			want, code := 401, "unauthorized"
 			if name == "turns" {
 				start = `{"knowledge_delivery":"on_demand","user_input":"`
+				want, code = http.StatusRequestTimeout, "request_timeout"
 			}
 			conn.send(t, head(path, fakecore.Token("nobody"), 8000, "")+start)
 			res, body := conn.response(t)
-			if res.StatusCode != 401 || errorCode(body) != "unauthorized" {
-				t.Fatalf("got %d %s; want 401 unauthorized", res.StatusCode, body)
+			if res.StatusCode != want || errorCode(body) != code {
+				t.Fatalf("got %d %s; want %d %s", res.StatusCode, body, want, code)
 			}
 			if !res.Close || !conn.closedAfter() {
 				t.Errorf("connection kept after an early answer to an unread body")
@@ -390,11 +393,11 @@ func TestStalledBodies(t *testing.T) {
 			if !conn.closedAfter() {
 				t.Errorf("connection kept after a stalled body")
 			}
-			handler := name
+			stalls := 1.0
 			if name == "turns" {
-				handler = "turns"
+				stalls = 2 // the unauthenticated one's too
 			}
-			testkit.WaitMetric(t, side.Registry, "knowledge_sidecar_http_requests_total", map[string]string{"handler": handler, "code": "408"}, 1)
+			testkit.WaitMetric(t, side.Registry, "knowledge_sidecar_http_requests_total", map[string]string{"handler": name, "code": "408"}, stalls)
 		})
 	}
 	t.Run("pass-through stall", func(t *testing.T) {

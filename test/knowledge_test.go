@@ -22,11 +22,12 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/hostclient"
+	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
-	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
 
 // End-to-end tests of the three knowledge endpoints through the edge: real
@@ -363,7 +364,7 @@ const refundQuery = "refunds accepted within days of delivery"
 // system-info and with an old Core where the catalog gate decides. (SPEC §2
 // changed with managed tasks: the body used to come after the route.)
 func TestKnowledgeCheckOrder(t *testing.T) {
-	big := `{"query":"` + strings.Repeat("a", knowledge.MaxRequestBytes) + `"}`
+	big := `{"query":"` + strings.Repeat("a", protocol.MaxRequestBytes) + `"}`
 	badRoute := "-bad-route-"
 	unknown := fakecore.Token("nobody")
 	for _, systemInfo := range []bool{true, false} {
@@ -496,7 +497,7 @@ func TestKnowledgeErrorClasses(t *testing.T) {
 		{"missing run", "POST", multi, kw.TokenA, "search", map[string]any{"query": "q", "run_id": testdb.RunMissing}, 404, "run_not_found"},
 		{"completed run", "POST", multi, kw.TokenA, "search", map[string]any{"query": "q", "run_id": testdb.RunCompleted}, 409, "run_not_active"},
 		{"preparing run", "POST", multi, kw.TokenA, "search", map[string]any{"query": "q", "run_id": testdb.RunPreparing}, 409, "run_not_active"},
-		{"oversized", "POST", multi, kw.TokenA, "read", strings.Repeat(" ", knowledge.MaxRequestBytes+1), 413, "payload_too_large"},
+		{"oversized", "POST", multi, kw.TokenA, "read", strings.Repeat(" ", protocol.MaxRequestBytes+1), 413, "payload_too_large"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -696,8 +697,8 @@ func TestKnowledgeSearchEndToEnd(t *testing.T) {
 					if r.Status != 200 {
 						t.Fatalf("%s %q: got %d %s", route, q, r.Status, r.Body)
 					}
-					if len(r.Body) > knowledge.SearchMaxBytes {
-						t.Errorf("%s %q limit %d: body %d bytes; want ≤ %d", route, q, limit, len(r.Body), knowledge.SearchMaxBytes)
+					if len(r.Body) > protocol.SearchMaxBytes {
+						t.Errorf("%s %q limit %d: body %d bytes; want ≤ %d", route, q, limit, len(r.Body), protocol.SearchMaxBytes)
 					}
 					if len(a.Hints) > limit {
 						t.Errorf("%s %q: %d hints; want ≤ %d", route, q, len(a.Hints), limit)
@@ -794,7 +795,7 @@ func TestKnowledgeReadEndToEnd(t *testing.T) {
 	kw := newKWorld(t, fakecore.Options{SystemInfo: true})
 	sc := kw.start(t, kopts{})
 	content := testdb.BigDocContent()
-	want := content[:knowledge.ReadChainMaxBytes]
+	want := content[:protocol.ReadChainMaxBytes]
 	if !utf8.ValidString(want) {
 		t.Fatal("precondition: the chain budget does not end on a character boundary of the fixture")
 	}
@@ -803,7 +804,7 @@ func TestKnowledgeReadEndToEnd(t *testing.T) {
 			_, h := kw.mustSearch(t, sc, testdb.RouteMulti, kw.TokenA, map[string]any{"query": testdb.BigDocUnit, "limit": 1}, testdb.DocBigTitle)
 			limit := maxBytes
 			if limit == 0 {
-				limit = knowledge.ReadDefaultBytes
+				limit = protocol.ReadDefaultBytes
 			}
 			var got strings.Builder
 			var cursor *string
@@ -824,7 +825,7 @@ func TestKnowledgeReadEndToEnd(t *testing.T) {
 				if len(r.Body) > limit {
 					t.Errorf("page %d: body %d bytes; want ≤ %d", pages, len(r.Body), limit)
 				}
-				if p.TotalContentBytes != int64(len(content)) || p.ReadChainMaxBytes != knowledge.ReadChainMaxBytes ||
+				if p.TotalContentBytes != int64(len(content)) || p.ReadChainMaxBytes != protocol.ReadChainMaxBytes ||
 					p.Title != testdb.DocBigTitle || p.Ref != h.Ref || p.Revision != h.Revision || p.Trust != "reference_only" {
 					t.Errorf("page %d envelope: total %d chain %d title %q", pages, p.TotalContentBytes, p.ReadChainMaxBytes, p.Title)
 				}
@@ -849,7 +850,7 @@ func TestKnowledgeReadEndToEnd(t *testing.T) {
 			if got.String() != want {
 				t.Errorf("pages concatenate to %d bytes; want exactly the first %d bytes of the content", got.Len(), len(want))
 			}
-			if atLeast := knowledge.ReadChainMaxBytes / limit; pages < atLeast {
+			if atLeast := protocol.ReadChainMaxBytes / limit; pages < atLeast {
 				t.Errorf("%d pages; want at least %d", pages, atLeast)
 			}
 		})

@@ -6,77 +6,23 @@ package test
 // removed never answers 409 to the corrected retry.
 
 import (
-	"bufio"
-	"net"
 	"net/http"
-	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
-	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
+	"github.com/bailinghub/knowledge-sidecar/sharedredis"
 )
 
-// privateRedis starts a redis-server of the test's own on a free loopback
-// port (so pausing it disturbs no other test) and returns its address and
-// process. No redis-server: skip (fail with CI=true).
-func privateRedis(t *testing.T) (string, *exec.Cmd) {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	testkit.RequireService(t, "redis-server (a private Redis to pause)", err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	ready := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		said := false
-		for sc.Scan() {
-			if !said && strings.Contains(sc.Text(), "Ready to accept connections") {
-				said = true
-				ready <- true
-			}
-		}
-		if !said {
-			ready <- false
-		}
-	}()
-	select {
-	case ok := <-ready:
-		if !ok {
-			t.Fatal("the private redis-server exited before it was ready")
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the private redis-server was not ready within 10s")
-	}
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), cmd
-}
-
 func TestTurnReleaseFailsRedisPaused(t *testing.T) {
-	addr, redis := privateRedis(t)
-	rl, err := ledger.NewRedis(ledger.RedisOptions{URL: "redis://" + addr + "/0", DialTimeout: 300 * time.Millisecond, OpTimeout: 300 * time.Millisecond})
+	addr, redis := testkit.RedisServer(t, "--port")
+	rl, err := newRedisLedger(sharedredis.Options{URL: "redis://" + addr + "/0", DialTimeout: 300 * time.Millisecond, OpTimeout: 300 * time.Millisecond}, ledger.RedisOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,9 +12,10 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/bailinghub/knowledge-sidecar/hostclient"
+	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/mcpserver"
-	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // countingRT counts the requests a host client sends.
@@ -74,7 +75,7 @@ func TestQueryLimitMCPEqualsHTTP(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := kw.call(t, "POST", sc.WS(route)+"/knowledge/search", kw.TokenA, map[string]any{"query": tc.query})
 			before := rt.n.Load()
-			res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: mcpserver.SearchTool, Arguments: map[string]any{"query": tc.query}})
+			res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: protocol.SearchTool, Arguments: map[string]any{"query": tc.query}})
 			if err != nil {
 				t.Fatalf("tool call: %v", err)
 			}

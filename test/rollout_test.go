@@ -21,8 +21,8 @@ import (
 	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/rollout"
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
 
 // documentedBucket is the percentage bucket as the rollout package documents

@@ -24,8 +24,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
+	"github.com/bailinghub/knowledge-sidecar/sharedredis"
 )
 
 // topoURL is the URL in env; unset: a loud failure with CI=true (the test
@@ -46,13 +47,13 @@ func rawTopo(t *testing.T, mode, url string) redis.UniversalClient {
 	t.Helper()
 	var c redis.UniversalClient
 	switch mode {
-	case ledger.ModeCluster:
+	case sharedredis.ModeCluster:
 		o, err := redis.ParseClusterURL(url)
 		if err != nil {
 			t.Fatal(err)
 		}
 		c = redis.NewClusterClient(o)
-	case ledger.ModeSentinel:
+	case sharedredis.ModeSentinel:
 		o, err := redis.ParseFailoverURL(url)
 		if err != nil {
 			t.Fatal(err)
@@ -72,7 +73,7 @@ func topoLedger(t *testing.T, mode, url, prefix string) *ledger.Redis {
 // topoLedgerWait is topoLedger with ledger.redis_wait_replicas.
 func topoLedgerWait(t *testing.T, mode, url, prefix string, waitReplicas int) *ledger.Redis {
 	t.Helper()
-	l, err := ledger.NewRedis(ledger.RedisOptions{URL: url, Mode: mode, KeyPrefix: prefix, TTL: 10 * time.Minute, WaitReplicas: waitReplicas})
+	l, err := newRedisLedger(sharedredis.Options{URL: url, Mode: mode}, ledger.RedisOptions{KeyPrefix: prefix, TTL: 10 * time.Minute, WaitReplicas: waitReplicas})
 	if err != nil {
 		t.Fatalf("ledger.NewRedis(%s): %v", mode, err)
 	}
@@ -109,7 +110,7 @@ type topo struct {
 	mode, env string
 }
 
-var topologies = []topo{{ledger.ModeCluster, "KS_TEST_REDIS_CLUSTER_URL"}, {ledger.ModeSentinel, "KS_TEST_REDIS_SENTINEL_URL"}}
+var topologies = []topo{{sharedredis.ModeCluster, "KS_TEST_REDIS_CLUSTER_URL"}, {sharedredis.ModeSentinel, "KS_TEST_REDIS_SENTINEL_URL"}}
 
 // TestScaleTopologyProbe: the ledger finds the topology `--probe` reports —
 // the cluster's 3 primaries and 3 replicas, the sentinels' primary — and
@@ -117,17 +118,23 @@ var topologies = []topo{{ledger.ModeCluster, "KS_TEST_REDIS_CLUSTER_URL"}, {ledg
 func TestScaleTopologyProbe(t *testing.T) {
 	for _, tp := range topologies {
 		t.Run(tp.mode, func(t *testing.T) {
-			l := topoLedger(t, tp.mode, topoURL(t, tp.env), uniqueRedisPrefix(t))
-			top, err := l.Topology(t.Context())
+			url := topoURL(t, tp.env)
+			topoLedger(t, tp.mode, url, testdb.RedisPrefix(t)) // its scripts load, or skip/fail
+			c, err := sharedredis.New(sharedredis.Options{URL: url, Mode: tp.mode})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			top, err := c.Topology(t.Context())
 			if err != nil {
 				t.Fatal(err)
 			}
 			switch tp.mode {
-			case ledger.ModeCluster:
+			case sharedredis.ModeCluster:
 				if len(top.Primaries) != 3 || top.Replicas != 3 {
 					t.Errorf("cluster topology %+v; want 3 primaries and 3 replicas", top)
 				}
-			case ledger.ModeSentinel:
+			case sharedredis.ModeSentinel:
 				if top.Master == "" {
 					t.Errorf("sentinel topology %+v; want the primary", top)
 				}
@@ -142,7 +149,7 @@ func TestScaleTwoReplicasRace(t *testing.T) {
 	for _, tp := range topologies {
 		t.Run(tp.mode, func(t *testing.T) {
 			url := topoURL(t, tp.env)
-			prefix := uniqueRedisPrefix(t)
+			prefix := testdb.RedisPrefix(t)
 			deleteTopoKeys(t, rawTopo(t, tp.mode, url), prefix)
 			w := NewWorld(t, WorldOptions{})
 			a := w.StartSidecar(t, FeatureOptions{Ledger: topoLedger(t, tp.mode, url, prefix)})
@@ -160,10 +167,10 @@ func TestScaleTwoReplicasRace(t *testing.T) {
 // reservation succeeds).
 func TestScaleClusterKeysSpread(t *testing.T) {
 	url := topoURL(t, "KS_TEST_REDIS_CLUSTER_URL")
-	prefix := uniqueRedisPrefix(t)
-	raw := rawTopo(t, ledger.ModeCluster, url).(*redis.ClusterClient)
+	prefix := testdb.RedisPrefix(t)
+	raw := rawTopo(t, sharedredis.ModeCluster, url).(*redis.ClusterClient)
 	deleteTopoKeys(t, raw, prefix)
-	l := topoLedger(t, ledger.ModeCluster, url, prefix)
+	l := topoLedger(t, sharedredis.ModeCluster, url, prefix)
 	const sessions = 60
 	for i := range sessions {
 		k := ledger.Key{SessionID: fmt.Sprintf("sess-%d-%s", i, randomToken(t, "")[:8]), Route: testdb.RouteMulti,
@@ -273,7 +280,7 @@ func total(m map[int]int) (n int) {
 // waitReplicas is ledger.redis_wait_replicas; lossy allows records written
 // during the failover to vanish (asynchronous replication without WAIT).
 func failoverScenario(t *testing.T, mode, url string, waitReplicas int, lossy bool, failover func(ctx context.Context) error, settled func(ctx context.Context) bool) {
-	prefix := uniqueRedisPrefix(t)
+	prefix := testdb.RedisPrefix(t)
 	deleteTopoKeys(t, rawTopo(t, mode, url), prefix)
 	w := NewWorld(t, WorldOptions{})
 	sc := w.StartSidecar(t, FeatureOptions{Ledger: topoLedgerWait(t, mode, url, prefix, waitReplicas)})
@@ -337,7 +344,7 @@ func failoverScenario(t *testing.T, mode, url string, waitReplicas int, lossy bo
 // lost, served again within seconds.
 func TestScaleClusterFailover(t *testing.T) {
 	url := topoURL(t, "KS_TEST_REDIS_CLUSTER_URL")
-	raw := rawTopo(t, ledger.ModeCluster, url).(*redis.ClusterClient)
+	raw := rawTopo(t, sharedredis.ModeCluster, url).(*redis.ClusterClient)
 	var oldPrimaries []string
 	asked := map[string]time.Time{} // when each old primary's replica was asked to fail over
 	failover := func(ctx context.Context) error {
@@ -408,7 +415,7 @@ func TestScaleClusterFailover(t *testing.T) {
 		}
 		return all
 	}
-	failoverScenario(t, ledger.ModeCluster, url, 0, false, failover, settled)
+	failoverScenario(t, sharedredis.ModeCluster, url, 0, false, failover, settled)
 }
 
 // TestScaleSentinelFailover: SENTINEL FAILOVER during a stream of turns:
@@ -453,7 +460,7 @@ func sentinelFailover(t *testing.T, waitReplicas int, lossy bool) {
 		role, err := n.Do(ctx, "ROLE").Slice()
 		return err == nil && len(role) > 0 && role[0] == "master"
 	}
-	failoverScenario(t, ledger.ModeSentinel, url, waitReplicas, lossy, failover, settled)
+	failoverScenario(t, sharedredis.ModeSentinel, url, waitReplicas, lossy, failover, settled)
 }
 
 // TestScaleClusterStoppedPrimary: the primary holding session A's records
@@ -462,10 +469,10 @@ func sentinelFailover(t *testing.T, waitReplicas int, lossy bool) {
 // and are served again within seconds of the promotion.
 func TestScaleClusterStoppedPrimary(t *testing.T) {
 	url := topoURL(t, "KS_TEST_REDIS_CLUSTER_URL")
-	raw := rawTopo(t, ledger.ModeCluster, url).(*redis.ClusterClient)
-	prefix := uniqueRedisPrefix(t)
+	raw := rawTopo(t, sharedredis.ModeCluster, url).(*redis.ClusterClient)
+	prefix := testdb.RedisPrefix(t)
 	deleteTopoKeys(t, raw, prefix)
-	l := topoLedger(t, ledger.ModeCluster, url, prefix)
+	l := topoLedger(t, sharedredis.ModeCluster, url, prefix)
 	w := NewWorld(t, WorldOptions{})
 	sc := w.StartSidecar(t, FeatureOptions{Ledger: l})
 	c := newClient(t)
@@ -579,12 +586,12 @@ func processID(t *testing.T, ctx context.Context, addr string) int {
 // for sessions on every primary.
 func TestScaleClusterWaitReplicas(t *testing.T) {
 	url := topoURL(t, "KS_TEST_REDIS_CLUSTER_URL")
-	prefix := uniqueRedisPrefix(t)
-	deleteTopoKeys(t, rawTopo(t, ledger.ModeCluster, url), prefix)
-	l := topoLedgerWait(t, ledger.ModeCluster, url, prefix, 1)
-	strict := topoLedgerWait(t, ledger.ModeCluster, url, prefix, 2) // each primary has one replica
+	prefix := testdb.RedisPrefix(t)
+	deleteTopoKeys(t, rawTopo(t, sharedredis.ModeCluster, url), prefix)
+	l := topoLedgerWait(t, sharedredis.ModeCluster, url, prefix, 1)
+	strict := topoLedgerWait(t, sharedredis.ModeCluster, url, prefix, 2) // each primary has one replica
 	if !testkit.Poll(30*time.Second, func() bool {
-		return clusterWhole(t.Context(), rawTopo(t, ledger.ModeCluster, url).(*redis.ClusterClient))
+		return clusterWhole(t.Context(), rawTopo(t, sharedredis.ModeCluster, url).(*redis.ClusterClient))
 	}) {
 		t.Fatal("the cluster has a primary without a replica in sync")
 	}

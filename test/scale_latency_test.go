@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
+	"github.com/bailinghub/knowledge-sidecar/sharedredis"
 )
 
 // reserveLatencies times n reservations (new turns of one session each,
@@ -37,15 +39,15 @@ func reserveLatencies(t *testing.T, l *ledger.Redis, n int) (p50, p99 time.Durat
 // (plus 1 ms of scheduling noise on a shared machine).
 func TestScaleLedgerLatency(t *testing.T) {
 	const n = 400
-	single := sharedRedisLedger(t, uniqueRedisPrefix(t))
+	single := sharedRedisLedger(t, testdb.RedisPrefix(t))
 	clusterURL, sentinelURL := topoURL(t, "KS_TEST_REDIS_CLUSTER_URL"), topoURL(t, "KS_TEST_REDIS_SENTINEL_URL")
-	cp := uniqueRedisPrefix(t)
-	deleteTopoKeys(t, rawTopo(t, ledger.ModeCluster, clusterURL), cp)
-	cluster := topoLedger(t, ledger.ModeCluster, clusterURL, cp)
-	sp := uniqueRedisPrefix(t)
-	deleteTopoKeys(t, rawTopo(t, ledger.ModeSentinel, sentinelURL), sp)
-	sentinel := topoLedger(t, ledger.ModeSentinel, sentinelURL, sp)
-	waited := topoLedgerWait(t, ledger.ModeSentinel, sentinelURL, sp, 1)
+	cp := testdb.RedisPrefix(t)
+	deleteTopoKeys(t, rawTopo(t, sharedredis.ModeCluster, clusterURL), cp)
+	cluster := topoLedger(t, sharedredis.ModeCluster, clusterURL, cp)
+	sp := testdb.RedisPrefix(t)
+	deleteTopoKeys(t, rawTopo(t, sharedredis.ModeSentinel, sentinelURL), sp)
+	sentinel := topoLedger(t, sharedredis.ModeSentinel, sentinelURL, sp)
+	waited := topoLedgerWait(t, sharedredis.ModeSentinel, sentinelURL, sp, 1)
 
 	// After a failover test the set may still lack a replica for WAIT
 	// (Sentinel turns the old primary into one about 10s after the switch).

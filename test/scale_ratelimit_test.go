@@ -13,16 +13,24 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
-	"github.com/bailinghub/knowledge-sidecar/ledger"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
+	"github.com/bailinghub/knowledge-sidecar/sharedredis"
 	"github.com/bailinghub/knowledge-sidecar/sidecar"
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
 
-// sharedLimiter returns the shared rate limit on l's Redis under a key
-// prefix of its own.
-func sharedLimiter(t *testing.T, l *ledger.Redis) *ledger.RateLimiter {
+// sharedLimiter returns the shared rate limit on c under prefix (a replica's
+// view of the shared buckets); c nil: a client of its own on
+// KS_TEST_REDIS_URL, closed at cleanup.
+func sharedLimiter(t *testing.T, c *sharedredis.Client, prefix string) *sharedredis.Limiter {
 	t.Helper()
-	rl, err := l.RateLimiter(uniqueRedisPrefix(t))
+	if c == nil {
+		var err error
+		if c, err = sharedredis.New(sharedredis.Options{URL: redisTestURL()}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+	}
+	rl, err := c.Limiter(prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,13 +58,10 @@ func capabilities(t *testing.T, c *http.Client, sc *Sidecar, token string) (int,
 // accepted at most burst + rps × elapsed times. With a bucket per replica
 // they would accept 2 × burst at least.
 func TestScaleSharedRateLimit(t *testing.T) {
-	prefix := uniqueRedisPrefix(t)
+	prefix := testdb.RedisPrefix(t)
 	la, lb := sharedRedisLedger(t, prefix), sharedRedisLedger(t, prefix)
-	rl := sharedLimiter(t, la)
-	rlB, err := lb.RateLimiter(rlPrefix(rl))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rl := sharedLimiter(t, nil, testdb.RedisPrefix(t))
+	rlB := sharedLimiter(t, nil, rl.KeyPrefix())
 	w := NewWorld(t, WorldOptions{})
 	const rps, burst = 1.0, 5
 	a := w.StartSidecar(t, FeatureOptions{Ledger: la, SharedLimiter: rl, RateLimit: rps, RateBurst: burst})
@@ -88,17 +93,14 @@ func TestScaleSharedRateLimit(t *testing.T) {
 	}
 }
 
-// rlPrefix is the key prefix sharedLimiter chose (the limiter keeps it).
-func rlPrefix(rl *ledger.RateLimiter) string { return rl.KeyPrefix() }
-
 // TestScaleRateLimitFallback: Redis goes away under a running replica (a
 // TCP relay the test closes): the per-session limit goes on with the local
 // bucket (never no limit: at most burst + rps × elapsed accepted), every
 // such decision counts in rate_limit_fallback_total (zero before), and the
 // outage is logged once, without an address.
 func TestScaleRateLimitFallback(t *testing.T) {
-	relay, l := redisRelay(t)
-	rl := sharedLimiter(t, l)
+	relay, l, rc := redisRelay(t)
+	rl := sharedLimiter(t, rc, testdb.RedisPrefix(t))
 	w := NewWorld(t, WorldOptions{})
 	reg := prometheus.NewRegistry()
 	var logs testkit.Buffer
@@ -149,14 +151,11 @@ func TestScaleRateLimitFallback(t *testing.T) {
 // default (rate_limit.backend defaults to redis): 30 requests alternating
 // between two replicas are accepted at most burst + rps × elapsed times.
 func TestScaleBuildSharesRateLimit(t *testing.T) {
-	l := sharedRedisLedger(t, uniqueRedisPrefix(t)) // Redis reachable, or skip/fail
+	sharedRedisLedger(t, testdb.RedisPrefix(t)) // Redis reachable, or skip/fail
 	w := NewWorld(t, WorldOptions{})
 	// The built replicas use the default key prefix: leave the sessions'
 	// buckets empty for later tests (they share this Redis).
-	rl, err := l.RateLimiter("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	rl := sharedLimiter(t, nil, "")
 	reset := func() {
 		for _, s := range []string{testdb.SessionA, testdb.SessionB} {
 			if err := rl.Reset(context.Background(), s); err != nil {

@@ -15,7 +15,7 @@ import (
 	"compress/zlib"
 	"testing"
 
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 )
 
 func gzipBytes(t testing.TB, b []byte) []byte {

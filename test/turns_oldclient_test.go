@@ -15,10 +15,11 @@ import (
 	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
-	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
+	"github.com/bailinghub/knowledge-sidecar/sharedredis"
 )
 
 // sameAnswer compares what the client got through the sidecar with Core's
@@ -50,7 +51,7 @@ func TestTurnOldClientsSeeCore(t *testing.T) {
 		AllowedRoutes: []string{testdb.RouteMulti}, ExpiresAt: time.Now().Add(15 * time.Minute),
 	})
 	w.Core.RevokeSession(revoked)
-	deadRedis, err := ledger.NewRedis(ledger.RedisOptions{URL: "redis://" + deadAddr(t) + "/0", DialTimeout: 300 * time.Millisecond, OpTimeout: 500 * time.Millisecond})
+	deadRedis, err := newRedisLedger(sharedredis.Options{URL: "redis://" + deadAddr(t) + "/0", DialTimeout: 300 * time.Millisecond, OpTimeout: 500 * time.Millisecond}, ledger.RedisOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

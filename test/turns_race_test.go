@@ -17,10 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
-	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
+	"github.com/bailinghub/knowledge-sidecar/sharedredis"
 )
 
 const attemptHeader = "X-Test-Attempt"
@@ -87,9 +88,9 @@ func raceSetups(t *testing.T) []raceSetup {
 		out = append(out, raceSetup{name, w, tap, [2]*Sidecar{s1, s2}})
 	}
 	mk("memory", ledger.NewMemory(100_000, time.Hour, nil), nil)
-	p1 := uniqueRedisPrefix(t)
+	p1 := testdb.RedisPrefix(t)
 	mk("redis", sharedRedisLedger(t, p1), nil)
-	p2 := uniqueRedisPrefix(t)
+	p2 := testdb.RedisPrefix(t)
 	mk("redis_two_replicas", sharedRedisLedger(t, p2), sharedRedisLedger(t, p2))
 	return out
 }
@@ -236,7 +237,7 @@ func TestTurnTaskRefusalReleases(t *testing.T) {
 // redisRelay puts a TCP relay (the catalog tests' tcpForwarder) in front of
 // the test Redis and returns a Redis ledger through it, so the test can
 // take Redis away from a running sidecar.
-func redisRelay(t *testing.T) (*tcpForwarder, *ledger.Redis) {
+func redisRelay(t *testing.T) (*tcpForwarder, *ledger.Redis, *sharedredis.Client) {
 	t.Helper()
 	u, err := url.Parse(redisTestURL())
 	if err != nil {
@@ -246,8 +247,11 @@ func redisRelay(t *testing.T) (*tcpForwarder, *ledger.Redis) {
 	f := newTCPForwarder(t, "relay@tcp("+u.Host+")/relay")
 	relayed := *u
 	relayed.Host = f.ln.Addr().String()
-	l, err := ledger.NewRedis(ledger.RedisOptions{URL: relayed.String(), KeyPrefix: uniqueRedisPrefix(t),
-		TTL: 10 * time.Minute, DialTimeout: 300 * time.Millisecond, OpTimeout: 500 * time.Millisecond})
+	c, err := sharedredis.New(sharedredis.Options{URL: relayed.String(), DialTimeout: 300 * time.Millisecond, OpTimeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := ledger.NewRedis(c, ledger.RedisOptions{KeyPrefix: testdb.RedisPrefix(t), TTL: 10 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +259,7 @@ func redisRelay(t *testing.T) (*tcpForwarder, *ledger.Redis) {
 		l.Close()
 		testkit.RequireService(t, "Redis at KS_TEST_REDIS_URL", err)
 	}
-	return f, l
+	return f, l, c
 }
 
 // TestTurnOutageWhileOnDemandInFlight: an on_demand attempt is forwarded
@@ -267,7 +271,7 @@ func redisRelay(t *testing.T) (*tcpForwarder, *ledger.Redis) {
 func TestTurnOutageWhileOnDemandInFlight(t *testing.T) {
 	for _, outage := range []string{"redis", "identity"} {
 		t.Run(outage, func(t *testing.T) {
-			relay, l := redisRelay(t)
+			relay, l, _ := redisRelay(t)
 			w := NewWorld(t, WorldOptions{})
 			tap := newCoreTap(t, w.Core)
 			side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{Ledger: l})})

@@ -9,8 +9,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -23,14 +21,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
-	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
+	"github.com/bailinghub/knowledge-sidecar/sharedredis"
 )
 
 // turnConflictJSON is Core's exact 409 body (CORE_FACTS §3.4).
@@ -953,7 +950,7 @@ func redisTestURL() string {
 // Redis unreachable: t.Fatal when CI=true, else skip.
 func sharedRedisLedger(t *testing.T, prefix string) *ledger.Redis {
 	t.Helper()
-	l, err := ledger.NewRedis(ledger.RedisOptions{URL: redisTestURL(), KeyPrefix: prefix, TTL: 10 * time.Minute})
+	l, err := newRedisLedger(sharedredis.Options{URL: redisTestURL()}, ledger.RedisOptions{KeyPrefix: prefix, TTL: 10 * time.Minute})
 	if err != nil {
 		t.Fatalf("ledger.NewRedis: %v", err)
 	}
@@ -966,36 +963,26 @@ func sharedRedisLedger(t *testing.T, prefix string) *ledger.Redis {
 	return l
 }
 
-// uniqueRedisPrefix returns a key prefix of its own and deletes its keys at cleanup.
-func uniqueRedisPrefix(t *testing.T) string {
-	t.Helper()
-	b := make([]byte, 6)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
+// newRedisLedger is a Redis ledger on a client of its own built from so
+// (the ledger's Close closes it), as the sidecar builds one.
+func newRedisLedger(so sharedredis.Options, lo ledger.RedisOptions) (*ledger.Redis, error) {
+	c, err := sharedredis.New(so)
+	if err != nil {
+		return nil, err
 	}
-	prefix := "ks-e2e:" + hex.EncodeToString(b) + ":"
-	t.Cleanup(func() {
-		opt, err := redis.ParseURL(redisTestURL())
-		if err != nil {
-			return
-		}
-		rc := redis.NewClient(opt)
-		defer rc.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		keys, _ := rc.Keys(ctx, prefix+"*").Result()
-		if len(keys) > 0 {
-			rc.Del(ctx, keys...)
-		}
-	})
-	return prefix
+	l, err := ledger.NewRedis(c, lo)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return l, nil
 }
 
 // TestTurnLedgerSharedRedis: two sidecar replicas share a Redis ledger: a
 // mode switch on B after A is 409 without a Core call, a same-mode retry on
 // B replays A's run, and refs issued by A are read on B.
 func TestTurnLedgerSharedRedis(t *testing.T) {
-	prefix := uniqueRedisPrefix(t)
+	prefix := testdb.RedisPrefix(t)
 	la := sharedRedisLedger(t, prefix)
 	lb := sharedRedisLedger(t, prefix)
 	w := NewWorld(t, WorldOptions{})
@@ -1062,7 +1049,7 @@ func TestTurnLedgerSharedRedis(t *testing.T) {
 // need it answer 503 knowledge_unavailable without reaching Core, while
 // pass-through traffic and turns without the field keep working.
 func TestTurnLedgerRedisDown(t *testing.T) {
-	l, err := ledger.NewRedis(ledger.RedisOptions{URL: "redis://" + deadAddr(t) + "/0", DialTimeout: 500 * time.Millisecond, OpTimeout: time.Second})
+	l, err := newRedisLedger(sharedredis.Options{URL: "redis://" + deadAddr(t) + "/0", DialTimeout: 500 * time.Millisecond, OpTimeout: time.Second}, ledger.RedisOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // contextSchema is the schema_version of Core's turn answer.
@@ -220,7 +221,7 @@ func isNumber(v []byte) bool { return len(v) > 0 && (v[0] == '-' || v[0] >= '0' 
 // knowledge_refs member → ErrUnexpectedAnswer. A mode other than the two →
 // ErrInvalidDelivery; a block that is not a JSON object →
 // ErrInvalidDeliveryBlock. The answer's bytes are never modified.
-func (p *parsed) Rewrite(mode knowledge.DeliveryMode, deliveryBlock []byte) ([]byte, error) {
+func (p *parsed) Rewrite(mode protocol.DeliveryMode, deliveryBlock []byte) ([]byte, error) {
 	if !mode.Valid() {
 		return nil, ErrInvalidDelivery
 	}
@@ -230,7 +231,7 @@ func (p *parsed) Rewrite(mode knowledge.DeliveryMode, deliveryBlock []byte) ([]b
 	}
 	body := p.body
 	edits := make([]edit, 0, 4)
-	if mode == knowledge.DeliveryOnDemand {
+	if mode == protocol.DeliveryOnDemand {
 		// context is the only one, so the counts are its own.
 		if p.kN > 1 || p.rN > 1 {
 			return nil, ErrUnexpectedAnswer

@@ -3,6 +3,7 @@ package turn
 import (
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // Handling is how a parsed turn request is handled, by its field and ids.
@@ -66,7 +67,7 @@ func ReleaseAfter(status int) bool {
 // without a second scan.
 type Reply struct {
 	body []byte
-	mode knowledge.DeliveryMode
+	mode protocol.DeliveryMode
 	p    *parsed // nil: not a turn context, relayed as Core sent it (inline)
 }
 
@@ -74,12 +75,12 @@ type Reply struct {
 // a turn context is ErrUnexpectedAnswer in on_demand mode (inline knowledge
 // must never pass as on-demand); in inline mode it is a Reply that Rewrite
 // leaves as Core sent it (what the host asked for).
-func ReadReply(body []byte, mode knowledge.DeliveryMode) (Reply, error) {
+func ReadReply(body []byte, mode protocol.DeliveryMode) (Reply, error) {
 	if !mode.Valid() {
 		return Reply{}, ErrInvalidDelivery
 	}
 	p, err := parseAnswer(body)
-	if err != nil && mode == knowledge.DeliveryOnDemand {
+	if err != nil && mode == protocol.DeliveryOnDemand {
 		return Reply{}, err
 	}
 	return Reply{body: body, mode: mode, p: p}, nil
@@ -88,7 +89,7 @@ func ReadReply(body []byte, mode knowledge.DeliveryMode) (Reply, error) {
 // TakesHints reports whether the answer carries same-run hints: in
 // on_demand mode only (in inline mode the host has the bodies, and "hints"
 // stays []).
-func (r Reply) TakesHints() bool { return r.mode == knowledge.DeliveryOnDemand }
+func (r Reply) TakesHints() bool { return r.mode == protocol.DeliveryOnDemand }
 
 // RunID is the answer's run_id ("" when it has none, or is no turn context).
 func (r Reply) RunID() string {
@@ -124,7 +125,7 @@ func (r Reply) Rewrite(d knowledge.Delivery, hints []byte) ([]byte, error) {
 	block := appendDeliveryBlock(make([]byte, 0, 256+len(hints)), r.mode, d.ScopeRevision, d.Status, hints)
 	out, err := r.p.Rewrite(r.mode, block)
 	if err != nil {
-		if r.mode == knowledge.DeliveryOnDemand {
+		if r.mode == protocol.DeliveryOnDemand {
 			return nil, err
 		}
 		return r.body, nil
@@ -137,11 +138,11 @@ func (r Reply) Rewrite(d knowledge.Delivery, hints []byte) ([]byte, error) {
 // status are ASCII without characters it escapes differently), without its
 // reflection and allocations. hints is the pre-serialized "hints" JSON
 // array (knowledge.Service.TurnHintsFor); empty means [].
-func appendDeliveryBlock(b []byte, mode knowledge.DeliveryMode, scopeRevision, status string, hints []byte) []byte {
-	b = append(b, `{"schema_version":"bailing.agent-knowledge-delivery.v1","mode":`...)
+func appendDeliveryBlock(b []byte, mode protocol.DeliveryMode, scopeRevision, status string, hints []byte) []byte {
+	b = append(b, `{"schema_version":"`+protocol.DeliverySchema+`","mode":`...)
 	b = knowledge.AppendJSONString(b, string(mode))
 	b = append(b, `,"protocol":`...)
-	b = knowledge.AppendJSONString(b, knowledge.Protocol)
+	b = knowledge.AppendJSONString(b, protocol.Name)
 	b = append(b, `,"knowledge_scope_revision":`...)
 	b = knowledge.AppendJSONString(b, scopeRevision)
 	b = append(b, `,"status":`...)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 func TestHandlingOf(t *testing.T) {
@@ -20,8 +21,8 @@ func TestHandlingOf(t *testing.T) {
 		{"no field, no ids", Request{}, PassUnbound},
 		{"no field, an id missing", Request{ConversationID: "c", TurnID: "t"}, PassUnbound},
 		{"no field, all ids: bound inline", ids, BindInline},
-		{"on_demand without ids is still delivered", Request{Mode: knowledge.DeliveryOnDemand}, Deliver},
-		{"inline with ids", Request{Mode: knowledge.DeliveryInline, ConversationID: "c", TurnID: "t", UserMessageID: "m"}, Deliver},
+		{"on_demand without ids is still delivered", Request{Mode: protocol.DeliveryOnDemand}, Deliver},
+		{"inline with ids", Request{Mode: protocol.DeliveryInline, ConversationID: "c", TurnID: "t", UserMessageID: "m"}, Deliver},
 	}
 	for _, tc := range cases {
 		if got := HandlingOf(tc.r); got != tc.want {
@@ -48,7 +49,7 @@ func TestReleaseAfter(t *testing.T) {
 
 // rewriteResponse is parseAnswer followed by parsed.Rewrite, the two steps
 // every rewrite takes (Reply.Rewrite), for the byte-level tests of json.go.
-func rewriteResponse(body []byte, mode knowledge.DeliveryMode, deliveryBlock []byte) ([]byte, error) {
+func rewriteResponse(body []byte, mode protocol.DeliveryMode, deliveryBlock []byte) ([]byte, error) {
 	p, err := parseAnswer(body)
 	if err != nil {
 		return nil, err
@@ -65,11 +66,11 @@ func TestReply(t *testing.T) {
 	notTurn := []byte(`{"hello":"world"}`)
 	dupKnowledge := []byte(`{"schema_version":"bailing.agent-turn-context.v1","context":{"knowledge":[],"knowledge":[1]}}`)
 	const hintsJSON = `[{"ref":"kr2.x","title":"T","summary":"x","revision":"r","score":0.82,"expires_at":"2026-09-01T12:05:00Z"}]`
-	d := knowledge.Delivery{Status: knowledge.StatusPartial, ScopeRevision: "rev"}
+	d := knowledge.Delivery{Status: protocol.StatusPartial, ScopeRevision: "rev"}
 	for _, tc := range []struct {
 		name       string
 		body       []byte
-		mode       knowledge.DeliveryMode
+		mode       protocol.DeliveryMode
 		hints      string
 		wantErr    error
 		wantHints  bool
@@ -80,19 +81,19 @@ func TestReply(t *testing.T) {
 		wantNotIn  []string
 		readErrors bool // ReadReply fails (else Rewrite)
 	}{
-		{name: "on_demand with hints", body: core, mode: knowledge.DeliveryOnDemand, hints: hintsJSON, wantHints: true,
+		{name: "on_demand with hints", body: core, mode: protocol.DeliveryOnDemand, hints: hintsJSON, wantHints: true,
 			wantRunID: "6f1c2b9e-7a1d-4c3e-9b8a-2d4e6f8a0b1c", wantItems: []knowledge.TurnItem{{DocID: 9, Title: "T", Content: "x", Score: 0.82}},
 			wantIn: []string{`"knowledge":[],"knowledge_refs":[]`, `"mode":"on_demand"`, `"knowledge_scope_revision":"rev","status":"partial"`, `"hints":` + hintsJSON + `}`}},
-		{name: "on_demand without hints", body: core, mode: knowledge.DeliveryOnDemand, wantHints: true,
+		{name: "on_demand without hints", body: core, mode: protocol.DeliveryOnDemand, wantHints: true,
 			wantRunID: "6f1c2b9e-7a1d-4c3e-9b8a-2d4e6f8a0b1c", wantItems: []knowledge.TurnItem{{DocID: 9, Title: "T", Content: "x", Score: 0.82}},
 			wantIn: []string{`"knowledge":[],"knowledge_refs":[]`, `"hints":[]}`}},
-		{name: "inline takes no hints", body: core, mode: knowledge.DeliveryInline, hints: hintsJSON,
+		{name: "inline takes no hints", body: core, mode: protocol.DeliveryInline, hints: hintsJSON,
 			wantRunID: "6f1c2b9e-7a1d-4c3e-9b8a-2d4e6f8a0b1c", wantItems: []knowledge.TurnItem{{DocID: 9, Title: "T", Content: "x", Score: 0.82}},
 			wantIn: []string{`"content":"x"`, `"mode":"inline"`, `"status":"partial"`, `"hints":[]}`}, wantNotIn: []string{"kr2.x"}},
-		{name: "on_demand, not a turn context", body: notTurn, mode: knowledge.DeliveryOnDemand, wantErr: ErrUnexpectedAnswer, readErrors: true},
-		{name: "inline, not a turn context", body: notTurn, mode: knowledge.DeliveryInline, wantBody: notTurn},
-		{name: "on_demand, a member the splice cannot choose", body: dupKnowledge, mode: knowledge.DeliveryOnDemand, wantHints: true, wantErr: ErrUnexpectedAnswer},
-		{name: "inline, duplicate knowledge kept", body: dupKnowledge, mode: knowledge.DeliveryInline, wantIn: []string{`"knowledge":[1]}`, `"mode":"inline"`}},
+		{name: "on_demand, not a turn context", body: notTurn, mode: protocol.DeliveryOnDemand, wantErr: ErrUnexpectedAnswer, readErrors: true},
+		{name: "inline, not a turn context", body: notTurn, mode: protocol.DeliveryInline, wantBody: notTurn},
+		{name: "on_demand, a member the splice cannot choose", body: dupKnowledge, mode: protocol.DeliveryOnDemand, wantHints: true, wantErr: ErrUnexpectedAnswer},
+		{name: "inline, duplicate knowledge kept", body: dupKnowledge, mode: protocol.DeliveryInline, wantIn: []string{`"knowledge":[1]}`, `"mode":"inline"`}},
 		{name: "no mode", body: core, mode: "", wantErr: ErrInvalidDelivery, readErrors: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -147,23 +148,23 @@ func TestReply(t *testing.T) {
 // encoding/json writes for the same fields.
 func TestAppendDeliveryBlock(t *testing.T) {
 	type block struct {
-		SchemaVersion string                 `json:"schema_version"`
-		Mode          knowledge.DeliveryMode `json:"mode"`
-		Protocol      string                 `json:"protocol"`
-		ScopeRevision string                 `json:"knowledge_scope_revision"`
-		Status        string                 `json:"status"`
-		Hints         json.RawMessage        `json:"hints"`
+		SchemaVersion string                `json:"schema_version"`
+		Mode          protocol.DeliveryMode `json:"mode"`
+		Protocol      string                `json:"protocol"`
+		ScopeRevision string                `json:"knowledge_scope_revision"`
+		Status        string                `json:"status"`
+		Hints         json.RawMessage       `json:"hints"`
 	}
 	rev := knowledge.ScopeRevision("order-assistant", nil)
-	for _, mode := range []knowledge.DeliveryMode{knowledge.DeliveryInline, knowledge.DeliveryOnDemand} {
-		for _, status := range []string{knowledge.StatusOK, knowledge.StatusPartial, knowledge.StatusUnavailable, knowledge.StatusDisabled, ""} {
+	for _, mode := range []protocol.DeliveryMode{protocol.DeliveryInline, protocol.DeliveryOnDemand} {
+		for _, status := range []string{protocol.StatusOK, protocol.StatusPartial, protocol.StatusUnavailable, protocol.StatusDisabled, ""} {
 			for _, rev := range []string{rev, ""} {
 				for _, hints := range []string{"", `[{"ref":"kr2.a","title":"x"}]`} {
 					wantHints := hints
 					if wantHints == "" {
 						wantHints = "[]"
 					}
-					want, err := json.Marshal(block{"bailing.agent-knowledge-delivery.v1", mode, knowledge.Protocol, rev, status, json.RawMessage(wantHints)})
+					want, err := json.Marshal(block{"bailing.agent-knowledge-delivery.v1", mode, protocol.Name, rev, status, json.RawMessage(wantHints)})
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -17,6 +17,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // Knowledge is what turns need of the knowledge service
@@ -124,7 +125,7 @@ type Turn struct {
 
 	sess    corefacts.Session
 	authErr error
-	mode    knowledge.DeliveryMode
+	mode    protocol.DeliveryMode
 	key     ledger.Key
 	req     Request
 	// res is the attempt's hold on the turn's ledger records (reserved).
@@ -267,7 +268,7 @@ func (t *Turn) oldClient(ctx context.Context, raw []byte, tr Request, toCore boo
 		t.i.rec.FailOpen(ctx, FailOpenIdentity)
 		return pass
 	}
-	t.mode, t.absent, t.keyed, t.key = knowledge.DeliveryInline, true, true, Key(t.sess.SessionID, t.in.Route, tr)
+	t.mode, t.absent, t.keyed, t.key = protocol.DeliveryInline, true, true, Key(t.sess.SessionID, t.in.Route, tr)
 	switch err := t.reserve(ctx); {
 	case errors.Is(err, ledger.ErrConflict):
 		return refuse(err)
@@ -333,7 +334,7 @@ func (t *Turn) Untouched() bool { return t.absent }
 // field-less retry of the same turn that cannot be bound meanwhile is
 // refused (oldClient).
 func (t *Turn) Begin() {
-	if t.mode != knowledge.DeliveryOnDemand || !t.keyed {
+	if t.mode != protocol.DeliveryOnDemand || !t.keyed {
 		return
 	}
 	t.flying = append(ledgerKeys(t.key), t.bearerKeys()...)

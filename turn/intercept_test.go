@@ -11,6 +11,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // fakeKnowledge authenticates "Bearer ok" (anything else is 401, or
@@ -32,7 +33,7 @@ func (k *fakeKnowledge) Authenticate(_ context.Context, authorization string) (c
 func (k *fakeKnowledge) AllowTurn(string) error { return nil }
 
 func (k *fakeKnowledge) Delivery(context.Context, corefacts.RouteKey) (knowledge.Delivery, error) {
-	return knowledge.Delivery{Status: knowledge.StatusDisabled, ScopeRevision: strings.Repeat("0", 64)}, nil
+	return knowledge.Delivery{Status: protocol.StatusDisabled, ScopeRevision: strings.Repeat("0", 64)}, nil
 }
 
 func (k *fakeKnowledge) TurnHintsFor(context.Context, corefacts.Session, knowledge.Delivery, string, []knowledge.TurnItem) ([]byte, string) {

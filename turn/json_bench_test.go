@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/bailinghub/knowledge-sidecar/knowledge"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 	"github.com/bailinghub/knowledge-sidecar/turn/turntest"
 	"strings"
 	"testing"
@@ -22,7 +22,7 @@ func BenchmarkRewriteTurnResponse(b *testing.B) {
 	block := []byte(testBlock)
 	for _, size := range []int{10 << 10, 256 << 10} {
 		body := turntest.Answer(size)
-		for _, mode := range []knowledge.DeliveryMode{"on_demand", "inline"} {
+		for _, mode := range []protocol.DeliveryMode{"on_demand", "inline"} {
 			b.Run(fmt.Sprintf("%dKiB/%s", size>>10, mode), func(b *testing.B) {
 				b.SetBytes(int64(len(body)))
 				b.ReportAllocs()

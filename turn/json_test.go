@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 	"github.com/bailinghub/knowledge-sidecar/turn/turntest"
 )
 
@@ -20,7 +21,7 @@ func TestParseTurnRequest(t *testing.T) {
 	tests := []struct {
 		name     string
 		in       string
-		wantMode knowledge.DeliveryMode
+		wantMode protocol.DeliveryMode
 		wantBody string // "" means: the input itself
 		wantErr  error
 	}{
@@ -193,7 +194,7 @@ func TestRewriteTurnResponse(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			in := []byte(tc.in)
 			orig := bytes.Clone(in)
-			got, err := rewriteResponse(in, knowledge.DeliveryMode(tc.mode), []byte(blk))
+			got, err := rewriteResponse(in, protocol.DeliveryMode(tc.mode), []byte(blk))
 			if err != nil {
 				t.Fatalf("got error %v; want nil", err)
 			}
@@ -253,7 +254,7 @@ func TestRewriteTurnResponseErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := rewriteResponse([]byte(tc.in), knowledge.DeliveryMode(tc.mode), []byte(tc.block))
+			got, err := rewriteResponse([]byte(tc.in), protocol.DeliveryMode(tc.mode), []byte(tc.block))
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("got (%q, %v); want error %v", got, err, tc.want)
 			}
@@ -400,7 +401,7 @@ func TestParseTurnRequestRandomObjects(t *testing.T) {
 	topKeys := []string{"client_conversation_id", "client_turn_id", "user_message_id", "user_input", "page_context", "renderers"}
 	for i := range 3000 {
 		keys := slicesShuffle(g, topKeys)[:g.r.IntN(len(topKeys)+1)]
-		mode := []knowledge.DeliveryMode{"", "inline", "on_demand"}[g.r.IntN(3)]
+		mode := []protocol.DeliveryMode{"", "inline", "on_demand"}[g.r.IntN(3)]
 		special, val := "", ""
 		if mode != "" {
 			special, val = "knowledge_delivery", `"`+string(mode)+`"`
@@ -443,7 +444,7 @@ func TestRewriteTurnResponseRandomObjects(t *testing.T) {
 		body := g.object(1, topKeys, "schema_version", `"`+contextSchema+`"`)
 		body = strings.Replace(body, "{", "{"+g.key("context")+":"+ctxObj+",", 1)
 		in := []byte(g.ws() + body + g.ws())
-		mode := []knowledge.DeliveryMode{"inline", "on_demand"}[g.r.IntN(2)]
+		mode := []protocol.DeliveryMode{"inline", "on_demand"}[g.r.IntN(2)]
 		out, err := rewriteResponse(in, mode, []byte(testBlock))
 		if err != nil {
 			t.Fatalf("case %d: %v\n%s", i, err, in)
@@ -454,7 +455,7 @@ func TestRewriteTurnResponseRandomObjects(t *testing.T) {
 
 // checkRewrite asserts that out is in with exactly the SPEC §7 changes:
 // the decoded document matches, and every untouched member keeps its bytes.
-func checkRewrite(t *testing.T, in, out []byte, mode knowledge.DeliveryMode) {
+func checkRewrite(t *testing.T, in, out []byte, mode protocol.DeliveryMode) {
 	t.Helper()
 	want := decode(t, in)
 	ctx := want["context"].(map[string]any)
@@ -564,7 +565,7 @@ func FuzzParseTurnRequest(f *testing.F) {
 			}
 			return
 		}
-		var mode knowledge.DeliveryMode
+		var mode protocol.DeliveryMode
 		if json.Unmarshal(kdVals[0], &mode) != nil || (mode != "inline" && mode != "on_demand") {
 			if !errors.Is(err, ErrInvalidDelivery) {
 				t.Fatalf("bad value %s in %q: got %v; want ErrInvalidDelivery", kdVals[0], in, err)
@@ -609,7 +610,7 @@ func FuzzRewriteTurnResponse(f *testing.F) {
 		f.Add([]byte(s), false)
 	}
 	f.Fuzz(func(t *testing.T, in []byte, onDemand bool) {
-		mode := knowledge.DeliveryInline
+		mode := protocol.DeliveryInline
 		if onDemand {
 			mode = "on_demand"
 		}

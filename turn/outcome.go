@@ -1,6 +1,9 @@
 package turn
 
-import "github.com/bailinghub/knowledge-sidecar/knowledge"
+import (
+	"github.com/bailinghub/knowledge-sidecar/knowledge"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
+)
 
 // Outcome is how an intercepted turn ended: the turns_total{outcome} label
 // the edge counts it under (Turn.Counted). A closed set: Outcomes.
@@ -46,7 +49,7 @@ const (
 )
 
 // Labels is every mode label.
-var Labels = []string{LabelAbsent, LabelInvalid, LabelUnknown, string(knowledge.DeliveryInline), string(knowledge.DeliveryOnDemand)}
+var Labels = []string{LabelAbsent, LabelInvalid, LabelUnknown, string(protocol.DeliveryInline), string(protocol.DeliveryOnDemand)}
 
 // Reasons and outcomes the turn side reports to its Recorder (the label
 // values of the edge's ledger and hints series).

@@ -6,7 +6,7 @@ import (
 	"errors"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts/jsstring"
-	"github.com/bailinghub/knowledge-sidecar/knowledge"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 var (
@@ -28,7 +28,7 @@ var (
 type Request struct {
 	// Mode is "" when the field is absent (or the body cannot be parsed),
 	// else the validated value ("inline" | "on_demand").
-	Mode knowledge.DeliveryMode
+	Mode protocol.DeliveryMode
 	// ConversationID, TurnID and UserMessageID are client_conversation_id,
 	// client_turn_id and user_message_id trimmed like Core trims them
 	// (ECMAScript String.prototype.trim, jsstring.Trim: the ledger must see the id Core sees, or one Core turn could get two records under different spellings); "" when absent or
@@ -123,7 +123,7 @@ func ParseRequest(body []byte) (Request, error) {
 		return Request{}, ErrInvalidDelivery
 	}
 	v, ok := stringOf(body, kd)
-	mode := knowledge.DeliveryMode(v)
+	mode := protocol.DeliveryMode(v)
 	if !ok || !mode.Valid() {
 		return Request{}, ErrInvalidDelivery
 	}

@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/bailinghub/knowledge-sidecar/conformance"
+	"github.com/bailinghub/knowledge-sidecar/hostclient"
 )
 
 var uuidPattern = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
@@ -30,6 +31,7 @@ func cmdConformance(args []string, stdout, stderr io.Writer) int {
 	turns := fs.Bool("turns", false, "also check turn interception (creates real turns on the workspace)")
 	rate := fs.Float64("rate", 8, "requests per second, at most 10 (the protocol's default per-session limit)")
 	timeout := fs.Duration("timeout", conformance.DefaultTimeout, "deadline of each request: one without an answer by then fails its check and the run goes on")
+	tokenFile := fs.String("token-file", "", "file holding the Agent access token, read once (default: $"+tokenEnv+")")
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}
@@ -49,8 +51,17 @@ func cmdConformance(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "conformance: --timeout must be more than 0, like 10s")
 		return 2
 	}
+	token := os.Getenv(tokenEnv)
+	if *tokenFile != "" {
+		t, err := hostclient.ReadTokenFile(*tokenFile) // its errors never carry the content
+		if err != nil {
+			fmt.Fprintln(stderr, "conformance: --token-file:", err)
+			return 2
+		}
+		token = t
+	}
 	// No client-wide timeout: each request has the --timeout deadline.
-	client, err := hf.client(os.Getenv(tokenEnv), &http.Client{})
+	client, err := hf.client(token, &http.Client{})
 	if err != nil {
 		fmt.Fprintln(stderr, "conformance:", err)
 		return 2

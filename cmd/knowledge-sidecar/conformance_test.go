@@ -10,6 +10,8 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -118,6 +120,33 @@ func TestConformanceCLI(t *testing.T) {
 			t.Errorf("a rejected token: exit %d, stderr %q; want 2 saying the token was rejected", code, stderr.String())
 		}
 	})
+}
+
+// TestConformanceTokenFile: --token-file gives the token (MCP hosts and
+// CI jobs without the environment variable), wins over the variable, and a
+// missing file is a usage error that never shows a token.
+func TestConformanceTokenFile(t *testing.T) {
+	d := startSamples(t, nil)
+	dir := t.TempDir()
+	good := filepath.Join(dir, "token")
+	if err := os.WriteFile(good, []byte(d.token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(tokenEnv, randomToken("bha_")) // a token Core refuses: the file must win
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"conformance", "--url", d.base, "--route", demoRoute, "--query", "refund window", "--token-file", good}, &stdout, &stderr)
+	if code != 0 {
+		t.Errorf("with --token-file: exit %d; want 0\n%s%s", code, stdout.String(), stderr.String())
+	}
+	stdout.Reset()
+	stderr.Reset()
+	code = run([]string{"conformance", "--url", d.base, "--route", demoRoute, "--token-file", filepath.Join(dir, "missing")}, &stdout, &stderr)
+	if code != 2 || !strings.Contains(stderr.String(), "conformance: --token-file:") {
+		t.Errorf("missing token file: exit %d, stderr %q; want 2 naming --token-file", code, stderr.String())
+	}
+	if strings.Contains(stdout.String()+stderr.String(), d.token) {
+		t.Error("the output shows the token")
+	}
 }
 
 // TestConformanceHeldRequest: the demo behind a relay that holds the first

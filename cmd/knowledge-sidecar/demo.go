@@ -25,8 +25,8 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/catalog"
 	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/sidecar"
-	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
 )
 
 //go:embed demodocs/*.md
@@ -200,7 +200,8 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 	// The demo's configuration is made here, not read: only the listen
 	// flags come from the user, and Run says clearly if they are unusable.
 	cfg := w.config(*listen, *adminListen)
-	app, err := sidecar.Build(ctx, cfg, sidecar.Deps{Logger: log, Level: level, Version: version, Catalog: w.catalog, SingleProcess: true})
+	b := readBuildInfo()
+	app, err := sidecar.Build(ctx, cfg, sidecar.Deps{Logger: log, Level: level, Version: b.Version, Revision: b.Revision, Catalog: w.catalog, SingleProcess: true})
 	if err != nil {
 		fmt.Fprintln(stderr, "demo:", err)
 		return 1
@@ -285,14 +286,6 @@ func (w *demoWorld) config(listen, adminListen string) config.Config {
 	cfg.Rollout = "allow:" + demoRoute
 	cfg.Shutdown.DrainDelay, cfg.Shutdown.Timeout = 0, 5*time.Second
 	return cfg
-}
-
-func firstRunes(s string, n int) string {
-	r := []rune(s)
-	if len(r) > n {
-		r = r[:n]
-	}
-	return string(r)
 }
 
 // queries are the walkthrough's search (step 2) and read (step 3) queries.

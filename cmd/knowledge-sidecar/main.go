@@ -4,11 +4,12 @@
 //
 //	knowledge-sidecar serve [--config FILE]
 //	knowledge-sidecar demo [--listen ADDR] [--admin-listen ADDR] [--docs DIR] [--demo-token TOKEN]
-//	knowledge-sidecar check-config [--config FILE]
+//	knowledge-sidecar check-config [--config FILE] [--probe] [--route KEY]
+//	knowledge-sidecar status [--admin URL] [--config FILE] [--json]
 //	knowledge-sidecar keygen [--id ID]
 //	knowledge-sidecar version
 //	knowledge-sidecar mcp --url URL --route ROUTE [--token-file FILE | --token-command CMD] [--run-id RUN]
-//	knowledge-sidecar conformance --url URL --route ROUTE
+//	knowledge-sidecar conformance --url URL --route ROUTE [--token-file FILE]
 package main
 
 import (
@@ -28,10 +29,12 @@ const usage = `usage: knowledge-sidecar COMMAND [flags]   (COMMAND --help lists 
 Operator side:
   serve          run in front of a Core (production): serve [--config FILE]
   demo           run in front of a built-in Core double with sample documents, printing a walkthrough
-  check-config   validate the configuration and exit (--probe also tests Core, the token, the catalog and Redis)
+  check-config   validate the configuration and exit (--probe also tests Core, the token, the catalog and Redis;
+                 --route KEY says whether that workspace would be served and why)
+  status         print a running sidecar's status from its admin listener: status [--admin URL]
   keygen         print a new KNOWLEDGE_SIDECAR_SIGNING_KEYS entry
   version        print version, revision, build time and Go version
-Host side (Agent token from BAILING_AGENT_TOKEN; mcp also --token-file or --token-command):
+Host side (Agent token from BAILING_AGENT_TOKEN, or --token-file; mcp also --token-command):
   mcp            serve knowledge_search and knowledge_read to an MCP host over stdio
   conformance    check an implementation of the protocol against its MUSTs
   help           print this list
@@ -51,6 +54,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdDemo(args[1:], stdout, stderr)
 	case "check-config", "--check-config", "-check-config":
 		return cmdCheckConfig(args[1:], stdout, stderr)
+	case "status":
+		return cmdStatus(args[1:], stdout, stderr, time.Now)
 	case "mcp", "conformance": // host-side tools: mcp.go, conformance.go
 		return cmdHost(args[0], args[1:], stdout, stderr)
 	case "version", "--version", "-v":

@@ -125,6 +125,9 @@ func cmdMCP(args []string, stdin io.ReadCloser, stdout io.Writer, stderr io.Writ
 		fmt.Fprintln(stderr, "mcp:", err)
 		return 2
 	}
+	if c, ok := src.(interface{ Close() }); ok {
+		defer c.Close() // a token command still running is killed with its children
+	}
 	client, err := hostclient.NewWithTokenSource(*hf.url, *hf.route, src, nil)
 	if err != nil {
 		fmt.Fprintln(stderr, "mcp:", err)
@@ -146,17 +149,13 @@ func cmdMCP(args []string, stdin io.ReadCloser, stdout io.Writer, stderr io.Writ
 		return 1
 	}
 	// Calls already received when stdin closes are answered first (at most 3 s).
-	err = srv.Run(ctx, mcpserver.DrainOnEOF(&mcp.IOTransport{Reader: stdin, Writer: nopWriteCloser{stdout}}, 3*time.Second))
+	err = srv.Run(ctx, mcpserver.DrainOnEOF(mcpserver.Stdio(stdin, stdout), 3*time.Second))
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, context.Canceled) && !errors.Is(err, mcp.ErrConnectionClosed) {
 		fmt.Fprintln(stderr, "mcp:", err)
 		return 1
 	}
 	return 0
 }
-
-type nopWriteCloser struct{ io.Writer }
-
-func (nopWriteCloser) Close() error { return nil }
 
 // cmdHost dispatches the host-side commands.
 func cmdHost(name string, args []string, stdout, stderr io.Writer) int {

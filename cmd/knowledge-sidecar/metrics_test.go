@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -14,9 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bailinghub/knowledge-sidecar/config"
+	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/sidecar"
-	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 )
 
 // exported is one metric the sidecar registers.
@@ -180,6 +181,7 @@ func buildForMetrics(t *testing.T, clientAppID string) *sidecar.App {
 	cfg.Core.URL, cfg.Core.Token, cfg.Catalog.DSN, cfg.Rollout = srv.URL, serviceToken, db.ReadOnlyDSN, "all"
 	cfg.Ledger.RedisURL = testdb.RedisURL(t)
 	cfg.Core.ClientAppID = clientAppID
+	cfg.Audit.Enabled, cfg.Audit.File = true, filepath.Join(t.TempDir(), "audit.jsonl") // its metrics exist with it
 	if err := cfg.Validate(sidecar.ExtraChecks...); err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -171,86 +170,9 @@ func TestExampleConfig(t *testing.T) {
 	}
 }
 
-// TestDeployExamples: the Kubernetes example's ConfigMap is a configuration
-// check-config accepts, the example has the objects an operator needs
-// (PodDisruptionBudget, NetworkPolicy, a scrape target on the admin port,
-// Redis for several replicas), and the systemd unit reloads with SIGHUP and
-// checks the file before starting.
+// TestDeployExamples: the systemd unit reloads with SIGHUP and checks the
+// file before starting (the Kubernetes overlay: deploy_test.go).
 func TestDeployExamples(t *testing.T) {
-	raw, err := os.ReadFile("../../deploy/kubernetes.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec := yaml.NewDecoder(strings.NewReader(string(raw)))
-	kinds := map[string]int{}
-	var sidecarYAML, scrapePort string
-	adminPort := 0
-	for {
-		var obj struct {
-			Kind string            `yaml:"kind"`
-			Data map[string]string `yaml:"data"`
-			Spec struct {
-				Replicas int `yaml:"replicas"`
-				Template struct {
-					Metadata struct {
-						Annotations map[string]string `yaml:"annotations"`
-					} `yaml:"metadata"`
-					Spec struct {
-						Containers []struct {
-							Name  string `yaml:"name"`
-							Ports []struct {
-								Name          string `yaml:"name"`
-								ContainerPort int    `yaml:"containerPort"`
-							} `yaml:"ports"`
-						} `yaml:"containers"`
-					} `yaml:"spec"`
-				} `yaml:"template"`
-			} `yaml:"spec"`
-		}
-		if err := dec.Decode(&obj); err != nil {
-			break
-		}
-		kinds[obj.Kind]++
-		if obj.Kind == "ConfigMap" {
-			sidecarYAML = obj.Data["sidecar.yaml"]
-		}
-		for _, c := range obj.Spec.Template.Spec.Containers {
-			if c.Name != "knowledge-sidecar" {
-				continue
-			}
-			scrapePort = obj.Spec.Template.Metadata.Annotations["prometheus.io/port"]
-			for _, p := range c.Ports {
-				if p.Name == "admin" {
-					adminPort = p.ContainerPort
-				}
-			}
-		}
-	}
-	for kind, want := range map[string]int{"ConfigMap": 1, "Secret": 1, "Deployment": 2, "Service": 2,
-		"PodDisruptionBudget": 1, "NetworkPolicy": 2, "PodMonitor": 1} {
-		if kinds[kind] != want {
-			t.Errorf("kubernetes.yaml: got %d %s; want %d", kinds[kind], kind, want)
-		}
-	}
-	if adminPort == 0 || scrapePort != strconv.Itoa(adminPort) {
-		t.Errorf("scrape annotation port %q; want the admin container port %d", scrapePort, adminPort)
-	}
-	p := filepath.Join(t.TempDir(), "sidecar.yaml")
-	if err := os.WriteFile(p, []byte(sidecarYAML), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cleanEnv(t)
-	t.Setenv("KNOWLEDGE_SIDECAR_CORE_TOKEN", "svc_example-service-token-0123456789abcdef")
-	t.Setenv("KNOWLEDGE_SIDECAR_CATALOG_DSN", "ro:pw@tcp(db:3306)/bailinghub")
-	t.Setenv("KNOWLEDGE_SIDECAR_LEDGER_REDIS_URL", "redis://knowledge-sidecar-redis:6379/0")
-	code, stdout, stderr := runCLI("check-config", "--config", p)
-	if code != 0 || stdout != "configuration is valid\n" {
-		t.Errorf("ConfigMap sidecar.yaml: got exit %d, stdout %q, stderr %q; want valid without warnings", code, stdout, stderr)
-	}
-	if !strings.Contains(sidecarYAML, "admin_listen: \":"+strconv.Itoa(adminPort)+"\"") {
-		t.Errorf("ConfigMap admin_listen does not match the admin container port %d", adminPort)
-	}
-
 	unit, err := os.ReadFile("../../deploy/systemd/knowledge-sidecar.service")
 	if err != nil {
 		t.Fatal(err)

@@ -24,6 +24,8 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
+	"github.com/bailinghub/knowledge-sidecar/sharedredis"
+	"github.com/bailinghub/knowledge-sidecar/sidecar"
 )
 
 // probeAgentTokenEnv optionally holds an Agent access token (bha_…) with
@@ -83,8 +85,14 @@ func runProbes(ctx context.Context, cfg config.Config, timeout time.Duration, st
 }
 
 func (p *prober) core(ctx context.Context) {
+	coreTLS, err := sidecar.CoreTLS(p.cfg) // validated
+	if err != nil {
+		p.add("core", verdictFail, "%v", err)
+		return
+	}
 	client, err := coreclient.NewClient(coreclient.Options{
 		BaseURL: p.cfg.Core.URL, ServiceToken: p.cfg.Core.Token, Timeout: p.timeout, ProbeInterval: time.Second,
+		Transport: sidecar.CoreClientTransport(p.cfg, coreTLS),
 	})
 	if err != nil {
 		p.add("core", verdictFail, "%v", err)
@@ -139,6 +147,10 @@ func (p *prober) core(ctx context.Context) {
 // coreProblem words a Core probe error for an operator.
 func coreProblem(err error) string {
 	switch {
+	case errors.Is(err, coreclient.ErrUnknownAuthority):
+		return "Core's TLS certificate is not signed by a trusted CA: set core.ca_file to the PEM file of the CA that signs it"
+	case errors.Is(err, coreclient.ErrCertificate):
+		return "Core's TLS certificate does not verify (a host name it is not valid for, or expired)"
 	case errors.Is(err, coreclient.ErrNotACore):
 		return err.Error()
 	case errors.Is(err, context.DeadlineExceeded):
@@ -311,28 +323,34 @@ func (p *prober) redis(ctx context.Context) {
 		p.add("redis", verdictSkip, "ledger backend is memory (one replica); set KNOWLEDGE_SIDECAR_LEDGER_REDIS_URL for several")
 		return
 	}
-	ledger.QuietRedisLogs()
-	r, err := ledger.NewRedis(ledger.RedisOptions{URL: p.cfg.Ledger.RedisURL, TTL: p.cfg.Ledger.TTL, OpTimeout: p.timeout,
+	sharedredis.QuietLogs()
+	c, err := sharedredis.New(sharedredis.Options{URL: p.cfg.Ledger.RedisURL, OpTimeout: p.timeout,
 		Mode: p.cfg.Ledger.RedisMode, CAFile: p.cfg.Ledger.RedisCAFile})
 	if err != nil {
 		p.add("redis", verdictFail, "%v", err)
 		return
 	}
+	r, err := ledger.NewRedis(c, ledger.RedisOptions{TTL: p.cfg.Ledger.TTL})
+	if err != nil {
+		c.Close()
+		p.add("redis", verdictFail, "%v", err)
+		return
+	}
 	defer r.Close()
-	mode := "mode " + r.Mode()
+	mode := "mode " + c.Mode()
 	if err := r.Probe(ctx); err != nil {
 		p.add("redis", verdictFail, "%s: %v", mode, err)
 		return
 	}
-	top, err := r.Topology(ctx)
+	top, err := c.Topology(ctx)
 	if err != nil {
 		p.add("redis", verdictFail, "%s: %v", mode, err)
 		return
 	}
 	switch top.Mode {
-	case ledger.ModeCluster:
+	case sharedredis.ModeCluster:
 		mode += fmt.Sprintf(", %d primaries (%s), %d replicas", len(top.Primaries), strings.Join(top.Primaries, ", "), top.Replicas)
-	case ledger.ModeSentinel:
+	case sharedredis.ModeSentinel:
 		mode += ", master " + cmp.Or(top.Master, "(none confirmed)")
 	}
 	p.add("redis", verdictOK, "%s; reachable; the ledger's Lua scripts load (rate limit: %s)", mode, p.cfg.RateLimitBackend())

@@ -59,7 +59,9 @@ func cmdCheckConfig(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	path := configFlag(fs)
 	probe := fs.Bool("probe", false, "also connect to Core, the catalog and Redis and report each (exit 0 only when all work)")
-	probeTimeout := fs.Duration("probe-timeout", 5*time.Second, "bound of each probe")
+	probeTimeout := fs.Duration("probe-timeout", 5*time.Second, "bound of each probe (and of --route's catalog lookup)")
+	route := fs.String("route", "", "say whether this workspace (route key) would be served and why: rollout rule and percent bucket, native verdict, its catalog row and knowledge bases")
+	asJSON := fs.Bool("json", false, "with --route: print the explanation as JSON")
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}
@@ -75,15 +77,21 @@ func cmdCheckConfig(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	if ok, reason := cfg.KnowledgeEnabled(); !ok {
+	switch ok, reason := cfg.KnowledgeEnabled(); {
+	case *route != "" && *asJSON: // stdout is the explanation's JSON alone
+	case !ok:
 		fmt.Fprintf(stdout, "configuration is valid; knowledge features are off: %s (pure pass-through)\n", reason)
-	} else {
+	default:
 		fmt.Fprintln(stdout, "configuration is valid")
 	}
+	code := 0
 	if *probe {
-		return runProbes(context.Background(), cfg, *probeTimeout, stdout)
+		code = runProbes(context.Background(), cfg, *probeTimeout, stdout)
 	}
-	return 0
+	if *route != "" {
+		code = max(code, explainRoute(context.Background(), cfg, *route, *probeTimeout, stdout, stderr, *asJSON))
+	}
+	return code
 }
 
 func newLogger(w io.Writer, level *slog.LevelVar) *slog.Logger {
@@ -117,13 +125,16 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	app, err := sidecar.Build(ctx, cfg, sidecar.Deps{Logger: log, Level: level, Version: version})
+	// One source for the version: build_info, /-/status and the start-up
+	// line all show what `version` prints.
+	b := readBuildInfo()
+	app, err := sidecar.Build(ctx, cfg, sidecar.Deps{Logger: log, Level: level, Version: b.Version, Revision: b.Revision})
 	if err != nil {
 		log.Error("cannot start", slog.Any("error", err))
 		return 1
 	}
 	defer app.Close()
-	logStart(log, cfg)
+	logStart(log, cfg, b)
 
 	reload := func() error {
 		return app.Reload(func() (config.Config, error) {
@@ -164,8 +175,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 
 // logStart writes the one info line an operator looks for first. Never a
 // secret: the Core URL's host only, the catalog as on/off.
-func logStart(log *slog.Logger, cfg config.Config) {
-	b := readBuildInfo()
+func logStart(log *slog.Logger, cfg config.Config, b buildInfo) {
 	u, _ := url.Parse(cfg.Core.URL) // validated
 	knowledgeOn, _ := cfg.KnowledgeEnabled()
 	log.Info("starting knowledge-sidecar",

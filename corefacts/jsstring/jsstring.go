@@ -3,7 +3,7 @@
 // string's length in UTF-16 code units, and the cut of a UTF-8 string to a
 // byte budget without splitting a character. It is the one copy, used by
 // coreclient, catalog, knowledge, turn and the MCP server; the fake Core in
-// test/fakecore keeps its own on purpose, as an independent oracle.
+// internal/fakecore keeps its own on purpose, as an independent oracle.
 package jsstring
 
 import (

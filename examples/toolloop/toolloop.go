@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/bailinghub/knowledge-sidecar/mcpserver"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // Message is one turn of the conversation the host keeps.
@@ -110,7 +111,7 @@ func (h *Host) Negotiate(ctx context.Context) error {
 		Supported     bool   `json:"supported"`
 	}
 	switch {
-	case status == http.StatusOK && json.Unmarshal(body, &caps) == nil && caps.SchemaVersion == "bailing.agent-knowledge-capabilities.v1" && caps.Supported:
+	case status == http.StatusOK && json.Unmarshal(body, &caps) == nil && caps.SchemaVersion == protocol.CapabilitiesSchema && caps.Supported:
 		return nil
 	case status == http.StatusOK, status == 404, status == 405, status == 501:
 		return ErrUnsupported
@@ -152,10 +153,10 @@ func (h *Host) Answer(ctx context.Context, model Model, question string) (string
 // protocol error goes back to the model as an error result it can act on.
 func (h *Host) run(ctx context.Context, call ToolCall) Message {
 	out := Message{Role: "tool", ToolCallID: call.ID, IsError: true}
-	endpoint := map[string]string{mcpserver.SearchTool: "search", mcpserver.ReadTool: "read"}[call.Name]
+	endpoint := map[string]string{protocol.SearchTool: "search", protocol.ReadTool: "read"}[call.Name]
 	var args map[string]any
 	if endpoint == "" || json.Unmarshal(call.Arguments, &args) != nil {
-		out.Text = "invalid_request: unknown tool or arguments that are not a JSON object."
+		out.Text = string(protocol.CodeInvalidRequest) + ": unknown tool or arguments that are not a JSON object."
 		return out
 	}
 	if _, ok := args["run_id"]; !ok && h.RunID != "" {
@@ -166,14 +167,14 @@ func (h *Host) run(ctx context.Context, call ToolCall) Message {
 	scope := h.cache().Current()
 	if ref, _ := args["ref"].(string); endpoint == "read" && !h.cache().Allows(scope, ref) {
 		// Never send a ref of another turn, account, authorization or workspace.
-		out.Text = "knowledge_reference_invalid: this ref was not found by a search in the current turn, account, authorization and workspace. " +
-			mcpserver.Advice("knowledge_reference_invalid", "")
+		out.Text = string(protocol.CodeReferenceInvalid) + ": this ref was not found by a search in the current turn, account, authorization and workspace. " +
+			mcpserver.Advice(string(protocol.CodeReferenceInvalid), "")
 		return out
 	}
 	body, _ := json.Marshal(args)
 	status, raw, err := h.do(ctx, http.MethodPost, endpoint, body)
 	if err != nil {
-		out.Text = "knowledge_unavailable: the knowledge service could not be reached; answer without it and say so."
+		out.Text = string(protocol.CodeUnavailable) + ": the knowledge service could not be reached; answer without it and say so."
 		return out
 	}
 	if status != http.StatusOK {
@@ -218,21 +219,21 @@ func (ScriptedModel) Next(_ context.Context, conv []Message, _ []mcpserver.ToolD
 	last := conv[len(conv)-1]
 	switch {
 	case last.Role == "user":
-		args, _ := json.Marshal(map[string]any{"query": last.Text, "limit": 3})
-		return Message{Role: "assistant", ToolCalls: []ToolCall{{ID: "call-1", Name: mcpserver.SearchTool, Arguments: args}}}, nil
+		args, _ := json.Marshal(map[string]any{"query": last.Text, "limit": protocol.SearchMaxResults})
+		return Message{Role: "assistant", ToolCalls: []ToolCall{{ID: "call-1", Name: protocol.SearchTool, Arguments: args}}}, nil
 	case last.IsError:
 		return Message{Role: "assistant", Text: "I could not consult the workspace knowledge (" + strings.SplitN(last.Text, ":", 2)[0] + ")."}, nil
 	case last.ToolCallID == "call-1":
 		res := searchResult(last.Text)
 		switch {
-		case len(res.Hints) == 0 && res.Status == "ok":
+		case len(res.Hints) == 0 && res.Status == protocol.StatusOK:
 			return Message{Role: "assistant", Text: "No document in the workspace knowledge passed its relevance threshold for this question, so I answer without it."}, nil
 		case len(res.Hints) == 0:
 			// Not "there is nothing": the search itself did not work.
 			return Message{Role: "assistant", Text: "I could not consult the workspace knowledge (search status " + res.Status + "), so I cannot tell whether it holds anything relevant."}, nil
 		}
-		args, _ := json.Marshal(map[string]any{"ref": res.Hints[0].Ref, "max_bytes": 4096})
-		return Message{Role: "assistant", ToolCalls: []ToolCall{{ID: "call-2", Name: mcpserver.ReadTool, Arguments: args}}}, nil
+		args, _ := json.Marshal(map[string]any{"ref": res.Hints[0].Ref, "max_bytes": protocol.ReadMinBytes})
+		return Message{Role: "assistant", ToolCalls: []ToolCall{{ID: "call-2", Name: protocol.ReadTool, Arguments: args}}}, nil
 	default:
 		var page struct {
 			Title   string `json:"title"`

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/bailinghub/knowledge-sidecar/mcpserver"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // recorder is ScriptedModel keeping the last conversation it was shown.
@@ -247,7 +248,7 @@ func TestLateAnswerIgnored(t *testing.T) {
 	readOld := modelFunc(func(conv []Message) Message {
 		last := conv[len(conv)-1]
 		if last.Role == "user" {
-			return Message{Role: "assistant", ToolCalls: []ToolCall{{ID: "r", Name: mcpserver.ReadTool, Arguments: json.RawMessage(`{"ref":"kr1.old"}`)}}}
+			return Message{Role: "assistant", ToolCalls: []ToolCall{{ID: "r", Name: protocol.ReadTool, Arguments: json.RawMessage(`{"ref":"kr1.old"}`)}}}
 		}
 		return Message{Role: "assistant", Text: last.Text}
 	})

@@ -4,7 +4,7 @@
 // (MariaDB, Redis) — a failure with CI=true, else a skip counted for one
 // loud line at the end of the package's run.
 //
-// It is imported only by tests (and the test-support packages under test/:
-// testdb, the load tool). It knows nothing of the protocol; the protocol's
+// It is imported only by tests and test-support packages (testdb below it
+// — the MariaDB fixtures and the test Redis —, the load tool under test/). It knows nothing of the protocol; the protocol's
 // answer types live in hostclient, which the conformance checker shares.
 package testkit

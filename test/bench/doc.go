@@ -9,7 +9,7 @@
 //
 //   - upstream: a Core double (canned 1 KiB / 10 KiB / 64 KiB JSON, SSE,
 //     canned 10 KiB / 256 KiB turn contexts, and the fake Core of
-//     test/fakecore for identity, route gate and /kb/search);
+//     internal/fakecore for identity, route gate and /kb/search);
 //   - sidecar: the real proxy.Server with knowledge features over that
 //     upstream, with the in-memory catalog seeded with the same documents;
 //   - revproxy: a bare, tuned httputil.ReverseProxy (the baseline);

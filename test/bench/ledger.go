@@ -13,13 +13,14 @@ import (
 	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/ledger"
+	"github.com/bailinghub/knowledge-sidecar/sharedredis"
 )
 
 // The ledger section (issue 23, "Done when"): a turn's ledger operation —
 // Reserve of a fresh turn (random session, route and ids), the same-mode
 // Reserve of its retry, then Release of both attempts, as a turn whose Core
 // call failed twice does — against a single Redis node and a Redis Cluster,
-// each built by ledger.NewRedis as the sidecar builds it, at one fixed
+// each built by sharedredis.New and ledger.NewRedis as the sidecar builds it, at one fixed
 // open-loop rate in interleaved rounds. Latency is measured from each op's
 // scheduled start (no coordinated omission). Every key carries a prefix
 // unique to the run, each op releases what it reserved, and the records have
@@ -159,12 +160,18 @@ func runLedger(c config, logw io.Writer) *ledgerResult {
 		progress(logw, "ledger: skipped: %s", res.Skipped)
 		return res
 	}
-	ledger.QuietRedisLogs()
+	sharedredis.QuietLogs()
 	prefix := "ks:bench:ledger:" + randHex(6) + ":"
-	targets := []ledgerTarget{{"single", ledger.ModeSingle, c.redisSingle}, {"cluster", ledger.ModeCluster, c.redisCluster}}
+	targets := []ledgerTarget{{"single", sharedredis.ModeSingle, c.redisSingle}, {"cluster", sharedredis.ModeCluster, c.redisCluster}}
 	leds := map[string]*ledger.Redis{}
 	for _, t := range targets {
-		l, err := ledger.NewRedis(ledger.RedisOptions{URL: t.url, Mode: t.mode, TTL: time.Minute, KeyPrefix: prefix})
+		var l *ledger.Redis
+		rc, err := sharedredis.New(sharedredis.Options{URL: t.url, Mode: t.mode})
+		if err == nil {
+			if l, err = ledger.NewRedis(rc, ledger.RedisOptions{TTL: time.Minute, KeyPrefix: prefix}); err != nil {
+				rc.Close()
+			}
+		}
 		if err == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			err = l.Ping(ctx)

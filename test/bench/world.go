@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"database/sql"
@@ -23,11 +24,11 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/catalog"
 	kscfg "github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
 	"github.com/bailinghub/knowledge-sidecar/sidecar"
-	"github.com/bailinghub/knowledge-sidecar/test/fakecore"
-	"github.com/bailinghub/knowledge-sidecar/test/testdb"
 	"github.com/bailinghub/knowledge-sidecar/turn/turntest"
 )
 
@@ -262,6 +263,13 @@ func newSidecar(coreURL, catalogDSN string, turnHints bool, log *slog.Logger) (*
 	// As serve reads it; the SDK then reads the OTEL_* variables.
 	if on, err := strconv.ParseBool(os.Getenv("KNOWLEDGE_SIDECAR_TRACING_ENABLED")); err == nil {
 		cfg.Tracing.Enabled = on
+	}
+	// The disclosure audit, as serve reads it (--cpu-variant
+	// 'audit=;KNOWLEDGE_SIDECAR_AUDIT_ENABLED=true;KNOWLEDGE_SIDECAR_AUDIT_FILE=…').
+	if on, err := strconv.ParseBool(os.Getenv("KNOWLEDGE_SIDECAR_AUDIT_ENABLED")); err == nil && on {
+		cfg.Audit.Enabled = true
+		cfg.Audit.File = cmp.Or(os.Getenv("KNOWLEDGE_SIDECAR_AUDIT_FILE"), cfg.Audit.File)
+		cfg.Audit.QueryHMACKey = os.Getenv("KNOWLEDGE_SIDECAR_AUDIT_QUERY_HMAC_KEY")
 	}
 	deps := sidecar.Deps{Logger: log, Version: "bench"}
 	if catalogDSN == "" {

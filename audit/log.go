@@ -1,0 +1,204 @@
+package audit
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	otellog "go.opentelemetry.io/otel/log"
+
+	"github.com/bailinghub/knowledge-sidecar/knowledge"
+	"github.com/bailinghub/knowledge-sidecar/telemetry"
+)
+
+// Stdout is the audit.file value that writes events to standard output.
+const Stdout = "-"
+
+// ErrNotRecorded is returned by Disclose, under the refuse policy, when an
+// event could not be written: the answer must not be sent.
+var ErrNotRecorded = errors.New("audit event not recorded")
+
+// Options configures a Log.
+type Options struct {
+	// File is the JSON Lines file events are appended to, or Stdout.
+	File string
+	// Refuse makes Disclose fail when its event cannot be written
+	// (audit.on_failure: refuse); otherwise the failure is counted and
+	// logged and the answer goes.
+	Refuse bool
+	// QueryKey keys the HMAC-SHA256 of a search's query (nil: length only).
+	QueryKey []byte
+	// OTLP, when set, also receives each event as a log record.
+	OTLP otellog.Logger
+	// Stdout replaces os.Stdout for File "-" (tests).
+	Stdout io.Writer
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// Logger receives write failures (never an event's content).
+	Logger *slog.Logger
+	// Registerer receives audit_events_total and audit_failures_total.
+	Registerer prometheus.Registerer
+}
+
+// Log writes audit events. It implements knowledge.Auditor and is safe for
+// concurrent use: each event is one Write of one line, under a lock, so
+// lines never interleave and every event written is whole.
+type Log struct {
+	path   string
+	refuse bool
+	key    []byte
+	otlp   otellog.Logger
+	now    func() time.Time
+	log    *slog.Logger
+
+	events   *prometheus.CounterVec
+	failures prometheus.Counter
+
+	mu      sync.Mutex
+	w       io.Writer
+	f       *os.File // nil for standard output
+	failing bool     // the last write failed (the next success is logged)
+	buf     bytes.Buffer
+	enc     *json.Encoder
+}
+
+// endpoints is the closed label set of audit_events_total: every MCP tool
+// is "mcp"; an endpoint outside the set is counted as "other".
+var endpoints = []string{knowledge.EndpointSearch, knowledge.EndpointRead, knowledge.EndpointTurn, "mcp", "other"}
+
+// Open opens o.File for appending (created 0600 if absent) and returns the
+// Log writing to it.
+func Open(o Options) (*Log, error) {
+	l := &Log{path: o.File, refuse: o.Refuse, key: o.QueryKey, otlp: o.OTLP, now: o.Now, log: o.Logger}
+	if l.now == nil {
+		l.now = time.Now
+	}
+	if l.log == nil {
+		l.log = slog.New(slog.DiscardHandler)
+	}
+	l.enc = json.NewEncoder(&l.buf)
+	l.enc.SetEscapeHTML(false)
+	if o.File == Stdout {
+		l.w = o.Stdout
+		if l.w == nil {
+			l.w = os.Stdout
+		}
+	} else {
+		f, err := openFile(o.File)
+		if err != nil {
+			return nil, err
+		}
+		l.f, l.w = f, f
+	}
+	l.events = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: telemetry.Namespace, Name: "audit_events_total",
+		Help: "Disclosure audit events written, by endpoint (search, read, turn, mcp for every mcp:<tool>, other).",
+	}, []string{"endpoint"})
+	l.failures = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: telemetry.Namespace, Name: "audit_failures_total",
+		Help: "Disclosure audit events that could not be written (the answer was refused under audit.on_failure: refuse).",
+	})
+	for _, e := range endpoints {
+		l.events.WithLabelValues(e)
+	}
+	if o.Registerer != nil {
+		l.events = telemetry.Register(o.Registerer, l.events)
+		l.failures = telemetry.Register(o.Registerer, l.failures)
+	}
+	return l, nil
+}
+
+func openFile(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("audit.file: %w", err)
+	}
+	return f, nil
+}
+
+// Reopen opens the file again by its path (after logrotate renamed it) and
+// closes the old one; later events go to the new file. If the path cannot
+// be opened the old file is kept (no event is lost) and the error returned.
+// A no-op for standard output.
+func (l *Log) Reopen() error {
+	if l == nil || l.f == nil {
+		return nil
+	}
+	f, err := openFile(l.path)
+	if err != nil {
+		l.log.Error("audit: file not reopened; still writing to the previous one", slog.Any("error", err))
+		return err
+	}
+	l.mu.Lock()
+	old := l.f
+	l.f, l.w = f, f
+	l.mu.Unlock()
+	return old.Close()
+}
+
+// Close closes the file (not standard output). Later events fail.
+func (l *Log) Close() error {
+	if l == nil || l.f == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f.Close()
+}
+
+// Disclose writes d's event (knowledge.Auditor). It returns an error only
+// under the refuse policy, when the event could not be written.
+func (l *Log) Disclose(ctx context.Context, d *knowledge.Disclosure) error {
+	e := eventOf(ctx, d, l.now(), l.key)
+	l.mu.Lock()
+	l.buf.Reset()
+	err := l.enc.Encode(&e) // one line, newline included
+	if err == nil {
+		_, err = l.w.Write(l.buf.Bytes())
+	}
+	var line []byte
+	if err == nil && l.otlp != nil {
+		line = bytes.TrimSuffix(bytes.Clone(l.buf.Bytes()), []byte("\n"))
+	}
+	wasFailing := l.failing
+	l.failing = err != nil
+	l.mu.Unlock()
+	if err != nil {
+		l.failures.Inc()
+		if !wasFailing {
+			l.log.LogAttrs(ctx, slog.LevelError, "audit: event not written",
+				slog.String("endpoint", e.Endpoint), slog.Bool("refused", l.refuse), slog.Any("error", err))
+		}
+		if l.refuse {
+			return fmt.Errorf("%w: %w", ErrNotRecorded, err)
+		}
+		return nil
+	}
+	if wasFailing {
+		l.log.Info("audit: events are written again")
+	}
+	l.events.WithLabelValues(endpointLabel(e.Endpoint)).Inc()
+	if line != nil {
+		l.emit(ctx, e, line)
+	}
+	return nil
+}
+
+func endpointLabel(e string) string {
+	switch {
+	case e == knowledge.EndpointSearch, e == knowledge.EndpointRead, e == knowledge.EndpointTurn:
+		return e
+	case strings.HasPrefix(e, knowledge.MCPEndpoint("")):
+		return "mcp"
+	}
+	return "other"
+}

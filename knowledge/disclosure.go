@@ -1,0 +1,150 @@
+package knowledge
+
+import (
+	"context"
+	"errors"
+
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
+)
+
+// The endpoints a Disclosure names (SPEC §11); an MCP tool call is
+// MCPEndpoint(tool).
+const (
+	EndpointSearch = "search"
+	EndpointRead   = "read"
+	EndpointTurn   = "turn"
+)
+
+// MCPEndpoint is the endpoint of a call of the MCP tool named tool:
+// "mcp:knowledge_search".
+func MCPEndpoint(tool string) string { return "mcp:" + tool }
+
+// Statuses of a refused (4xx) or failed (5xx) answer in a Disclosure; a
+// served answer carries its protocol status (ok, partial, unavailable,
+// disabled; a read page is ok).
+const (
+	DisclosureRefused = "refused"
+	DisclosureFailed  = "failed"
+)
+
+// Disclosure is what one answer of search, read or an on_demand turn's hints
+// disclosed, as the service knows it, handed to the Auditor before the answer
+// is sent (SPEC §11). It holds no bearer, ref, cursor, title, summary or
+// document text; Query is there only for the auditor to measure and key-hash
+// it, never to record.
+type Disclosure struct {
+	Endpoint string
+	Route    string
+	// Session is the caller's identity (zero when identity failed).
+	Session corefacts.Session
+	RunID   string
+	Status  string
+	// Error is the code of a refused or failed answer.
+	Error protocol.ErrorCode
+	// Documents are the documents the answer disclosed, best first (empty
+	// for a refused, failed or empty answer).
+	Documents []DisclosedDocument
+	// Query is a search's query; HasQuery tells an empty one from none.
+	Query    string
+	HasQuery bool
+}
+
+// DisclosedDocument is one document of an answer: a hint's, or a read
+// page's with the page's byte range [Start, End) in the document's content
+// and whether the chain's budget ended the read there.
+type DisclosedDocument struct {
+	DocID           int64
+	KBID            string
+	Revision        string
+	Page            bool // Start, End and BudgetExhausted are set (a read)
+	Start, End      int
+	BudgetExhausted bool
+}
+
+// Auditor records disclosures (package audit). Disclose is called once per
+// answer before it is sent; a non-nil error means the answer must not be
+// sent (audit.on_failure: refuse) and it becomes 503 knowledge_unavailable.
+// A policy that lets answers go without their event returns nil.
+type Auditor interface {
+	Disclose(ctx context.Context, d *Disclosure) error
+}
+
+// RequestIDKey is the context key under which the edge answers the request
+// id (a string) of the request a context belongs to.
+type RequestIDKey struct{}
+
+// RequestID is the request id in ctx, or "".
+func RequestID(ctx context.Context) string {
+	id, _ := ctx.Value(RequestIDKey{}).(string)
+	return id
+}
+
+type endpointKey struct{}
+
+// WithEndpoint names the endpoint the disclosures of the calls made with ctx
+// are recorded under (MCPEndpoint(tool) for an MCP tool call served by the
+// service); without it they are search, read or turn.
+func WithEndpoint(ctx context.Context, endpoint string) context.Context {
+	return context.WithValue(ctx, endpointKey{}, endpoint)
+}
+
+// auditing starts the disclosure of an answer of endpoint (nil when the
+// audit is off: every use below is nil-safe).
+func (s *Service) auditing(endpoint string, route corefacts.RouteKey) *Disclosure {
+	if s.audit == nil {
+		return nil
+	}
+	return &Disclosure{Endpoint: endpoint, Route: route.String()}
+}
+
+func (d *Disclosure) identified(sess corefacts.Session) {
+	if d != nil {
+		d.Session = sess
+	}
+}
+
+func (d *Disclosure) asked(query string, hasQuery bool, runID string) {
+	if d != nil {
+		d.Query, d.HasQuery, d.RunID = query, hasQuery, runID
+	}
+}
+
+// hints records a served search or turn answer.
+func (d *Disclosure) hints(status string, hints []Hint) {
+	if d == nil {
+		return
+	}
+	d.Status = status
+	d.Documents = make([]DisclosedDocument, 0, len(hints))
+	for _, h := range hints {
+		d.Documents = append(d.Documents, DisclosedDocument{DocID: h.docID, KBID: h.kbID, Revision: h.Revision})
+	}
+}
+
+// disclose hands d, completed with the answer's error, to the auditor and
+// returns the answer to send: out and err, or 503 when the auditor refuses
+// an answer that would disclose without its event.
+func (s *Service) disclose(ctx context.Context, d *Disclosure, out []byte, err error) ([]byte, error) {
+	if d == nil {
+		return out, err
+	}
+	if name, ok := ctx.Value(endpointKey{}).(string); ok {
+		d.Endpoint = name
+	}
+	if err != nil {
+		d.Documents = nil
+		d.Status, d.Error = DisclosureFailed, protocol.CodeUnavailable
+		var ke *Error
+		if errors.As(err, &ke) {
+			d.Error = ke.Code
+			if ke.Status < 500 {
+				d.Status = DisclosureRefused
+			}
+		}
+	}
+	if aerr := s.audit.Disclose(ctx, d); aerr != nil && err == nil {
+		return nil, errUnavailable(aerr)
+	}
+	return out, err
+}
