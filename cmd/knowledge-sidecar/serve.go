@@ -122,6 +122,8 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	}
 
 	applyMemoryLimit(log, cfg.Proxy.MemoryLimit, os.LookupEnv, cgroupMemoryLimit)
+	gc, gcSource := sidecar.ApplyGCPercent(os.LookupEnv)
+	log.Info("garbage collector target", slog.Int("gc_percent", gc), slog.String("source", gcSource))
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

@@ -275,6 +275,7 @@ func newSidecar(coreURL, catalogDSN string, turnHints bool, log *slog.Logger) (*
 	if catalogDSN == "" {
 		deps.Catalog = newMemCatalog()
 	}
+	sidecar.ApplyGCPercent(os.LookupEnv) // as serve does
 	return sidecar.Build(context.Background(), cfg, deps)
 }
 
