@@ -58,7 +58,10 @@ func TestLayering(t *testing.T) {
 		// The Core double follows Core's facts, never the sidecar's code; the
 		// binary links it (demo), so nothing of it may come from test/.
 		{dir: "internal/fakecore", ours: []string{"corefacts", "corefacts/jsstring", "protocol"}},
-		{dir: "cmd/knowledge-sidecar", forbidden: []string{mod + "test/"}},
+		// The throwaway Core database the binary's demo --sql makes: no test
+		// code, nothing of the sidecar.
+		{dir: "internal/coredb", ours: []string{}, forbidden: []string{"testing"}},
+		{dir: "cmd/knowledge-sidecar", forbidden: []string{mod + "test/", mod + "internal/testkit/", "testing"}},
 	}
 	for _, r := range rules {
 		pkg, err := build.ImportDir(filepath.Join("..", r.dir), 0)

@@ -17,7 +17,7 @@ import (
 )
 
 // Managed tasks (SPEC §4a) end to end: the sidecar, the fake Core and the
-// real MariaDB with the six task tables of tasks.sql, read by the read-only
+// real MariaDB with the six task tables of internal/coredb/tasks.sql, read by the read-only
 // user holding exactly the GRANTs of docs/core-contract.md (base + Core 0.8).
 
 const (

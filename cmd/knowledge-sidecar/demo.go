@@ -161,6 +161,8 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 	docsDir := fs.String("docs", "", "directory of .md/.txt files to use as the demo knowledge base (default: built-in samples)")
 	token := fs.String("demo-token", "", "Agent access token to accept (default: random, printed)")
 	logLevel := fs.String("log-level", "warn", "the sidecar's log level on stderr: debug (every request), info, warn or error")
+	useSQL := fs.Bool("sql", false, "rehearse the production path: the SQL catalog on a throwaway database of a local MySQL/MariaDB, read through a user with exactly the documented GRANTs (dropped on exit)")
+	sqlDSN := fs.String("sql-dsn", defaultRehearsalDSN, "with --sql: an admin DSN of the local server, allowed to create and drop databases and users")
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}
@@ -190,7 +192,19 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	w, err := startDemoWorld(docs, *token)
+	var rh *rehearsal
+	if *useSQL {
+		if rh, err = startRehearsal(ctx, *sqlDSN, docs); err != nil {
+			fmt.Fprintln(stderr, "demo --sql:", err)
+			return 1
+		}
+		defer rh.drop(stderr)
+	}
+	var onRun func(corefacts.Run)
+	if rh != nil {
+		onRun = rh.putRun(log)
+	}
+	w, err := startDemoWorld(docs, *token, onRun)
 	if err != nil {
 		fmt.Fprintln(stderr, "demo:", err)
 		return 1
@@ -201,7 +215,12 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 	// flags come from the user, and Run says clearly if they are unusable.
 	cfg := w.config(*listen, *adminListen)
 	b := readBuildInfo()
-	app, err := sidecar.Build(ctx, cfg, sidecar.Deps{Logger: log, Level: level, Version: b.Version, Revision: b.Revision, Catalog: w.catalog, SingleProcess: true})
+	deps := sidecar.Deps{Logger: log, Level: level, Version: b.Version, Revision: b.Revision, Catalog: w.catalog, SingleProcess: true}
+	if rh != nil {
+		// serve's own build: the SQL catalog behind its schema gate.
+		cfg.Catalog.DSN, deps.Catalog = rh.db.ReadOnlyDSN, nil
+	}
+	app, err := sidecar.Build(ctx, cfg, deps)
 	if err != nil {
 		fmt.Fprintln(stderr, "demo:", err)
 		return 1
@@ -210,6 +229,9 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 	so := serveOptions(cfg)
 	so.OnListening = func(p, a net.Addr) {
 		printWalkthrough(stdout, p.String(), a.String(), *token, docs, walkthroughQueries(docs, *docsDir != ""))
+		if rh != nil {
+			rh.printChecks(stdout, cfg, p.String(), a.String(), *token)
+		}
 	}
 	err = app.Server.Run(ctx, so)
 	if err != nil && !errors.Is(err, context.Canceled) {
@@ -229,12 +251,17 @@ type demoWorld struct {
 	service string // the sidecar's Core service token
 }
 
-func startDemoWorld(docs []demoDoc, token string) (*demoWorld, error) {
+// onRun, when not nil, is told of every run a turn creates (the SQL
+// catalog's rows); else the in-memory catalog holds them.
+func startDemoWorld(docs []demoDoc, token string, onRun func(corefacts.Run)) (*demoWorld, error) {
 	w := &demoWorld{catalog: catalog.NewMemCatalog(), service: randomToken("svc_")}
+	if onRun == nil {
+		onRun = w.catalog.PutRun
+	}
 	w.core = fakecore.New(fakecore.Options{
 		ServiceToken: w.service,
 		SystemInfo:   true,
-		OnRun:        w.catalog.PutRun, // runs the fake creates become visible to the catalog
+		OnRun:        onRun, // runs the fake creates become visible to the catalog
 	})
 	w.core.AddKB(demoKB)
 	w.catalog.PutKB(demoKB, true)

@@ -45,7 +45,7 @@ func startDemo(t *testing.T, docs []demoDoc, own bool) *runningDemo {
 func startDemoClock(t *testing.T, docs []demoDoc, own bool, now func() time.Time) *runningDemo {
 	t.Helper()
 	token := randomToken("bha_")
-	w, err := startDemoWorld(docs, token)
+	w, err := startDemoWorld(docs, token, nil)
 	if err != nil {
 		t.Fatalf("startDemoWorld: %v", err)
 	}

@@ -3,7 +3,7 @@
 // bailing.agent-knowledge.v1 and passes all other traffic through unchanged.
 //
 //	knowledge-sidecar serve [--config FILE]
-//	knowledge-sidecar demo [--listen ADDR] [--admin-listen ADDR] [--docs DIR] [--demo-token TOKEN]
+//	knowledge-sidecar demo [--listen ADDR] [--admin-listen ADDR] [--docs DIR] [--demo-token TOKEN] [--sql [--sql-dsn DSN]]
 //	knowledge-sidecar check-config [--config FILE] [--probe] [--route KEY]
 //	knowledge-sidecar status [--admin URL] [--config FILE] [--json]
 //	knowledge-sidecar keygen [--id ID]
@@ -29,6 +29,7 @@ const usage = `usage: knowledge-sidecar COMMAND [flags]   (COMMAND --help lists 
 Operator side:
   serve          run in front of a Core (production): serve [--config FILE]
   demo           run in front of a built-in Core double with sample documents, printing a walkthrough
+                 (--sql: the SQL catalog on a throwaway database of a local MySQL/MariaDB, as serve reads it)
   check-config   validate the configuration and exit (--probe also tests Core, the token, the catalog and Redis;
                  --route KEY says whether that workspace would be served and why)
   status         print a running sidecar's status from its admin listener: status [--admin URL]

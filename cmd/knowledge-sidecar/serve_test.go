@@ -33,6 +33,7 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 // its config file.
 type serveWorld struct {
 	db                  *testdb.DB
+	core                *fakecore.Core
 	coreURL             string
 	token, serviceToken string
 	bin, cfgPath        string
@@ -45,6 +46,7 @@ func newServeWorld(t *testing.T, seed, extraYAML string) *serveWorld {
 	t.Helper()
 	w := &serveWorld{t: t, db: testdb.New(t), serviceToken: "svc_" + seed + "-service-token-0123456789abcdef", extraYAML: extraYAML}
 	core := fakecore.New(fakecore.Options{ServiceToken: w.serviceToken})
+	w.core = core
 	coreSrv := httptest.NewServer(core)
 	t.Cleanup(func() { core.Close(); coreSrv.Close() })
 	w.coreURL = coreSrv.URL

@@ -2,10 +2,7 @@
 -- wall-clock DATETIMEs and never NOW()). Every id here has a Go constant in
 -- fixtures.go; keep the two in step (TestFixturesMatchConstants checks).
 
-INSERT INTO bz_schema_migrations (filename) VALUES
-  ('001_init.sql'), ('002_routes.sql'), ('004_clients.sql'), ('008_kb.sql'),
-  ('018_kb_ingest.sql'), ('019_kb_datasources.sql'), ('047_route_audience.sql'),
-  ('055_agent_auth.sql'), ('056_agent_client_runtime.sql'), ('059_agent_subject_display.sql');
+-- The migration rows of a pre-0.8 Core are internal/coredb/migrations.sql.
 
 -- Routes: NULL knowledge, legacy kb_id only, kb_ids (with a disabled and a
 -- missing KB), empty kb_ids (no fallback to kb_id), a disabled route, audience

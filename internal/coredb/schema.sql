@@ -1,6 +1,6 @@
--- knowledge-sidecar test schema: the subset of BailingHub Core's tables and
+-- knowledge-sidecar's copy of Core's schema: the subset of BailingHub Core's tables and
 -- columns the sidecar's read-only catalog may see (CORE_SCHEMA.md §8/§9),
--- written for these tests. Types keep what changes behaviour: unsigned
+-- written for the tests and the demo --sql rehearsal. Types keep what changes behaviour: unsigned
 -- auto-increment doc ids, CHAR(36) run/session ids, VARCHAR(64) ids,
 -- MEDIUMTEXT bodies, nullable CHAR(32) content hashes, DATETIME times,
 -- TINYINT enabled flags, VARCHAR statuses, JSON columns (LONGTEXT with a
