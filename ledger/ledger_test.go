@@ -12,7 +12,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
@@ -30,35 +29,6 @@ var clockStart = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
 // TestMain prints one line when tests were skipped for want of Redis.
 func TestMain(m *testing.M) { testkit.Main(m) }
-
-// --- Redis test plumbing ---------------------------------------------------
-
-// requireRedis returns the test Redis URL, or skips (fails when CI=true) if
-// Redis cannot be reached.
-func requireRedis(t *testing.T) string {
-	t.Helper()
-	return testdb.RedisURL(t)
-}
-
-// rawRedis is a plain client for inspecting keys; it deletes every key under
-// prefix when the test ends.
-func rawRedis(t *testing.T, url, prefix string) *redis.Client {
-	t.Helper()
-	opts, err := redis.ParseURL(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := redis.NewClient(opts)
-	t.Cleanup(func() {
-		ctx := context.Background()
-		keys, err := c.Keys(ctx, prefix+"*").Result()
-		if err == nil && len(keys) > 0 {
-			c.Del(ctx, keys...)
-		}
-		c.Close()
-	})
-	return c
-}
 
 // testClient is sharedredis.New(o), closed when the test ends.
 func testClient(t *testing.T, o sharedredis.Options) *sharedredis.Client {
@@ -96,9 +66,9 @@ func backends() []backend {
 			return m
 		}},
 		{"redis", func(t *testing.T) Ledger {
-			url := requireRedis(t)
+			url := testdb.RedisURL(t)
 			prefix := testdb.RedisPrefix(t)
-			rawRedis(t, url, prefix)
+			testdb.RawRedis(t, url, prefix)
 			return newTestRedis(t, url, prefix, time.Hour)
 		}},
 	}
@@ -471,9 +441,9 @@ func TestMemoryBounded(t *testing.T) {
 // --- Redis only -------------------------------------------------------------
 
 func TestRedisTTLIsSetAndRefreshed(t *testing.T) {
-	url := requireRedis(t)
+	url := testdb.RedisURL(t)
 	prefix := testdb.RedisPrefix(t)
-	raw := rawRedis(t, url, prefix)
+	raw := testdb.RawRedis(t, url, prefix)
 	const ttl = 90 * time.Second
 	l := newTestRedis(t, url, prefix, ttl)
 	ctx := context.Background()
@@ -523,9 +493,9 @@ func TestRedisTTLIsSetAndRefreshed(t *testing.T) {
 }
 
 func TestRedisExpiredRecordIsFree(t *testing.T) {
-	url := requireRedis(t)
+	url := testdb.RedisURL(t)
 	prefix := testdb.RedisPrefix(t)
-	raw := rawRedis(t, url, prefix)
+	raw := testdb.RawRedis(t, url, prefix)
 	l := newTestRedis(t, url, prefix, time.Hour)
 	ctx := context.Background()
 	k := key("t1", "m1")
@@ -549,9 +519,9 @@ func TestRedisExpiredRecordIsFree(t *testing.T) {
 }
 
 func TestRedisKeysHideRawIDs(t *testing.T) {
-	url := requireRedis(t)
+	url := testdb.RedisURL(t)
 	prefix := testdb.RedisPrefix(t)
-	raw := rawRedis(t, url, prefix)
+	raw := testdb.RawRedis(t, url, prefix)
 	l := newTestRedis(t, url, prefix, time.Hour)
 	k := Key{"session-secretish", "order-assistant", "conversation-xyz", "turn-abc", "message-def"}
 	if _, err := l.Reserve(context.Background(), k, onDemand); err != nil {
@@ -591,9 +561,9 @@ func TestRedisKeysHideRawIDs(t *testing.T) {
 }
 
 func TestRedisReplicasShareRecords(t *testing.T) {
-	url := requireRedis(t)
+	url := testdb.RedisURL(t)
 	prefix := testdb.RedisPrefix(t)
-	rawRedis(t, url, prefix)
+	testdb.RawRedis(t, url, prefix)
 	a := newTestRedis(t, url, prefix, time.Hour)
 	b := newTestRedis(t, url, prefix, time.Hour)
 	ctx := context.Background()
@@ -632,9 +602,9 @@ func TestRedisReplicasShareRecords(t *testing.T) {
 // mode alone, no attempt count) is joined by a same-mode retry, refuses
 // another mode, and is never released.
 func TestRedisRecordWithoutCount(t *testing.T) {
-	url := requireRedis(t)
+	url := testdb.RedisURL(t)
 	prefix := testdb.RedisPrefix(t)
-	raw := rawRedis(t, url, prefix)
+	raw := testdb.RawRedis(t, url, prefix)
 	l := newTestRedis(t, url, prefix, time.Hour)
 	ctx := context.Background()
 	k := key("t1", "m1")
@@ -660,9 +630,9 @@ func TestRedisRecordWithoutCount(t *testing.T) {
 // TestRedisCountsFollowRecords: the attempt counts live and expire with
 // their records, and a release removes record and count together.
 func TestRedisCountsFollowRecords(t *testing.T) {
-	url := requireRedis(t)
+	url := testdb.RedisURL(t)
 	prefix := testdb.RedisPrefix(t)
-	raw := rawRedis(t, url, prefix)
+	raw := testdb.RawRedis(t, url, prefix)
 	l := newTestRedis(t, url, prefix, time.Hour)
 	ctx := context.Background()
 	k := key("t1", "m1")
@@ -877,9 +847,9 @@ knowledge_sidecar_ledger_evictions_total{bound="session"} %v
 // after 1,200 other turns of the same session (past the memory ledger's
 // 1,000) a mode switch on the first turn is still ErrConflict.
 func TestRedisKeepsRecordsForTTL(t *testing.T) {
-	url := requireRedis(t)
+	url := testdb.RedisURL(t)
 	prefix := testdb.RedisPrefix(t)
-	rawRedis(t, url, prefix)
+	testdb.RawRedis(t, url, prefix)
 	r := newTestRedis(t, url, prefix, time.Hour)
 	ctx := context.Background()
 	first := Key{"sess-a", "r", "c", "first", "first-m"}

@@ -111,9 +111,9 @@ func TestRedisKeysShareOneSlot(t *testing.T) {
 // reservation fail (ErrUnavailable, after the WAIT timeout: its cost there)
 // and the record stays bound to its mode; a conflict does not wait.
 func TestRedisWaitReplicas(t *testing.T) {
-	url := requireRedis(t)
+	url := testdb.RedisURL(t)
 	prefix := testdb.RedisPrefix(t)
-	rawRedis(t, url, prefix)
+	testdb.RawRedis(t, url, prefix)
 	r, err := NewRedis(testClient(t, sharedredis.Options{URL: url, OpTimeout: 2 * time.Second}),
 		RedisOptions{KeyPrefix: prefix, TTL: time.Minute, WaitReplicas: 16, WaitTimeout: 150 * time.Millisecond})
 	if err != nil {

@@ -17,33 +17,6 @@ import (
 
 func TestMain(m *testing.M) { testkit.Main(m) }
 
-// requireRedis returns the test Redis URL, or skips (fails when CI=true) if
-// Redis cannot be reached.
-func requireRedis(t *testing.T) string {
-	t.Helper()
-	return testdb.RedisURL(t)
-}
-
-// rawRedis is a plain client for inspecting keys; it deletes every key under
-// prefix when the test ends.
-func rawRedis(t *testing.T, url, prefix string) *redis.Client {
-	t.Helper()
-	opts, err := redis.ParseURL(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := redis.NewClient(opts)
-	t.Cleanup(func() {
-		ctx := context.Background()
-		keys, err := c.Keys(ctx, prefix+"*").Result()
-		if err == nil && len(keys) > 0 {
-			c.Del(ctx, keys...)
-		}
-		c.Close()
-	})
-	return c
-}
-
 // testClient is New(o), closed when the test ends.
 func testClient(t *testing.T, o Options) *Client {
 	t.Helper()
@@ -171,9 +144,9 @@ func TestTLSExplicit(t *testing.T) {
 // one request per 1/rps, and its Retry-After says when; two clients (two
 // replicas) draw from one bucket per session.
 func TestLimiterGCRA(t *testing.T) {
-	url := requireRedis(t)
+	url := testdb.RedisURL(t)
 	prefix := testdb.RedisPrefix(t)
-	rawRedis(t, url, "rate:"+prefix)
+	testdb.RawRedis(t, url, "rate:"+prefix)
 	a, b := testClient(t, Options{URL: url, OpTimeout: 5 * time.Second}), testClient(t, Options{URL: url, OpTimeout: 5 * time.Second})
 	la, err := a.Limiter(prefix)
 	if err != nil {

@@ -69,3 +69,23 @@ func RedisPrefix(t testing.TB) string {
 	})
 	return prefix
 }
+
+// RawRedis is a plain client on url for inspecting keys; it deletes every
+// key under prefix when the test ends.
+func RawRedis(t testing.TB, url, prefix string) *redis.Client {
+	t.Helper()
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(opts)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		keys, err := c.Keys(ctx, prefix+"*").Result()
+		if err == nil && len(keys) > 0 {
+			c.Del(ctx, keys...)
+		}
+		c.Close()
+	})
+	return c
+}
