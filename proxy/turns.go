@@ -26,9 +26,10 @@ import (
 // forward through the turn ReverseProxy and hand Core's answer to the
 // turn's hooks. Every decision is turn's.
 
-// coreTurnBodyMax is Core's own limit on a turn body (CORE_FACTS §3.2). A
-// larger body is passed through untouched for Core to refuse with its 413.
-const coreTurnBodyMax = 512 << 10
+// coreTurnBodyMax is Core's own limit on a turn body (corefacts, CORE_FACTS
+// §3.2). A larger body is passed through untouched for Core to refuse with
+// its 413.
+const coreTurnBodyMax = corefacts.TurnBodyMax
 
 // turnResponseMax bounds the turn answer the sidecar buffers to rewrite.
 const turnResponseMax = 16 << 20
