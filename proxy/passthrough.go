@@ -84,21 +84,8 @@ func (f forwarding) isTrusted(remoteAddr string) bool {
 	if len(f.trusted) == 0 {
 		return false
 	}
-	host, _, err := net.SplitHostPort(remoteAddr)
-	if err != nil {
-		host = remoteAddr
-	}
-	a, err := netip.ParseAddr(host)
-	if err != nil {
-		return false
-	}
-	a = a.Unmap()
-	for _, p := range f.trusted {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
+	a, ok := peerAddr(remoteAddr)
+	return ok && f.trustedAddr(a)
 }
 
 // TraceTrust is whose inbound trace context (traceparent, tracestate) the

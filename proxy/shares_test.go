@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -12,6 +13,9 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 
@@ -194,4 +198,63 @@ func TestReadTurn(t *testing.T) {
 			t.Errorf("client_share_rejections_total{limit=turn_body_budget}: got %v; want 1", got)
 		}
 	})
+}
+
+// TestConnectionShareTrustedProxyExempt: a peer's connections past its
+// share are refused, unless the peer is a trusted proxy (its connections
+// carry many clients): then only the global cap applies.
+func TestConnectionShareTrustedProxyExempt(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		trusted []netip.Prefix
+		want    int // connections accepted of 3, with a share of 1 and a cap of 4
+	}{
+		{"untrusted peer", nil, 1},
+		{"trusted proxy", []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			raw, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ln := newLimitListener(raw, 4, 1, forwarding{trusted: tc.trusted}, newLimitMetrics(prometheus.NewRegistry()))
+			defer ln.Close()
+			accepted := make(chan net.Conn, 3)
+			go func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					accepted <- c
+				}
+			}()
+			got := 0
+			for range 3 {
+				c, err := net.Dial("tcp", raw.Addr().String())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				// Each connection is either accepted or answered the raw 503
+				// (bytes the client can read): wait for whichever comes.
+				refused := make(chan struct{})
+				go func() {
+					if _, err := c.Read(make([]byte, 1)); err == nil {
+						close(refused)
+					}
+				}()
+				select {
+				case <-accepted:
+					got++
+				case <-refused:
+				case <-time.After(10 * time.Second): // a bound, not a synchronization
+					t.Fatal("a connection was neither accepted nor refused")
+				}
+			}
+			if got != tc.want {
+				t.Fatalf("accepted %d of 3 connections from one peer; want %d", got, tc.want)
+			}
+		})
+	}
 }
