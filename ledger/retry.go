@@ -30,7 +30,7 @@ type Retrying struct {
 	now func() time.Time
 
 	// flushing is held while owed releases are made (the loop's batch, or
-	// the ones a conflicting Reserve makes itself), which are in flying
+	// the ones a conflicting Reserve makes itself), which are in `flying`
 	// meanwhile; flushed counts the batches made. A Reserve that conflicts
 	// while its turn's release is in flight, or was made since it started,
 	// waits for it and reserves again rather than answer ErrConflict.
