@@ -49,7 +49,7 @@ func session(t *testing.T, search string) *mcp.ClientSession {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Options{Client: c, Version: "test"})
+	srv, err := New(Options{Backend: c, Version: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,9 +19,19 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
+// Backend answers the protocol's requests for the tools: a
+// *hostclient.Client over HTTP (the stdio `mcp` command), or the sidecar's
+// own knowledge service in process (the /knowledge/mcp endpoint of `serve`).
+// endpoint is hostclient.Capabilities, Search or Read; an error is a
+// transport failure (the answer could not be had at all), never a protocol
+// error, which comes back as a Response with its status and error body.
+type Backend interface {
+	Call(ctx context.Context, endpoint string, body []byte) (*hostclient.Response, error)
+}
+
 // Options configure the server.
 type Options struct {
-	Client  *hostclient.Client
+	Backend Backend
 	Version string
 	// Logger receives diagnostics (default: discard); never tokens, refs,
 	// queries or document text.
@@ -30,12 +40,24 @@ type Options struct {
 	// when the model gives none, and a call with another run_id is refused
 	// (invalid_request). For hosts that start one server per turn.
 	RunID string
+	// Profile selects the tool set: ProfileKnowledge ("" too) serves
+	// knowledge_search and knowledge_read; ProfileOpenAI serves the search
+	// and fetch pair that OpenAI connectors and deep research require
+	// (SPEC §10).
+	Profile string
 }
+
+// The tool profiles (SPEC §10): Options.Profile, `mcp --profile`, and the
+// remote endpoint's ?profile=.
+const (
+	ProfileKnowledge = "knowledge"
+	ProfileOpenAI    = "openai"
+)
 
 // New builds the MCP server with the two tools.
 func New(o Options) (*mcp.Server, error) {
-	if o.Client == nil {
-		return nil, errors.New("mcpserver: no client")
+	if o.Backend == nil {
+		return nil, errors.New("mcpserver: no backend")
 	}
 	log := o.Logger
 	if log == nil {
@@ -53,7 +75,7 @@ func New(o Options) (*mcp.Server, error) {
 		if def.Name == protocol.ReadTool {
 			endpoint = hostclient.Read
 		}
-		h := &handler{c: o.Client, schema: rs, props: def.properties(), endpoint: endpoint, log: log, runID: o.RunID}
+		h := &handler{c: o.Backend, schema: rs, props: def.properties(), endpoint: endpoint, log: log, runID: o.RunID}
 		srv.AddTool(&mcp.Tool{
 			Name: def.Name, Description: def.Description, InputSchema: def.InputSchema,
 			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: new(false)},
@@ -63,7 +85,7 @@ func New(o Options) (*mcp.Server, error) {
 }
 
 type handler struct {
-	c        *hostclient.Client
+	c        Backend
 	schema   *jsonschema.Resolved
 	props    *jsonschema.Schema // the input schema, for plain-English messages
 	endpoint string
@@ -206,7 +228,7 @@ const (
 
 // Probe reads capabilities and classifies the answer; detail is a sentence
 // for the operator (no token, no body).
-func Probe(ctx context.Context, c *hostclient.Client) (s Support, detail string) {
+func Probe(ctx context.Context, c Backend) (s Support, detail string) {
 	res, err := c.Call(ctx, hostclient.Capabilities, nil)
 	if err != nil {
 		return Unknown, "the knowledge service could not be reached"

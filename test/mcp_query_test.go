@@ -42,7 +42,7 @@ func TestQueryLimitMCPEqualsHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := mcpserver.New(mcpserver.Options{Client: c, Version: "test"})
+	srv, err := mcpserver.New(mcpserver.Options{Backend: c, Version: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}

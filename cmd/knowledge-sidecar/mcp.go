@@ -143,7 +143,7 @@ func cmdMCP(args []string, stdin io.ReadCloser, stdout io.Writer, stderr io.Writ
 	case mcpserver.Unknown:
 		log.Warn("capabilities probe failed; serving anyway, each tool call will report the error", "detail", detail)
 	}
-	srv, err := mcpserver.New(mcpserver.Options{Client: client, Version: readBuildInfo().Version, Logger: log, RunID: *runID})
+	srv, err := mcpserver.New(mcpserver.Options{Backend: client, Version: readBuildInfo().Version, Logger: log, RunID: *runID})
 	if err != nil {
 		fmt.Fprintln(stderr, "mcp:", err)
 		return 1
