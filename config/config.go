@@ -40,6 +40,27 @@ type Config struct {
 	Reload    Reload    `yaml:"reload"`
 	Tracing   Tracing   `yaml:"tracing"`
 	Audit     Audit     `yaml:"audit"`
+	MCP       MCP       `yaml:"mcp"`
+}
+
+// MCP configures the remote MCP endpoint (SPEC §10, docs/hosts.md), served
+// on every rolled-out workspace whatever is set here.
+type MCP struct {
+	// AuthorizationServers, when set, are the OAuth authorization servers
+	// (issuer URLs) that issue the hosts' Agent access tokens: a 401 then
+	// names the RFC 9728 Protected Resource Metadata document, which lists
+	// them, so an MCP host can discover where to sign in. Default none (a
+	// 401 says only "Bearer"). Restart-only.
+	AuthorizationServers []string `yaml:"authorization_servers"`
+	// Scopes, when set, is the metadata document's scopes_supported.
+	// Default none. Restart-only.
+	Scopes []string `yaml:"scopes"`
+	// PublicURL is the sidecar's address as hosts reach it (scheme and
+	// host, e.g. https://agents.example.com): the metadata's resource and
+	// the 401's resource_metadata are built on it. Default: the request's
+	// own scheme and Host. Set it behind a proxy that rewrites Host.
+	// Restart-only.
+	PublicURL string `yaml:"public_url"`
 }
 
 // Audit configures the disclosure audit (SPEC §11, docs/audit.md): one

@@ -44,6 +44,7 @@ func (c *Config) Validate(extra ...func(*Config) (path string, err error)) error
 	p.reload(c.Reload)
 	p.tracing(c.Tracing)
 	p.audit(c.Audit, c.Tracing.Enabled)
+	p.mcp(c.MCP)
 	for _, check := range extra {
 		if path, err := check(c); err != nil {
 			p.add(path, strings.TrimPrefix(err.Error(), path+": ")) // no "rollout: rollout: …"
@@ -265,6 +266,31 @@ func (p *problems) audit(a Audit, tracing bool) {
 	}
 	if a.QueryHMACKey != "" && len(a.QueryHMACKey) < AuditQueryKeyMin {
 		p.add("audit.query_hmac_key", fmt.Sprintf("is too short: must be at least %d bytes (%s)", AuditQueryKeyMin, secret("audit.query_hmac_key").Hint()))
+	}
+}
+
+// mcp: the mcp section; every URL absolute http(s) with a host, no query or
+// fragment (hosts compare them verbatim).
+func (p *problems) mcp(m MCP) {
+	check := func(key, v string) {
+		u, err := url.Parse(v)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+			p.add(key, quote(v)+" is not an absolute http(s) URL without credentials, query or fragment")
+		}
+	}
+	for i, v := range m.AuthorizationServers {
+		check(fmt.Sprintf("mcp.authorization_servers[%d]", i), v)
+	}
+	if m.PublicURL != "" {
+		check("mcp.public_url", m.PublicURL)
+		if u, err := url.Parse(m.PublicURL); err == nil && strings.Trim(u.Path, "/") != "" {
+			p.add("mcp.public_url", quote(m.PublicURL)+" must be scheme and host only (the endpoint's path is added)")
+		}
+	}
+	for i, v := range m.Scopes {
+		if v == "" || strings.ContainsAny(v, " \t\"\\") {
+			p.add(fmt.Sprintf("mcp.scopes[%d]", i), quote(v)+" is not a scope token (no spaces or quotes)")
+		}
 	}
 }
 

@@ -150,6 +150,9 @@ func New(o Options) (*Service, error) {
 // no route check). Failures are *Error: 401 unauthorized or 503
 // knowledge_unavailable.
 func (s *Service) Authenticate(ctx context.Context, authorization string) (corefacts.Session, error) {
+	if h, ok := ctx.Value(identityKey{}).(*heldIdentity); ok && h.authorization == authorization {
+		return h.sess, nil
+	}
 	sess, err := s.id.Session(ctx, authorization)
 	if err != nil {
 		if errors.Is(err, corefacts.ErrUnauthorized) {
@@ -161,6 +164,23 @@ func (s *Service) Authenticate(ctx context.Context, authorization string) (coref
 		return corefacts.Session{}, errUnavailable(errors.New("core returned an incomplete session"))
 	}
 	return sess, nil
+}
+
+type identityKey struct{}
+
+type heldIdentity struct {
+	authorization string
+	sess          corefacts.Session
+}
+
+// WithIdentity holds, for the calls made with ctx, the session Authenticate
+// returned for authorization during the same inbound request: one remote MCP
+// request authenticates once at the edge (SPEC §10) and its tool call is not
+// sent to Core's identity endpoint a second time. It is never kept past the
+// request (SPEC §2: no identity caching across requests); another
+// authorization is still asked of Core.
+func WithIdentity(ctx context.Context, authorization string, sess corefacts.Session) context.Context {
+	return context.WithValue(ctx, identityKey{}, &heldIdentity{authorization: authorization, sess: sess})
 }
 
 // AllowTurn takes one token from the session's bucket (the knowledge

@@ -11,7 +11,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
@@ -112,7 +111,6 @@ func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	var (
 		ee *edgeError
-		ke *knowledge.Error
 		he *echo.HTTPError
 	)
 	switch {
@@ -124,15 +122,9 @@ func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 		s.log.Error("unhandled edge error", slog.String("request_id", requestID(ctx)), slog.Any("error", err))
 		ee = errNotProxied
 	default:
-		if !errors.As(err, &ke) {
-			ke = knowledge.Unavailable(err) // a ledger or catalog failure
-		}
+		ke := s.knowledgeError(ctx, err)
 		if ke.Status == http.StatusTooManyRequests {
 			w.Header().Set("Retry-After", strconv.Itoa(ke.RetryAfterSeconds()))
-		}
-		if ke.Status >= 500 {
-			s.log.LogAttrs(ctx, slog.LevelWarn, "knowledge request failed", slog.String("request_id", requestID(ctx)),
-				slog.String("code", string(ke.Code)), slog.Any("cause", ke.Err))
 		}
 		writeError(w, ke.Status, ke.Code, ke.Message)
 		return

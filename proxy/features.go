@@ -43,6 +43,8 @@ type Features struct {
 	// (config core.timeout, as for the Prober's calls). Default 3s.
 	ProbeTimeout time.Duration
 	Now          func() time.Time
+	// MCP configures the remote MCP endpoint (SPEC §10).
+	MCP MCPOptions
 	// NoTurnHints turns same-run hints off (config turn_hints: false):
 	// on_demand turns then answer "hints": []. Default: hints on.
 	NoTurnHints bool
@@ -56,6 +58,8 @@ type features struct {
 	// turnProxy forwards intercepted turns; caps forwards capabilities
 	// requests as the probe.
 	turnProxy, caps *httputil.ReverseProxy
+	mcp             http.Handler // the remote MCP endpoint's SDK handler (mcp.go)
+	mcpOpts         MCPOptions
 }
 
 func newFeatures(f *Features, s *Server) (*features, error) {
@@ -86,6 +90,10 @@ func newFeatures(f *Features, s *Server) (*features, error) {
 	ft.rollout.Store(&p)
 	ft.turnProxy = s.newTurnProxy()
 	ft.caps = s.newCapsProxy(f.ProbeTimeout, nd)
+	ft.mcpOpts = f.MCP
+	if ft.mcp, err = s.newMCP(); err != nil {
+		return nil, err
+	}
 	return ft, nil
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bailinghub/knowledge-sidecar/mcpserver"
 	"github.com/bailinghub/knowledge-sidecar/native"
 	"github.com/bailinghub/knowledge-sidecar/turn"
 )
@@ -27,6 +28,7 @@ type metrics struct {
 	native         *prometheus.GaugeVec
 	reloads        *prometheus.CounterVec
 	turnHints      *prometheus.CounterVec
+	mcpRequests    *prometheus.CounterVec
 	ledgerReleases *prometheus.CounterVec
 	// byHandler: the pre-resolved series of each handler label (read-only
 	// after newMetrics).
@@ -187,6 +189,15 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 	for _, r := range turn.ReleaseReasons {
 		m.ledgerReleases.WithLabelValues(r)
 	}
+	m.mcpRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "mcp_requests_total",
+		Help: "Remote MCP requests by JSON-RPC method (initialize, notifications/initialized, server/discover, ping, tools/list, tools/call, other) and outcome (ok, tool_error: a tool result with isError, error: a JSON-RPC error).",
+	}, []string{"method", "outcome"})
+	for _, method := range mcpserver.MethodLabels {
+		for _, o := range []string{mcpserver.OutcomeOK, mcpserver.OutcomeToolError, mcpserver.OutcomeError} {
+			m.mcpRequests.WithLabelValues(method, o)
+		}
+	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: namespace, Name: "build_info", Help: "Build information; always 1.",
 	}, []string{"version", "goversion"})
@@ -194,7 +205,7 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 	if reg != nil {
 		reg.MustRegister(m.requests, m.duration, m.inFlight, m.upstreamErrors, m.ready, m.turns,
 			m.ledgerConflict, m.ledgerErrors, m.ledgerFailOpen, m.rollout, m.native, m.reloads, m.turnHints, build)
-		reg.MustRegister(m.ledgerReleases)
+		reg.MustRegister(m.ledgerReleases, m.mcpRequests)
 	}
 	return m
 }

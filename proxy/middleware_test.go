@@ -94,7 +94,7 @@ func edgeServer(t *testing.T, routes func(e *echo.Echo)) *Server {
 		t.Fatal(err)
 	}
 	routes(s.echo)
-	s.claim = "/" // the test's routes may claim any path
+	s.claim = []string{"/"} // the test's routes may claim any path
 	return s
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/bailinghub/knowledge-sidecar/mcpserver"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
@@ -45,6 +46,8 @@ var routes = []route{
 	{http.MethodPost, pathSearch, "search", (*Server).search, true, protocol.MaxRequestBytes},
 	{http.MethodPost, pathRead, "read", (*Server).read, true, protocol.MaxRequestBytes},
 	{http.MethodPost, pathTurns, "turns", (*Server).turns, false, passDrainLimit},
+	{http.MethodPost, pathMCP, "mcp", (*Server).mcp, true, mcpserver.MaxHTTPBody},
+	{http.MethodGet, pathMCPMetadata, "mcp_metadata", (*Server).mcpMetadata, true, protocol.MaxRequestBytes},
 }
 
 // passDrainLimit bounds the drain of a pass-through request's unread body,
@@ -67,26 +70,31 @@ func (s *Server) register(e *echo.Echo) {
 	}
 }
 
-// claimPrefix is what every path of the table starts with before its
-// route segment: a request path without it is never routed to a row
-// (Server.ServeHTTP skips echo's router for it).
-var claimPrefix = commonPrefix(routes)
+// claimPrefixes are what the table's paths start with before their route
+// segment, one per first path segment (/agent-api/…, /.well-known/…): a
+// request path with none of them is never routed to a row (Server.ServeHTTP
+// skips echo's router for it).
+var claimPrefixes = claimPrefixesOf(routes)
 
-func commonPrefix(rows []route) string {
-	var p string
-	for i, rt := range rows {
+func claimPrefixesOf(rows []route) []string {
+	var out []string
+	byFirst := map[string]int{} // first segment → index in out
+	for _, rt := range rows {
 		fixed, _, _ := strings.Cut(rt.path, ":")
-		if i == 0 {
-			p = fixed
+		first, _, _ := strings.Cut(strings.TrimPrefix(fixed, "/"), "/")
+		i, seen := byFirst[first]
+		if !seen {
+			byFirst[first] = len(out)
+			out = append(out, fixed)
 			continue
 		}
 		n := 0
-		for n < len(p) && n < len(fixed) && p[n] == fixed[n] {
+		for n < len(out[i]) && n < len(fixed) && out[i][n] == fixed[n] {
 			n++
 		}
-		p = p[:n]
+		out[i] = out[i][:n]
 	}
-	return p
+	return out
 }
 
 // routeOf is the table row of the path echo matched, or nil.

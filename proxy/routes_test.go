@@ -1,24 +1,27 @@
 package proxy
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
 
-// TestClaimPrefix: every path of the route table starts with claimPrefix
-// (a request without it skips echo's router, so a row outside it would
-// never be served), and commonPrefix stops at the shortest fixed part.
-func TestClaimPrefix(t *testing.T) {
-	if claimPrefix != "/agent-api/v1/workspaces/" {
-		t.Errorf("claimPrefix %q; want /agent-api/v1/workspaces/", claimPrefix)
+// TestClaimPrefixes: every path of the route table starts with one of
+// claimPrefixes (a request without one skips echo's router, so a row outside
+// them would never be served), one prefix per first segment, each stopping
+// at the shortest fixed part of its rows.
+func TestClaimPrefixes(t *testing.T) {
+	want := []string{"/agent-api/v1/workspaces/", "/.well-known/oauth-protected-resource/agent-api/v1/workspaces/"}
+	if !slices.Equal(claimPrefixes, want) {
+		t.Errorf("claimPrefixes %q; want %q", claimPrefixes, want)
 	}
 	for _, rt := range routes {
-		if !strings.HasPrefix(rt.path, claimPrefix) {
-			t.Errorf("route %s %s is outside claimPrefix %q", rt.method, rt.path, claimPrefix)
+		if !slices.ContainsFunc(claimPrefixes, func(p string) bool { return strings.HasPrefix(rt.path, p) }) {
+			t.Errorf("route %s %s is outside claimPrefixes %q", rt.method, rt.path, claimPrefixes)
 		}
 	}
-	got := commonPrefix([]route{{path: "/a/bc/:x/d"}, {path: "/a/b/:y"}, {path: "/a/bcd"}})
-	if got != "/a/b" {
-		t.Errorf("commonPrefix: got %q; want /a/b", got)
+	got := claimPrefixesOf([]route{{path: "/a/bc/:x/d"}, {path: "/z/:y"}, {path: "/a/b/:y"}, {path: "/a/bcd"}})
+	if !slices.Equal(got, []string{"/a/b", "/z/"}) {
+		t.Errorf("claimPrefixesOf: got %q; want [/a/b /z/]", got)
 	}
 }

@@ -92,9 +92,9 @@ type Server struct {
 	// route can claim runs (ServeHTTP), without echo's routing and its
 	// per-request middleware chain.
 	passEdge echo.HandlerFunc
-	// claim: a request whose path starts with it goes through echo's
-	// router (claimPrefix with features on; "" claims nothing).
-	claim    string
+	// claim: a request whose path starts with one of them goes through
+	// echo's router (claimPrefixes with features on; none claims nothing).
+	claim    []string
 	log      *slog.Logger
 	m        *metrics
 	registry *prometheus.Registry
@@ -112,7 +112,8 @@ type Server struct {
 
 	feat *features
 
-	tracer trace.Tracer // nil: tracing off
+	tracer  trace.Tracer // nil: tracing off
+	version string       // Options.Version
 }
 
 func registerer(o Options) prometheus.Registerer {
@@ -144,6 +145,7 @@ func New(o Options) (*Server, error) {
 		registry: o.Registry,
 		ids:      newIDSource(),
 		bodyIdle: o.BodyIdleTimeout,
+		version:  o.Version,
 	}
 	s.lim = newEdgeLimits(o.Limits, newLimitMetrics(registerer(o)))
 	s.target, s.transport = o.CoreURL, o.Transport
@@ -174,7 +176,7 @@ func New(o Options) (*Server, error) {
 		}
 		s.feat = f
 		s.register(e)
-		s.claim = claimPrefix
+		s.claim = claimPrefixes
 	}
 	s.echo = e
 	s.SetReady(true)
@@ -189,9 +191,11 @@ func (s *Server) Handler() http.Handler { return s }
 // goes straight to the edge around the pass-through, in an echo context of
 // echo's pool, as echo itself would run it.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if s.claim != "" && strings.HasPrefix(r.URL.Path, s.claim) {
-		s.echo.ServeHTTP(w, r)
-		return
+	for _, p := range s.claim {
+		if strings.HasPrefix(r.URL.Path, p) {
+			s.echo.ServeHTTP(w, r)
+			return
+		}
 	}
 	c := s.echo.AcquireContext()
 	c.Reset(r, w)

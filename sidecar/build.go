@@ -453,7 +453,9 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 		ProbeInterval:   cfg.ProbeInterval,
 		ProbeTimeout:    cfg.Core.Timeout,
 		NoTurnHints:     !cfg.TurnHints,
-		Now:             deps.Now,
+		MCP: proxy.MCPOptions{AuthorizationServers: cfg.MCP.AuthorizationServers, Scopes: cfg.MCP.Scopes,
+			PublicURL: cfg.MCP.PublicURL},
+		Now: deps.Now,
 	}, nil
 }
 

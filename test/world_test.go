@@ -160,6 +160,8 @@ type FeatureOptions struct {
 	CatalogDSN string
 	// Logger is the knowledge service's logger (default: the test log).
 	Logger *slog.Logger
+	// MCP configures the remote MCP endpoint.
+	MCP proxy.MCPOptions
 }
 
 // Features builds the knowledge features wired to the world, as `serve`
@@ -236,7 +238,7 @@ func (w *World) Features(t testing.TB, o FeatureOptions) *proxy.Features {
 	t.Cleanup(func() { o.Ledger.Close() })
 	return &proxy.Features{
 		Knowledge: svc, Prober: client, Ledger: o.Ledger, Rollout: pol,
-		NativeDetection: o.NativeDetection, ProbeInterval: o.ProbeInterval, Now: o.Now,
+		NativeDetection: o.NativeDetection, ProbeInterval: o.ProbeInterval, Now: o.Now, MCP: o.MCP,
 	}
 }
 

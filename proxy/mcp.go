@@ -1,0 +1,198 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+	"github.com/modelcontextprotocol/go-sdk/oauthex"
+
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/hostclient"
+	"github.com/bailinghub/knowledge-sidecar/knowledge"
+	"github.com/bailinghub/knowledge-sidecar/mcpserver"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
+)
+
+// The remote MCP endpoint (SPEC §10): the edge applies the knowledge
+// endpoints' gates (rollout, native Core, identity) and hands the request to
+// mcpserver's stateless Streamable HTTP handler, whose tools call the
+// knowledge service in process (mcpBackend) with the identity the edge
+// established — one look-up per HTTP request, as for search and read.
+
+const (
+	pathMCP = "/agent-api/v1/workspaces/:route/knowledge/mcp"
+	// pathMCPMetadata is the RFC 9728 Protected Resource Metadata document
+	// of pathMCP: the well-known prefix before the resource's path.
+	pathMCPMetadata = "/.well-known/oauth-protected-resource" + pathMCP
+)
+
+// MCPOptions configure the remote MCP endpoint (config mcp.*).
+type MCPOptions struct {
+	// AuthorizationServers, when set, are named in the metadata document,
+	// and a 401 points hosts at that document.
+	AuthorizationServers []string
+	Scopes               []string
+	// PublicURL is scheme://host as hosts reach the sidecar; "" takes the
+	// request's own.
+	PublicURL string
+}
+
+var errMCPProfile = &edgeError{status: http.StatusBadRequest, code: protocol.CodeInvalidRequest,
+	message: `profile must be "knowledge" or "openai".`}
+
+func (s *Server) newMCP() (http.Handler, error) {
+	return mcpserver.NewHTTP(mcpserver.HTTPOptions{
+		Backend:   mcpBackend{s},
+		Version:   s.version,
+		Logger:    s.log,
+		Tracer:    s.tracer,
+		TrustMeta: func(ctx context.Context) bool { return mcpCallOf(ctx).traceTrusted },
+		Observe:   func(method, outcome string) { s.m.mcpRequests.WithLabelValues(method, outcome).Inc() },
+	})
+}
+
+// mcp serves POST …/knowledge/mcp: rollout and native detection as for the
+// other knowledge endpoints, then identity (401 with its challenge), then
+// the SDK's handler with the caller in the context.
+func (s *Server) mcp(c echo.Context) error {
+	key := routeKey(c)
+	if !s.decide(c, key) {
+		return s.passH(c)
+	}
+	r := c.Request()
+	authz := r.Header.Get("Authorization")
+	sess, err := s.feat.k.Authenticate(r.Context(), authz)
+	if err != nil {
+		var ke *knowledge.Error
+		if errors.As(err, &ke) && ke.Status == http.StatusUnauthorized {
+			c.Response().Header().Set("WWW-Authenticate", s.mcpChallenge(r))
+		}
+		return err
+	}
+	if !mcpserver.ValidProfile(r.URL.Query().Get("profile")) {
+		return errMCPProfile
+	}
+	ctx := knowledge.WithIdentity(r.Context(), authz, sess)
+	ctx = context.WithValue(ctx, mcpCallKey{}, &mcpCall{authorization: authz, route: key,
+		traceTrusted: s.fw.traceTrusted(s.fw.isTrusted(r.RemoteAddr))})
+	s.feat.mcp.ServeHTTP(c.Response(), r.WithContext(ctx))
+	return nil
+}
+
+// mcpChallenge is the 401's WWW-Authenticate: Bearer, and the metadata
+// document's address when authorization servers are configured.
+func (s *Server) mcpChallenge(r *http.Request) string {
+	if len(s.feat.mcpOpts.AuthorizationServers) == 0 {
+		return "Bearer"
+	}
+	return `Bearer resource_metadata="` + s.publicURL(r) + strings.TrimSuffix(pathMCPMetadata, pathMCP) + r.URL.Path + `"`
+}
+
+// mcpMetadata serves the RFC 9728 document of a workspace's MCP endpoint
+// when authorization servers are configured; otherwise, and for a
+// workspace the sidecar does not serve, the request is Core's.
+func (s *Server) mcpMetadata(c echo.Context) error {
+	if len(s.feat.mcpOpts.AuthorizationServers) == 0 || !s.decide(c, routeKey(c)) {
+		return s.passH(c)
+	}
+	r := c.Request()
+	o := s.feat.mcpOpts
+	doc, err := json.Marshal(oauthex.ProtectedResourceMetadata{
+		Resource:               s.publicURL(r) + strings.TrimPrefix(r.URL.Path, strings.TrimSuffix(pathMCPMetadata, pathMCP)),
+		AuthorizationServers:   o.AuthorizationServers,
+		ScopesSupported:        o.Scopes,
+		BearerMethodsSupported: []string{"header"},
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(c.Response(), http.StatusOK, doc)
+	return nil
+}
+
+// publicURL is scheme://host as the host reached the sidecar: config
+// mcp.public_url, else the request's Host with https when the connection
+// is TLS or a trusted proxy says X-Forwarded-Proto: https.
+func (s *Server) publicURL(r *http.Request) string {
+	if u := s.feat.mcpOpts.PublicURL; u != "" {
+		return strings.TrimSuffix(u, "/")
+	}
+	scheme := "http"
+	if r.TLS != nil || (s.fw.isTrusted(r.RemoteAddr) && strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")) {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host
+}
+
+type mcpCallKey struct{}
+
+// mcpCall is the caller of one MCP request, for its tool call.
+type mcpCall struct {
+	authorization string
+	route         corefacts.RouteKey
+	traceTrusted  bool
+}
+
+func mcpCallOf(ctx context.Context) *mcpCall {
+	if c, ok := ctx.Value(mcpCallKey{}).(*mcpCall); ok {
+		return c
+	}
+	return &mcpCall{}
+}
+
+// mcpBackend is mcpserver's Backend in process: a tool's protocol request
+// goes to the knowledge service as the caller of the MCP request, and its
+// answer comes back as the endpoint would have written it.
+type mcpBackend struct{ s *Server }
+
+func (b mcpBackend) Call(ctx context.Context, endpoint string, body []byte) (*hostclient.Response, error) {
+	call := mcpCallOf(ctx)
+	if tool := mcpserver.ToolName(ctx); tool != "" {
+		ctx = knowledge.WithEndpoint(ctx, knowledge.MCPEndpoint(tool))
+	}
+	k := b.s.feat.k
+	var out []byte
+	var err error
+	switch endpoint {
+	case hostclient.Search:
+		out, err = k.Search(ctx, call.authorization, call.route, bytes.NewReader(body))
+	case hostclient.Read:
+		out, err = k.Read(ctx, call.authorization, call.route, bytes.NewReader(body))
+	case hostclient.Capabilities:
+		out, err = k.Capabilities(ctx, call.authorization, call.route)
+	default:
+		return nil, errors.New("proxy: no knowledge endpoint " + endpoint)
+	}
+	if err == nil {
+		return &hostclient.Response{Status: http.StatusOK, Header: http.Header{}, Body: out}, nil
+	}
+	ke := b.s.knowledgeError(ctx, err)
+	res := &hostclient.Response{Status: ke.Status, Header: http.Header{}}
+	if ke.Status == http.StatusTooManyRequests {
+		res.Header.Set("Retry-After", strconv.Itoa(ke.RetryAfterSeconds()))
+	}
+	res.Body, _ = json.Marshal(errorBody{Error: string(ke.Code), Message: ke.Message})
+	return res, nil
+}
+
+// knowledgeError is err as the knowledge error it is answered with: a
+// ledger or catalog failure is 503 knowledge_unavailable. A 5xx cause is
+// logged here, never sent.
+func (s *Server) knowledgeError(ctx context.Context, err error) *knowledge.Error {
+	var ke *knowledge.Error
+	if !errors.As(err, &ke) {
+		ke = knowledge.Unavailable(err)
+	}
+	if ke.Status >= 500 {
+		s.log.LogAttrs(ctx, slog.LevelWarn, "knowledge request failed", slog.String("request_id", requestID(ctx)),
+			slog.String("code", string(ke.Code)), slog.Any("cause", ke.Err))
+	}
+	return ke
+}

@@ -1,0 +1,215 @@
+package test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
+	"github.com/bailinghub/knowledge-sidecar/proxy"
+)
+
+// bearerRT adds the host's bearer to every request of an MCP client.
+type bearerRT struct{ token string }
+
+func (b bearerRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// connectRemote connects the go-sdk's Streamable HTTP client to endpoint.
+func connectRemote(t *testing.T, ctx context.Context, endpoint, token string) *mcp.ClientSession {
+	t.Helper()
+	tr := &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: &http.Client{Transport: bearerRT{token}}, DisableStandaloneSSE: true}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-host", Version: "1"}, nil).Connect(ctx, tr, nil)
+	if err != nil {
+		t.Fatalf("connect %s: %v", endpoint, err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs
+}
+
+// TestMCPRemoteEndpoint: the remote MCP endpoint (SPEC §10) lists the two
+// tools, searches and reads through the knowledge service as the caller,
+// asking Core's identity endpoint once per HTTP request (not once more for
+// the tool call inside it), and counts mcp_requests_total.
+func TestMCPRemoteEndpoint(t *testing.T) {
+	kw := newKWorld(t, fakecore.Options{SystemInfo: true})
+	sc := kw.start(t, kopts{})
+	reg := sc.Registry
+	route := testdb.RouteMulti
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	cs := connectRemote(t, ctx, sc.WS(route)+"/knowledge/mcp", kw.TokenA)
+
+	tools, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range tools.Tools {
+		names = append(names, tl.Name)
+	}
+	slices.Sort(names)
+	if strings.Join(names, ",") != protocol.ReadTool+","+protocol.SearchTool {
+		t.Fatalf("tools: %v", names)
+	}
+
+	mark := kw.rec.mark()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: protocol.SearchTool, Arguments: map[string]any{"query": refundQuery}})
+	if err != nil || res.IsError {
+		t.Fatalf("search: %v %+v", err, res)
+	}
+	if n := len(kw.rec.since(mark, "/agent-auth/v1/session")); n != 1 {
+		t.Errorf("one tools/call asked Core's identity %d times; want 1 (the edge's, held for the tool call)", n)
+	}
+	var answer struct {
+		Status string `json:"status"`
+		Hints  []struct {
+			Ref string `json:"ref"`
+		} `json:"hints"`
+	}
+	raw, _ := json.Marshal(res.StructuredContent)
+	if err := json.Unmarshal(raw, &answer); err != nil || answer.Status == "" || len(answer.Hints) == 0 {
+		t.Fatalf("search answer: %s", raw)
+	}
+	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: protocol.ReadTool, Arguments: map[string]any{"ref": answer.Hints[0].Ref}})
+	if err != nil || res.IsError {
+		t.Fatalf("read: %v %+v", err, res)
+	}
+	// A ref minted for the session is refused to another bearer, as a tool
+	// error naming the protocol's code (no JSON-RPC error).
+	other := connectRemote(t, ctx, sc.WS(route)+"/knowledge/mcp", kw.TokenStar)
+	res, err = other.CallTool(ctx, &mcp.CallToolParams{Name: protocol.ReadTool, Arguments: map[string]any{"ref": answer.Hints[0].Ref}})
+	if err != nil || !res.IsError || res.StructuredContent != nil {
+		t.Fatalf("another session's ref: %v %+v; want a tool error without structuredContent", err, res)
+	}
+	if text := res.Content[0].(*mcp.TextContent).Text; !strings.HasPrefix(text, string(protocol.CodeReferenceInvalid)) {
+		t.Errorf("another session's ref: %q; want it to start with %s", text, protocol.CodeReferenceInvalid)
+	}
+	for _, c := range []struct {
+		method, outcome string
+		min             float64
+	}{{"tools/list", "ok", 1}, {"tools/call", "ok", 2}, {"tools/call", "tool_error", 1}} {
+		got := counterValue(t, reg, "knowledge_sidecar_mcp_requests_total", c.method, c.outcome)
+		if got < c.min {
+			t.Errorf("mcp_requests_total{%s,%s} = %v; want ≥ %v", c.method, c.outcome, got, c.min)
+		}
+	}
+}
+
+// counterValue is one labelled series of a registry's counter (labels in
+// their sorted order).
+func counterValue(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			ok := len(m.GetLabel()) == len(labels)
+			for i, l := range m.GetLabel() {
+				ok = ok && l.GetValue() == labels[i]
+			}
+			if ok {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no series %s%v", name, labels)
+	return 0
+}
+
+// TestMCPRemoteHTTP: the endpoint's HTTP rules (SPEC §10): a request
+// without or with a refused bearer is 401 with a Bearer challenge naming
+// the RFC 9728 document when authorization servers are configured, and
+// that document is served; a batch is refused; GET is 405 with Allow: POST;
+// a body over 64 KiB is 413; an unknown profile is 400; a workspace that is
+// not rolled out passes through to Core untouched.
+func TestMCPRemoteHTTP(t *testing.T) {
+	kw := newKWorld(t, fakecore.Options{SystemInfo: true})
+	sc := kw.start(t, kopts{FeatureOptions: FeatureOptions{Rollout: "allow:" + testdb.RouteMulti,
+		MCP: proxy.MCPOptions{AuthorizationServers: []string{"https://auth.example"}, Scopes: []string{"agent"}}}})
+	route := testdb.RouteMulti
+	endpoint := sc.WS(route) + "/knowledge/mcp"
+	initialize := []byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	post := func(url, token string, body []byte, hdr ...string) (*http.Response, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		res, err := kw.c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(res.Body)
+		return res, b.Bytes()
+	}
+
+	metaURL := sc.URL + "/.well-known/oauth-protected-resource/agent-api/v1/workspaces/" + route + "/knowledge/mcp"
+	for _, token := range []string{"", "not-a-token"} {
+		res, body := post(endpoint, token, initialize)
+		want := `Bearer resource_metadata="` + metaURL + `"`
+		if res.StatusCode != http.StatusUnauthorized || res.Header.Get("WWW-Authenticate") != want {
+			t.Errorf("token %q: %d WWW-Authenticate %q; want 401 %q (%s)", token, res.StatusCode, res.Header.Get("WWW-Authenticate"), want, body)
+		}
+	}
+	r := kw.call(t, "GET", metaURL, "", nil)
+	var meta struct {
+		Resource             string   `json:"resource"`
+		AuthorizationServers []string `json:"authorization_servers"`
+		BearerMethods        []string `json:"bearer_methods_supported"`
+		Scopes               []string `json:"scopes_supported"`
+	}
+	if err := json.Unmarshal(r.Body, &meta); r.Status != 200 || err != nil || meta.Resource != endpoint ||
+		strings.Join(meta.AuthorizationServers, ",") != "https://auth.example" || strings.Join(meta.BearerMethods, ",") != "header" ||
+		strings.Join(meta.Scopes, ",") != "agent" {
+		t.Errorf("metadata: %d %s", r.Status, r.Body)
+	}
+
+	if res, body := post(endpoint, kw.TokenA, initialize); res.StatusCode != 200 || res.Header.Get("Mcp-Session-Id") != "" ||
+		!strings.HasPrefix(res.Header.Get("Content-Type"), "application/json") {
+		t.Errorf("initialize: %d session %q type %q: %s; want 200, no session, JSON", res.StatusCode, res.Header.Get("Mcp-Session-Id"), res.Header.Get("Content-Type"), body)
+	}
+	if res, body := post(endpoint, kw.TokenA, []byte(`[`+string(initialize)+`]`)); res.StatusCode != 400 || !strings.Contains(string(body), "-32600") {
+		t.Errorf("batch: %d %s; want 400 -32600", res.StatusCode, body)
+	}
+	if res, body := post(endpoint, kw.TokenA, append(initialize[:len(initialize)-1:len(initialize)-1], []byte(`,"pad":"`+strings.Repeat("x", 65<<10)+`"}`)...)); res.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("66 KiB body: %d %s; want 413", res.StatusCode, body)
+	}
+	if res, body := post(endpoint+"?profile=nope", kw.TokenA, initialize); res.StatusCode != 400 || !strings.Contains(string(body), "invalid_request") {
+		t.Errorf("unknown profile: %d %s; want 400 invalid_request", res.StatusCode, body)
+	}
+	if r := kw.call(t, "GET", endpoint, kw.TokenA, nil); r.Status != http.StatusMethodNotAllowed || r.Header.Get("Allow") != "POST" {
+		t.Errorf("GET: %d Allow %q; want 405 POST", r.Status, r.Header.Get("Allow"))
+	}
+	// Not rolled out: Core's answer (the fake Core has no such path: 404).
+	mark := kw.rec.mark()
+	res, _ := post(sc.WS(testdb.RouteLegacy)+"/knowledge/mcp", kw.TokenA, initialize)
+	if res.StatusCode != http.StatusNotFound || len(kw.rec.since(mark, "/agent-api/v1/workspaces/"+testdb.RouteLegacy+"/knowledge/mcp")) != 1 {
+		t.Errorf("not rolled out: %d; want Core's 404, the request forwarded", res.StatusCode)
+	}
+}
