@@ -274,8 +274,11 @@ func (p *problems) audit(a Audit, tracing bool) {
 func (p *problems) mcp(m MCP) {
 	check := func(key, v string) {
 		u, err := url.Parse(v)
-		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-			p.add(key, quote(v)+" is not an absolute http(s) URL without credentials, query or fragment")
+		switch {
+		case err == nil && u.User != nil:
+			p.add(key, "must not carry credentials (the value is not shown)")
+		case err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.Fragment != "":
+			p.add(key, quote(v)+" is not an absolute http(s) URL without query or fragment")
 		}
 	}
 	for i, v := range m.AuthorizationServers {

@@ -284,3 +284,25 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("nil Registerer built metrics; want none")
 	}
 }
+
+// TestWithIdentity: a session held for the request's authorization answers
+// Authenticate without asking Core; another authorization is still asked
+// (and refused), and a context without one asks every time (SPEC §2).
+func TestWithIdentity(t *testing.T) {
+	e := newEnv(t)
+	ctx := WithIdentity(context.Background(), tokA, sessionA)
+	if sess, err := e.svc.Authenticate(ctx, tokA); err != nil || sess.SessionID != sessionA.SessionID || e.id.calls != 0 {
+		t.Fatalf("held identity: %+v %v after %d identity calls; want session A, no call", sess, err, e.id.calls)
+	}
+	if _, err := e.svc.Authenticate(ctx, "Bearer stranger"); err == nil || e.id.calls != 1 {
+		t.Fatalf("another authorization: %v after %d calls; want refused by Core", err, e.id.calls)
+	}
+	for range 2 {
+		if _, err := e.svc.Authenticate(context.Background(), tokA); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if e.id.calls != 3 {
+		t.Errorf("%d identity calls; want one per Authenticate without a held identity", e.id.calls)
+	}
+}
