@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
+	"github.com/bailinghub/knowledge-sidecar/sidecar"
 )
 
 // bearerRT adds the host's bearer to every request of an MCP client.
@@ -157,6 +159,10 @@ func TestMCPRemoteHTTP(t *testing.T) {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
 		for i := 0; i+1 < len(hdr); i += 2 {
+			if hdr[i] == "Host" {
+				req.Host = hdr[i+1]
+				continue
+			}
 			req.Header.Set(hdr[i], hdr[i+1])
 		}
 		res, err := kw.c.Do(req)
@@ -194,6 +200,12 @@ func TestMCPRemoteHTTP(t *testing.T) {
 		!strings.HasPrefix(res.Header.Get("Content-Type"), "application/json") {
 		t.Errorf("initialize: %d session %q type %q: %s; want 200, no session, JSON", res.StatusCode, res.Header.Get("Mcp-Session-Id"), res.Header.Get("Content-Type"), body)
 	}
+	// A mesh proxy or an ingress connects over loopback with the public
+	// Host: the SDK's DNS-rebinding guard would answer 403 (it is off: the
+	// bearer is checked on every request).
+	if res, body := post(endpoint, kw.TokenA, initialize, "Host", "agents.example.com"); res.StatusCode != 200 {
+		t.Errorf("loopback with a public Host: %d %s; want 200", res.StatusCode, body)
+	}
 	if res, body := post(endpoint, kw.TokenA, []byte(`[`+string(initialize)+`]`)); res.StatusCode != 400 || !strings.Contains(string(body), "-32600") {
 		t.Errorf("batch: %d %s; want 400 -32600", res.StatusCode, body)
 	}
@@ -211,5 +223,33 @@ func TestMCPRemoteHTTP(t *testing.T) {
 	res, _ := post(sc.WS(testdb.RouteLegacy)+"/knowledge/mcp", kw.TokenA, initialize)
 	if res.StatusCode != http.StatusNotFound || len(kw.rec.since(mark, "/agent-api/v1/workspaces/"+testdb.RouteLegacy+"/knowledge/mcp")) != 1 {
 		t.Errorf("not rolled out: %d; want Core's 404, the request forwarded", res.StatusCode)
+	}
+}
+
+// TestMCPRemoteAudit: a tool call of the remote endpoint is audited under
+// its tool's name (SPEC §11: mcp:<tool>), with the caller's session and the
+// documents its answer disclosed, and a refused read as refused.
+func TestMCPRemoteAudit(t *testing.T) {
+	w := NewWorld(t, WorldOptions{})
+	file := filepath.Join(t.TempDir(), "audit.jsonl")
+	_, url, _ := runBuilt(t, auditConfig(t, w, file), sidecar.Deps{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	cs := connectRemote(t, ctx, url+"/agent-api/v1/workspaces/"+testdb.RouteMulti+"/knowledge/mcp", w.TokenA)
+	if res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: protocol.SearchTool, Arguments: map[string]any{"query": refundQuery}}); err != nil || res.IsError {
+		t.Fatalf("search: %v %+v", err, res)
+	}
+	if res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: protocol.ReadTool, Arguments: map[string]any{"ref": "kr2.forged"}}); err != nil || !res.IsError {
+		t.Fatalf("forged read: %v %+v", err, res)
+	}
+	evs := readAudit(t, file)
+	if len(evs) != 2 {
+		t.Fatalf("%d audit events; want 2 (one per tool call): %+v", len(evs), evs)
+	}
+	if e := evs[0]; e.Endpoint != "mcp:"+protocol.SearchTool || e.SessionID != testdb.SessionA || len(e.Documents) == 0 {
+		t.Errorf("search event: %+v; want mcp:%s, session A, the hinted documents", e, protocol.SearchTool)
+	}
+	if e := evs[1]; e.Endpoint != "mcp:"+protocol.ReadTool || e.Status != "refused" || e.Error != string(protocol.CodeReferenceInvalid) {
+		t.Errorf("read event: %+v; want mcp:%s refused %s", e, protocol.ReadTool, protocol.CodeReferenceInvalid)
 	}
 }
