@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -87,9 +88,22 @@ type httpHandler struct {
 	obs *observer
 }
 
-// batchRefusal is the answer to a JSON-RPC batch (SPEC §10): the SDK would
-// take one from a client of the 2025-03-26 revision.
-var batchRefusal = []byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"JSON-RPC batches are not supported"}}`)
+// Answers the handler makes before the SDK sees a body: a batch (SPEC §10;
+// the SDK would take one from a client of the 2025-03-26 revision), and a
+// body that is not JSON (the SDK's own answer is plain text quoting the
+// body back).
+var (
+	batchRefusal = []byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"JSON-RPC batches are not supported"}}`)
+	parseError   = []byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"the request body is not valid JSON"}}`)
+)
+
+// refuse answers a JSON-RPC error the SDK never saw.
+func (h *httpHandler) refuse(w http.ResponseWriter, body []byte) {
+	h.obs.counted(methodOther, OutcomeError)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusBadRequest)
+	_, _ = w.Write(body)
+}
 
 func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodPost && r.Body != nil {
@@ -103,11 +117,12 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "request body could not be read", http.StatusBadRequest)
 			return
 		}
-		if t := bytes.TrimLeft(body, " \t\r\n"); len(t) > 0 && t[0] == '[' {
-			h.obs.counted(methodOther, OutcomeError)
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusBadRequest)
-			_, _ = w.Write(batchRefusal)
+		switch t := bytes.TrimLeft(body, " \t\r\n"); {
+		case !json.Valid(body):
+			h.refuse(w, parseError)
+			return
+		case t[0] == '[':
+			h.refuse(w, batchRefusal)
 			return
 		}
 		if h.obs.tracer != nil {

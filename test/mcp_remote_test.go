@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,39 +22,75 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/sidecar"
 )
 
-// bearerRT adds the host's bearer to every request of an MCP client.
-type bearerRT struct{ token string }
+// bearerRT adds the host's bearer to every request of an MCP client and
+// records the MCP-Protocol-Version headers it sent.
+type bearerRT struct {
+	token    string
+	mu       sync.Mutex
+	versions map[string]bool
+}
 
-func (b bearerRT) RoundTrip(r *http.Request) (*http.Response, error) {
+func (b *bearerRT) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+b.token)
+	if v := r.Header.Get("MCP-Protocol-Version"); v != "" {
+		b.mu.Lock()
+		b.versions[v] = true
+		b.mu.Unlock()
+	}
 	return http.DefaultTransport.RoundTrip(r)
 }
 
-// connectRemote connects the go-sdk's Streamable HTTP client to endpoint.
+// connectRemote connects the go-sdk's Streamable HTTP client to endpoint,
+// asking for the SDK's latest revision.
 func connectRemote(t *testing.T, ctx context.Context, endpoint, token string) *mcp.ClientSession {
 	t.Helper()
-	tr := &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: &http.Client{Transport: bearerRT{token}}, DisableStandaloneSSE: true}
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-host", Version: "1"}, nil).Connect(ctx, tr, nil)
+	cs, _ := connectRevision(t, ctx, endpoint, token, "")
+	return cs
+}
+
+// connectRevision connects asking for revision ("" the latest); the
+// transport tells which revisions the client's requests then spoke.
+func connectRevision(t *testing.T, ctx context.Context, endpoint, token, revision string) (*mcp.ClientSession, *bearerRT) {
+	t.Helper()
+	rt := &bearerRT{token: token, versions: map[string]bool{}}
+	tr := &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: &http.Client{Transport: rt}, DisableStandaloneSSE: true}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-host", Version: "1"}, nil).Connect(ctx, tr, &mcp.ClientSessionOptions{ProtocolVersion: revision})
 	if err != nil {
 		t.Fatalf("connect %s: %v", endpoint, err)
 	}
 	t.Cleanup(func() { _ = cs.Close() })
-	return cs
+	return cs, rt
 }
 
-// TestMCPRemoteEndpoint: the remote MCP endpoint (SPEC §10) lists the two
-// tools, searches and reads through the knowledge service as the caller,
-// asking Core's identity endpoint once per HTTP request (not once more for
-// the tool call inside it), and counts mcp_requests_total.
+// TestMCPRemoteEndpoint: the remote MCP endpoint (SPEC §10), in the
+// 2026-07-28 revision (server/discover, per-request _meta) and in the
+// initialize-era ones, lists the two tools, searches and reads through the
+// knowledge service as the caller, asking Core's identity endpoint once per
+// HTTP request (not once more for the tool call inside it), and counts
+// mcp_requests_total.
 func TestMCPRemoteEndpoint(t *testing.T) {
 	kw := newKWorld(t, fakecore.Options{SystemInfo: true})
 	sc := kw.start(t, kopts{})
+	for _, rev := range []string{"2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26"} {
+		t.Run(rev, func(t *testing.T) { remoteSearchRead(t, kw, sc, rev) })
+	}
+}
+
+func remoteSearchRead(t *testing.T, kw *kworld, sc *ksidecar, revision string) {
 	reg := sc.Registry
 	route := testdb.RouteMulti
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
-	cs := connectRemote(t, ctx, sc.WS(route)+"/knowledge/mcp", kw.TokenA)
+	cs, rt := connectRevision(t, ctx, sc.WS(route)+"/knowledge/mcp", kw.TokenA, revision)
+	if got := cs.InitializeResult().ProtocolVersion; got != revision {
+		t.Errorf("negotiated %q; want %q", got, revision)
+	}
+	t.Cleanup(func() {
+		if !rt.versions[revision] || len(rt.versions) != 1 {
+			t.Errorf("the client's requests spoke %v; want only %s", rt.versions, revision)
+		}
+	})
 
 	tools, err := cs.ListTools(ctx, nil)
 	if err != nil {
@@ -205,6 +242,10 @@ func TestMCPRemoteHTTP(t *testing.T) {
 	// bearer is checked on every request).
 	if res, body := post(endpoint, kw.TokenA, initialize, "Host", "agents.example.com"); res.StatusCode != 200 {
 		t.Errorf("loopback with a public Host: %d %s; want 200", res.StatusCode, body)
+	}
+	if res, body := post(endpoint, kw.TokenA, []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/list","secret-looking`)); res.StatusCode != 400 ||
+		!strings.Contains(string(body), "-32700") || strings.Contains(string(body), "secret-looking") {
+		t.Errorf("malformed JSON: %d %s; want 400 -32700, the body not quoted back", res.StatusCode, body)
 	}
 	if res, body := post(endpoint, kw.TokenA, []byte(`[`+string(initialize)+`]`)); res.StatusCode != 400 || !strings.Contains(string(body), "-32600") {
 		t.Errorf("batch: %d %s; want 400 -32600", res.StatusCode, body)
