@@ -294,3 +294,23 @@ func TestMCPRemoteAudit(t *testing.T) {
 		t.Errorf("read event: %+v; want mcp:%s refused %s", e, protocol.ReadTool, protocol.CodeReferenceInvalid)
 	}
 }
+
+// TestMCPRemoteNativeCore: with a Core that serves the protocol natively
+// the MCP endpoint is Core's: the request, bearer and body, goes through
+// untouched and the sidecar asks Core's identity nothing for it.
+func TestMCPRemoteNativeCore(t *testing.T) {
+	kw := newKWorld(t, fakecore.Options{SystemInfo: true})
+	sc := kw.start(t, kopts{FeatureOptions: FeatureOptions{NativeDetection: "always"}})
+	path := "/agent-api/v1/workspaces/" + testdb.RouteMulti + "/knowledge/mcp"
+	mark := kw.rec.mark()
+	body := `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`
+	status, _, _ := Call(t, kw.c, "POST", sc.URL+path, kw.TokenA, json.RawMessage(body))
+	fwd := kw.rec.since(mark, path)
+	if status != http.StatusNotFound || len(fwd) != 1 || len(kw.rec.since(mark, "/agent-auth/")) != 0 {
+		t.Fatalf("native Core: %d, %d forwarded, identity asked %d times; want Core's 404, forwarded once, no identity call",
+			status, len(fwd), len(kw.rec.since(mark, "/agent-auth/")))
+	}
+	if string(fwd[0].Body) != body || fwd[0].Header.Get("Authorization") != "Bearer "+kw.TokenA {
+		t.Errorf("forwarded %q with %q; want the request as sent", fwd[0].Body, fwd[0].Header.Get("Authorization"))
+	}
+}
