@@ -11,6 +11,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // MaxHTTPBody bounds a remote MCP request body (SPEC §10): 64 KiB, far
@@ -111,10 +113,10 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var mbe *http.MaxBytesError
 		switch {
 		case errors.As(err, &mbe):
-			http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
+			writeError(w, http.StatusRequestEntityTooLarge, protocol.CodePayloadTooLarge, "The request body is over 64 KiB.")
 			return
 		case err != nil:
-			http.Error(w, "request body could not be read", http.StatusBadRequest)
+			writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, "The request body could not be read.")
 			return
 		}
 		switch t := bytes.TrimLeft(body, " \t\r\n"); {
@@ -132,4 +134,17 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.ContentLength = int64(len(body))
 	}
 	h.sdk.ServeHTTP(w, r)
+}
+
+// writeError answers as the knowledge endpoints do (SPEC §2): Core's flat
+// error body, no-store.
+func writeError(w http.ResponseWriter, status int, code protocol.ErrorCode, message string) {
+	body, _ := json.Marshal(struct {
+		Error   string `json:"error"`
+		Message string `json:"message"`
+	}{string(code), message})
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
 }

@@ -250,7 +250,8 @@ func TestMCPRemoteHTTP(t *testing.T) {
 	if res, body := post(endpoint, kw.TokenA, []byte(`[`+string(initialize)+`]`)); res.StatusCode != 400 || !strings.Contains(string(body), "-32600") {
 		t.Errorf("batch: %d %s; want 400 -32600", res.StatusCode, body)
 	}
-	if res, body := post(endpoint, kw.TokenA, append(initialize[:len(initialize)-1:len(initialize)-1], []byte(`,"pad":"`+strings.Repeat("x", 65<<10)+`"}`)...)); res.StatusCode != http.StatusRequestEntityTooLarge {
+	if res, body := post(endpoint, kw.TokenA, append(initialize[:len(initialize)-1:len(initialize)-1], []byte(`,"pad":"`+strings.Repeat("x", 65<<10)+`"}`)...)); res.StatusCode != http.StatusRequestEntityTooLarge ||
+		!strings.Contains(string(body), `"payload_too_large"`) {
 		t.Errorf("66 KiB body: %d %s; want 413", res.StatusCode, body)
 	}
 	if res, body := post(endpoint+"?profile=nope", kw.TokenA, initialize); res.StatusCode != 400 || !strings.Contains(string(body), "invalid_request") {
