@@ -22,6 +22,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
@@ -83,6 +84,8 @@ type benchWorld struct {
 	token    string
 	svc      *knowledge.Service
 	turns    map[string][]byte
+	core     *fakecore.Core
+	cat      *catalog.MemCatalog
 }
 
 func newBenchWorld(b testing.TB) *benchWorld { return newBenchWorldWith(b, nil) }
@@ -160,7 +163,7 @@ func newBenchWorldWith(b testing.TB, rt http.RoundTripper) *benchWorld {
 		FlushInterval: -1,
 		BufferPool:    newBufferPool(),
 	}
-	return &benchWorld{upstream: up, server: s, bare: bare, token: token, svc: svc, turns: turns}
+	return &benchWorld{upstream: up, server: s, bare: bare, token: token, svc: svc, turns: turns, core: core, cat: cat}
 }
 
 // BenchmarkPassthrough: GET of a JSON body through the sidecar's edge
@@ -423,4 +426,82 @@ func TestReadSized(t *testing.T) {
 func rk(s string) corefacts.RouteKey {
 	k, _ := corefacts.ParseRouteKey(s)
 	return k
+}
+
+// BenchmarkSearch: the same search (test/bench's query over 4 documents of
+// 4 KiB, in the fake Core and in the in-memory catalog) through the real
+// handler as POST …/knowledge/search ("rest") and as a tools/call of
+// knowledge_search on the remote MCP endpoint, one stateless POST per call
+// ("mcp", MCP-Protocol-Version 2025-06-18; "mcp-2026-07-28", with the
+// Mcp-Method/Mcp-Name headers and the per-request _meta). The fake Core
+// runs in this process, so its search is in every cpu-µs/op: compare
+// mcp − rest (what the MCP endpoint adds to a search), not the ratio (test/bench's "mcp search vs
+// search" measures the same across processes).
+func BenchmarkSearch(b *testing.B) {
+	w := newBenchWorld(b)
+	w.core.AddKB("bench-kb")
+	w.core.SetRoute(benchRouteOn, fakecore.GateAllowed)
+	for i := 1; i <= 4; i++ { // few and small: the fake Core's search runs in this process, and its CPU is in every number
+		title, content := testkit.Document(i, 4<<10)
+		id := w.cat.PutDoc(corefacts.Document{DocMeta: corefacts.DocMeta{KBID: "bench-kb", Title: title, Status: "ready", UpdatedAt: time.Now().UTC().Truncate(time.Second)}, Content: content})
+		w.core.AddDoc("bench-kb", id, title, content)
+	}
+	h := w.server.Handler()
+	const args = `{"query":"refund window shipping carrier","limit":3}`
+	base := "/agent-api/v1/workspaces/" + benchRouteOn + "/knowledge/"
+	meta := `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"ks-bench","version":"1"},"io.modelcontextprotocol/clientCapabilities":{"roots":{"listChanged":true}}},`
+	for _, c := range []struct {
+		name, path, body string
+		header           map[string]string
+		ok               func([]byte) bool
+	}{
+		{"rest", "search", args, nil, func(b []byte) bool { return bytes.Contains(b, []byte(`"hints":[{`)) }},
+		{"mcp", "mcp", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"knowledge_search","arguments":` + args + `}}`,
+			map[string]string{"MCP-Protocol-Version": "2025-06-18"}, mcpSearchOK},
+		{"mcp-2026-07-28", "mcp", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{` + meta + `"name":"knowledge_search","arguments":` + args + `}}`,
+			map[string]string{"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "knowledge_search"}, mcpSearchOK},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var rec *httptest.ResponseRecorder
+			do := func() {
+				req := httptest.NewRequest(http.MethodPost, base+c.path, strings.NewReader(c.body))
+				req.RemoteAddr = "127.0.0.1:40000"
+				req.Header.Set("Authorization", "Bearer "+w.token)
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Accept", "application/json, text/event-stream")
+				for k, v := range c.header {
+					req.Header.Set(k, v)
+				}
+				rec = httptest.NewRecorder()
+				h.ServeHTTP(rec, req)
+			}
+			do()
+			if rec.Code != http.StatusOK || !c.ok(rec.Body.Bytes()) {
+				b.Fatalf("got %d %s; want 200 with a successful search", rec.Code, rec.Body.Bytes())
+			}
+			b.ReportAllocs()
+			cpu0 := processCPU(b)
+			for b.Loop() {
+				do()
+				if rec.Code != http.StatusOK {
+					b.Fatalf("got %d; want 200", rec.Code)
+				}
+			}
+			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-µs/op")
+		})
+	}
+}
+
+// mcpSearchOK: a JSON-RPC result that is a successful tool result with
+// hints in its structuredContent.
+func mcpSearchOK(body []byte) bool {
+	var v struct {
+		Result *struct {
+			IsError           bool `json:"isError"`
+			StructuredContent struct {
+				Hints []json.RawMessage `json:"hints"`
+			} `json:"structuredContent"`
+		} `json:"result"`
+	}
+	return json.Unmarshal(body, &v) == nil && v.Result != nil && !v.Result.IsError && len(v.Result.StructuredContent.Hints) > 0
 }

@@ -108,7 +108,8 @@ func cpuRowOf(load, unit string, g *group) cpuRow {
 	return row
 }
 
-// answerLen sends rq to ep once and returns the length of its 200 answer.
+// answerLen sends rq to ep once and returns the length of its 200 answer,
+// which rq.valid, when set, accepts.
 func answerLen(ep *endpoint, rq reqSpec) (int, error) {
 	req, err := http.NewRequest(rq.method, ep.base+rq.path, bytes.NewReader(rq.body))
 	if err != nil {
@@ -126,6 +127,11 @@ func answerLen(ep *endpoint, rq reqSpec) (int, error) {
 	}
 	if resp.StatusCode != http.StatusOK {
 		return 0, fmt.Errorf("%s %s answered %d", rq.method, rq.path, resp.StatusCode)
+	}
+	if rq.valid != nil {
+		if err := rq.valid(b); err != nil {
+			return 0, fmt.Errorf("%s %s: %w", rq.method, rq.path, err)
+		}
 	}
 	return len(b), nil
 }
@@ -209,7 +215,15 @@ func runCPU(c config, exe, upURL, upAddr, dir string, sc, rp *child, auth http.H
 	var kb []namedSpec
 	if c.want("cpu") {
 		kbPath := "/agent-api/v1/workspaces/" + routeKB + "/knowledge/"
-		search := reqSpec{method: http.MethodPost, path: kbPath + "search", body: searchBody, header: auth}
+		search := reqSpec{method: http.MethodPost, path: kbPath + "search", body: searchBody, header: auth, valid: validSearch}
+		// The same search as a tools/call on the remote MCP endpoint, in
+		// an initialize-era revision and in 2026-07-28.
+		mcpInit, mcpNew := mcpSearch(auth, mcpRevisionInit), mcpSearch(auth, mcpRevisionNew)
+		for _, rq := range []reqSpec{search, mcpInit, mcpNew} {
+			if _, err := answerLen(side, rq); err != nil {
+				return nil, nil, fmt.Errorf("cpu section: %w", err)
+			}
+		}
 		ref, err := searchRef(side, auth)
 		if err != nil {
 			return nil, nil, err
@@ -230,6 +244,7 @@ func runCPU(c config, exe, upURL, upAddr, dir string, sc, rp *child, auth http.H
 		defer fc.stop()
 		fl := cpuEndpoint("floor", fc)
 		floorSearch, floorRead := search, read
+		floorSearch.valid = nil // the floor's answer is canned bytes
 		for _, p := range []*reqSpec{&floorSearch, &floorRead} {
 			n, err := answerLen(side, *p)
 			if err != nil {
@@ -240,10 +255,11 @@ func runCPU(c config, exe, upURL, upAddr, dir string, sc, rp *child, auth http.H
 				return nil, nil, fmt.Errorf("cpu section, floor: %w", err)
 			}
 		}
-		progress(logw, "cpu: search, read 32 KiB, turn 10 KiB on_demand vs a lean pass-through, closed loop, %d connections", c.cpuKBConc)
+		progress(logw, "cpu: search (REST and MCP), read 32 KiB, turn 10 KiB on_demand vs a lean pass-through, closed loop, %d connections", c.cpuKBConc)
 		ts := []target{
 			{"lean", lean, passLoads["1k"]}, {"sidecar pass-through", side, passLoads["1k"]},
-			{"search", side, search}, {"read 32 KiB", side, read}, {"turn 10 KiB on_demand", side, turn},
+			{"search", side, search}, {mcpSearchName, side, mcpInit}, {mcpSearchNewName, side, mcpNew},
+			{"read 32 KiB", side, read}, {"turn 10 KiB on_demand", side, turn},
 			{"floor search", fl, floorSearch}, {"floor read 32 KiB", fl, floorRead},
 		}
 		for _, ep := range extras {
@@ -255,7 +271,7 @@ func runCPU(c config, exe, upURL, upAddr, dir string, sc, rp *child, auth http.H
 		groups = append(groups, g)
 		row := cpuRowOf("knowledge", "lean", g)
 		res.Knowledge = &row
-		kb = []namedSpec{{"search", search}, {"read", read}, {"turn-10k", turn}}
+		kb = []namedSpec{{"search", search}, {"mcp-search", mcpInit}, {"read", read}, {"turn-10k", turn}}
 	}
 	for _, ep := range append([]*endpoint{side}, extras...) {
 		res.MaxRSSMiB = append(res.MaxRSSMiB, namedNum{ep.name, maxRSS(ep)})
@@ -301,8 +317,23 @@ func (x *cpuResult) evaluate(add func(target, measured string, ok bool)) {
 				fmt.Sprintf("%.1f× (pooled %.1f×; %.0f vs %.1f µs)", v, k.PooledRatio[t.name], k.CPU[t.name], k.CPU["lean"]),
 				v > 0 && v <= t.max && k.Errors == 0)
 		}
+		for _, name := range []string{mcpSearchName, mcpSearchNewName} {
+			med, pooled, ok := pairRatio(*k, name, "search")
+			add(fmt.Sprintf("issue 7: %s vs search, CPU per request ≤ %.2f×", name, mcpSearchMax),
+				fmt.Sprintf("%.2f× (pooled %.2f×; %.0f vs %.0f µs)", med, pooled, k.CPU[name], k.CPU["search"]),
+				ok && med > 0 && med <= mcpSearchMax && k.Errors == 0)
+		}
 	}
 }
+
+// The remote MCP endpoint's search next to the REST search (issue 7): the
+// same query through the same sidecar, as a tools/call of knowledge_search
+// in one stateless POST.
+const (
+	mcpSearchName    = "mcp search"                   // revision mcpRevisionInit
+	mcpSearchNewName = "mcp search " + mcpRevisionNew // per-request _meta
+	mcpSearchMax     = 1.25                           // target: CPU per request ≤ 1.25× the REST search's
+)
 
 func printCPU(w io.Writer, x *cpuResult) {
 	fmt.Fprintf(w, "\nCPU per request (closed loop, %d connections; %s; nginx: %s)\n", x.Conc, x.Source, x.Nginx)
@@ -324,7 +355,7 @@ func printCPU(w io.Writer, x *cpuResult) {
 		fmt.Fprintf(w, "\nKnowledge paths through the sidecar as multiples of one lean 1 KiB pass-through request (same rounds, closed loop, %d connections)\n", k.Conc)
 		b.Reset()
 		fmt.Fprintln(&b, "request\tCPU µs\t×lean\tpooled ×lean\treq/s\tp50 ms\t")
-		for _, name := range []string{"lean", "sidecar pass-through", "search", "read 32 KiB", "turn 10 KiB on_demand", "floor search", "floor read 32 KiB"} {
+		for _, name := range []string{"lean", "sidecar pass-through", "search", mcpSearchName, mcpSearchNewName, "read 32 KiB", "turn 10 KiB on_demand", "floor search", "floor read 32 KiB"} {
 			fmt.Fprintf(&b, "%s\t%.1f\t%s\t%s\t%.0f\t%.3f\t\n", name, k.CPU[name], ratio(k.Ratio, name), ratio(k.PooledRatio, name), k.RPS[name], k.P50[name])
 		}
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
@@ -335,6 +366,12 @@ func printCPU(w io.Writer, x *cpuResult) {
 			if f := k.CPU["floor "+t]; f > 0 {
 				fmt.Fprintf(w, "  %s: the sidecar spends %.1f µs above the floor (%.2f× the floor)\n", t, k.CPU[t]-f, k.CPU[t]/f)
 			}
+		}
+		fmt.Fprintf(w, "Remote MCP (one stateless POST per tools/call knowledge_search, the REST search's arguments; %s: MCP-Protocol-Version header only; %s: with Mcp-Method/Mcp-Name and per-request _meta), target ≤ %.2f× the REST search:\n",
+			mcpRevisionInit, mcpRevisionNew, mcpSearchMax)
+		for _, name := range []string{mcpSearchName, mcpSearchNewName} {
+			fmt.Fprintf(w, "  %s vs search: %s× CPU per request (median of per-round ratios; pooled in brackets), %+.1f µs; p50 %.3f vs %.3f ms\n",
+				name, ratioOf(*k, name, "search"), k.CPU[name]-k.CPU["search"], k.P50[name], k.P50["search"])
 		}
 		fmt.Fprintf(w, "errors %d", k.Errors)
 		if k.FirstError != "" {
@@ -380,14 +417,28 @@ func printCPU(w io.Writer, x *cpuResult) {
 // ratioOf is the median of per-round CPU ratios a/b of row's group, with
 // the pooled ratio; both from the stored rounds.
 func ratioOf(r cpuRow, a, b string) string {
-	if r.g == nil {
+	med, pooled, ok := pairRatio(r, a, b)
+	switch {
+	case !ok:
 		return "—"
+	case pooled == 0:
+		return fmt.Sprintf("%.3f", med)
+	}
+	return fmt.Sprintf("%.3f (%.3f)", med, pooled)
+}
+
+// pairRatio is the median of per-round CPU ratios a/b of row's group and
+// the pooled ratio (0 when either served nothing); ok is false when the
+// group has no such targets.
+func pairRatio(r cpuRow, a, b string) (med, pooled float64, ok bool) {
+	if r.g == nil {
+		return 0, 0, false
 	}
 	i, j := r.g.idx(a), r.g.idx(b)
 	if i < 0 || j < 0 {
-		return "—"
+		return 0, 0, false
 	}
-	med := r.g.med(func(rep []runStats) float64 {
+	med = r.g.med(func(rep []runStats) float64 {
 		if rep[j].CPUPerReq == 0 {
 			return 0
 		}
@@ -395,10 +446,10 @@ func ratioOf(r cpuRow, a, b string) string {
 	})
 	pi, iok := r.g.pooledCPU(i)
 	pj, jok := r.g.pooledCPU(j)
-	if !iok || !jok || pj == 0 {
-		return fmt.Sprintf("%.3f", med)
+	if iok && jok && pj > 0 {
+		pooled = pi / pj
 	}
-	return fmt.Sprintf("%.3f (%.3f)", med, pi/pj)
+	return med, pooled, true
 }
 
 func both(r cpuRow, name string) string {

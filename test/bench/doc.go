@@ -21,7 +21,9 @@
 // compression, HTTP/1.1) and a one-worker nginx, and reports each proxy's
 // CPU per request (its own utime+stime over the requests it served, closed
 // loop, interleaved rounds) and the sidecar's search, read and turn as
-// multiples of one lean pass-through request; --cpu-variant adds sidecar
+// multiples of one lean pass-through request, and the same search as a
+// tools/call on the remote MCP endpoint as a multiple of the REST search
+// (target 1.25×); --cpu-variant adds sidecar
 // children from another build (PGO on/off) or environment (GOGC).
 //
 // The tracing section (--only tracing) starts three more sidecars that

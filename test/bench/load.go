@@ -45,6 +45,11 @@ type reqSpec struct {
 	body         []byte
 	gen          func(seq uint64) []byte // per-request body (unique turn ids); overrides body
 	header       http.Header
+	// valid, when set, checks the body of every 2xx answer; an answer it
+	// refuses counts as an error, so a request kind that answers 200 with
+	// a failure inside (a tool result with isError) cannot make a fast
+	// number.
+	valid func(body []byte) error
 }
 
 // target is a request kind sent to an endpoint; a group compares targets.
@@ -82,7 +87,11 @@ func load(t target, rate, conc int, dur time.Duration) runStats {
 		}
 		return nil
 	}
-	opts := []func(*vegeta.Attacker){vegeta.Client(t.ep.client), vegeta.MaxBody(0), vegeta.Redirects(vegeta.NoFollow)}
+	maxBody := int64(0) // read and discarded
+	if t.req.valid != nil {
+		maxBody = -1 // kept, for valid
+	}
+	opts := []func(*vegeta.Attacker){vegeta.Client(t.ep.client), vegeta.MaxBody(maxBody), vegeta.Redirects(vegeta.NoFollow)}
 	pacer := vegeta.Rate{Freq: rate, Per: time.Second}
 	if rate == 0 {
 		opts = append(opts, vegeta.Workers(uint64(conc)), vegeta.MaxWorkers(uint64(conc)))
@@ -109,6 +118,11 @@ func load(t target, rate, conc int, dur time.Duration) runStats {
 	rs := runStats{Target: t.label}
 	for r := range atk.Attack(tr, pacer, dur, t.label) {
 		rs.Requests++
+		if r.Error == "" && r.Code >= 200 && r.Code < 300 && t.req.valid != nil {
+			if err := t.req.valid(r.Body); err != nil {
+				r.Error = "invalid answer: " + err.Error()
+			}
+		}
 		if r.Error != "" || r.Code < 200 || r.Code >= 300 {
 			rs.Errors++
 			if rs.FirstError == "" {

@@ -70,3 +70,87 @@ func (t *turnBodies) next(seq uint64) []byte {
 	return []byte(`{"client_conversation_id":"c-` + id + `","client_turn_id":"t-` + id + `","user_message_id":"m-` + id +
 		`","user_input":"Can I get a refund after the window closed?","knowledge_delivery":"on_demand","page_context":{"url":"/orders"},"renderers":["markdown"]}`)
 }
+
+// validSearch accepts a search answer with status ok and at least one hint
+// (the bench world's query always finds some).
+func validSearch(body []byte) error {
+	var v struct {
+		Status string            `json:"status"`
+		Hints  []json.RawMessage `json:"hints"`
+	}
+	if err := json.Unmarshal(body, &v); err != nil {
+		return fmt.Errorf("search answer: %w", err)
+	}
+	if v.Status != "ok" || len(v.Hints) == 0 {
+		return fmt.Errorf("search answer: status %q with %d hints", v.Status, len(v.Hints))
+	}
+	return nil
+}
+
+// MCP revisions of the remote endpoint's loads (SPEC §10): one stateless
+// POST per tools/call, no initialize, as a stateless host sends it. An
+// initialize-era revision names itself in the MCP-Protocol-Version header
+// only (the SDK's stateless handler supplies the session's initialize);
+// 2026-07-28 also wants the Mcp-Method and Mcp-Name headers and the
+// per-request _meta the SDK's own client sends (protocol version, client
+// info, client capabilities).
+const (
+	mcpRevisionInit = "2025-06-18"
+	mcpRevisionNew  = "2026-07-28"
+)
+
+// mcpSearch is the search load as a tools/call of knowledge_search on the
+// remote MCP endpoint: the same arguments as the REST body (searchBody).
+func mcpSearch(auth http.Header, revision string) reqSpec {
+	h := auth.Clone()
+	h.Set("Content-Type", "application/json")
+	h.Set("Accept", "application/json, text/event-stream")
+	h.Set("MCP-Protocol-Version", revision)
+	params := map[string]any{"name": "knowledge_search", "arguments": json.RawMessage(searchBody)}
+	if revision >= mcpRevisionNew {
+		h.Set("Mcp-Method", "tools/call")
+		h.Set("Mcp-Name", "knowledge_search")
+		params["_meta"] = map[string]any{
+			"io.modelcontextprotocol/protocolVersion":    revision,
+			"io.modelcontextprotocol/clientInfo":         map[string]string{"name": "ks-bench", "version": "1"},
+			"io.modelcontextprotocol/clientCapabilities": map[string]any{"roots": map[string]bool{"listChanged": true}},
+		}
+	}
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params})
+	return reqSpec{method: http.MethodPost, path: "/agent-api/v1/workspaces/" + routeKB + "/knowledge/mcp", body: body, header: h, valid: validMCPSearch}
+}
+
+// validMCPSearch accepts a JSON-RPC answer that is a successful tool result
+// (no JSON-RPC error, isError false) whose structuredContent is a search
+// answer with status ok and at least one hint.
+func validMCPSearch(body []byte) error {
+	var v struct {
+		Result *struct {
+			IsError           bool `json:"isError"`
+			StructuredContent *struct {
+				Status string            `json:"status"`
+				Hints  []json.RawMessage `json:"hints"`
+			} `json:"structuredContent"`
+		} `json:"result"`
+		Error *struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(body, &v); err != nil {
+		return fmt.Errorf("MCP answer: %w", err)
+	}
+	switch r := v.Result; {
+	case v.Error != nil:
+		return fmt.Errorf("MCP answer: JSON-RPC error %d %s", v.Error.Code, v.Error.Message)
+	case r == nil:
+		return fmt.Errorf("MCP answer without a result")
+	case r.IsError:
+		return fmt.Errorf("MCP answer: tool result with isError")
+	case r.StructuredContent == nil:
+		return fmt.Errorf("MCP answer: tool result without structuredContent")
+	case r.StructuredContent.Status != "ok" || len(r.StructuredContent.Hints) == 0:
+		return fmt.Errorf("MCP answer: status %q with %d hints", r.StructuredContent.Status, len(r.StructuredContent.Hints))
+	}
+	return nil
+}
