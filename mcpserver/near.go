@@ -56,16 +56,15 @@ func nearRead(ctx context.Context, c *caller, args map[string]any, want string) 
 			return false
 		}
 		// A match that starts in prev ends on this page: prev alone was searched before.
-		base, pos, where := a.Content, at-len(prev), "this page"
+		base, pos, where := a.Content, at-len(prev), "The passage is on this page"
 		if at < len(prev) {
-			base, pos, where = text, at, "the end of the previous page (shown first)"
+			base, pos, where = text, at, "The passage begins on the previous page, shown first with this one"
 		}
 		cut := contextStart(base, pos)
 		trimmed := base[cut:]
-		note := "The passage is on " + where + ", shown whole. "
-		leftOut := ""
+		note, leftOut := where+"; nothing before it was left out. ", ""
 		if cut > 0 {
-			note = fmt.Sprintf("The passage is on %s; the %d bytes before it there were left out. ", where, cut)
+			note = fmt.Sprintf("%s; the %d bytes before it there were left out. ", where, cut)
 			leftOut = strconv.Itoa(cut) + " bytes before this point left out"
 		}
 		note += readNote(a)
