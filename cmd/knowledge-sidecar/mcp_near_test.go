@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -182,4 +184,37 @@ func TestMCPOpenAIProfile(t *testing.T) {
 	if code := p.stop(t); code != 0 {
 		t.Errorf("exit code %d; want 0", code)
 	}
+}
+
+// TestHostsDocShowsWhatTheModelSees: the example results of docs/hosts.md
+// "What the model sees" are what the server renders against the demo (refs
+// and cursors, which differ on every call, written kr2.… and kc2.…).
+func TestHostsDocShowsWhatTheModelSees(t *testing.T) {
+	raw, err := os.ReadFile("../../docs/hosts.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	examples := map[string]string{}
+	for _, m := range regexp.MustCompile("(?s)<!-- example: ([a-z]+) -->\n```text\n(.*?)\n```").FindAllStringSubmatch(string(raw), -1) {
+		examples[m[1]] = m[2]
+	}
+	d := startSamples(t, nil)
+	p := startMCP(t, "--url", d.base, "--route", demoRoute, "--token-file", writeTokenFile(t, d.token))
+	tokens := regexp.MustCompile(`\b(k[rc]2)\.[A-Za-z0-9_.-]+`)
+	shown := func(res *mcp.CallToolResult) string { return tokens.ReplaceAllString(text(res), "$1.…") }
+	search := p.call(t, "knowledge_search", map[string]any{"query": "What happens if the refund window is set to 0?", "limit": 2})
+	var out struct {
+		Hints []mcpHint `json:"hints"`
+	}
+	structured(t, search, &out)
+	if len(out.Hints) == 0 {
+		t.Fatal("no hint")
+	}
+	read := p.call(t, "knowledge_read", map[string]any{"ref": out.Hints[0].Ref, "max_bytes": 4096})
+	for name, got := range map[string]string{"search": shown(search), "read": shown(read)} {
+		if examples[name] != got {
+			t.Errorf("docs/hosts.md example %q:\n%s\nwant what the server renders:\n%s", name, examples[name], got)
+		}
+	}
+	_ = p.stop(t)
 }
