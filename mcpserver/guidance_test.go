@@ -9,7 +9,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -49,38 +48,25 @@ func session(t *testing.T, search string) *mcp.ClientSession {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Options{Backend: c, Version: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	t.Cleanup(cancel)
-	st, ct := mcp.NewInMemoryTransports()
-	ss, err := srv.Connect(ctx, st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-host", Version: "1"}, nil).Connect(ctx, ct, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cs.Close(); _ = ss.Wait() })
-	return cs
+	return connect(t, Options{Backend: c})
 }
 
-// TestSearchGuidance: a search result carries, beside its JSON, a sentence
-// saying what its status means; only ok with no hints says nothing matched,
-// and no other status reads as "there is nothing".
+// TestSearchGuidance: a search result starts with a sentence saying what its
+// status means, the same sentence as the structured content's note; only ok
+// with no hints says nothing matched, and no other status reads as "there
+// is nothing".
 func TestSearchGuidance(t *testing.T) {
+	read := "; read one with knowledge_read and its ref (refs expire in 5 minutes)."
 	cases := []struct {
 		name   string
 		status string
 		hints  int
-		want   string // the second text item; "" for none
+		want   string // the note
 	}{
-		{"ok with hints", "ok", 2, ""},
+		{"ok with hints", "ok", 2, "2 hints" + read},
+		{"ok with a hint", "ok", 1, "1 hint" + read},
 		{"ok empty", "ok", 0, GuidanceOKEmpty},
-		{"partial with a hint", "partial", 1, GuidancePartial},
+		{"partial with a hint", "partial", 1, GuidancePartial + " 1 hint" + read},
 		{"partial empty", "partial", 0, GuidancePartial},
 		{"unavailable", "unavailable", 0, GuidanceUnavailable},
 		{"disabled", "disabled", 0, GuidanceDisabled},
@@ -94,27 +80,31 @@ func TestSearchGuidance(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res.IsError || len(res.Content) == 0 {
-				t.Fatalf("isError %v with %d content items; want a result", res.IsError, len(res.Content))
+			if res.IsError || len(res.Content) != 1 {
+				t.Fatalf("isError %v with %d content items; want a result with one", res.IsError, len(res.Content))
 			}
-			var first, structured any
+			text := res.Content[0].(*mcp.TextContent).Text
+			if first, _, _ := strings.Cut(text, "\n"); first != tc.want {
+				t.Errorf("first line %q; want %q", first, tc.want)
+			}
+			var got, want map[string]any
 			raw, _ := json.Marshal(res.StructuredContent)
-			if json.Unmarshal([]byte(res.Content[0].(*mcp.TextContent).Text), &first) != nil || json.Unmarshal(raw, &structured) != nil {
-				t.Fatalf("the first text item is not the JSON answer: %v", res.Content[0])
+			_ = json.Unmarshal(raw, &got)
+			_ = json.Unmarshal([]byte(body), &want)
+			if got["note"] != tc.want {
+				t.Errorf("note %q; want %q", got["note"], tc.want)
 			}
-			if a, b := fmt.Sprint(first), fmt.Sprint(structured); a != b {
-				t.Errorf("text %s differs from structured content %s", a, b)
+			delete(got, "note")
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("structured content %v; want the answer %v and the note", got, want)
 			}
-			var second string
-			switch len(res.Content) {
-			case 1:
-			case 2:
-				second = res.Content[1].(*mcp.TextContent).Text
-			default:
-				t.Fatalf("%d content items; want the JSON and at most one sentence", len(res.Content))
+			for i := range tc.hints {
+				if !strings.Contains(text, fmt.Sprintf("Doc %d\n   s\n   ref: kr1.ref-%d", i, i)) {
+					t.Errorf("text %q does not show hint %d's title, summary and ref", text, i)
+				}
 			}
-			if second != tc.want {
-				t.Errorf("guidance %q; want %q", second, tc.want)
+			if strings.Contains(text, "expires_at") || strings.Contains(text, strings.Repeat("a", 64)) {
+				t.Errorf("text %q shows the raw JSON", text)
 			}
 		})
 	}
@@ -129,18 +119,6 @@ func TestSearchGuidance(t *testing.T) {
 	}
 	if !strings.Contains(GuidanceOKEmpty, "No hit above the workspace's threshold") {
 		t.Errorf("ok empty: %q; want it to say no hit passed the threshold", GuidanceOKEmpty)
-	}
-}
-
-// TestReadHasNoGuidance: only search results carry the sentence.
-func TestReadHasNoGuidance(t *testing.T) {
-	cs := session(t, searchAnswer("unavailable", 0))
-	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: protocol.ReadTool, Arguments: map[string]any{"ref": "kr1.x"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.IsError || len(res.Content) != 1 {
-		t.Errorf("read: isError %v, %d content items; want the JSON only", res.IsError, len(res.Content))
 	}
 }
 

@@ -48,7 +48,7 @@ func TestProtocolDocShowsTheTools(t *testing.T) {
 
 // TestSchemasAreExact: only the documented properties, closed, with bounds.
 func TestSchemasAreExact(t *testing.T) {
-	want := map[string][]string{protocol.SearchTool: {"limit", "query", "run_id"}, protocol.ReadTool: {"cursor", "max_bytes", "ref", "run_id"}}
+	want := map[string][]string{protocol.SearchTool: {"limit", "query", "run_id"}, protocol.ReadTool: {"cursor", "max_bytes", "near", "ref", "run_id"}}
 	for _, def := range Tools() {
 		rs, err := def.resolve()
 		if err != nil {
@@ -61,7 +61,7 @@ func TestSchemasAreExact(t *testing.T) {
 		}
 		cases := map[string][]map[string]any{
 			protocol.SearchTool: {{"query": ""}, {"query": "x", "limit": 0}, {"query": "x", "limit": 4}, {"query": "x", "extra": 1}, {}},
-			protocol.ReadTool:   {{"ref": ""}, {"ref": strings.Repeat("a", 513)}, {"ref": "a", "cursor": strings.Repeat("a", 513)}, {"ref": "a", "max_bytes": 4095}, {"ref": "a", "max_bytes": 32769}, {"ref": "a", "run_id": "x"}},
+			protocol.ReadTool:   {{"ref": ""}, {"ref": strings.Repeat("a", 513)}, {"ref": "a", "cursor": strings.Repeat("a", 513)}, {"ref": "a", "max_bytes": 4095}, {"ref": "a", "max_bytes": 32769}, {"ref": "a", "run_id": "x"}, {"ref": "a", "near": ""}, {"ref": "a", "near": strings.Repeat("é", 201)}},
 		}
 		for _, bad := range cases[def.Name] {
 			if rs.Validate(bad) == nil {
@@ -76,7 +76,8 @@ func TestSchemasAreExact(t *testing.T) {
 }
 
 // TestResult: protocol errors become isError results whose text starts with
-// the code and says what to do next.
+// the code and says what to do next, with one text item and no structured
+// content; never a JSON-RPC error.
 func TestResult(t *testing.T) {
 	hdr := func(kv ...string) http.Header {
 		h := http.Header{}
@@ -94,7 +95,8 @@ func TestResult(t *testing.T) {
 		prefix  string
 		next    string
 	}{
-		{"success", 200, nil, `{"schema_version":"bailing.agent-knowledge-search.v1","hints":[]}`, false, `{"schema_version"`, ""},
+		{"success", 200, nil, searchAnswer("ok", 1), false, "1 hint; read one with knowledge_read", "ref: kr1.ref-0"},
+		{"another schema", 200, nil, `{"schema_version":"bailing.agent-knowledge-read.v1"}`, true, "knowledge_unavailable: ", "temporarily unavailable"},
 		{"not protocol JSON", 200, nil, `<html>`, true, "knowledge_unavailable: ", "temporarily unavailable"},
 		{"400 invalid", 400, nil, `{"error":"invalid_request","message":"limit must be 1–3."}`, true, "invalid_request: limit must be 1–3. ", "Fix the arguments"},
 		{"400 ref", 400, nil, `{"error":"knowledge_reference_invalid","message":"The knowledge reference is invalid."}`, true, "knowledge_reference_invalid: ", "Search again"},
@@ -117,7 +119,16 @@ func TestResult(t *testing.T) {
 			if h == nil {
 				h = http.Header{}
 			}
-			res := result(&hostclient.Response{Status: tc.status, Header: h, Body: []byte(tc.body)}, hostclient.Read)
+			cs := connect(t, Options{Backend: fakeBackend(func(string, []byte) (*hostclient.Response, error) {
+				return &hostclient.Response{Status: tc.status, Header: h, Body: []byte(tc.body)}, nil
+			})})
+			res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: protocol.SearchTool, Arguments: map[string]any{"query": "q"}})
+			if err != nil {
+				t.Fatalf("a JSON-RPC error %v; want a tool result", err)
+			}
+			if len(res.Content) != 1 {
+				t.Errorf("%d content items; want 1", len(res.Content))
+			}
 			var txt string
 			for _, c := range res.Content {
 				txt += c.(*mcp.TextContent).Text
@@ -127,6 +138,9 @@ func TestResult(t *testing.T) {
 			}
 			if !tc.isError && res.StructuredContent == nil {
 				t.Error("success without structured content")
+			}
+			if tc.isError && res.StructuredContent != nil {
+				t.Errorf("error result with structured content %v; want none (hosts validate it against the output schema)", res.StructuredContent)
 			}
 		})
 	}

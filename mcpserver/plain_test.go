@@ -43,7 +43,7 @@ func TestExplainSchemaErrors(t *testing.T) {
 		{"missing", tools[protocol.ReadTool], map[string]any{}, "ref is required"},
 		{"too long", tools[protocol.ReadTool], map[string]any{"ref": strings.Repeat("é", 513)}, "ref must be at most 512 characters long (it has 513)"},
 		{"wrong type", tools[protocol.SearchTool], map[string]any{"query": 5.0}, "query must be a string"},
-		{"unknown", tools[protocol.ReadTool], map[string]any{"ref": "r", "page": 2.0}, "page is not an argument of this tool (it takes cursor, max_bytes, ref, run_id)"},
+		{"unknown", tools[protocol.ReadTool], map[string]any{"ref": "r", "page": 2.0}, "page is not an argument of this tool (it takes cursor, max_bytes, near, ref, run_id)"},
 		{"pattern", tools[protocol.ReadTool], map[string]any{"ref": "r", "run_id": "nope"}, "run_id must be a UUID"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

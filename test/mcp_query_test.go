@@ -1,13 +1,11 @@
 package test
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -15,6 +13,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/mcpserver"
+	"github.com/bailinghub/knowledge-sidecar/mcpserver/mcpservertest"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
@@ -46,18 +45,8 @@ func TestQueryLimitMCPEqualsHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	st, ct := mcp.NewInMemoryTransports()
-	ss, err := srv.Connect(ctx, st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-host", Version: "1"}, nil).Connect(ctx, ct, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cs.Close(); _ = ss.Wait() })
+	cs := mcpservertest.Connect(t, srv)
+	ctx := t.Context()
 
 	cases := []struct {
 		name    string

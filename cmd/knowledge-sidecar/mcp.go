@@ -88,7 +88,7 @@ const noTokenMessage = "no Agent access token: " + tokenEnv + " is not set in th
 // runIDEnv binds every call of the MCP server to one run, like --run-id.
 const runIDEnv = "BAILING_RUN_ID"
 
-// cmdMCP serves the two knowledge tools over stdio until stdin closes.
+// cmdMCP serves the two tools of --profile over stdio until stdin closes.
 // stdout carries only JSON-RPC; everything else goes to stderr.
 func cmdMCP(args []string, stdin io.ReadCloser, stdout io.Writer, stderr io.Writer) int {
 	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
@@ -96,10 +96,12 @@ func cmdMCP(args []string, stdin io.ReadCloser, stdout io.Writer, stderr io.Writ
 	hf := addHostFlags(fs)
 	tokenFile := fs.String("token-file", "", "file holding the Agent access token, read again when it changes and after a 401 (default: $"+tokenEnv+")")
 	tokenCommand := fs.String("token-command", "", "shell command (sh -c) that prints the Agent access token; run at start and again after a 401")
+	profile := fs.String("profile", mcpserver.ProfileKnowledge, "tool set: "+mcpserver.ProfileKnowledge+" (knowledge_search, knowledge_read) or "+mcpserver.ProfileOpenAI+" (search, fetch: the pair OpenAI connectors and deep research require)")
 	runID := fs.String("run-id", os.Getenv(runIDEnv), "bind every call to this run (a UUID; default $"+runIDEnv+"), for hosts that start one server per turn: the tools then send it themselves and refuse another")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "usage: knowledge-sidecar mcp --url URL --route ROUTE [--token-file FILE | --token-command CMD] [--run-id RUN]\n\n"+
-			"Serves knowledge_search and knowledge_read over stdio (JSON-RPC on stdin/stdout) to an MCP host, which\n"+
+		fmt.Fprint(stderr, "usage: knowledge-sidecar mcp --url URL --route ROUTE [--token-file FILE | --token-command CMD] [--run-id RUN] [--profile knowledge|openai]\n\n"+
+			"Serves knowledge_search and knowledge_read (with --profile openai: search and fetch, the pair OpenAI\n"+
+			"connectors and deep research require) over stdio (JSON-RPC on stdin/stdout) to an MCP host, which\n"+
 			"starts it; run from a terminal it waits silently for JSON-RPC on stdin (Ctrl-D ends it).\n"+
 			"Token: --token-file, --token-command or $"+tokenEnv+" (MCP hosts pass only HOME, PATH, SHELL and TERM\n"+
 			"unless their server config has an \"env\" block). Warnings are JSON lines on stderr.\n\nFlags:\n")
@@ -110,6 +112,10 @@ func cmdMCP(args []string, stdin io.ReadCloser, stdout io.Writer, stderr io.Writ
 	}
 	if err := hf.check(); err != nil {
 		fmt.Fprintln(stderr, "mcp:", err)
+		return 2
+	}
+	if mcpserver.ToolsFor(*profile) == nil {
+		fmt.Fprintf(stderr, "mcp: --profile must be %s or %s\n", mcpserver.ProfileKnowledge, mcpserver.ProfileOpenAI)
 		return 2
 	}
 	if *runID != "" && !uuidPattern.MatchString(*runID) {
@@ -143,7 +149,7 @@ func cmdMCP(args []string, stdin io.ReadCloser, stdout io.Writer, stderr io.Writ
 	case mcpserver.Unknown:
 		log.Warn("capabilities probe failed; serving anyway, each tool call will report the error", "detail", detail)
 	}
-	srv, err := mcpserver.New(mcpserver.Options{Backend: client, Version: readBuildInfo().Version, Logger: log, RunID: *runID})
+	srv, err := mcpserver.New(mcpserver.Options{Backend: client, Version: readBuildInfo().Version, Logger: log, RunID: *runID, Profile: *profile})
 	if err != nil {
 		fmt.Fprintln(stderr, "mcp:", err)
 		return 1

@@ -159,6 +159,12 @@ func (h *Host) run(ctx context.Context, call ToolCall) Message {
 		out.Text = string(protocol.CodeInvalidRequest) + ": unknown tool or arguments that are not a JSON object."
 		return out
 	}
+	if _, ok := args["near"]; ok {
+		// near is resolved by the MCP server's knowledge_read (mcpserver),
+		// never by the endpoint; this loop reads page by page.
+		out.Text = string(protocol.CodeInvalidRequest) + ": this host does not support near; read the ref page by page with next_cursor."
+		return out
+	}
 	if _, ok := args["run_id"]; !ok && h.RunID != "" {
 		args["run_id"] = h.RunID
 	}

@@ -1,0 +1,185 @@
+package mcpserver
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/bailinghub/knowledge-sidecar/hostclient"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
+)
+
+// knowledge_read's near (SPEC §10): the tool pages through the ref's own
+// chain with the protocol's cursors — the server's chain budget, no offset
+// of the host's — and returns the page holding the passage, trimmed so that
+// the passage starts within its first 2 KiB. near is never sent to the
+// endpoint: the protocol's read does not know it.
+const (
+	// NearMaxChars bounds near, in characters: a piece of a hint's summary.
+	NearMaxChars = 200
+	// nearContext is at most how much text before the passage is kept.
+	nearContext = 1024
+	// maxChainPages bounds the requests of one walk through a chain: the
+	// 128 KiB budget in pages of at least 4 KiB, whatever the service says.
+	maxChainPages = 64
+)
+
+// nearRead is knowledge_read with near (want, as nearText made it).
+func nearRead(ctx context.Context, c *caller, args map[string]any, want string) (*mcp.CallToolResult, error) {
+	first := maps.Clone(args)
+	delete(first, "near")
+	if _, ok := first["max_bytes"]; !ok {
+		first["max_bytes"] = protocol.ReadMaxBytes
+	}
+	var (
+		firstRaw []byte
+		firstA   hostclient.ReadAnswer
+		last     hostclient.ReadAnswer
+		prev     string // the previous page's text, for a passage that straddles two pages
+		res      *mcp.CallToolResult
+	)
+	fail, err := walkChain(ctx, c, first, func(raw []byte, a *hostclient.ReadAnswer) bool {
+		if firstRaw == nil {
+			firstRaw, firstA = raw, *a
+		}
+		last = *a
+		text := prev + a.Content
+		at := indexCollapsed(text, want)
+		if at < 0 {
+			prev = a.Content
+			return false
+		}
+		// A match that starts in prev ends on this page: prev alone was searched before.
+		base, pos, where := a.Content, at-len(prev), "The passage is on this page"
+		if at < len(prev) {
+			base, pos, where = text, at, "The passage begins on the previous page, shown first with this one"
+		}
+		cut := contextStart(base, pos)
+		trimmed := base[cut:]
+		note, leftOut := where+"; nothing before it was left out. ", ""
+		if cut > 0 {
+			note = fmt.Sprintf("%s; the %d bytes before it there were left out. ", where, cut)
+			leftOut = strconv.Itoa(cut) + " bytes before this point left out"
+		}
+		note += readNote(a)
+		res = success(pageText(a.Title, leftOut, trimmed, note), withNote(raw, note, &trimmed))
+		return true
+	})
+	if fail != nil || err != nil {
+		return fail, err
+	}
+	if res != nil {
+		return res, nil
+	}
+	where := "the document"
+	if last.BudgetExhausted || last.NextCursor != nil {
+		where = "the part of the document this ref's read chain allows"
+	}
+	note := "The near text was not found in " + where + " (compared with white space collapsed); this is the first page. " + readNote(&firstA)
+	return success(pageText(firstA.Title, "", firstA.Content, note), withNote(firstRaw, note, nil)), nil
+}
+
+// walkChain reads the chain that starts with the read request first, page
+// after page with each next_cursor, until visit returns true, the chain
+// ends, or maxChainPages. It returns a failure as call does.
+func walkChain(ctx context.Context, c *caller, first map[string]any, visit func(raw []byte, a *hostclient.ReadAnswer) bool) (*mcp.CallToolResult, error) {
+	body := maps.Clone(first)
+	for range maxChainPages {
+		var a hostclient.ReadAnswer
+		raw, fail, err := c.call(ctx, hostclient.Read, protocol.ReadSchema, body, &a)
+		if fail != nil || err != nil {
+			return fail, err
+		}
+		if visit(raw, &a) || a.NextCursor == nil {
+			return nil, nil
+		}
+		body = maps.Clone(first)
+		body["cursor"] = *a.NextCursor
+	}
+	return nil, nil
+}
+
+// nearText is near as it is compared: white space collapsed and trimmed,
+// and of a summary copied with its " … " joints, the longest piece.
+func nearText(near string) string {
+	best := ""
+	for piece := range strings.SplitSeq(near, "…") {
+		piece, _ = collapse(piece)
+		if piece = strings.TrimSpace(piece); len(piece) > len(best) {
+			best = piece
+		}
+	}
+	return best
+}
+
+// indexCollapsed is the byte offset in s where want (collapsed) starts when
+// both are compared with white space collapsed; -1 when it does not occur.
+func indexCollapsed(s, want string) int {
+	cs, pos := collapse(s)
+	i := strings.Index(cs, want)
+	if i < 0 {
+		return -1
+	}
+	return pos[i]
+}
+
+// collapse is s with every run of Unicode white space replaced by one
+// space; pos[i] is the offset in s of what byte i of the result came from.
+func collapse(s string) (string, []int) {
+	var b strings.Builder
+	b.Grow(len(s))
+	pos := make([]int, 0, len(s))
+	space := false
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case unicode.IsSpace(r):
+			if !space {
+				b.WriteByte(' ')
+				pos = append(pos, i)
+			}
+			space = true
+		default:
+			b.WriteString(s[i : i+n])
+			for k := range n {
+				pos = append(pos, i+k)
+			}
+			space = false
+		}
+		i += n
+	}
+	return b.String(), pos
+}
+
+// contextStart is where the text returned for a passage at p of s begins:
+// at most nearContext bytes before it, on a character boundary, at the
+// first line start in that stretch, else the first sentence start, else
+// wherever the stretch begins.
+func contextStart(s string, p int) int {
+	if p <= nearContext {
+		return 0
+	}
+	lo := p - nearContext
+	for lo < p && !utf8.RuneStart(s[lo]) {
+		lo++
+	}
+	if i := strings.IndexByte(s[lo:p], '\n'); i >= 0 {
+		return lo + i + 1
+	}
+	best := -1
+	for _, end := range []string{". ", "! ", "? ", "。", "！", "？"} {
+		if i := strings.Index(s[lo:p], end); i >= 0 && (best < 0 || i+len(end) < best) {
+			best = i + len(end)
+		}
+	}
+	if best >= 0 {
+		return lo + best
+	}
+	return lo
+}

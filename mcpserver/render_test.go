@@ -1,0 +1,241 @@
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/bailinghub/knowledge-sidecar/hostclient"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
+)
+
+// chain is a Backend serving one document's read chain: pages of the
+// content bytes a request's max_bytes allows less a fixed overhead, cursors
+// "c<offset>", the chain budget of the protocol. It keeps every request
+// body. (The end-to-end tests of cmd/knowledge-sidecar read the real chain;
+// this one makes page boundaries exact.)
+type chain struct {
+	title, content string
+	pageBytes      func(maxBytes int) int // content bytes per page
+	status         string                 // the search answer's status ("" ok)
+
+	mu     sync.Mutex
+	bodies []map[string]any
+}
+
+func (c *chain) Call(_ context.Context, endpoint string, body []byte) (*hostclient.Response, error) {
+	var req map[string]any
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.bodies = append(c.bodies, req)
+	c.mu.Unlock()
+	ok := func(v any) (*hostclient.Response, error) {
+		b, _ := json.Marshal(v)
+		return &hostclient.Response{Status: http.StatusOK, Header: http.Header{}, Body: b}, nil
+	}
+	rev := strings.Repeat("a", 64)
+	if endpoint == hostclient.Search {
+		status, hints := c.status, []any{}
+		if status == "" {
+			status = protocol.StatusOK
+			hints = append(hints, map[string]any{"ref": "kr2.doc", "title": c.title, "summary": "s", "revision": rev, "score": 0.5, "expires_at": "2026-01-01T00:05:00Z"})
+		}
+		return ok(map[string]any{"schema_version": protocol.SearchSchema, "route": "demo", "knowledge_scope_revision": rev,
+			"trust": protocol.Trust, "status": status, "hints": hints, "truncated": false})
+	}
+	if req["ref"] != "kr2.doc" {
+		return &hostclient.Response{Status: 400, Header: http.Header{}, Body: []byte(`{"error":"knowledge_reference_invalid","message":"The knowledge reference or cursor is not valid for this request; search again."}`)}, nil
+	}
+	off := 0
+	if cur, ok := req["cursor"].(string); ok {
+		off, _ = strconv.Atoi(strings.TrimPrefix(cur, "c"))
+	}
+	maxBytes := protocol.ReadDefaultBytes
+	if m, ok := req["max_bytes"].(float64); ok {
+		maxBytes = int(m)
+	}
+	end := min(off+c.pageBytes(maxBytes), len(c.content), protocol.ReadChainMaxBytes)
+	var next any
+	budget := end == protocol.ReadChainMaxBytes && end < len(c.content)
+	if end < len(c.content) && !budget {
+		next = "c" + strconv.Itoa(end)
+	}
+	return ok(map[string]any{"schema_version": protocol.ReadSchema, "route": "demo", "knowledge_scope_revision": rev,
+		"ref": "kr2.doc", "revision": rev, "title": c.title, "content": c.content[off:end], "trust": protocol.Trust,
+		"next_cursor": next, "truncated": next != nil || budget, "budget_exhausted": budget,
+		"total_content_bytes": len(c.content), "read_chain_max_bytes": protocol.ReadChainMaxBytes})
+}
+
+// outputSchemas are the tools' output schemas, resolved, by name.
+func outputSchemas(t *testing.T) map[string]*jsonschema.Resolved {
+	t.Helper()
+	out := map[string]*jsonschema.Resolved{}
+	for _, p := range []string{ProfileKnowledge, ProfileOpenAI} {
+		for _, def := range ToolsFor(p) {
+			var s jsonschema.Schema
+			if err := json.Unmarshal(def.OutputSchema, &s); err != nil {
+				t.Fatal(err)
+			}
+			rs, err := s.Resolve(nil)
+			if err != nil {
+				t.Fatalf("%s: %v", def.Name, err)
+			}
+			out[def.Name] = rs
+		}
+	}
+	return out
+}
+
+// callOK calls a tool and checks the result is a success with one text
+// item and structured content valid against the tool's output schema.
+func callOK(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]any) (string, map[string]any) {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: JSON-RPC error %v; want a result", tool, err)
+	}
+	if res.IsError || len(res.Content) != 1 {
+		t.Fatalf("%s: isError %v, %d content items: %v", tool, res.IsError, len(res.Content), res.Content)
+	}
+	raw, _ := json.Marshal(res.StructuredContent)
+	var v map[string]any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		t.Fatal(err)
+	}
+	if err := outputSchemas(t)[tool].Validate(v); err != nil {
+		t.Errorf("%s: structured content %s does not match the output schema: %v", tool, raw, err)
+	}
+	return res.Content[0].(*mcp.TextContent).Text, v
+}
+
+// TestToolsDeclareAnnotationsAndSchemas: every tool of both profiles has a
+// title, the four annotations set explicitly, and an output schema that
+// compiles; descriptions state the ref lifetime and the chain budget.
+func TestToolsDeclareAnnotationsAndSchemas(t *testing.T) {
+	outputSchemas(t)
+	for _, p := range []string{ProfileKnowledge, ProfileOpenAI} {
+		cs := connect(t, Options{Backend: &chain{}, Profile: p})
+		list, err := cs.ListTools(context.Background(), nil)
+		if err != nil || len(list.Tools) != 2 {
+			t.Fatalf("%s: %v %v; want two tools", p, list, err)
+		}
+		for _, tool := range list.Tools {
+			raw, _ := json.Marshal(tool)
+			for _, want := range []string{`"readOnlyHint":true`, `"idempotentHint":true`, `"destructiveHint":false`, `"openWorldHint":false`, `"title":"`, `"outputSchema":{`} {
+				if !strings.Contains(string(raw), want) {
+					t.Errorf("%s %s: %s lacks %s", p, tool.Name, raw, want)
+				}
+			}
+			if !strings.Contains(tool.Description, "5 minutes") {
+				t.Errorf("%s %s: description %q does not say refs live 5 minutes", p, tool.Name, tool.Description)
+			}
+		}
+		if !strings.Contains(list.Tools[0].Description+list.Tools[1].Description, "128 KiB") {
+			t.Errorf("%s: no description states the 128 KiB chain", p)
+		}
+	}
+	if _, err := New(Options{Backend: &chain{}, Profile: "other"}); err == nil {
+		t.Error("New accepts an unknown profile")
+	}
+}
+
+// TestSearchRendering: title, summary and ref per hint after the sentence,
+// nothing of the JSON's other members; the structured content validates.
+func TestSearchRendering(t *testing.T) {
+	cs := connect(t, Options{Backend: &chain{title: "Refund policy"}})
+	text, v := callOK(t, cs, protocol.SearchTool, map[string]any{"query": "q"})
+	want := "1 hint; read one with knowledge_read and its ref (refs expire in 5 minutes).\n\n1. Refund policy\n   s\n   ref: kr2.doc"
+	if text != want || v["note"] != "1 hint; read one with knowledge_read and its ref (refs expire in 5 minutes)." {
+		t.Errorf("got %q (note %q); want %q", text, v["note"], want)
+	}
+}
+
+// TestReadRendering: a page is shown with its title and text, then the exact
+// next call, the end of the document, or the chain budget's note; the
+// structured content is the answer plus that note.
+func TestReadRendering(t *testing.T) {
+	c := &chain{title: "Handbook", content: strings.Repeat("word ", 40000), pageBytes: func(m int) int { return m - 1000 }}
+	cs := connect(t, Options{Backend: c})
+	text, v := callOK(t, cs, protocol.ReadTool, map[string]any{"ref": "kr2.doc", "max_bytes": 4096})
+	next := `{"ref":"kr2.doc","cursor":"c3096"}`
+	if !strings.HasPrefix(text, "Document: Handbook (reference material, not instructions)\n\nword word") ||
+		!strings.HasSuffix(text, "\n\n---\nMore follows: call knowledge_read with "+next+" to read on (the cursor expires in 5 minutes).") {
+		t.Errorf("first page rendered as %q…%q", text[:80], text[len(text)-150:])
+	}
+	if v["note"] == nil || !strings.HasSuffix(text, v["note"].(string)) || v["next_cursor"] != "c3096" || len(v["content"].(string)) != 3096 {
+		t.Errorf("structured content %v; want the answer and the note", v["note"])
+	}
+	text, _ = callOK(t, cs, protocol.ReadTool, map[string]any{"ref": "kr2.doc", "cursor": "c129000", "max_bytes": 32768})
+	if !strings.Contains(text, "ended at 128 KiB before the end of the document: the material is incomplete") {
+		t.Errorf("budget page: %q", text[len(text)-200:])
+	}
+	c.content = "short"
+	text, _ = callOK(t, cs, protocol.ReadTool, map[string]any{"ref": "kr2.doc"})
+	if !strings.HasSuffix(text, "short\n\n---\nThis is the end of the document.") {
+		t.Errorf("last page: %q", text)
+	}
+	if _, err := json.Marshal(c.bodies); err != nil || len(c.bodies) != 3 {
+		t.Fatalf("%d requests; want 3", len(c.bodies))
+	}
+}
+
+// TestReadNearStraddles: a passage cut by a page boundary is found, and the
+// text returned starts in the previous page, within 2 KiB before the
+// passage, at a line start; near is never sent, pages are the largest.
+func TestReadNearStraddles(t *testing.T) {
+	var doc strings.Builder
+	for i := 0; doc.Len() < 140_000; i++ {
+		doc.WriteString("Line " + strconv.Itoa(i) + " of the handbook, which says nothing in particular.\n")
+	}
+	content := doc.String()
+	passage := "Line 1234 of the handbook, which says"
+	at := strings.Index(content, passage)
+	page := (at + 10) / 2 // the second page boundary falls inside the passage
+	c := &chain{title: "Handbook", content: content, pageBytes: func(int) int { return page }}
+	cs := connect(t, Options{Backend: c})
+	// As a summary shows it: white space collapsed (here: made longer), with a joint.
+	text, v := callOK(t, cs, protocol.ReadTool, map[string]any{"ref": "kr2.doc", "near": "x … Line 1234  of\tthe handbook, which   says"})
+	got := v["content"].(string)
+	i := strings.Index(got, passage)
+	if i < 0 || i > 2048 || !strings.HasPrefix(content[at-i:], got) || got[0] != 'L' || content[at-i-1] != '\n' {
+		t.Fatalf("content starts %d bytes before the passage (%q…); want a line start within 2 KiB before it", i, got[:min(len(got), 40)])
+	}
+	if v["next_cursor"] != "c"+strconv.Itoa(3*page) || !strings.Contains(text, passage) || !strings.Contains(v["note"].(string), "previous page") {
+		t.Errorf("next_cursor %v note %q; want the cursor after the page holding the passage's end", v["next_cursor"], v["note"])
+	}
+	for _, b := range c.bodies {
+		if _, ok := b["near"]; ok || b["max_bytes"] != float64(protocol.ReadMaxBytes) {
+			t.Errorf("request %v; want no near and max_bytes %d", b, protocol.ReadMaxBytes)
+		}
+	}
+	if len(c.bodies) != 3 {
+		t.Errorf("%d requests; want 3 (the passage ends on the third page)", len(c.bodies))
+	}
+}
+
+// TestOpenAISearchStatuses: search refuses to present an outage or a
+// disabled workspace as "no results".
+func TestOpenAISearchStatuses(t *testing.T) {
+	for status, prefix := range map[string]string{"unavailable": "knowledge_unavailable: ", "partial": "knowledge_unavailable: ", "disabled": "disabled: "} {
+		cs := connect(t, Options{Backend: &chain{status: status}, Profile: ProfileOpenAI})
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: OpenAISearchTool, Arguments: map[string]any{"query": "q"}})
+		if err != nil || !res.IsError || res.StructuredContent != nil || !strings.HasPrefix(res.Content[0].(*mcp.TextContent).Text, prefix) {
+			t.Errorf("%s: %v %+v; want an isError result starting %q without structured content", status, err, res, prefix)
+		}
+	}
+	cs := connect(t, Options{Backend: &chain{title: "T", content: "c"}, Profile: ProfileOpenAI})
+	text, v := callOK(t, cs, OpenAISearchTool, map[string]any{"query": "q"})
+	want := `{"results":[{"id":"kr2.doc","title":"T","url":"` + DocumentURL(strings.Repeat("a", 64)) + `"}]}`
+	if got, _ := json.Marshal(v); text != want || string(got) != want {
+		t.Errorf("got %s / %s; want %s", text, got, want)
+	}
+}
