@@ -306,3 +306,28 @@ func TestWithIdentity(t *testing.T) {
 		t.Errorf("%d identity calls; want one per Authenticate without a held identity", e.id.calls)
 	}
 }
+
+// TestWithIdentityOneToken: the calls made under one held identity take one
+// token of the session's rate limit between them (SPEC §10: a tool call is
+// one knowledge request, however many pages a near read or a fetch reads);
+// without it every call takes one.
+func TestWithIdentityOneToken(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.RateLimit, o.RateBurst = 0.001, 2 })
+	search := func(ctx context.Context) error {
+		_, err := e.svc.Search(ctx, tokA, rk(routeKey), strings.NewReader(`{"query":"退款"}`))
+		return err
+	}
+	held := WithIdentity(context.Background(), tokA, sessionA)
+	for i := range 5 {
+		if err := search(held); err != nil {
+			t.Fatalf("held identity, call %d: %v; want all within the one token", i+1, err)
+		}
+	}
+	if err := search(context.Background()); err != nil {
+		t.Fatalf("second request: %v; want the burst's second token", err)
+	}
+	var ke *Error
+	if err := search(context.Background()); !errors.As(err, &ke) || ke.Code != protocol.CodeRateLimited {
+		t.Fatalf("third request: %v; want rate_limited (the held calls took one token, not five)", err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -150,7 +151,7 @@ func New(o Options) (*Service, error) {
 // no route check). Failures are *Error: 401 unauthorized or 503
 // knowledge_unavailable.
 func (s *Service) Authenticate(ctx context.Context, authorization string) (corefacts.Session, error) {
-	if h, ok := ctx.Value(identityKey{}).(*heldIdentity); ok && h.authorization == authorization {
+	if h := held(ctx, authorization); h != nil {
 		return h.sess, nil
 	}
 	sess, err := s.id.Session(ctx, authorization)
@@ -171,6 +172,7 @@ type identityKey struct{}
 type heldIdentity struct {
 	authorization string
 	sess          corefacts.Session
+	charged       atomic.Bool // a call took the request's rate-limit token
 }
 
 // WithIdentity holds, for the calls made with ctx, the session Authenticate
@@ -178,9 +180,19 @@ type heldIdentity struct {
 // request authenticates once at the edge (SPEC §10) and its tool call is not
 // sent to Core's identity endpoint a second time. It is never kept past the
 // request (SPEC §2: no identity caching across requests); another
-// authorization is still asked of Core.
+// authorization is still asked of Core. The calls made with ctx take one
+// token of the session's rate limit between them: a tool call is one
+// knowledge request however many pages it reads (a near read, a fetch).
 func WithIdentity(ctx context.Context, authorization string, sess corefacts.Session) context.Context {
 	return context.WithValue(ctx, identityKey{}, &heldIdentity{authorization: authorization, sess: sess})
+}
+
+// held is the identity held in ctx for authorization, or nil.
+func held(ctx context.Context, authorization string) *heldIdentity {
+	if h, ok := ctx.Value(identityKey{}).(*heldIdentity); ok && h.authorization == authorization {
+		return h
+	}
+	return nil
 }
 
 // AllowTurn takes one token from the session's bucket (the knowledge
@@ -274,6 +286,9 @@ func (s *Service) identify(ctx context.Context, authorization string) (corefacts
 	sess, err := s.Authenticate(ctx, authorization)
 	if err != nil {
 		return corefacts.Session{}, err
+	}
+	if h := held(ctx, authorization); h != nil && h.charged.Swap(true) {
+		return sess, nil // the request's token is taken
 	}
 	if ok, retry := s.limiter.allow(ctx, sess.SessionID); !ok {
 		return corefacts.Session{}, errRateLimited(retry)

@@ -22,7 +22,7 @@ func closedSets(t *testing.T) map[string]map[string][]string {
 	row := regexp.MustCompile("^\\| `(knowledge_sidecar_[a-z0-9_]+)` \\| [a-z]+ \\| ([^|]*) \\|")
 	seg := regexp.MustCompile("^\\s*`([a-z_]+)`\\s*(.*)$")
 	parens := regexp.MustCompile(`\([^()]*\)`)
-	ident := regexp.MustCompile(`^[A-Za-z0-9_]+$`)
+	ident := regexp.MustCompile(`^[A-Za-z0-9_/]+$`) // "/": MCP method names (tools/call)
 	above := map[string][]string{}
 	out := map[string]map[string][]string{}
 	for _, line := range strings.Split(string(raw), "\n") {
