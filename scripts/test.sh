@@ -65,6 +65,20 @@ if ! command -v python3 >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; t
     echo "test.sh: could not install python3; the Python example's test fails with CI=true" >&2
 fi
 
+# node runs the official MCP TypeScript SDK client and the MCP Inspector CLI
+# against the remote MCP endpoint (cmd/knowledge-sidecar/mcp_remote_clients_test.go),
+# at the exact versions of test/mcpjs/package-lock.json (npm ci); with CI=true
+# that test fails when they are missing.
+if ! command -v npm >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  echo "test.sh: installing nodejs and npm"
+  { timeout 300 ${SUDO:-} apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 600 ${SUDO:-} apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null; } ||
+    echo "test.sh: could not install nodejs; the MCP client tests fail with CI=true" >&2
+fi
+if command -v npm >/dev/null 2>&1; then
+  (cd test/mcpjs && timeout 600 npm ci --no-audit --no-fund --loglevel=error >/dev/null) ||
+    echo "test.sh: npm ci in test/mcpjs failed; the MCP client tests fail with CI=true" >&2
+fi
+
 # The base test database. Tests that mutate data create their own databases
 # (ks_test_<random>) next to it and drop them when they finish.
 mariadb -uroot -h127.0.0.1 -e "CREATE DATABASE IF NOT EXISTS ks_test CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
