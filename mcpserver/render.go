@@ -1,6 +1,7 @@
 package mcpserver
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -111,9 +112,20 @@ func pageText(title, leftOut, content, note string) string {
 // withNote is the answer raw with "note" set to note and, when content is
 // not nil, "content" replaced: the other members as they came.
 func withNote(raw []byte, note string, content *string) json.RawMessage {
+	n, _ := json.Marshal(note)
+	if t := bytes.TrimRight(raw, " \t\r\n"); content == nil && len(t) > 2 && t[len(t)-1] == '}' && !bytes.Contains(raw, []byte(`"note"`)) {
+		// The answer's members as they came, then the note: a splice, where
+		// decoding and encoding the whole answer cost a tool call more than
+		// its JSON-RPC framing (docs/performance.md).
+		out := make([]byte, 0, len(t)+len(n)+9)
+		out = append(out, t[:len(t)-1]...)
+		out = append(out, `,"note":`...)
+		out = append(out, n...)
+		return append(out, '}')
+	}
 	var obj map[string]json.RawMessage
 	_ = json.Unmarshal(raw, &obj) // raw decoded into an answer already
-	obj["note"], _ = json.Marshal(note)
+	obj["note"] = n
 	if content != nil {
 		obj["content"], _ = json.Marshal(*content)
 	}

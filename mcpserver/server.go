@@ -164,27 +164,28 @@ func (c *caller) call(ctx context.Context, endpoint, schema string, body map[str
 		c.log.Warn("knowledge call failed", "endpoint", endpoint, "err", err)
 		return nil, toolError(protocol.CodeUnavailable, "the knowledge service could not be reached", ""), nil
 	}
-	if fail := answerError(res, schema); fail != nil {
-		return nil, fail, nil
+	if res.Status != http.StatusOK {
+		return nil, answerError(res), nil
 	}
-	if err := json.Unmarshal(res.Body, answer); err != nil {
+	if len(res.Body) > hostclient.MaxBody || json.Unmarshal(res.Body, answer) != nil || schemaOf(answer) != schema {
 		return nil, notProtocol(), nil
 	}
 	return res.Body, nil, nil
 }
 
-// answerError is the isError result for an HTTP answer that is not a 200
-// JSON object of schema; nil for one that is.
-func answerError(res *hostclient.Response, schema string) *mcp.CallToolResult {
-	if res.Status == http.StatusOK {
-		var obj struct {
-			SchemaVersion string `json:"schema_version"`
-		}
-		if len(res.Body) > hostclient.MaxBody || json.Unmarshal(res.Body, &obj) != nil || obj.SchemaVersion != schema {
-			return notProtocol()
-		}
-		return nil
+// schemaOf is the schema_version of a decoded answer.
+func schemaOf(answer any) string {
+	switch a := answer.(type) {
+	case *hostclient.SearchAnswer:
+		return a.SchemaVersion
+	case *hostclient.ReadAnswer:
+		return a.SchemaVersion
 	}
+	return ""
+}
+
+// answerError is the isError result for an HTTP answer other than 200.
+func answerError(res *hostclient.Response) *mcp.CallToolResult {
 	e, ok := res.ErrorCode()
 	if !ok {
 		e = hostclient.ErrorBody{Error: "http_" + strconv.Itoa(res.Status), Message: "the knowledge service answered HTTP " + strconv.Itoa(res.Status) + " without an error body"}
