@@ -319,14 +319,14 @@ func (x *cpuResult) evaluate(add func(target, measured string, ok bool)) {
 		}
 		for _, name := range []string{mcpSearchName, mcpSearchNewName} {
 			med, pooled, ok := pairRatio(*k, name, "search")
-			add(fmt.Sprintf("issue 7: %s vs search, CPU per request ≤ %.2f×", name, mcpSearchMax),
+			add(fmt.Sprintf("issue 33: %s vs search, CPU per request ≤ %.2f×", name, mcpSearchMax),
 				fmt.Sprintf("%.2f× (pooled %.2f×; %.0f vs %.0f µs)", med, pooled, k.CPU[name], k.CPU["search"]),
 				ok && med > 0 && med <= mcpSearchMax && k.Errors == 0)
 		}
 	}
 }
 
-// The remote MCP endpoint's search next to the REST search (issue 7): the
+// The remote MCP endpoint's search next to the REST search (issue 33): the
 // same query through the same sidecar, as a tools/call of knowledge_search
 // in one stateless POST.
 const (
