@@ -335,9 +335,12 @@ func walkthroughQueries(docs []demoDoc, own bool) queries {
 }
 
 // shellJSON renders a JSON body as a single-quoted shell word.
-func shellJSON(v any) string {
+func shellJSON(v any) string { return "'" + shellJSONArg(v) + "'" }
+
+// shellJSONArg is v's JSON for the inside of a single-quoted shell word.
+func shellJSONArg(v any) string {
 	b, _ := json.Marshal(v)
-	return "'" + strings.ReplaceAll(string(b), "'", `'\''`) + "'"
+	return strings.ReplaceAll(string(b), "'", `'\''`)
 }
 
 func printWalkthrough(w io.Writer, addr, admin, token string, docs []demoDoc, q queries) {
@@ -393,12 +396,20 @@ the cursor and the run_id out of answers with jq -r):
   # 6. Errors are defined, never leaky: a forged reference.
   curl -s -H "Authorization: Bearer $TOKEN" -d '{"ref":"kr2.core.forged"}' $WS/knowledge/read | jq .
 
+  # 7. The same knowledge for an MCP host that takes a URL: $WS/knowledge/mcp with the bearer
+  #    (stateless Streamable HTTP; host configurations in docs/hosts.md). One tool call by hand,
+  #    and the text the model reads:
+  curl -s -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
+       -H 'Accept: application/json, text/event-stream' -H 'MCP-Protocol-Version: 2025-06-18' \
+       -d '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"knowledge_search","arguments":%s}}' \
+       $WS/knowledge/mcp | jq -r '.result.content[0].text'
+
 Documents: %s
 Press Ctrl-C to stop (started in the background with &: kill %%1, or kill the binary's PID;
 "kill $!" after "go run ... &" stops only go run, not the demo).
 `, addr, demoRoute, admin, plural(len(docs), "document", "documents"), demoKB, token, token, base,
 		shellJSON(map[string]any{"query": q.search, "limit": 3}), shellJSON(map[string]any{"query": q.read, "limit": 1}),
-		addr, titles(docs))
+		addr, shellJSONArg(map[string]any{"query": q.search}), titles(docs))
 }
 
 func titles(docs []demoDoc) string {

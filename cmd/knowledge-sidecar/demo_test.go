@@ -325,6 +325,16 @@ func TestDemoWalkthrough(t *testing.T) {
 		}
 	})
 
+	t.Run("7 MCP at a URL", func(t *testing.T) {
+		q := walkthroughQueries(nil, false).search
+		if !strings.Contains(d.text, "$WS/knowledge/mcp") || !strings.Contains(d.text, `"arguments":`+shellJSONArg(map[string]any{"query": q})) {
+			t.Fatalf("walkthrough does not show the MCP call:\n%s", d.text)
+		}
+		if text := d.demoMCPSearch(t, q); !strings.Contains(text, "Refund policy") || !strings.Contains(text, "ref: kr2.") {
+			t.Errorf("the model reads %q; want the refund policy's hint with its ref", text)
+		}
+	})
+
 	t.Run("6 forged reference", func(t *testing.T) {
 		code, raw := d.do(t, "POST", d.ws+"/knowledge/read", `{"ref":"kr2.core.forged"}`)
 		var e struct{ Error, Message string }
@@ -335,6 +345,36 @@ func TestDemoWalkthrough(t *testing.T) {
 			t.Errorf("error names an address: %s", raw)
 		}
 	})
+}
+
+// demoMCPSearch sends the walkthrough's step 7: one tools/call of the remote
+// MCP endpoint as curl sends it. It returns the text the model reads.
+func (d *runningDemo) demoMCPSearch(t *testing.T, query string) string {
+	t.Helper()
+	args, _ := json.Marshal(map[string]any{"query": query})
+	body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"knowledge_search","arguments":` + string(args) + `}}`
+	req, _ := http.NewRequest(http.MethodPost, d.ws+"/knowledge/mcp", strings.NewReader(body))
+	for k, v := range map[string]string{"Authorization": "Bearer " + d.token, "Content-Type": "application/json",
+		"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-06-18"} {
+		req.Header.Set(k, v)
+	}
+	res, err := d.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var rpc struct {
+		Result struct {
+			IsError bool `json:"isError"`
+			Content []struct {
+				Text string `json:"text"`
+			} `json:"content"`
+		} `json:"result"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&rpc); err != nil || res.StatusCode != 200 || rpc.Result.IsError || len(rpc.Result.Content) != 1 {
+		t.Fatalf("MCP tools/call: %d %v %+v; want 200 with one text item", res.StatusCode, err, rpc)
+	}
+	return rpc.Result.Content[0].Text
 }
 
 // TestDemoDocsDir: --docs takes .md and .txt files, titled by the first
