@@ -69,7 +69,9 @@ func NewWorld(t testing.TB, o WorldOptions) *World {
 	t.Cleanup(func() { w.Core.Close(); srv.Close() })
 	w.CoreURL = srv.URL
 
-	w.syncKnowledge(t)
+	if err := w.DB.IndexIn(context.Background(), w.Core); err != nil {
+		t.Fatalf("world: %v", err)
+	}
 	rows, err := db.Admin.Query(`SELECT route_key FROM bz_routes`)
 	if err != nil {
 		t.Fatalf("world: routes: %v", err)
@@ -102,41 +104,6 @@ func NewWorld(t testing.TB, o WorldOptions) *World {
 		ExpiresAt:     time.Now().Add(15 * time.Minute),
 	})
 	return w
-}
-
-// syncKnowledge (re)indexes the fake Core's knowledge bases from the
-// database, so Core's /kb/search and the catalog agree.
-func (w *World) syncKnowledge(t testing.TB) {
-	t.Helper()
-	rows, err := w.DB.Admin.Query(`SELECT kb_id, enabled FROM bz_kb_bases`)
-	if err != nil {
-		t.Fatalf("world: kbs: %v", err)
-	}
-	for rows.Next() {
-		var id string
-		var enabled bool
-		if err := rows.Scan(&id, &enabled); err != nil {
-			t.Fatal(err)
-		}
-		w.Core.AddKB(id)
-		if !enabled {
-			w.Core.DisableKB(id)
-		}
-	}
-	rows.Close()
-	rows, err = w.DB.Admin.Query(`SELECT doc_id, kb_id, title, content FROM bz_kb_docs`)
-	if err != nil {
-		t.Fatalf("world: docs: %v", err)
-	}
-	for rows.Next() {
-		var id int64
-		var kb, title, content string
-		if err := rows.Scan(&id, &kb, &title, &content); err != nil {
-			t.Fatal(err)
-		}
-		w.Core.AddDoc(kb, id, title, content)
-	}
-	rows.Close()
 }
 
 // FeatureOptions choose how a sidecar of the world runs its features.

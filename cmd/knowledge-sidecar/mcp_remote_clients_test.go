@@ -121,7 +121,9 @@ func startMCPWorld(t *testing.T) *mcpWorld {
 	w.db.Exec(t, `INSERT INTO bz_kb_docs (doc_id, kb_id, title, content, content_hash, status, chunk_count, created_at, updated_at)
 		VALUES (?, ?, ?, ?, ?, 'ready', 1, UTC_TIMESTAMP(), UTC_TIMESTAMP())`,
 		mcpDocID, testdb.KBManuals, mcpDocTitle, m.content, hex.EncodeToString(sum[:]))
-	syncCore(t, w)
+	if err := w.db.IndexIn(context.Background(), w.core); err != nil {
+		t.Fatal(err)
+	}
 
 	// The replicas share the signing key (set explicitly, not derived) and
 	// the config; each has its own memory ledger and rate buckets.
@@ -173,41 +175,6 @@ func startMCPWorld(t *testing.T) *mcpWorld {
 }
 
 type lbBodyKey struct{}
-
-// syncCore indexes every catalog document in the fake Core (its
-// /kb/search), so that Core and the catalog agree, as in production.
-func syncCore(t *testing.T, w *serveWorld) {
-	t.Helper()
-	rows, err := w.db.Admin.Query(`SELECT kb_id, enabled FROM bz_kb_bases`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var id string
-		var enabled bool
-		if err := rows.Scan(&id, &enabled); err != nil {
-			t.Fatal(err)
-		}
-		w.core.AddKB(id)
-		if !enabled {
-			w.core.DisableKB(id)
-		}
-	}
-	rows.Close()
-	rows, err = w.db.Admin.Query(`SELECT doc_id, kb_id, title, content FROM bz_kb_docs`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var id int64
-		var kb, title, content string
-		if err := rows.Scan(&id, &kb, &title, &content); err != nil {
-			t.Fatal(err)
-		}
-		w.core.AddDoc(kb, id, title, content)
-	}
-}
 
 // runNode runs a program of test/mcpjs with node, bounded, and returns stdout.
 func (m *mcpWorld) runNode(t *testing.T, args ...string) []byte {

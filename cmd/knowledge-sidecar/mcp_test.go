@@ -403,15 +403,7 @@ func TestMCPAnswersBeforeExit(t *testing.T) {
 	code := cmdMCP([]string{"--url", closed, "--route", "demo"}, io.NopCloser(strings.NewReader(in)), &stdout, &stderr)
 	var answered bool
 	for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
-		var msg struct {
-			ID     int `json:"id"`
-			Result struct {
-				IsError bool `json:"isError"`
-				Content []struct {
-					Text string `json:"text"`
-				} `json:"content"`
-			} `json:"result"`
-		}
+		var msg toolCallAnswer
 		if json.Unmarshal([]byte(line), &msg) == nil && msg.ID == 2 && msg.Result.IsError &&
 			len(msg.Result.Content) == 1 && strings.HasPrefix(msg.Result.Content[0].Text, "knowledge_unavailable: ") {
 			answered = true
@@ -649,4 +641,15 @@ func TestMCPTokenStillBad(t *testing.T) {
 	if code := p.stop(t); code != 0 {
 		t.Errorf("exit code %d; want 0", code)
 	}
+}
+
+// toolCallAnswer is a JSON-RPC answer to a tools/call, as the tests read it.
+type toolCallAnswer struct {
+	ID     int `json:"id"`
+	Result struct {
+		IsError bool `json:"isError"`
+		Content []struct {
+			Text string `json:"text"`
+		} `json:"content"`
+	} `json:"result"`
 }
