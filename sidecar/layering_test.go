@@ -51,6 +51,10 @@ func TestLayering(t *testing.T) {
 		// The checker is the independent oracle: its own copy of the wire
 		// facts (conformance/oracle.go), never package protocol's.
 		{dir: "conformance", ours: []string{"hostclient"}},
+		// The tools serve the stdio command and the remote endpoint alike:
+		// the edge hands them a Backend, they never reach back into it.
+		{dir: "mcpserver", forbidden: []string{mod + "proxy", mod + "coreclient", mod + "catalog", mod + "breaker",
+			mod + "ledger", mod + "turn", mod + "sidecar", "github.com/labstack/echo/"}},
 		// The Redis the replicas share knows no ledger, limit or protocol;
 		// the ledger keeps its backends only and takes a client from it.
 		{dir: "sharedredis", ours: []string{}},
