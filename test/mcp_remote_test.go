@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/netip"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -313,5 +314,55 @@ func TestMCPRemoteNativeCore(t *testing.T) {
 	}
 	if string(fwd[0].Body) != body || fwd[0].Header.Get("Authorization") != "Bearer "+kw.TokenA {
 		t.Errorf("forwarded %q with %q; want the request as sent", fwd[0].Body, fwd[0].Header.Get("Authorization"))
+	}
+}
+
+// TestMCPRemotePublicURL: behind a proxy that rewrites Host, mcp.public_url
+// is what the metadata's resource and the 401's resource_metadata are
+// built on, not the Host the sidecar saw; without it, a trusted proxy's
+// X-Forwarded-Proto: https makes them https.
+func TestMCPRemotePublicURL(t *testing.T) {
+	kw := newKWorld(t, fakecore.Options{SystemInfo: true})
+	path := "/agent-api/v1/workspaces/" + testdb.RouteMulti + "/knowledge/mcp"
+	meta := "/.well-known/oauth-protected-resource" + path
+	for _, c := range []struct {
+		name, public, wantBase string
+		trusted                bool
+	}{
+		{"public_url", "https://agents.example.com", "https://agents.example.com", false},
+		{"trusted X-Forwarded-Proto", "", "https://internal.example", true},
+		{"untrusted X-Forwarded-Proto", "", "http://internal.example", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var trusted []netip.Prefix
+			if c.trusted {
+				trusted = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
+			}
+			f := kw.World.Features(t, FeatureOptions{MCP: proxy.MCPOptions{AuthorizationServers: []string{"https://auth.example"}, PublicURL: c.public}})
+			sc := StartSidecar(t, SidecarOptions{CoreURL: kw.CoreURL, Features: f, TrustedProxies: trusted})
+			send := func(method, p string) *http.Response {
+				req, _ := http.NewRequest(method, sc.URL+p, strings.NewReader(`{}`))
+				req.Host = "internal.example"
+				req.Header.Set("X-Forwarded-Proto", "https")
+				req.Header.Set("Content-Type", "application/json")
+				res, err := kw.c.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { res.Body.Close() })
+				return res
+			}
+			res := send(http.MethodPost, path)
+			if want := `Bearer resource_metadata="` + c.wantBase + meta + `"`; res.StatusCode != 401 || res.Header.Get("WWW-Authenticate") != want {
+				t.Errorf("401: %d %q; want %q", res.StatusCode, res.Header.Get("WWW-Authenticate"), want)
+			}
+			var doc struct {
+				Resource string `json:"resource"`
+			}
+			res = send(http.MethodGet, meta)
+			if err := json.NewDecoder(res.Body).Decode(&doc); err != nil || doc.Resource != c.wantBase+path {
+				t.Errorf("metadata resource %q (%v); want %q", doc.Resource, err, c.wantBase+path)
+			}
+		})
 	}
 }
