@@ -68,21 +68,27 @@ func (s *Server) mcp(c echo.Context) error {
 	}
 	r := c.Request()
 	authz := r.Header.Get("Authorization")
-	sess, err := s.feat.k.Authenticate(r.Context(), authz)
-	if err != nil {
-		var ke *knowledge.Error
-		if errors.As(err, &ke) && ke.Status == http.StatusUnauthorized {
-			c.Response().Header().Set("WWW-Authenticate", s.mcpChallenge(r))
-		}
+	call := &mcpCall{authorization: authz, route: key, traceTrusted: s.fw.traceTrusted(s.fw.isTrusted(r.RemoteAddr))}
+	ctx := r.Context()
+	sess, err := s.feat.k.Authenticate(ctx, authz)
+	var ke *knowledge.Error
+	switch {
+	case err == nil:
+		ctx = knowledge.WithIdentity(ctx, authz, sess)
+	case errors.As(err, &ke) && ke.Status == http.StatusUnauthorized:
+		c.Response().Header().Set("WWW-Authenticate", s.mcpChallenge(r))
 		return err
+	default:
+		// Core's identity could not be asked: the request goes on with no
+		// identity held, so a tool call asks again through the service and
+		// answers an outage as a tool error telling the model to wait (SPEC
+		// §10: a call's failure is never an HTTP 5xx; it is audited like any
+		// failed answer). initialize and tools/list need no identity.
 	}
 	if !mcpserver.ValidProfile(r.URL.Query().Get("profile")) {
 		return errMCPProfile
 	}
-	ctx := knowledge.WithIdentity(r.Context(), authz, sess)
-	ctx = context.WithValue(ctx, mcpCallKey{}, &mcpCall{authorization: authz, route: key,
-		traceTrusted: s.fw.traceTrusted(s.fw.isTrusted(r.RemoteAddr))})
-	s.feat.mcp.ServeHTTP(c.Response(), r.WithContext(ctx))
+	s.feat.mcp.ServeHTTP(c.Response(), r.WithContext(context.WithValue(ctx, mcpCallKey{}, call)))
 	return nil
 }
 
@@ -160,12 +166,12 @@ func (b mcpBackend) Call(ctx context.Context, endpoint string, body []byte) (*ho
 	k := b.s.feat.k
 	var out []byte
 	var err error
-	switch endpoint {
-	case hostclient.Search:
+	switch {
+	case endpoint == hostclient.Search:
 		out, err = k.Search(ctx, call.authorization, call.route, bytes.NewReader(body))
-	case hostclient.Read:
+	case endpoint == hostclient.Read:
 		out, err = k.Read(ctx, call.authorization, call.route, bytes.NewReader(body))
-	case hostclient.Capabilities:
+	case endpoint == hostclient.Capabilities:
 		out, err = k.Capabilities(ctx, call.authorization, call.route)
 	default:
 		return nil, errors.New("proxy: no knowledge endpoint " + endpoint)

@@ -366,3 +366,41 @@ func TestMCPRemotePublicURL(t *testing.T) {
 		})
 	}
 }
+
+// TestMCPRemoteIdentityDown: with Core's identity endpoint failing, a tool
+// call is still answered 200 — a tool result with isError naming
+// knowledge_unavailable and telling the model to wait (SPEC §10: never an
+// HTTP 5xx for a call) — while initialize answers (it needs no identity);
+// a refused bearer stays a 401.
+func TestMCPRemoteIdentityDown(t *testing.T) {
+	kw := newKWorld(t, fakecore.Options{SystemInfo: true})
+	sc := kw.start(t, kopts{FeatureOptions: FeatureOptions{CoreTimeout: 300 * time.Millisecond}})
+	kw.Core.SetFault("/agent-auth", fakecore.Fault{Status: 503})
+	defer kw.Core.ClearFault("/agent-auth")
+	headers := map[string]string{"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-06-18"}
+	endpoint := sc.WS(testdb.RouteMulti) + "/knowledge/mcp"
+	code, body := callH(t, http.MethodPost, endpoint, kw.TokenA,
+		[]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"knowledge_search","arguments":{"query":"refund"}}}`), headers)
+	var rpc struct {
+		Result struct {
+			IsError bool `json:"isError"`
+			Content []struct {
+				Text string `json:"text"`
+			} `json:"content"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal(body, &rpc); code != 200 || err != nil || !rpc.Result.IsError || len(rpc.Result.Content) != 1 ||
+		!strings.HasPrefix(rpc.Result.Content[0].Text, string(protocol.CodeUnavailable)+":") ||
+		!strings.Contains(rpc.Result.Content[0].Text, "temporarily unavailable") {
+		t.Fatalf("tools/call with identity down: %d %s; want 200, a tool error knowledge_unavailable with a next step", code, body)
+	}
+	code, body = callH(t, http.MethodPost, endpoint, kw.TokenA,
+		[]byte(`{"jsonrpc":"2.0","id":2,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`), headers)
+	if code != 200 || !strings.Contains(string(body), `"protocolVersion":"2025-06-18"`) {
+		t.Errorf("initialize with identity down: %d %s; want 200", code, body)
+	}
+	kw.Core.ClearFault("/agent-auth")
+	if code, _ := callH(t, http.MethodPost, endpoint, fakecore.Token("stranger"), []byte(`{}`), headers); code != http.StatusUnauthorized {
+		t.Errorf("a refused bearer: %d; want 401", code)
+	}
+}
