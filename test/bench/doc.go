@@ -11,7 +11,10 @@
 //     canned 10 KiB / 256 KiB turn contexts, and the fake Core of
 //     internal/fakecore for identity, route gate and /kb/search);
 //   - sidecar: the real proxy.Server with knowledge features over that
-//     upstream, with the in-memory catalog seeded with the same documents;
+//     upstream, its catalog a MariaDB database made for the run on the
+//     server of KS_TEST_MYSQL_DSN and seeded with the same documents
+//     (--catalog sql, the default, as in production; --catalog mem: the
+//     in-memory twin);
 //   - revproxy: a bare, tuned httputil.ReverseProxy (the baseline);
 //   - nginx, when the nginx binary is installed (proxy_buffering off,
 //     upstream keep-alive).
@@ -23,7 +26,7 @@
 // loop, interleaved rounds) and the sidecar's search, read and turn as
 // multiples of one lean pass-through request, and the same search as a
 // tools/call on the remote MCP endpoint as a multiple of the REST search
-// (target 1.25×); --cpu-variant adds sidecar
+// (target 1.25×, issue 33); --cpu-variant adds sidecar
 // children from another build (PGO on/off) or environment (GOGC).
 //
 // The tracing section (--only tracing) starts three more sidecars that
