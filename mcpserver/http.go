@@ -4,15 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // MaxHTTPBody bounds a remote MCP request body (SPEC §10): 64 KiB, far
@@ -39,18 +36,26 @@ type HTTPOptions struct {
 	Observe func(method, outcome string)
 }
 
-// NewHTTP is the stateless Streamable HTTP handler of SPEC §10 on the
+// HTTP is the stateless Streamable HTTP handler of SPEC §10 on the
 // official SDK: no session, so any replica answers any request; JSON
-// answers, no SSE; a batch is refused; GET and DELETE are 405. The profile
-// is the request's ?profile= (ProfileKnowledge when absent); the caller
-// validates it (ValidProfile) and bounds the body (MaxHTTPBody).
+// answers, no SSE; a batch is refused. The profile is the request's
+// ?profile= (ProfileKnowledge when absent). The edge in front of it owns
+// everything HTTP about the request — the method, the gates, the profile's
+// validity (ValidProfile), reading the body within MaxHTTPBody — and hands
+// over the body it read (Serve).
 //
 // The SDK's DNS-rebinding guard (403 to a loopback connection whose Host is
 // not loopback) is off: the sidecar sits behind a mesh proxy or an ingress
 // that connects over loopback with the public Host, and every request is
 // authenticated with the host's bearer before it reaches this handler, so a
 // rebound browser page has nothing to ride on (docs/architecture.md).
-func NewHTTP(o HTTPOptions) (http.Handler, error) {
+type HTTP struct {
+	sdk http.Handler
+	obs *observer
+}
+
+// NewHTTP builds the handler with both profiles' servers.
+func NewHTTP(o HTTPOptions) (*HTTP, error) {
 	obs := &observer{tracer: o.Tracer, trustMeta: o.TrustMeta, count: o.Observe}
 	servers := map[string]*mcp.Server{}
 	for _, p := range []string{ProfileKnowledge, ProfileOpenAI} {
@@ -70,7 +75,7 @@ func NewHTTP(o HTTPOptions) (http.Handler, error) {
 		MaxRequestBodyBytes:        MaxHTTPBody,
 		Logger:                     o.Logger,
 	})
-	return &httpHandler{sdk: h, obs: obs}, nil
+	return &HTTP{sdk: h, obs: obs}, nil
 }
 
 // ValidProfile reports whether p names a profile ("" is the default).
@@ -85,66 +90,36 @@ func profileOf(r *http.Request) string {
 	return ProfileKnowledge
 }
 
-type httpHandler struct {
-	sdk http.Handler
-	obs *observer
-}
-
-// Answers the handler makes before the SDK sees a body: a batch (SPEC §10;
-// the SDK would take one from a client of the 2025-03-26 revision), and a
-// body that is not JSON (the SDK's own answer is plain text quoting the
-// body back).
+// Answers made before the SDK sees a body: a batch (SPEC §10; the SDK would
+// take one from a client of the 2025-03-26 revision), and a body that is not
+// JSON (the SDK's own answer is plain text quoting the body back).
 var (
 	batchRefusal = []byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"JSON-RPC batches are not supported"}}`)
 	parseError   = []byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"the request body is not valid JSON"}}`)
 )
 
 // refuse answers a JSON-RPC error the SDK never saw.
-func (h *httpHandler) refuse(w http.ResponseWriter, body []byte) {
+func (h *HTTP) refuse(w http.ResponseWriter, body []byte) {
 	h.obs.counted(methodOther, OutcomeError)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusBadRequest)
 	_, _ = w.Write(body)
 }
 
-func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method == http.MethodPost && r.Body != nil {
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxHTTPBody))
-		var mbe *http.MaxBytesError
-		switch {
-		case errors.As(err, &mbe):
-			writeError(w, http.StatusRequestEntityTooLarge, protocol.CodePayloadTooLarge, "The request body is over 64 KiB.")
-			return
-		case err != nil:
-			writeError(w, http.StatusBadRequest, protocol.CodeInvalidRequest, "The request body could not be read.")
-			return
-		}
-		switch t := bytes.TrimLeft(body, " \t\r\n"); {
-		case !json.Valid(body):
-			h.refuse(w, parseError)
-			return
-		case t[0] == '[':
-			h.refuse(w, batchRefusal)
-			return
-		}
-		if h.obs.tracer != nil {
-			r = r.WithContext(withRequestID(r.Context(), body))
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		r.ContentLength = int64(len(body))
+// Serve answers the POST r whose whole body the caller has read.
+func (h *HTTP) Serve(w http.ResponseWriter, r *http.Request, body []byte) {
+	switch t := bytes.TrimLeft(body, " \t\r\n"); {
+	case !json.Valid(body):
+		h.refuse(w, parseError)
+		return
+	case t[0] == '[':
+		h.refuse(w, batchRefusal)
+		return
 	}
+	if h.obs.tracer != nil {
+		r = r.WithContext(withRequestID(r.Context(), body))
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
 	h.sdk.ServeHTTP(w, r)
-}
-
-// writeError answers as the knowledge endpoints do (SPEC §2): Core's flat
-// error body, no-store.
-func writeError(w http.ResponseWriter, status int, code protocol.ErrorCode, message string) {
-	body, _ := json.Marshal(struct {
-		Error   string `json:"error"`
-		Message string `json:"message"`
-	}{string(code), message})
-	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_, _ = w.Write(body)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
+	"github.com/bailinghub/knowledge-sidecar/mcpserver"
 	"github.com/bailinghub/knowledge-sidecar/native"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 	"github.com/bailinghub/knowledge-sidecar/rollout"
@@ -58,7 +59,7 @@ type features struct {
 	// turnProxy forwards intercepted turns; caps forwards capabilities
 	// requests as the probe.
 	turnProxy, caps *httputil.ReverseProxy
-	mcp             http.Handler // the remote MCP endpoint's SDK handler (mcp.go)
+	mcp             *mcpserver.HTTP // the remote MCP endpoint's SDK handler (mcp.go)
 	mcpOpts         MCPOptions
 }
 

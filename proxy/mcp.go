@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -44,10 +45,14 @@ type MCPOptions struct {
 	PublicURL string
 }
 
-var errMCPProfile = &edgeError{status: http.StatusBadRequest, code: protocol.CodeInvalidRequest,
-	message: `profile must be "knowledge" or "openai".`}
+var (
+	errMCPProfile = &edgeError{status: http.StatusBadRequest, code: protocol.CodeInvalidRequest,
+		message: `profile must be "knowledge" or "openai".`}
+	errMCPTooLarge = &edgeError{status: http.StatusRequestEntityTooLarge, code: protocol.CodePayloadTooLarge,
+		message: "The request body is over 64 KiB."}
+)
 
-func (s *Server) newMCP() (http.Handler, error) {
+func (s *Server) newMCP() (*mcpserver.HTTP, error) {
 	return mcpserver.NewHTTP(mcpserver.HTTPOptions{
 		Backend:   mcpBackend{s},
 		Version:   s.version,
@@ -59,8 +64,9 @@ func (s *Server) newMCP() (http.Handler, error) {
 }
 
 // mcp serves POST …/knowledge/mcp: rollout and native detection as for the
-// other knowledge endpoints, then identity (401 with its challenge), then
-// the SDK's handler with the caller in the context.
+// other knowledge endpoints, then identity (401 with its challenge), the
+// profile and the body (413), then the SDK's handler with the caller in the
+// context.
 func (s *Server) mcp(c echo.Context) error {
 	key := routeKey(c)
 	if !s.decide(c, key) {
@@ -88,7 +94,16 @@ func (s *Server) mcp(c echo.Context) error {
 	if !mcpserver.ValidProfile(r.URL.Query().Get("profile")) {
 		return errMCPProfile
 	}
-	s.feat.mcp.ServeHTTP(c.Response(), r.WithContext(context.WithValue(ctx, mcpCallKey{}, call)))
+	// Read through the edge's body watch: a stalled or broken body is
+	// answered as on every path (writeErr: 408, 400).
+	body, err := io.ReadAll(io.LimitReader(r.Body, mcpserver.MaxHTTPBody+1))
+	switch {
+	case err != nil:
+		return errBodyUnreadable
+	case len(body) > mcpserver.MaxHTTPBody:
+		return errMCPTooLarge
+	}
+	s.feat.mcp.Serve(c.Response(), r.WithContext(context.WithValue(ctx, mcpCallKey{}, call)), body)
 	return nil
 }
 

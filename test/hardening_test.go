@@ -358,6 +358,7 @@ func TestStalledBodies(t *testing.T) {
 		"search": "/agent-api/v1/workspaces/" + route + "/knowledge/search",
 		"read":   "/agent-api/v1/workspaces/" + route + "/knowledge/read",
 		"turns":  turnsPath(route),
+		"mcp":    "/agent-api/v1/workspaces/" + route + "/knowledge/mcp",
 	}
 	for name, path := range paths {
 		t.Run("unauthenticated_"+name, func(t *testing.T) {

@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
@@ -142,43 +142,18 @@ func remoteSearchRead(t *testing.T, kw *kworld, sc *ksidecar, revision string) {
 		method, outcome string
 		min             float64
 	}{{"tools/list", "ok", 1}, {"tools/call", "ok", 2}, {"tools/call", "tool_error", 1}} {
-		got := counterValue(t, reg, "knowledge_sidecar_mcp_requests_total", c.method, c.outcome)
+		got := testkit.Metric(t, reg, "knowledge_sidecar_mcp_requests_total", map[string]string{"method": c.method, "outcome": c.outcome})
 		if got < c.min {
 			t.Errorf("mcp_requests_total{%s,%s} = %v; want ≥ %v", c.method, c.outcome, got, c.min)
 		}
 	}
 }
 
-// counterValue is one labelled series of a registry's counter (labels in
-// their sorted order).
-func counterValue(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			ok := len(m.GetLabel()) == len(labels)
-			for i, l := range m.GetLabel() {
-				ok = ok && l.GetValue() == labels[i]
-			}
-			if ok {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	t.Fatalf("no series %s%v", name, labels)
-	return 0
-}
-
 // TestMCPRemoteHTTP: the endpoint's HTTP rules (SPEC §10): a request
 // without or with a refused bearer is 401 with a Bearer challenge naming
 // the RFC 9728 document when authorization servers are configured, and
-// that document is served; a batch is refused; GET is 405 with Allow: POST;
+// that document is served; a batch is refused; GET and DELETE are 405 with
+// Allow: POST;
 // a body over 64 KiB is 413; an unknown profile is 400; a workspace that is
 // not rolled out passes through to Core untouched.
 func TestMCPRemoteHTTP(t *testing.T) {
@@ -258,8 +233,10 @@ func TestMCPRemoteHTTP(t *testing.T) {
 	if res, body := post(endpoint+"?profile=nope", kw.TokenA, initialize); res.StatusCode != 400 || !strings.Contains(string(body), "invalid_request") {
 		t.Errorf("unknown profile: %d %s; want 400 invalid_request", res.StatusCode, body)
 	}
-	if r := kw.call(t, "GET", endpoint, kw.TokenA, nil); r.Status != http.StatusMethodNotAllowed || r.Header.Get("Allow") != "POST" {
-		t.Errorf("GET: %d Allow %q; want 405 POST", r.Status, r.Header.Get("Allow"))
+	for _, method := range []string{"GET", "DELETE"} {
+		if r := kw.call(t, method, endpoint, kw.TokenA, nil); r.Status != http.StatusMethodNotAllowed || r.Header.Get("Allow") != "POST" {
+			t.Errorf("%s: %d Allow %q; want 405 POST", method, r.Status, r.Header.Get("Allow"))
+		}
 	}
 	// Not rolled out: Core's answer (the fake Core has no such path: 404).
 	mark := kw.rec.mark()
