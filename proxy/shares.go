@@ -52,18 +52,20 @@ func (f forwarding) trustedAddr(a netip.Addr) bool {
 	return false
 }
 
-// clientOf is the client a request is counted as: its peer, or, when the
+// clientAddr is the address a request comes from: its peer, or, when the
 // peer is a trusted proxy, the nearest address in X-Forwarded-For that is
 // not one (the rightmost untrusted entry: what a trusted proxy appended,
 // never what the client wrote itself). A trusted peer with no usable
-// X-Forwarded-For entry is its own client.
-func (f forwarding) clientOf(r *http.Request) clientKey {
+// X-Forwarded-For entry is its own client. The address is whole (an IPv6
+// address is not cut to its /64); ok is false when the peer address does
+// not parse (a Unix socket, a test pipe).
+func (f forwarding) clientAddr(r *http.Request) (netip.Addr, bool) {
 	a, ok := peerAddr(r.RemoteAddr)
 	if !ok {
-		return clientKey{}
+		return netip.Addr{}, false
 	}
 	if len(f.trusted) == 0 || !f.trustedAddr(a) {
-		return keyOf(a)
+		return a, true
 	}
 	xff := r.Header["X-Forwarded-For"]
 	for i := len(xff) - 1; i >= 0; i-- {
@@ -77,13 +79,23 @@ func (f forwarding) clientOf(r *http.Request) clientKey {
 			}
 			h, ok := peerAddr(strings.TrimSpace(part))
 			if !ok {
-				return keyOf(a) // a malformed hop: nothing left of it can be trusted
+				return a, true // a malformed hop: nothing left of it can be trusted
 			}
 			if !f.trustedAddr(h) {
-				return keyOf(h)
+				return h, true
 			}
 			a = h
 		}
+	}
+	return a, true
+}
+
+// clientOf is the client a request is counted as: the key of its
+// clientAddr (the zero key when that is unknown).
+func (f forwarding) clientOf(r *http.Request) clientKey {
+	a, ok := f.clientAddr(r)
+	if !ok {
+		return clientKey{}
 	}
 	return keyOf(a)
 }
