@@ -189,6 +189,7 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 	level.Set(lvl)
 	log := newLogger(stderr, level)
 
+	ignoreSIGPIPE() // the walkthrough on stdout may be piped to a reader that exits
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 

@@ -125,6 +125,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	gc, gcSource := sidecar.ApplyGCPercent(os.LookupEnv)
 	log.Info("garbage collector target", slog.Int("gc_percent", gc), slog.String("source", gcSource))
 
+	ignoreSIGPIPE()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	// One source for the version: build_info, /-/status and the start-up
@@ -174,6 +175,14 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	}
 	return 0
 }
+
+// ignoreSIGPIPE keeps a write to a broken pipe from killing the process:
+// the Go runtime raises SIGPIPE for a write to standard output or error
+// whose reader is gone (audit.file "-" read by a collector that exits), and
+// its default action ends the process, pass-through with it. Ignored, the
+// write fails with EPIPE like any other write: an audit event then takes
+// the audit.on_failure path, a log line is lost.
+func ignoreSIGPIPE() { signal.Ignore(syscall.SIGPIPE) }
 
 // logStart writes the one info line an operator looks for first. Never a
 // secret: the Core URL's host only, the catalog as on/off.

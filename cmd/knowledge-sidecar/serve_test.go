@@ -152,10 +152,20 @@ func buildBinary(t *testing.T) string {
 // /readyz answers 200.
 func startServe(t *testing.T, bin string, env []string) *serveProc {
 	t.Helper()
+	return startServeWith(t, bin, env, nil)
+}
+
+// startServeWith is startServe with the process's standard output (nil:
+// /dev/null).
+func startServeWith(t *testing.T, bin string, env []string, stdout *os.File) *serveProc {
+	t.Helper()
 	bound := make(chan [2]string, 1)
 	p := &serveProc{done: make(chan struct{}), bound: bound}
 	p.cmd = exec.Command(bin, "serve")
 	p.cmd.Env = env
+	if stdout != nil {
+		p.cmd.Stdout = stdout
+	}
 	p.cmd.Stderr = lockedWriter{p}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start: %v", err)
