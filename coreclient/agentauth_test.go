@@ -19,25 +19,25 @@ import (
 func TestAgentAuthCalls(t *testing.T) {
 	e := newEnv(t, fakecore.Options{}, nil)
 	ctx := context.Background()
-	a, err := e.client.CreateAuthorization(ctx, []byte(`{"client_app_id":"nobody"}`), netip.MustParseAddr("::ffff:203.0.113.7"))
-	if err != nil || a.Status != http.StatusBadRequest || !strings.Contains(string(a.Body), "invalid_request") {
-		t.Fatalf("create: got %+v %v; want Core's 400 invalid_request", a, err)
+	st, body, err := e.client.CreateAuthorization(ctx, []byte(`{"client_app_id":"nobody"}`), netip.MustParseAddr("::ffff:203.0.113.7"))
+	if err != nil || st != http.StatusBadRequest || !strings.Contains(string(body), "invalid_request") {
+		t.Fatalf("create: got %d %s %v; want Core's 400 invalid_request", st, body, err)
 	}
 	req, _ := e.core.LastRequest("/agent-auth/v1/authorizations")
 	if got := req.Header.Values("X-Forwarded-For"); len(got) != 1 || got[0] != "203.0.113.7" {
 		t.Errorf("X-Forwarded-For %q; want exactly [203.0.113.7]", got)
 	}
-	a, err = e.client.AgentToken(ctx, []byte(`{"grant_type":"password"}`))
-	if err != nil || a.Status != http.StatusBadRequest || !strings.Contains(string(a.Body), "unsupported_grant_type") {
-		t.Errorf("token: got %+v %v; want Core's 400 unsupported_grant_type", a, err)
+	st, body, err = e.client.AgentToken(ctx, []byte(`{"grant_type":"password"}`))
+	if err != nil || st != http.StatusBadRequest || !strings.Contains(string(body), "unsupported_grant_type") {
+		t.Errorf("token: got %d %s %v; want Core's 400 unsupported_grant_type", st, body, err)
 	}
-	a, err = e.client.AgentRevoke(ctx, []byte(`{}`), aliceAuth)
-	if err != nil || a.Status != http.StatusOK {
-		t.Errorf("revoke by bearer: got %+v %v; want 200", a, err)
+	st, body, err = e.client.AgentRevoke(ctx, []byte(`{}`), aliceAuth)
+	if err != nil || st != http.StatusOK {
+		t.Errorf("revoke by bearer: got %d %s %v; want 200", st, body, err)
 	}
 	e.core.SetFault("/agent-auth/v1/token", fakecore.Fault{Status: 503})
 	secret := "bhr_secret-refresh-token-0123456789-0123456789"
-	_, err = e.client.AgentToken(ctx, []byte(`{"refresh_token":"`+secret+`"}`))
+	_, _, err = e.client.AgentToken(ctx, []byte(`{"refresh_token":"`+secret+`"}`))
 	if !errors.Is(err, corefacts.ErrUnavailable) || strings.Contains(err.Error(), secret) {
 		t.Errorf("Core 503: got %v; want ErrUnavailable without the payload", err)
 	}
