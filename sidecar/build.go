@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/netip"
 	"net/url"
@@ -556,14 +557,17 @@ func (a *App) buildCatalog(ctx context.Context, cfg config.Config, deps Deps, re
 // again): on SIGHUP, on POST /-/reload and when the watched file changes.
 // Only hot-reloadable settings (rollout, log level) take effect; an invalid
 // configuration is rejected (the returned *config.Error lists its
-// problems), logged, and the running configuration kept.
+// problems), logged, and the running configuration kept. The audit file is
+// reopened first, whatever the configuration says (logrotate renamed it and
+// asks for a new one); when it cannot be, the reload is rejected too, with
+// the reason as its problem.
 func (a *App) Reload(load func() (config.Config, error)) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	// The audit file is reopened whatever the configuration says: logrotate
-	// renamed it and asks for a new one (its failure is logged by Reopen).
-	_ = a.audit.Reopen()
-	cfg, err := load()
+	cfg, err := config.Config{}, auditReopen(a.audit)
+	if err == nil {
+		cfg, err = load()
+	}
 	if err != nil {
 		a.Server.ObserveReload("rejected")
 		a.noteReload("rejected", err)
@@ -595,6 +599,20 @@ func (a *App) Reload(load func() (config.Config, error)) error {
 	a.log.Info("configuration reloaded", slog.String("rollout", pol.String()), slog.Bool("turn_hints", cfg.TurnHints),
 		slog.String("log_level", cfg.Log.Level))
 	return nil
+}
+
+// auditReopen reopens the audit file (nil: audit off, or reopened); a
+// failure is a configuration problem naming why, never the file's content.
+func auditReopen(l *audit.Log) error {
+	err := l.Reopen()
+	if err == nil {
+		return nil
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	return &config.Error{Problems: []string{"audit.file: cannot be reopened: " + err.Error()}}
 }
 
 // warnMemoryLedger says what the in-memory turn ledger cannot do, once the
