@@ -65,6 +65,14 @@ if ! command -v python3 >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; t
     echo "test.sh: could not install python3; the Python example's test fails with CI=true" >&2
 fi
 
+# jq runs the demo walkthrough's audit line over the file `demo --audit`
+# writes (TestDemoAudit); with CI=true that test fails when jq is missing.
+if ! command -v jq >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  echo "test.sh: installing jq"
+  { timeout 300 ${SUDO:-} apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 600 ${SUDO:-} apt-get install -y -qq --no-install-recommends jq >/dev/null; } ||
+    echo "test.sh: could not install jq; the demo audit test fails with CI=true" >&2
+fi
+
 # node runs the official MCP TypeScript SDK client and the MCP Inspector CLI
 # against the remote MCP endpoint (cmd/knowledge-sidecar/mcp_remote_clients_test.go),
 # at the exact versions of test/mcpjs/package-lock.json (npm ci); with CI=true
