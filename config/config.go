@@ -247,7 +247,7 @@ type Proxy struct {
 	PreserveHost bool `yaml:"preserve_host"`
 	// ClientAddressHeadersExtra names headers to add to the built-in list of
 	// client-address and original-URL headers (X-Forwarded-*, Forwarded,
-	// X-Real-IP, True-Client-IP, … docs/architecture.md) that an untrusted
+	// X-Real-IP, True-Client-IP, … docs/decisions.md) that an untrusted
 	// peer's request loses before it reaches Core. Matched in any case and
 	// with '_' for '-'; a name ending in '*' is a prefix. Default none.
 	ClientAddressHeadersExtra []string `yaml:"client_address_headers_extra"`
