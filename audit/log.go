@@ -66,10 +66,24 @@ type Log struct {
 	mu      sync.Mutex
 	w       io.Writer
 	f       *os.File // nil for standard output
+	closed  bool     // Close was called: every later event fails
 	failing bool     // the last write failed (the next success is logged)
+	// torn: the last write ended inside its line (a disk filled up); the
+	// next event starts with a newline, so the fragment stays a line of
+	// its own and the events after it stay parseable.
+	torn bool
+	// checked is when f was last compared with the file at the path
+	// (current); lost, when not nil, is why no file at the path can be
+	// written: every event fails until the path can be opened again.
+	checked time.Time
+	lost    error
 	buf     bytes.Buffer
 	enc     *json.Encoder
 }
+
+// checkEvery is how often, at most, the file written to is compared with
+// the file at the configured path (one fstat and one stat).
+const checkEvery = time.Second
 
 // endpoints is the closed label set of audit_events_total: every MCP tool
 // is "mcp"; an endpoint outside the set is counted as "other".
@@ -97,7 +111,7 @@ func Open(o Options) (*Log, error) {
 		if err != nil {
 			return nil, err
 		}
-		l.f, l.w = f, f
+		l.f, l.w, l.checked = f, f, l.now()
 	}
 	l.events = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: telemetry.Namespace, Name: "audit_events_total",
@@ -125,24 +139,86 @@ func openFile(path string) (*os.File, error) {
 	return f, nil
 }
 
+// ErrFileLost: the file events were written to is no longer the file at
+// audit.file (deleted, its directory removed, renamed away) and the path
+// cannot be opened again.
+var ErrFileLost = errors.New("audit file lost")
+
 // Reopen opens the file again by its path (after logrotate renamed it) and
 // closes the old one; later events go to the new file. If the path cannot
-// be opened the old file is kept (no event is lost) and the error returned.
-// A no-op for standard output.
+// be opened, the old file is kept while it is still the file at the path
+// (nothing is lost); when it is not (deleted, renamed away, its directory
+// removed), the file is lost and every event fails until the path can be
+// opened again. Either way the error is returned. A no-op for standard
+// output.
 func (l *Log) Reopen() error {
 	if l == nil || l.f == nil {
 		return nil
 	}
 	f, err := openFile(l.path)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		if f != nil {
+			f.Close()
+		}
+		return os.ErrClosed
+	}
+	l.checked = l.now()
 	if err != nil {
-		l.log.Error("audit: file not reopened; still writing to the previous one", slog.Any("error", err))
+		if !sameFile(l.f, l.path) {
+			l.lost = fmt.Errorf("%w: %w", ErrFileLost, err)
+		}
 		return err
 	}
-	l.mu.Lock()
+	l.swap(f)
+	return nil
+}
+
+// swap makes f the file events go to (under mu).
+func (l *Log) swap(f *os.File) {
 	old := l.f
-	l.f, l.w = f, f
-	l.mu.Unlock()
-	return old.Close()
+	l.f, l.w, l.lost, l.torn = f, f, nil, false
+	_ = old.Close()
+}
+
+// sameFile reports whether f is the file at path (same device and inode).
+func sameFile(f *os.File, path string) bool {
+	a, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	b, err := os.Stat(path)
+	return err == nil && os.SameFile(a, b)
+}
+
+// current makes sure, at most once per checkEvery, that events go to the
+// file at the path: when the file written to is no longer there (deleted,
+// its directory removed, renamed away without a reopen) the path is opened
+// again; when it cannot be, the file is lost (ErrFileLost) and the event is
+// not written. Under mu.
+func (l *Log) current(now time.Time) error {
+	switch {
+	case l.f == nil:
+		return nil
+	case l.closed:
+		return os.ErrClosed
+	case now.Sub(l.checked) < checkEvery && !now.Before(l.checked):
+		return l.lost
+	}
+	l.checked = now
+	if sameFile(l.f, l.path) {
+		l.lost = nil
+		return nil
+	}
+	f, err := openFile(l.path)
+	if err != nil {
+		l.lost = fmt.Errorf("%w: %w", ErrFileLost, err)
+		return l.lost
+	}
+	l.swap(f)
+	l.log.Warn("audit: the file was no longer at its path; opened it again")
+	return nil
 }
 
 // Close closes the file (not standard output). Later events fail.
@@ -152,22 +228,20 @@ func (l *Log) Close() error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.closed = true
 	return l.f.Close()
 }
 
 // Disclose writes d's event (knowledge.Auditor). It returns an error only
 // under the refuse policy, when the event could not be written.
 func (l *Log) Disclose(ctx context.Context, d *knowledge.Disclosure) error {
-	e := eventOf(ctx, d, l.now(), l.key)
+	now := l.now()
+	e := eventOf(ctx, d, now, l.key)
 	l.mu.Lock()
-	l.buf.Reset()
-	err := l.enc.Encode(&e) // one line, newline included
-	if err == nil {
-		_, err = l.w.Write(l.buf.Bytes())
-	}
+	err := l.current(now)
 	var line []byte
-	if err == nil && l.otlp != nil {
-		line = bytes.TrimSuffix(bytes.Clone(l.buf.Bytes()), []byte("\n"))
+	if err == nil {
+		line, err = l.write(&e)
 	}
 	wasFailing := l.failing
 	l.failing = err != nil
@@ -191,6 +265,31 @@ func (l *Log) Disclose(ctx context.Context, d *knowledge.Disclosure) error {
 		l.emit(ctx, e, line)
 	}
 	return nil
+}
+
+// write encodes e and writes it as one line, with one Write (under mu):
+// after a torn line the event starts with a newline. It returns the line
+// for the OTLP copy (nil without one).
+func (l *Log) write(e *Event) ([]byte, error) {
+	l.buf.Reset()
+	if l.torn {
+		l.buf.WriteByte('\n')
+	}
+	if err := l.enc.Encode(e); err != nil { // one line, newline included
+		return nil, err
+	}
+	b := l.buf.Bytes()
+	n, err := l.w.Write(b)
+	if n > 0 {
+		l.torn = b[n-1] != '\n'
+	}
+	if err != nil {
+		return nil, err
+	}
+	if l.otlp == nil {
+		return nil, nil
+	}
+	return bytes.Clone(bytes.Trim(b, "\n")), nil
 }
 
 func endpointLabel(e string) string {

@@ -23,6 +23,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
@@ -153,36 +154,42 @@ func TestOpenRefusesDirectory(t *testing.T) {
 	}
 }
 
-// TestReopen: after a rename (logrotate) Reopen sends events to a new file;
-// a path that cannot be opened keeps the old file, so nothing is lost.
+// lines counts the lines of the file at p.
+func lines(p string) int {
+	raw, _ := os.ReadFile(p)
+	return bytes.Count(raw, []byte("\n"))
+}
+
+// TestReopen: after a rename (logrotate) Reopen sends events to a new file.
+// When the path cannot be opened and the old file was renamed away, the
+// file is lost: events fail (refused) until the path can be opened again.
 func TestReopen(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "a.jsonl")
-	l, err := Open(Options{File: path, Refuse: true})
+	clk := testkit.NewClock(t0)
+	l, err := Open(Options{File: path, Refuse: true, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	write := func() {
-		t.Helper()
-		if err := l.Disclose(context.Background(), sample()); err != nil {
-			t.Fatal(err)
-		}
+	write := func() error { return l.Disclose(context.Background(), sample()) }
+	if err := write(); err != nil {
+		t.Fatal(err)
 	}
-	lines := func(p string) int {
-		raw, _ := os.ReadFile(p)
-		return bytes.Count(raw, []byte("\n"))
-	}
-	write()
 	os.Rename(path, path+".1")
-	write()
+	if err := write(); err != nil { // within the second: not looked at yet
+		t.Fatal(err)
+	}
 	if err := l.Reopen(); err != nil {
 		t.Fatal(err)
 	}
-	write()
+	if err := write(); err != nil {
+		t.Fatal(err)
+	}
 	if lines(path+".1") != 2 || lines(path) != 1 {
 		t.Errorf("rotated %d lines, new %d; want 2 and 1", lines(path+".1"), lines(path))
 	}
+
 	os.Rename(path, path+".2")
 	if err := os.Mkdir(path, 0o700); err != nil {
 		t.Fatal(err)
@@ -190,9 +197,135 @@ func TestReopen(t *testing.T) {
 	if err := l.Reopen(); err == nil {
 		t.Fatal("Reopen onto a directory: want an error")
 	}
-	write() // still written, to the previous file
-	if lines(path+".2") != 2 {
-		t.Errorf("after a failed reopen: %d lines in the previous file; want 2", lines(path+".2"))
+	if err := write(); !errors.Is(err, ErrNotRecorded) || !errors.Is(err, ErrFileLost) {
+		t.Errorf("after a failed reopen, the old file renamed away: got %v; want ErrNotRecorded (ErrFileLost)", err)
+	}
+	if lines(path+".2") != 1 {
+		t.Errorf("after a failed reopen: %d lines in the previous file; want 1 (nothing more)", lines(path+".2"))
+	}
+	os.Remove(path)
+	if err := write(); err == nil { // within the second of the failed reopen
+		t.Error("lost file, within the second: want the event refused")
+	}
+	clk.Advance(time.Second)
+	if err := write(); err != nil {
+		t.Fatalf("the path writable again: %v", err)
+	}
+	if lines(path) != 1 {
+		t.Errorf("new file: %d lines; want 1", lines(path))
+	}
+}
+
+// TestLostFile is issue 39's finding 7f: the audit file's directory is
+// removed (or the file deleted) under the sidecar. Within a second the
+// event still goes to the open file; after that the loss is found by the
+// next event: a deleted file is created again at its path, a removed
+// directory refuses events (refuse) until it is back.
+func TestLostFile(t *testing.T) {
+	base := t.TempDir()
+	dir := filepath.Join(base, "audit")
+	path := filepath.Join(dir, "a.jsonl")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	clk := testkit.NewClock(t0)
+	reg := prometheus.NewRegistry()
+	l, err := Open(Options{File: path, Refuse: true, Now: clk.Now, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	write := func() error { return l.Disclose(context.Background(), sample()) }
+	if err := write(); err != nil {
+		t.Fatal(err)
+	}
+
+	os.Remove(path)
+	clk.Advance(time.Second)
+	if err := write(); err != nil {
+		t.Fatalf("file deleted: %v; want it created again", err)
+	}
+	if lines(path) != 1 {
+		t.Errorf("file deleted: %d lines at the path; want the event in a new file", lines(path))
+	}
+
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Second)
+	for i := range 2 {
+		if err := write(); !errors.Is(err, ErrNotRecorded) || !errors.Is(err, ErrFileLost) {
+			t.Fatalf("directory removed, event %d: got %v; want ErrNotRecorded (ErrFileLost)", i, err)
+		}
+	}
+	if got := testutil.ToFloat64(l.failures); got != 2 {
+		t.Errorf("audit_failures_total: %v; want 2", got)
+	}
+	if err := l.Reopen(); err == nil {
+		t.Error("Reopen with the directory removed: want an error")
+	}
+
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := write(); err == nil {
+		t.Error("directory back, within the second of the last look: want the event still refused")
+	}
+	clk.Advance(time.Second)
+	if err := write(); err != nil {
+		t.Fatalf("directory back: %v", err)
+	}
+	if lines(path) != 1 {
+		t.Errorf("directory back: %d lines; want 1", lines(path))
+	}
+}
+
+// tornWriter writes the first cut bytes of its first Write and fails (a
+// disk that fills up mid-line), then writes whole.
+type tornWriter struct {
+	out bytes.Buffer
+	cut int
+	n   int
+}
+
+func (w *tornWriter) Write(b []byte) (int, error) {
+	w.n++
+	if w.n == 1 {
+		w.out.Write(b[:w.cut])
+		return w.cut, errors.New("no space left on device")
+	}
+	return w.out.Write(b)
+}
+
+// TestTornEvent is issue 39's finding 7a: an event cut off mid-line is
+// followed by a newline, so every event after it is a line of its own that
+// JSON readers accept; an event that wrote nothing adds no empty line.
+func TestTornEvent(t *testing.T) {
+	for _, cut := range []int{0, 1, 40} {
+		w := &tornWriter{cut: cut}
+		l, err := Open(Options{File: Stdout, Stdout: w, Now: func() time.Time { return t0 }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			l.Disclose(context.Background(), sample())
+		}
+		got := bytes.Split(bytes.TrimSuffix(w.out.Bytes(), []byte("\n")), []byte("\n"))
+		whole := got
+		if cut > 0 {
+			if len(got) != 3 || json.Valid(got[0]) {
+				t.Fatalf("cut %d: got %q; want the fragment and two events, one a line", cut, w.out.Bytes())
+			}
+			whole = got[1:]
+		}
+		if len(whole) != 2 {
+			t.Fatalf("cut %d: got %q; want two whole events", cut, w.out.Bytes())
+		}
+		for _, line := range whole {
+			if !json.Valid(line) {
+				t.Errorf("cut %d: line %q is not JSON", cut, line)
+			}
+		}
 	}
 }
 

@@ -52,7 +52,7 @@ type HTTPOptions struct {
 // not loopback) is off: the sidecar sits behind a mesh proxy or an ingress
 // that connects over loopback with the public Host, and every request is
 // authenticated with the host's bearer before it reaches this handler, so a
-// rebound browser page has nothing to ride on (docs/architecture.md).
+// rebound browser page has nothing to ride on (docs/decisions.md).
 type HTTP struct {
 	sdk http.Handler
 	obs *observer

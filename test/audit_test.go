@@ -340,7 +340,10 @@ func TestAuditReopen(t *testing.T) {
 	w := NewWorld(t, WorldOptions{})
 	dir := t.TempDir()
 	file := filepath.Join(dir, "audit.jsonl")
-	app, url, admin := runBuilt(t, auditConfig(t, w, file), sidecar.Deps{})
+	// The clock stands still unless moved: the audit looks for a lost file
+	// at most once a second of it.
+	clk := testkit.NewClock(time.Now())
+	app, url, admin := runBuilt(t, auditConfig(t, w, file), sidecar.Deps{Now: clk.Now})
 	c := newClient(t)
 	search := func() string {
 		t.Helper()
@@ -384,6 +387,71 @@ func TestAuditReopen(t *testing.T) {
 	last := search()
 	if got := ids(file); fmt.Sprint(got) != fmt.Sprint([]string{last}) {
 		t.Errorf("after a reload whose configuration is rejected: %v; want the file reopened all the same, with %s", got, last)
+	}
+	// Renamed with no reload at all: a second later the next event finds
+	// the file gone from its path and opens the path again.
+	if err := os.Rename(file, rotated+"3"); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Second)
+	unasked := search()
+	if got := ids(file); fmt.Sprint(got) != fmt.Sprint([]string{unasked}) {
+		t.Errorf("renamed, no reload, a second later: %v; want the event in a new file at the path, %s", got, unasked)
+	}
+}
+
+// TestAuditFileLost is issue 39's finding 7f: the audit file's directory is
+// removed under a running sidecar with audit.on_failure: refuse. The next
+// event (a second later at most) finds the file lost and the answer is 503;
+// a reload answers 400 naming audit.file and keeps refusing; once the
+// directory is back, a reload (or the next look, a second later) opens the
+// file again and answers are served with their events.
+func TestAuditFileLost(t *testing.T) {
+	w := NewWorld(t, WorldOptions{})
+	dir := filepath.Join(t.TempDir(), "audit")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "audit.jsonl")
+	cfg := auditConfig(t, w, file)
+	cfg.Audit.OnFailure = config.AuditRefuse
+	clk := testkit.NewClock(time.Now())
+	app, url, admin := runBuilt(t, cfg, sidecar.Deps{Now: clk.Now})
+	c := newClient(t)
+	search := func() turnResult {
+		t.Helper()
+		return send(t, c, "POST", url+"/agent-api/v1/workspaces/"+testdb.RouteMulti+"/knowledge/search", w.TokenA, []byte(`{"query":"`+refundQuery+`"}`), nil)
+	}
+	if r := search(); r.Status != 200 {
+		t.Fatalf("search: got %d %s", r.Status, r.Body)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Second)
+	checkErrorJSON(t, search(), http.StatusServiceUnavailable, "knowledge_unavailable")
+
+	r := send(t, c, "POST", admin+"/-/reload", "", nil, nil)
+	if r.Status != 400 || !strings.Contains(string(r.Body), `"audit.file: cannot be reopened: no such file or directory"`) {
+		t.Errorf("POST /-/reload with the directory gone: got %d %s; want 400 naming audit.file", r.Status, r.Body)
+	}
+	checkErrorJSON(t, search(), http.StatusServiceUnavailable, "knowledge_unavailable")
+	if got := testkit.Metric(t, app.Server.Registry(), "knowledge_sidecar_audit_failures_total", nil); got != 2 {
+		t.Errorf("audit_failures_total: got %v; want 2", got)
+	}
+
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if r := send(t, c, "POST", admin+"/-/reload", "", nil, nil); r.Status != 200 {
+		t.Fatalf("POST /-/reload with the directory back: got %d %s", r.Status, r.Body)
+	}
+	r = search()
+	if r.Status != 200 {
+		t.Fatalf("search with the directory back: got %d %s", r.Status, r.Body)
+	}
+	if evs := readAudit(t, file); len(evs) != 1 || evs[0].RequestID != r.Header.Get("X-Request-Id") {
+		t.Errorf("new file: %+v; want the one event of %s", evs, r.Header.Get("X-Request-Id"))
 	}
 }
 
