@@ -189,7 +189,7 @@ func (m *mcpRun) flushGaps() {
 	}
 }
 
-func (m *mcpRun) endpoint() string { return m.c.URL(m.c.Route(), "mcp") }
+func (m *mcpRun) endpoint() string { return m.c.URL(m.c.Route(), mcpEndpoint) }
 
 // raw sends one request to the MCP endpoint and records its answer for the
 // common checks.
@@ -334,7 +334,7 @@ func (m *mcpRun) initialize(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	var bad []string
-	if !slices.Contains([]string{"2025-11-25", "2025-06-18", "2025-03-26"}, init.ProtocolVersion) {
+	if !slices.Contains(mcpVersions, init.ProtocolVersion) {
 		bad = append(bad, fmt.Sprintf("protocolVersion %q for a %s request", init.ProtocolVersion, MCPProtocolVersion))
 	}
 	if init.ServerInfo.Name == "" {
@@ -367,7 +367,7 @@ func (m *mcpRun) toolsList(ctx context.Context) error {
 		m.tools[t.Name] = t
 	}
 	var missing []string
-	for _, n := range []string{"knowledge_search", "knowledge_read"} {
+	for _, n := range []string{mcpSearchTool, mcpReadTool} {
 		if _, ok := m.tools[n]; !ok {
 			missing = append(missing, n)
 		}
@@ -377,9 +377,9 @@ func (m *mcpRun) toolsList(ctx context.Context) error {
 	} else {
 		m.check(cToolsList, "")
 	}
-	props := map[string][]string{"knowledge_search": {"query"}, "knowledge_read": {"ref", "cursor", "near"}}
-	required := map[string]string{"knowledge_search": "query", "knowledge_read": "ref"}
-	for _, n := range []string{"knowledge_search", "knowledge_read"} {
+	props := map[string][]string{mcpSearchTool: {"query"}, mcpReadTool: {"ref", "cursor", "near"}}
+	required := map[string]string{mcpSearchTool: "query", mcpReadTool: "ref"}
+	for _, n := range []string{mcpSearchTool, mcpReadTool} {
 		t, ok := m.tools[n]
 		if !ok {
 			continue
@@ -422,10 +422,10 @@ func (m *mcpRun) toolsList(ctx context.Context) error {
 		m.check(cSchemas, prefixed(n, bad))
 		d := strings.ToLower(t.Description)
 		bad = nil
-		if !strings.Contains(d, "5 minutes") {
+		if !strings.Contains(d, mcpRefLifetime) {
 			bad = append(bad, "does not say refs live 5 minutes")
 		}
-		if n == "knowledge_read" && !strings.Contains(d, "128 kib") {
+		if n == mcpReadTool && !strings.Contains(d, strings.ToLower(mcpChainText)) {
 			bad = append(bad, "does not say a chain ends at 128 KiB")
 		}
 		m.check(cDescr, prefixed(n, bad))
@@ -465,7 +465,7 @@ type mcpPage struct {
 var location = regexp.MustCompile(`(?i)bytes?\s+[\d,.\s]+\s*[–-]\s*[\d,.\s]+\s+of\s+[\d,.\s]+|[\d,.]+\s*(bytes|KiB|B)\s+of\s+[\d,.]+`)
 
 func (m *mcpRun) searchAndRead(ctx context.Context) error {
-	if _, ok := m.tools["knowledge_search"]; !ok {
+	if _, ok := m.tools[mcpSearchTool]; !ok {
 		for _, c := range []string{cSearch, cStructured, cStandalone, cRead, cLocation, cChain, cNear, cTamper} {
 			m.skipCheck(c, "the endpoint offers no knowledge_search")
 		}
@@ -477,7 +477,7 @@ func (m *mcpRun) searchAndRead(ctx context.Context) error {
 	}
 	var hints []mcpHint
 	for _, q := range queries {
-		t, err := m.call(ctx, cSearch, "knowledge_search", map[string]any{"query": q})
+		t, err := m.call(ctx, cSearch, mcpSearchTool, map[string]any{"query": q})
 		if err != nil {
 			return err
 		}
@@ -534,7 +534,7 @@ func (m *mcpRun) searchAndRead(ctx context.Context) error {
 		if cursor != "" {
 			args["cursor"] = cursor
 		}
-		t, err := m.call(ctx, cRead, "knowledge_read", args)
+		t, err := m.call(ctx, cRead, mcpReadTool, args)
 		if err != nil {
 			return err
 		}
@@ -563,8 +563,8 @@ func (m *mcpRun) searchAndRead(ctx context.Context) error {
 			}
 		}
 		total += len(p.Content)
-		if total > 128*1024 {
-			m.check(cChain, fmt.Sprintf("the chain returned %d bytes; want at most 131072", total))
+		if total > chainMax {
+			m.check(cChain, fmt.Sprintf("the chain returned %d bytes; want at most %d", total, chainMax))
 			break
 		}
 		if p.NextCursor == nil || p.BudgetExhausted {
@@ -579,13 +579,13 @@ func (m *mcpRun) searchAndRead(ctx context.Context) error {
 	}
 
 	// near: a passage of the hint's summary.
-	if _, ok := m.tools["knowledge_read"]; ok {
+	if _, ok := m.tools[mcpReadTool]; ok {
 		words := strings.Fields(h.Summary)
 		if len(words) < 4 {
 			m.skipCheck(cNear, "the hint's summary is too short to copy a passage from")
 		} else {
 			passage := strings.Join(words[:min(len(words), 8)], " ")
-			t, err := m.call(ctx, cNear, "knowledge_read", map[string]any{"ref": h.Ref, "near": passage})
+			t, err := m.call(ctx, cNear, mcpReadTool, map[string]any{"ref": h.Ref, "near": passage})
 			if err != nil {
 				return err
 			}
@@ -603,7 +603,7 @@ func (m *mcpRun) searchAndRead(ctx context.Context) error {
 	}
 
 	// A tampered ref: a tool error, never a JSON-RPC error.
-	_, a, err := m.rpc(ctx, cTamper, "tools/call", map[string]any{"name": "knowledge_read", "arguments": map[string]any{"ref": tamper(h.Ref)}})
+	_, a, err := m.rpc(ctx, cTamper, "tools/call", map[string]any{"name": mcpReadTool, "arguments": map[string]any{"ref": tamper(h.Ref)}})
 	if err != nil || a == nil {
 		return err
 	}
@@ -611,7 +611,7 @@ func (m *mcpRun) searchAndRead(ctx context.Context) error {
 	switch {
 	case a.Error != nil:
 		m.check(cTamper, fmt.Sprintf("a JSON-RPC error %d; want a tool result with isError", a.Error.Code))
-	case json.Unmarshal(a.Result, &t) != nil || !t.IsError || !strings.Contains(t.text(), "knowledge_reference_invalid"):
+	case json.Unmarshal(a.Result, &t) != nil || !t.IsError || !strings.Contains(t.text(), codeReferenceInvalid):
 		m.check(cTamper, fmt.Sprintf("got %.160s; want isError naming knowledge_reference_invalid", a.Result))
 	case strings.Contains(t.text(), m.c.Token()):
 		m.check(cTamper, "the error text holds the bearer")
@@ -673,7 +673,7 @@ func (m *mcpRun) refusals(ctx context.Context) error {
 			m.check(cMethods, "")
 		}
 	}
-	big := bytes.Repeat([]byte(" "), 64*1024+1)
+	big := bytes.Repeat([]byte(" "), mcpMaxBody+1)
 	copy(big, `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`)
 	res, err := m.raw(ctx, http.MethodPost, big, true, "a 64 KiB + 1 body")
 	if err != nil {
