@@ -275,3 +275,33 @@ func TestConformanceMCP(t *testing.T) {
 		}
 	}
 }
+
+// TestConformanceMCPCLI: --mcp's usage and connection problems are exit 2,
+// each saying which: with --turns, nothing listening, a rejected token.
+func TestConformanceMCPCLI(t *testing.T) {
+	d := startSamples(t, nil)
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "good"), filepath.Join(dir, "bad")
+	if err := os.WriteFile(good, []byte(d.token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, []byte(randomToken("bha_")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"with --turns", []string{"--url", d.base, "--token-file", good, "--turns"}, "--mcp checks the MCP endpoint only"},
+		{"nothing listening", []string{"--url", closedURL(t), "--token-file", good}, "nothing answered at --url"},
+		{"rejected token", []string{"--url", d.base, "--token-file", bad}, "the Agent access token was rejected"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := runCLI(append([]string{"conformance", "--mcp", "--route", demoRoute, "--rate", "10"}, tc.args...)...)
+			if code != 2 || !strings.Contains(stderr, tc.want) {
+				t.Errorf("exit %d, stderr %q; want 2 and %q\n%s", code, stderr, tc.want, stdout)
+			}
+		})
+	}
+}
