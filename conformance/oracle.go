@@ -68,3 +68,16 @@ func knownStatus(s string) bool {
 	}
 	return false
 }
+
+// The remote MCP endpoint's facts (SPEC §10).
+const (
+	mcpEndpoint    = "mcp"
+	mcpSearchTool  = "knowledge_search"
+	mcpReadTool    = "knowledge_read"
+	mcpMaxBody     = 64 << 10
+	mcpRefLifetime = "5 minutes" // as the tools' descriptions say it
+	mcpChainText   = "128 KiB"
+)
+
+// mcpVersions are the initialize-era MCP revisions an endpoint negotiates.
+var mcpVersions = []string{"2025-11-25", "2025-06-18", "2025-03-26"}

@@ -133,6 +133,9 @@ type Request struct {
 	Body   []byte
 	// ContentType defaults to application/json when Body is set.
 	ContentType string
+	// Header holds further headers, set after the defaults (an Accept here
+	// replaces application/json).
+	Header http.Header
 }
 
 // Do sends r. Transport failures are wrapped in ErrUnreachable; the error
@@ -157,6 +160,9 @@ func (c *Client) Do(ctx context.Context, r Request) (*Response, error) {
 		req.Header.Set("Content-Type", ct)
 	}
 	req.Header.Set("Accept", "application/json")
+	for k, v := range r.Header {
+		req.Header[http.CanonicalHeaderKey(k)] = v
+	}
 	res, err := c.http.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -31,6 +31,7 @@ func cmdConformance(args []string, stdout, stderr io.Writer) int {
 	turns := fs.Bool("turns", false, "also check turn interception (creates real turns on the workspace)")
 	rate := fs.Float64("rate", 8, "requests per second, at most 10 (the protocol's default per-session limit)")
 	timeout := fs.Duration("timeout", conformance.DefaultTimeout, "deadline of each request: one without an answer by then fails its check and the run goes on")
+	mcp := fs.Bool("mcp", false, "check the route's remote MCP endpoint (SPEC §10: tools, schemas, results, paging, near, errors, no-store, stateless) instead of the REST protocol")
 	tokenFile := fs.String("token-file", "", "file holding the Agent access token, read once (default: $"+tokenEnv+")")
 	if code, stop := parseFlags(fs, args); stop {
 		return code
@@ -68,7 +69,15 @@ func cmdConformance(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	rep, err := conformance.Run(ctx, conformance.Options{Client: client, RunID: *runID, Query: *query, Turns: *turns, Rate: *rate, Timeout: *timeout})
+	if *mcp && (*turns || *runID != "") {
+		fmt.Fprintln(stderr, "conformance: --mcp checks the MCP endpoint only; --turns and --run-id are for the REST protocol")
+		return 2
+	}
+	run := conformance.Run
+	if *mcp {
+		run = conformance.RunMCP
+	}
+	rep, err := run(ctx, conformance.Options{Client: client, RunID: *runID, Query: *query, Turns: *turns, Rate: *rate, Timeout: *timeout})
 	if err != nil {
 		switch {
 		case errors.Is(err, conformance.ErrConnection):

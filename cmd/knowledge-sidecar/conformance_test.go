@@ -12,6 +12,8 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -201,5 +203,105 @@ func TestConformanceHeldRequest(t *testing.T) {
 	}
 	if rep.Summary.Pass < 20 {
 		t.Errorf("%d checks passed; want the run to go on after the held request (at least 20)", rep.Summary.Pass)
+	}
+}
+
+// TestConformanceMCP: `conformance --mcp` against the demo's MCP endpoint
+// passes every check but the known gaps of this sidecar (conformance.
+// KnownGaps, each naming the issue it waits for), skipping none; against
+// a broken endpoint — the demo behind a front that turns the tools'
+// readOnlyHint false and a tampered ref's tool error into a JSON-RPC error
+// — it exits 1 naming those checks.
+func TestConformanceMCP(t *testing.T) {
+	d := startSamples(t, nil)
+	tokenFile := filepath.Join(t.TempDir(), "agent-token")
+	if err := os.WriteFile(tokenFile, []byte(d.token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCLI("conformance", "--mcp", "--url", d.base, "--route", demoRoute, "--token-file", tokenFile, "--rate", "10")
+	if code == 2 {
+		t.Fatalf("conformance --mcp: exit 2\n%s%s", stdout, stderr)
+	}
+	checks := 0
+	for _, line := range strings.Split(strings.TrimSpace(stdout), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || (f[0] != "PASS" && f[0] != "FAIL" && f[0] != "SKIP") {
+			continue
+		}
+		checks++
+		_, gap := conformance.KnownGaps[f[1]]
+		switch {
+		case f[0] == "SKIP":
+			t.Errorf("%s skipped against the demo: %s", f[1], line)
+		case f[0] == "FAIL" && !gap:
+			t.Errorf("%s fails against the demo: %s", f[1], line)
+		case f[0] == "FAIL" && !strings.Contains(line, "KNOWN GAP"):
+			t.Errorf("a known gap's failure does not say so: %s", line)
+		}
+	}
+	if checks < 20 {
+		t.Errorf("%d checks; want at least 20\n%s", checks, stdout)
+	}
+	t.Logf("against the demo:\n%s", stdout)
+
+	// A broken endpoint: the demo behind a front that rewrites two answers.
+	target, _ := url.Parse(d.base)
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.ModifyResponse = func(res *http.Response) error {
+		raw, err := io.ReadAll(res.Body)
+		if err != nil {
+			return err
+		}
+		res.Body.Close()
+		raw = bytes.ReplaceAll(raw, []byte(`"readOnlyHint":true`), []byte(`"readOnlyHint":false`))
+		if bytes.Contains(raw, []byte(`"isError":true`)) {
+			raw = []byte(`{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"internal error"}}`)
+		}
+		res.Body = io.NopCloser(bytes.NewReader(raw))
+		res.ContentLength = int64(len(raw))
+		res.Header.Set("Content-Length", strconv.Itoa(len(raw)))
+		return nil
+	}
+	rp.ErrorLog = log.New(io.Discard, "", 0)
+	broken := httptest.NewServer(rp)
+	t.Cleanup(broken.Close)
+	code, stdout, _ = runCLI("conformance", "--mcp", "--url", broken.URL, "--route", demoRoute, "--token-file", tokenFile, "--rate", "10")
+	if code != 1 {
+		t.Errorf("against a broken endpoint: exit %d; want 1\n%s", code, stdout)
+	}
+	for _, name := range []string{"mcp-tool-annotations", "mcp-tampered-ref"} {
+		if !regexp.MustCompile(`(?m)^FAIL\s+` + name + `\s`).MatchString(stdout) {
+			t.Errorf("against a broken endpoint: %s does not fail\n%s", name, stdout)
+		}
+	}
+}
+
+// TestConformanceMCPCLI: --mcp's usage and connection problems are exit 2,
+// each saying which: with --turns, nothing listening, a rejected token.
+func TestConformanceMCPCLI(t *testing.T) {
+	d := startSamples(t, nil)
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "good"), filepath.Join(dir, "bad")
+	if err := os.WriteFile(good, []byte(d.token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, []byte(randomToken("bha_")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"with --turns", []string{"--url", d.base, "--token-file", good, "--turns"}, "--mcp checks the MCP endpoint only"},
+		{"nothing listening", []string{"--url", closedURL(t), "--token-file", good}, "nothing answered at --url"},
+		{"rejected token", []string{"--url", d.base, "--token-file", bad}, "the Agent access token was rejected"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := runCLI(append([]string{"conformance", "--mcp", "--route", demoRoute, "--rate", "10"}, tc.args...)...)
+			if code != 2 || !strings.Contains(stderr, tc.want) {
+				t.Errorf("exit %d, stderr %q; want 2 and %q\n%s", code, stderr, tc.want, stdout)
+			}
+		})
 	}
 }

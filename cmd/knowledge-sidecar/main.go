@@ -9,7 +9,7 @@
 //	knowledge-sidecar keygen [--id ID]
 //	knowledge-sidecar version
 //	knowledge-sidecar mcp --url URL --route ROUTE [--token-file FILE | --token-command CMD] [--run-id RUN]
-//	knowledge-sidecar conformance --url URL --route ROUTE [--token-file FILE]
+//	knowledge-sidecar conformance [--mcp] --url URL --route ROUTE [--token-file FILE]
 package main
 
 import (
@@ -37,7 +37,7 @@ Operator side:
   version        print version, revision, build time and Go version
 Host side (Agent token from BAILING_AGENT_TOKEN, or --token-file; mcp also --token-command):
   mcp            serve knowledge_search and knowledge_read to an MCP host over stdio
-  conformance    check an implementation of the protocol against its MUSTs
+  conformance    check an implementation of the protocol (or, with --mcp, its MCP endpoint) against its MUSTs
   help           print this list
 
 The config file may also be named by KNOWLEDGE_SIDECAR_CONFIG.
