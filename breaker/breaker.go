@@ -101,7 +101,9 @@ var errFailed = errors.New("failed")
 //
 // Classification of fn's error, decided here rather than by gobreaker:
 //   - failure: errors.Is(err, corefacts.ErrUnavailable) while the ctx given to Do is not done;
-//   - excluded: the ctx given to Do is done (the caller cancelled or its deadline passed);
+//   - excluded: the ctx given to Do is done (the caller cancelled or its deadline passed),
+//     or corefacts.ErrRequestRefused (Core refused a request the caller shaped: a
+//     caller must not move a breaker others depend on, either way);
 //   - success: nil and every other error (corefacts.ErrUnauthorized, *corefacts.CoreError, corefacts.ErrNotFound,
 //     corefacts.ErrEndpointAbsent, …): Core answered, so it is up.
 //
@@ -148,7 +150,7 @@ func (b *Breaker) Do(ctx context.Context, fn func(context.Context) error) (err e
 	err = fn(ctx)
 	reported = true
 	switch {
-	case ctx.Err() != nil:
+	case ctx.Err() != nil, errors.Is(err, corefacts.ErrRequestRefused):
 		done(errExcluded)
 	case errors.Is(err, corefacts.ErrUnavailable):
 		done(errFailed)

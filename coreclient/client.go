@@ -181,11 +181,15 @@ type sessionBody struct {
 }
 
 // Session forwards the caller's Authorization header verbatim to
-// GET /agent-auth/v1/session. An empty or malformed header is ErrUnauthorized
-// without a call; 401 → ErrUnauthorized; 200 with session_id, client_app_id and
-// principal.id → the Session; anything else → ErrUnavailable.
+// GET /agent-auth/v1/session. A header Core could not accept
+// (corefacts.BearerAcceptable: over 4 KiB, not Core's bearer shape) is
+// ErrUnauthorized without a call; 401 → ErrUnauthorized; 200 with
+// session_id, client_app_id and principal.id → the Session; a 4xx that is
+// none of the endpoint's own answers (refusedStatus: Node's 431, a 400 or
+// 413 of a front) → ErrRequestRefused wrapping ErrUnauthorized, which no
+// breaker counts; anything else → ErrUnavailable.
 func (c *Client) Session(ctx context.Context, authorization string) (corefacts.Session, error) {
-	if !headerValueOK(authorization) {
+	if !corefacts.BearerAcceptable(authorization) {
 		return corefacts.Session{}, fmt.Errorf("coreclient: %s: %w", OpSession, corefacts.ErrUnauthorized)
 	}
 	var s corefacts.Session
@@ -222,6 +226,8 @@ func (c *Client) Session(ctx context.Context, authorization string) (corefacts.S
 			return nil
 		case status == http.StatusUnauthorized:
 			return corefacts.ErrUnauthorized
+		case refusedStatus(status):
+			return errIdentityRefused(status)
 		default:
 			return statusUnavailable(status)
 		}
@@ -239,15 +245,18 @@ type agentError struct {
 }
 
 // SystemInfo asks GET /agent-api/v1/workspaces/:route/system-info with the
-// caller's header. nil: the route is allowed. 401 → ErrUnauthorized; 404
+// caller's header. nil: the route is allowed. A header Core could not
+// accept is ErrUnauthorized without a call; 401 → ErrUnauthorized; 404
 // not_found → ErrEndpointAbsent (an older Core; remembered for ProbeInterval,
 // during which no request is sent); other 4xx with an Agent API body →
-// *CoreError; 5xx, transport errors and unusable answers → ErrUnavailable.
+// *CoreError; another 4xx without one (refusedStatus) → ErrRequestRefused
+// wrapping ErrUnauthorized; 5xx, transport errors and unusable answers →
+// ErrUnavailable.
 // The zero route key (a segment Core's workspace pattern rejects) is a
 // *CoreError 404 route_unavailable without a call (Core would answer a
 // misleading 404 not_found).
 func (c *Client) SystemInfo(ctx context.Context, authorization string, route corefacts.RouteKey) error {
-	if !headerValueOK(authorization) {
+	if !corefacts.BearerAcceptable(authorization) {
 		return fmt.Errorf("coreclient: %s: %w", OpSystemInfo, corefacts.ErrUnauthorized)
 	}
 	if route.IsZero() {
@@ -275,6 +284,9 @@ func (c *Client) SystemInfo(ctx context.Context, authorization string, route cor
 		case status >= 400 && status < 500:
 			var e agentError
 			if json.Unmarshal(body, &e) != nil || e.Error == "" {
+				if refusedStatus(status) {
+					return errIdentityRefused(status)
+				}
 				return fmt.Errorf("%w: unusable answer (status %d)", corefacts.ErrUnavailable, status)
 			}
 			if status == http.StatusNotFound && e.Error == "not_found" {
@@ -326,6 +338,9 @@ const kbUnavailablePrefix = "知识库不可用"
 // Errors: ErrKBMissing when Core does not list the KB (or answers 400
 // 知识库不可用); ErrRateLimited on 429 (Core's per-client rate limit on our
 // credential: not a breaker failure, counted as outcome rate_limited);
+// ErrRequestRefused on any other 400, and on 413, 414 and 431 (the body
+// carries the caller's query: that KB fails for this search, and no
+// breaker counts it, outcome client_error);
 // ErrUnavailable for everything else, including 401/403 (our own credential
 // was refused: an operator problem), which counts as a breaker failure on
 // purpose: retrieval really is unusable until the operator fixes it, and the
@@ -376,7 +391,9 @@ func (c *Client) SearchKB(ctx context.Context, kbID, query string, topK int) ([]
 			if kbUnavailable(body) {
 				return corefacts.ErrKBMissing
 			}
-			return fmt.Errorf("%w: search rejected (status 400)", corefacts.ErrUnavailable)
+			return fmt.Errorf("%w (status 400)", corefacts.ErrRequestRefused)
+		case http.StatusRequestEntityTooLarge, http.StatusRequestURITooLong, http.StatusRequestHeaderFieldsTooLarge:
+			return fmt.Errorf("%w (status %d)", corefacts.ErrRequestRefused, status)
 		case http.StatusUnauthorized, http.StatusForbidden:
 			return fmt.Errorf("%w: service credential refused (status %d)", corefacts.ErrUnavailable, status)
 		case http.StatusTooManyRequests:
@@ -455,6 +472,8 @@ func (c *Client) call(ctx context.Context, b *breaker.Breaker, op string, fn fun
 		// The caller gave up: not Core's fault; keep both sentinels.
 		c.metrics.observeRequest(op, OutcomeCanceled, d, tid)
 		return fmt.Errorf("coreclient: %s: %w: %w", op, corefacts.ErrUnavailable, ctx.Err())
+	case errors.Is(err, corefacts.ErrRequestRefused):
+		c.metrics.observeRequest(op, OutcomeClientError, d, tid)
 	case errors.Is(err, corefacts.ErrUnauthorized):
 		c.metrics.observeRequest(op, OutcomeUnauthorized, d, tid)
 	case errors.Is(err, corefacts.ErrRateLimited):
@@ -593,6 +612,33 @@ var (
 
 // ErrNoSuchHost: Core's host name does not resolve (the name is not kept).
 var ErrNoSuchHost = errors.New("the host name does not resolve")
+
+// ErrRequestRefused is corefacts.ErrRequestRefused: Core refused a request
+// whose shape the caller chose (outcome client_error; no breaker counts it).
+var ErrRequestRefused = corefacts.ErrRequestRefused
+
+// refusedStatus reports whether a 4xx from an identity endpoint is a refusal
+// of the request's shape rather than one of the endpoint's own answers
+// (CORE_FACTS §1.3, §2.2): every 4xx except 401 (answered apart), 403 and
+// 404 (Core's gate and not_found answers; with no Agent API body, a front
+// refusing the sidecar or a Core of another version: an operator problem),
+// 405 (the method itself), 408 (Core's front timed the request out) and
+// 429 (a limit in front of Core). Method and path are the client's
+// constants, so what is left — Node's 431 for headers over 16 KiB, a 400 or
+// 413 of a front — was caused by the caller's Authorization header.
+func refusedStatus(status int) bool {
+	switch status {
+	case http.StatusForbidden, http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusRequestTimeout, http.StatusTooManyRequests:
+		return false
+	}
+	return status >= 400 && status < 500
+}
+
+// errIdentityRefused is an identity call's refused request: the caller's
+// credential did not authenticate (401), and Core is up.
+func errIdentityRefused(status int) error {
+	return fmt.Errorf("%w (status %d): %w", corefacts.ErrRequestRefused, status, corefacts.ErrUnauthorized)
+}
 
 func statusUnavailable(status int) error {
 	return fmt.Errorf("%w: status %d", corefacts.ErrUnavailable, status)

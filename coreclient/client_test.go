@@ -143,6 +143,13 @@ func TestSessionErrors(t *testing.T) {
 		{"too large", aliceAuth, &fakecore.Fault{Status: 200, Body: []byte(big)}, corefacts.ErrUnavailable, 1},
 		{"403", aliceAuth, &fakecore.Fault{Status: 403, Body: []byte(`{"error":"forbidden"}`)}, corefacts.ErrUnavailable, 1},
 		{"reset", aliceAuth, &fakecore.Fault{Reset: true}, corefacts.ErrUnavailable, 1},
+		{"over 4 KiB", "Bearer bha_" + strings.Repeat("a", 4<<10), nil, corefacts.ErrUnauthorized, 0},
+		{"not Core's scheme", "Basic " + fakecore.Token("alice"), nil, corefacts.ErrUnauthorized, 0},
+		{"not Core's token", "Bearer " + strings.Repeat("x", 60), nil, corefacts.ErrUnauthorized, 0},
+		{"short token", "Bearer bha_short", nil, corefacts.ErrUnauthorized, 0},
+		{"two spaces", "Bearer  " + fakecore.Token("alice"), nil, corefacts.ErrUnauthorized, 0},
+		{"431 of Core's front", aliceAuth, &fakecore.Fault{Status: 431, Body: []byte{}}, corefacts.ErrRequestRefused, 1},
+		{"400 of a front", aliceAuth, &fakecore.Fault{Status: 400, Body: []byte(`Bad Request`)}, corefacts.ErrRequestRefused, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -238,6 +245,8 @@ func TestSystemInfo(t *testing.T) {
 		{name: "5xx", opts: fakecore.Options{SystemInfo: true}, route: "orders", auth: aliceAuth, fault: &fakecore.Fault{Status: 503}, want: corefacts.ErrUnavailable, wantCalls: 1},
 		{name: "4xx without agent body", opts: fakecore.Options{SystemInfo: true}, route: "orders", auth: aliceAuth, fault: &fakecore.Fault{Status: 404, Body: []byte(`nope`)}, want: corefacts.ErrUnavailable, wantCalls: 1},
 		{name: "empty header", opts: fakecore.Options{SystemInfo: true}, route: "orders", auth: "", want: corefacts.ErrUnauthorized, wantCalls: 0},
+		{name: "header over 4 KiB", opts: fakecore.Options{SystemInfo: true}, route: "orders", auth: "Bearer bha_" + strings.Repeat("a", 4<<10), want: corefacts.ErrUnauthorized, wantCalls: 0},
+		{name: "431 without agent body", opts: fakecore.Options{SystemInfo: true}, route: "orders", auth: aliceAuth, fault: &fakecore.Fault{Status: 431, Body: []byte{}}, want: corefacts.ErrRequestRefused, wantCalls: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -291,7 +300,11 @@ func TestSystemInfoAbsenceIsRemembered(t *testing.T) {
 }
 
 func searchEnv(t *testing.T, mutate func(*coreclient.Options)) *env {
-	e := newEnv(t, fakecore.Options{}, mutate)
+	return searchEnvWith(t, fakecore.Options{}, mutate)
+}
+
+func searchEnvWith(t *testing.T, fo fakecore.Options, mutate func(*coreclient.Options)) *env {
+	e := newEnv(t, fo, mutate)
 	e.core.AddDoc("faq", 1, "退款规则", "退款窗口为七天。超过窗口不能退款。")
 	e.core.AddDoc("faq", 2, "Shipping", "Parcels ship within two days.")
 	e.core.AddDoc("other", 3, "Other", "退款 other kb")
@@ -389,7 +402,9 @@ func TestSearchKBErrors(t *testing.T) {
 		{name: "service token refused", kb: "faq", token: "wrong", want: corefacts.ErrUnavailable, outcome: coreclient.OutcomeUnavailable},
 		{name: "403", kb: "faq", fault: &fakecore.Fault{Status: 403, Body: []byte(`{"error":"执行器令牌只能用于执行器通道 /executor/*"}`)}, want: corefacts.ErrUnavailable, outcome: coreclient.OutcomeUnavailable},
 		{name: "rate limited", kb: "faq", fault: &fakecore.Fault{Status: 429, Body: []byte(`{"error":"超出限速（60/分钟）"}`)}, want: corefacts.ErrRateLimited, outcome: coreclient.OutcomeRateLimited},
-		{name: "other 400", kb: "faq", fault: &fakecore.Fault{Status: 400, Body: []byte(`{"error":"知识库需要 mysql 后端"}`)}, want: corefacts.ErrUnavailable, outcome: coreclient.OutcomeUnavailable},
+		{name: "other 400", kb: "faq", fault: &fakecore.Fault{Status: 400, Body: []byte(`{"error":"知识库需要 mysql 后端"}`)}, want: corefacts.ErrRequestRefused, outcome: coreclient.OutcomeClientError},
+		{name: "413", kb: "faq", fault: &fakecore.Fault{Status: 413, Body: []byte(`{"error":"payload too large","max_bytes":1048576}`)}, want: corefacts.ErrRequestRefused, outcome: coreclient.OutcomeClientError},
+		{name: "431", kb: "faq", fault: &fakecore.Fault{Status: 431, Body: []byte{}}, want: corefacts.ErrRequestRefused, outcome: coreclient.OutcomeClientError},
 		{name: "5xx", kb: "faq", fault: &fakecore.Fault{Status: 500}, want: corefacts.ErrUnavailable, outcome: coreclient.OutcomeUnavailable},
 		{name: "bad hits", kb: "faq", fault: &fakecore.Fault{Status: 200, Body: []byte(`{"kb_ids":["faq"],"hits":[{"doc_id":"x"}]}`)}, want: corefacts.ErrUnavailable, outcome: coreclient.OutcomeUnavailable},
 	}
@@ -607,4 +622,42 @@ func TestSearchKBOtherSpelling(t *testing.T) {
 func rk(s string) corefacts.RouteKey {
 	k, _ := corefacts.ParseRouteKey(s)
 	return k
+}
+
+// TestRefusedRequestsDoNotTripBreakers: answers Core's HTTP front gives to
+// a request the caller shaped (431 to long headers, 400/413 to a body) are
+// ErrRequestRefused, counted client_error, and move neither breaker — even
+// with Failures: 1, many of them leave both closed.
+func TestRefusedRequestsDoNotTripBreakers(t *testing.T) {
+	e := searchEnvWith(t, fakecore.Options{MaxHeaderSize: 2 << 10}, func(o *coreclient.Options) {
+		o.Identity = breaker.Settings{Failures: 1, OpenTimeout: time.Hour}
+		o.Retrieval = breaker.Settings{Failures: 1, OpenTimeout: time.Hour}
+	})
+	// A bearer of Core's shape under the sidecar's 4 KiB bound, over a
+	// small front bound: Core's front answers 431 itself.
+	long := "Bearer " + fakecore.Token("alice") + strings.Repeat("a", 3<<10)
+	for range 5 {
+		if _, err := e.client.Session(context.Background(), long); !errors.Is(err, corefacts.ErrRequestRefused) || !errors.Is(err, corefacts.ErrUnauthorized) {
+			t.Fatalf("session with a refused header: got %v; want ErrRequestRefused wrapping ErrUnauthorized", err)
+		}
+	}
+	e.core.SetFault("/kb/search", fakecore.Fault{Status: 413, Body: []byte(`{"error":"payload too large","max_bytes":1048576}`)})
+	for range 5 {
+		if _, err := e.client.SearchKB(context.Background(), "faq", "q", 5); !errors.Is(err, corefacts.ErrRequestRefused) || errors.Is(err, corefacts.ErrUnavailable) {
+			t.Fatalf("search refused: got %v; want ErrRequestRefused, not ErrUnavailable", err)
+		}
+	}
+	if !e.client.IdentityUsable() || !e.client.Usable() {
+		t.Fatalf("breakers: identity usable %v, retrieval usable %v; want both closed", e.client.IdentityUsable(), e.client.Usable())
+	}
+	if got := requests(e, coreclient.OpSession, coreclient.OutcomeClientError); got != 5 {
+		t.Errorf("requests{session,client_error} got %v; want 5", got)
+	}
+	if got := e.core.HeaderRefusals(); got != 5 {
+		t.Errorf("Core's front refused %d requests; want 5", got)
+	}
+	// The same client still authenticates a proper bearer.
+	if _, err := e.client.Session(context.Background(), aliceAuth); err != nil {
+		t.Errorf("session after the refusals: got %v; want nil", err)
+	}
 }

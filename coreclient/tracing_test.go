@@ -34,13 +34,13 @@ func TestCoreCallSpans(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, parent := tp.Tracer("test").Start(context.Background(), "request")
-	_ = c.SystemInfo(ctx, "Bearer abc", rk("kb-secret-route"))
+	_ = c.SystemInfo(ctx, aliceAuth, rk("kb-secret-route"))
 	// 401 is no breaker failure; a 503 is.
 	core.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "down", http.StatusServiceUnavailable)
 	})
-	_, _ = c.Session(ctx, "Bearer abc")
-	_, err = c.Session(ctx, "Bearer abc") // refused by the open breaker
+	_, _ = c.Session(ctx, aliceAuth)
+	_, err = c.Session(ctx, aliceAuth) // refused by the open breaker
 	if err == nil {
 		t.Fatal("want the breaker's refusal")
 	}

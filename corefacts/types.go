@@ -110,6 +110,14 @@ var (
 	// ErrEndpointAbsent: Core answered 404 not_found for the endpoint itself
 	// (an older Core without system-info or the knowledge protocol).
 	ErrEndpointAbsent = errors.New("core endpoint absent")
+	// ErrRequestRefused: Core (or its HTTP front) refused a request whose
+	// shape the caller chose — a 4xx that is none of the endpoint's
+	// documented answers, such as Node's 431 for headers over 16 KiB or a
+	// 400/413/414 for a body or query. Core is up: a breaker never counts
+	// it (package breaker excludes it), so no caller can open a breaker
+	// others depend on. On an identity call it also wraps ErrUnauthorized
+	// (the caller's credential did not authenticate: 401).
+	ErrRequestRefused = errors.New("core refused the request")
 )
 
 // CoreError is a 4xx answer from Core's Agent API that must be relayed as is

@@ -445,6 +445,8 @@ func errorClass(err error) string {
 		return "canceled"
 	case errors.Is(err, corefacts.ErrUnavailable):
 		return "unavailable"
+	case errors.Is(err, corefacts.ErrRequestRefused):
+		return "refused"
 	case errors.Is(err, corefacts.ErrUnauthorized):
 		return "unauthorized"
 	case errors.Is(err, corefacts.ErrRateLimited):

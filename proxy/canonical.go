@@ -15,6 +15,13 @@ import (
 // interception (an on_demand field reaching Core unstripped, a mode switch
 // served with inline knowledge). Such targets are refused before Core sees
 // them; every other path passes through byte for byte.
+//
+// Core itself routes on `new URL(req.url).pathname`, a WHATWG URL parser:
+// it trims leading and trailing C0 controls and spaces, removes every tab,
+// CR and LF, and ends the path at the first '?' or '#'. Go keeps a raw '#'
+// in the path (a request target has no fragment), so `…/turns#x` is no
+// intercepted path to echo while Core routes it as the turn. Every depth of
+// decoding is judged both as is and as that parser reads it (urlParserPath).
 
 // pathVerdict is what the edge does with a request target under /agent-api/.
 type pathVerdict uint8
@@ -86,7 +93,7 @@ func (t pathTable) classify(raw string) pathVerdict {
 	if t.isLiteral(raw) {
 		return pathExact
 	}
-	special := strings.ContainsAny(raw, "%\\;") || strings.Contains(raw, "//") || strings.Contains(raw, "/.") || strings.HasSuffix(raw, "/")
+	special := strings.ContainsAny(raw, "%\\;#?") || strings.Contains(raw, "//") || strings.Contains(raw, "/.") || strings.HasSuffix(raw, "/") || hasCtlOrSpace(raw)
 	if !special && !hasUpper(raw) {
 		// Nothing to decode, merge, remove or fold: the path is its own
 		// canonical form, and it is not literally intercepted. The common
@@ -100,6 +107,9 @@ func (t pathTable) classify(raw string) pathVerdict {
 	p := raw
 	for round := 0; ; round++ {
 		if t.matches(canonicalSegments(p)) {
+			return pathNonCanon
+		}
+		if u := urlParserPath(p); u != p && t.matches(canonicalSegments(u)) {
 			return pathNonCanon
 		}
 		if round == maxDecodeRounds || !strings.Contains(p, "%") {
@@ -135,12 +145,44 @@ func (t pathTable) isLiteral(raw string) bool {
 }
 
 // literalRoute: a route segment as one server routes it whatever its
-// decoding: neither empty nor a dot segment, and no separator in it
-// (encoded or not). It may still be no route key (upper case, too long, or
+// decoding: neither empty nor a dot segment, no separator in it (encoded
+// or not), and nothing a URL parser ends or edits a path at ('#', '?',
+// controls, spaces). It may still be no route key (upper case, too long, or
 // percent-encoded: see encodedRoute); its handler judges that.
 func literalRoute(seg string) bool {
 	return seg != "" && seg != "." && seg != ".." &&
-		!strings.ContainsAny(seg, "\\;") && !hasEncodedSeparator(seg)
+		!strings.ContainsAny(seg, "\\;#?") && !hasEncodedSeparator(seg) && !hasCtlOrSpace(seg)
+}
+
+// hasCtlOrSpace reports a C0 control, a space or DEL in s (net/http refuses
+// them in a request target; a decoding can produce them).
+func hasCtlOrSpace(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] == 0x7f {
+			return true
+		}
+	}
+	return false
+}
+
+// urlParserPath is p's path as a WHATWG URL parser (Core's
+// `new URL(req.url).pathname`) reads it: leading and trailing C0 controls
+// and spaces trimmed, every tab, CR and LF removed, and the path ended at
+// the first '?' (query) or '#' (fragment).
+func urlParserPath(p string) string {
+	p = strings.TrimFunc(p, func(r rune) bool { return r <= ' ' })
+	if strings.ContainsAny(p, "\t\r\n") {
+		p = strings.Map(func(r rune) rune {
+			if r == '\t' || r == '\r' || r == '\n' {
+				return -1
+			}
+			return r
+		}, p)
+	}
+	if i := strings.IndexAny(p, "?#"); i >= 0 {
+		p = p[:i]
+	}
+	return p
 }
 
 // encodedRoute reports a literal path's route segment spelled with

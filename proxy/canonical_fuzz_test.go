@@ -52,6 +52,27 @@ func hexVal(c byte) byte {
 	}
 }
 
+// ctlOrSpace matches a C0 control, a space or DEL.
+var ctlOrSpace = regexp.MustCompile(`[\x00-\x20\x7f]`)
+
+// whatwgPathRef models the WHATWG URL parser on a path (Core's
+// new URL(req.url).pathname): C0 controls and spaces trimmed at both
+// ends, tabs and newlines removed anywhere, the path cut at a query or
+// fragment.
+func whatwgPathRef(p string) string {
+	for p != "" && p[0] <= ' ' {
+		p = p[1:]
+	}
+	for p != "" && p[len(p)-1] <= ' ' {
+		p = p[:len(p)-1]
+	}
+	p = regexp.MustCompile(`[\t\r\n]`).ReplaceAllString(p, "")
+	if i := regexp.MustCompile(`[?#]`).FindStringIndex(p); i != nil {
+		p = p[:i[0]]
+	}
+	return p
+}
+
 // routesTo is the slow model of one server's routing of an already decoded
 // path to one of rows' paths: '\' is a separator, ";params" are dropped,
 // empty and "." segments vanish, ".." climbs, and the fixed segments match
@@ -104,13 +125,13 @@ func (ref pathRef) classify(raw string) pathVerdict {
 		for _, g := range m[1:] {
 			route += g // the one alternative that matched
 		}
-		if route != "." && route != ".." && !strings.ContainsAny(route, `\;`) && !encodedSep.MatchString(route) {
+		if route != "." && route != ".." && !strings.ContainsAny(route, `\;#?`) && !encodedSep.MatchString(route) && !ctlOrSpace.MatchString(route) {
 			return pathExact
 		}
 	}
 	p := raw
 	for range maxDecodeRounds + 1 {
-		if routesTo(rows, p) {
+		if routesTo(rows, p) || routesTo(rows, whatwgPathRef(p)) {
 			return pathNonCanon
 		}
 		p = lenientUnescapeRef(p)
@@ -132,6 +153,8 @@ func FuzzClassifyPath(f *testing.F) {
 		"/agent-api/v1/workspaces/a/%2574urns", "/agent-api/v1/workspaces/x%2F..%2Fy/turns", "/agent-api/v1/workspaces/../turns",
 		"/agent-api/v1/workspaces/%252F/%74urns", "/agent-api/v1/workspaces/%zz/%74urns", "/agent-api/v1/workspaces/a/tools/x",
 		"/agent-api/v1/workspaces/a/knowledge/read/..", "/files/a%2Fb\\c", "/", "",
+		"/agent-api/v1/workspaces/a/turns#x", "/agent-api/v1/workspaces/a/turns%23x", "/agent-api/v1/workspaces/a/turns%253Fx",
+		"/agent-api/v1/workspaces/a/tu%09rns", "/agent-api/v1/workspaces/a/turns%20", "/agent-api/v1/workspaces/a#/turns",
 	} {
 		f.Add(s)
 	}

@@ -36,6 +36,20 @@ func TestClassifyPath(t *testing.T) {
 		{"/agent-api/v1/workspaces/%zz/%74urns", pathNonCanon},
 		{"/agent-api/v1/workspaces/a%zz/tools/%74urns", pathOther},
 		{"/agent-api/v1/workspaces/x%2F..%2Fy/turns", pathNonCanon},
+		// Core's URL parser (WHATWG) ends the path at '#' or '?', removes tabs
+		// and newlines and trims controls and spaces, raw or decoded.
+		{"/agent-api/v1/workspaces/order-assistant/turns#x", pathNonCanon},
+		{"/agent-api/v1/workspaces/order-assistant/turns#", pathNonCanon},
+		{"/agent-api/v1/workspaces/order-assistant/turns%23x", pathNonCanon},
+		{"/agent-api/v1/workspaces/order-assistant/turns%2523x", pathNonCanon},
+		{"/agent-api/v1/workspaces/order-assistant/turns%3Fx", pathNonCanon},
+		{"/agent-api/v1/workspaces/order-assistant/knowledge/search#/x", pathNonCanon},
+		{"/agent-api/v1/workspaces/order-assistant/tu%09rns", pathNonCanon},
+		{"/agent-api/v1/workspaces/order-assistant/turns%0D%0A", pathNonCanon},
+		{"/agent-api/v1/workspaces/order-assistant/turns%20", pathNonCanon},
+		{"/agent-api/v1/workspaces/order#x/turns", pathNonCanon}, // echo routes it as route "order#x"
+		{"/agent-api/v1/workspaces/order%23x/turns", pathExact},  // an encoded route: the handler's 404
+		{"/agent-api/v1/workspaces/order-assistant/tools#/turns", pathOther},
 		{"/agent-api/v1/workspaces/order-assistant/tools/x", pathOther},
 		{"/agent-api/v1/workspaces/order-assistant/turns/x", pathOther},
 		{"/agent-api/v1/workspaces/../turns", pathOther},

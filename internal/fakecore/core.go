@@ -41,7 +41,17 @@ type Options struct {
 	// AccessTTL is how long an access token from /agent-auth/v1/token
 	// lives (Core: 15 minutes, the default).
 	AccessTTL time.Duration
+	// MaxHeaderSize is the bound of Core's HTTP front (Node's
+	// --max-http-header-size) on the request line and headers, in bytes:
+	// past it the request is answered 431 with no body and the connection
+	// closed, before any route runs, as Node's parser does. 0: Node's
+	// default, 16 KiB; negative: no bound.
+	MaxHeaderSize int
 }
+
+// NodeMaxHeaderSize is Node's default --max-http-header-size (16 KiB), the
+// bound of Core's HTTP front.
+const NodeMaxHeaderSize = 16 << 10
 
 // Fault is an injected misbehaviour for requests whose path has a prefix.
 // The first matching effect applies in this order: Latency (then continue),
@@ -76,6 +86,7 @@ type Core struct {
 	embedOutage bool // every KB's embedding call fails (SetEmbeddingsOutage)
 
 	authSt *authState // Agent Auth's clients, authorizations and sessions (agentauth.go)
+	headerRefusals int // requests the front answered 431 (MaxHeaderSize)
 
 	rateWindow time.Time // start of the current rate-limit minute
 	rateCount  int       // /kb/search calls in it
@@ -365,6 +376,16 @@ const recordLimit = 1 << 20
 
 // ServeHTTP answers like Core.
 func (c *Core) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if max := c.maxHeaderSize(); max >= 0 && headerSize(r) > max {
+		// Node's parser refuses the request before Core sees it: a bare
+		// 431, connection closed (no route, no record, no fault).
+		w.Header().Set("Connection", "close")
+		w.WriteHeader(http.StatusRequestHeaderFieldsTooLarge)
+		c.mu.Lock()
+		c.headerRefusals++
+		c.mu.Unlock()
+		return
+	}
 	body, tooLarge := readAll(r.Body, recordLimit)
 	path := r.URL.Path
 
@@ -392,6 +413,38 @@ func (c *Core) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeJSON(w, http.StatusNotFound, errBody{Error: "not found"})
 	}
+}
+
+func (c *Core) maxHeaderSize() int {
+	switch m := c.opts.MaxHeaderSize; {
+	case m == 0:
+		return NodeMaxHeaderSize
+	case m < 0:
+		return -1
+	default:
+		return m
+	}
+}
+
+// headerSize is the size of r's request line and header lines as sent
+// (HTTP/1.1 framing), the bytes Node's parser counts against its bound.
+func headerSize(r *http.Request) int {
+	n := len(r.Method) + 1 + len(r.RequestURI) + 1 + len(r.Proto) + 2
+	n += len("Host: ") + len(r.Host) + 2
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			n += len(k) + 2 + len(v) + 2
+		}
+	}
+	return n
+}
+
+// HeaderRefusals is how many requests the fake's HTTP front answered 431
+// (Options.MaxHeaderSize).
+func (c *Core) HeaderRefusals() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.headerRefusals
 }
 
 // faultFor returns the fault of the longest matching prefix. Caller holds mu.

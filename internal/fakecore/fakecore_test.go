@@ -569,3 +569,41 @@ func TestTurnRetrievalFromUserInput(t *testing.T) {
 		t.Errorf("embeddings outage: %q; want nothing", got)
 	}
 }
+
+// TestNodeHeaderBound: like Node's HTTP parser, the fake answers a request
+// whose request line and headers pass MaxHeaderSize (default 16 KiB) with a
+// bare 431 and a closed connection, before any route or record.
+func TestNodeHeaderBound(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		max  int
+		pad  int
+		want int
+	}{
+		{"default bound, under", 0, 15 << 10, http.StatusUnauthorized},
+		{"default bound, over", 0, 17 << 10, http.StatusRequestHeaderFieldsTooLarge},
+		{"smaller bound", 1 << 10, 2 << 10, http.StatusRequestHeaderFieldsTooLarge},
+		{"no bound", -1, 64 << 10, http.StatusUnauthorized},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := fakecore.New(fakecore.Options{MaxHeaderSize: tc.max})
+			srv := httptest.NewServer(c)
+			defer srv.Close()
+			req, _ := http.NewRequest(http.MethodGet, srv.URL+"/agent-auth/v1/session", nil)
+			req.Header.Set("Authorization", "Bearer "+fakecore.Token("x")+strings.Repeat("a", tc.pad))
+			res, err := srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != tc.want {
+				t.Fatalf("got %d; want %d", res.StatusCode, tc.want)
+			}
+			refused := tc.want == http.StatusRequestHeaderFieldsTooLarge
+			if refused && (len(body) != 0 || !res.Close || c.Calls("/") != 0 || c.HeaderRefusals() != 1) {
+				t.Errorf("431: body %q, close %v, calls %d, refusals %d; want no body, closed, no call, 1 refusal", body, res.Close, c.Calls("/"), c.HeaderRefusals())
+			}
+		})
+	}
+}

@@ -21,8 +21,9 @@ func liveHeap() uint64 {
 // TestRetentionBounded: 100 distinct paths, each with a 1 MiB header (the
 // demo's double serves whatever reaches it), leave the fake's memory within
 // its recording bound, and the newest request is still the one recorded.
+// (Without the Node-like header bound, which would refuse them first.)
 func TestRetentionBounded(t *testing.T) {
-	c := fakecore.New(fakecore.Options{})
+	c := fakecore.New(fakecore.Options{MaxHeaderSize: -1})
 	pad := strings.Repeat("h", 1<<20)
 	before := liveHeap()
 	const n = 100
