@@ -92,7 +92,7 @@ func newFeatures(f *Features, s *Server) (*features, error) {
 	ft.turnProxy = s.newTurnProxy()
 	ft.caps = s.newCapsProxy(f.ProbeTimeout, nd)
 	ft.mcpOpts = f.MCP
-	if ft.mcp, err = s.newMCP(); err != nil {
+	if ft.mcp, err = s.newMCP(f.MCP); err != nil {
 		return nil, err
 	}
 	return ft, nil

@@ -454,7 +454,7 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 		ProbeTimeout:    cfg.Core.Timeout,
 		NoTurnHints:     !cfg.TurnHints,
 		MCP: proxy.MCPOptions{AuthorizationServers: cfg.MCP.AuthorizationServers, Scopes: cfg.MCP.Scopes,
-			PublicURL: cfg.MCP.PublicURL},
+			PublicURL: cfg.MCP.PublicURL, AnswerBudget: cfg.Proxy.MCPAnswerBudget},
 		Now: deps.Now,
 	}, nil
 }
