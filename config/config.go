@@ -311,6 +311,13 @@ type Proxy struct {
 	// refused holds none). A turn over the budget is answered 503 overloaded
 	// with Retry-After. Default 33554432 (32 MiB).
 	TurnBodyBudget int64 `yaml:"turn_body_budget"`
+	// MCPAnswerBudget caps the bytes of remote MCP answers in flight, all
+	// clients together (bytes; a tool call holds the pages it keeps, its
+	// result and the result's encodings until its answer is written). One
+	// client address holds at most a quarter of it, but at least 8 MiB. A
+	// tool call over it is a tool error overloaded telling the model to
+	// retry. Default 33554432 (32 MiB).
+	MCPAnswerBudget int64 `yaml:"mcp_answer_budget"`
 	// MaxConnectionsPerClient, MaxInFlightPerClient and
 	// TurnBodyBudgetPerClient are one client address's share of
 	// MaxConnections, MaxInFlight and TurnBodyBudget (connections, requests,
@@ -406,6 +413,7 @@ func Defaults() Config {
 			MaxConnections:        1024,
 			MaxInFlight:           512,
 			TurnBodyBudget:        32 << 20,
+			MCPAnswerBudget:       32 << 20,
 			DialTimeout:           5 * time.Second,
 			ResponseHeaderTimeout: 60 * time.Second,
 			MaxIdleConnsPerHost:   256,

@@ -224,6 +224,9 @@ func (p *problems) proxy(x Proxy) {
 	if x.TurnBodyBudget < 1<<20 {
 		p.outOfRange("proxy.turn_body_budget", x.TurnBodyBudget, "must be at least 1048576 (1 MiB: two turns of Core's 512 KiB limit)")
 	}
+	if x.MCPAnswerBudget < 4<<20 {
+		p.outOfRange("proxy.mcp_answer_budget", x.MCPAnswerBudget, "must be at least 4194304 (4 MiB: two answers of a whole read chain)")
+	}
 	if x.MemoryLimit != 0 && x.MemoryLimit < 32<<20 {
 		p.outOfRange("proxy.memory_limit", x.MemoryLimit, "must be 0 (from GOMEMLIMIT or the cgroup) or at least 33554432 (32 MiB)")
 	}

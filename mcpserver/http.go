@@ -38,6 +38,9 @@ type HTTPOptions struct {
 	// Observe, when set, counts each MCP request by method (MethodLabel)
 	// and outcome (OutcomeOK, OutcomeToolError, OutcomeError).
 	Observe func(method, outcome string)
+	// Budget, when set, is the byte budget of answers in flight (budget.go):
+	// a tool call past it is a tool error overloaded.
+	Budget Budget
 }
 
 // HTTP is the stateless Streamable HTTP handler of SPEC §10 on the
@@ -54,8 +57,9 @@ type HTTPOptions struct {
 // authenticated with the host's bearer before it reaches this handler, so a
 // rebound browser page has nothing to ride on (docs/decisions.md).
 type HTTP struct {
-	sdk http.Handler
-	obs *observer
+	sdk    http.Handler
+	obs    *observer
+	budget Budget
 }
 
 // NewHTTP builds the handler with both profiles' servers.
@@ -79,7 +83,7 @@ func NewHTTP(o HTTPOptions) (*HTTP, error) {
 		MaxRequestBodyBytes:        MaxHTTPBody,
 		Logger:                     o.Logger,
 	})
-	return &HTTP{sdk: h, obs: obs}, nil
+	return &HTTP{sdk: h, obs: obs, budget: o.Budget}, nil
 }
 
 // ValidProfile reports whether p names a profile ("" is the default).
@@ -213,6 +217,13 @@ func (h *HTTP) Serve(w http.ResponseWriter, r *http.Request, body []byte) {
 	}
 	if h.obs.tracer != nil {
 		r = r.WithContext(withRequestID(r.Context(), body))
+	}
+	if h.budget != nil {
+		// What the request's tool call holds of the budget is held until
+		// its answer is written.
+		l := &lease{b: h.budget, ctx: r.Context()}
+		defer l.end()
+		r = r.WithContext(context.WithValue(r.Context(), leaseKey{}, l))
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))

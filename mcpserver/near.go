@@ -87,10 +87,12 @@ func nearRead(ctx context.Context, c *caller, args map[string]any, want string) 
 
 // walkChain reads the chain that starts with the read request first, page
 // after page with each next_cursor, until visit returns true, the chain
-// ends, or maxChainPages. It returns a failure as call does.
+// ends, or maxChainPages. It returns a failure as call does. Of the answer
+// budget, each page is held while it is visited; the first is held to the
+// end of the request.
 func walkChain(ctx context.Context, c *caller, first map[string]any, visit func(raw []byte, a *hostclient.ReadAnswer) bool) (*mcp.CallToolResult, error) {
 	body := maps.Clone(first)
-	for range maxChainPages {
+	for page := range maxChainPages {
 		var a hostclient.ReadAnswer
 		raw, fail, err := c.call(ctx, hostclient.Read, protocol.ReadSchema, body, &a)
 		if fail != nil || err != nil {
@@ -98,6 +100,11 @@ func walkChain(ctx context.Context, c *caller, first map[string]any, visit func(
 		}
 		if visit(raw, &a) || a.NextCursor == nil {
 			return nil, nil
+		}
+		if page > 0 {
+			// Only the first page is kept (a near miss answers it); what a
+			// visitor keeps of a later one it holds itself.
+			leaseOf(ctx).give(pageCopies * int64(len(raw)))
 		}
 		body = maps.Clone(first)
 		body["cursor"] = *a.NextCursor
@@ -110,7 +117,7 @@ func walkChain(ctx context.Context, c *caller, first map[string]any, visit func(
 func nearText(near string) string {
 	best := ""
 	for piece := range strings.SplitSeq(near, "…") {
-		piece, _ = collapse(piece)
+		piece = collapse(piece)
 		if piece = strings.TrimSpace(piece); len(piece) > len(best) {
 			best = piece
 		}
@@ -121,40 +128,59 @@ func nearText(near string) string {
 // indexCollapsed is the byte offset in s where want (collapsed) starts when
 // both are compared with white space collapsed; -1 when it does not occur.
 func indexCollapsed(s, want string) int {
-	cs, pos := collapse(s)
-	i := strings.Index(cs, want)
+	i := strings.Index(collapse(s), want)
 	if i < 0 {
 		return -1
 	}
-	return pos[i]
+	return uncollapsed(s, i)
 }
 
-// collapse is s with every run of Unicode white space replaced by one
-// space; pos[i] is the offset in s of what byte i of the result came from.
-func collapse(s string) (string, []int) {
+// collapse is s with every run of Unicode white space replaced by one space.
+func collapse(s string) string {
 	var b strings.Builder
 	b.Grow(len(s))
-	pos := make([]int, 0, len(s))
 	space := false
 	for i := 0; i < len(s); {
 		r, n := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case unicode.IsSpace(r):
+		if unicode.IsSpace(r) {
 			if !space {
 				b.WriteByte(' ')
-				pos = append(pos, i)
 			}
 			space = true
-		default:
+		} else {
 			b.WriteString(s[i : i+n])
-			for k := range n {
-				pos = append(pos, i+k)
-			}
 			space = false
 		}
 		i += n
 	}
-	return b.String(), pos
+	return b.String()
+}
+
+// uncollapsed is the offset in s of what byte at of collapse(s) came from
+// (found by walking s again rather than by a table of offsets, which would
+// take eight bytes per byte of the page).
+func uncollapsed(s string, at int) int {
+	k, space := 0, false
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if unicode.IsSpace(r) {
+			if !space {
+				if k == at {
+					return i
+				}
+				k++
+			}
+			space = true
+		} else {
+			if at < k+n {
+				return i + at - k
+			}
+			k += n
+			space = false
+		}
+		i += n
+	}
+	return len(s)
 }
 
 // contextStart is where the text returned for a passage at p of s begins:

@@ -60,13 +60,25 @@ func openaiFetch(ctx context.Context, c *caller, args map[string]any) (*mcp.Call
 		text strings.Builder
 		last hostclient.ReadAnswer
 	)
+	refused := false
 	fail, err := walkChain(ctx, c, map[string]any{"ref": id, "max_bytes": protocol.ReadMaxBytes}, func(_ []byte, a *hostclient.ReadAnswer) bool {
+		if text.Len() == 0 {
+			// The text grows once, to the most the chain can hold.
+			text.Grow(int(min(max(a.TotalContentBytes, 0), protocol.ReadChainMaxBytes)))
+		}
+		if !leaseOf(ctx).take(int64(len(a.Content))) {
+			refused = true
+			return true
+		}
 		text.WriteString(a.Content)
 		last = *a
 		return false
 	})
 	if fail != nil || err != nil {
 		return fail, err
+	}
+	if refused {
+		return overloaded(), nil
 	}
 	type metadata struct {
 		Incomplete        bool   `json:"incomplete"`

@@ -133,7 +133,11 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 	if got, ok := obj["run_id"].(string); ok && h.c.runID != "" && !strings.EqualFold(got, h.c.runID) {
 		return toolError(protocol.CodeInvalidRequest, "this server is bound to run "+h.c.runID+" (--run-id); omit run_id or pass that one", ""), nil
 	}
-	return h.run(ctx, h.c, obj)
+	res, err := h.run(ctx, h.c, obj)
+	if err == nil && res != nil && !leaseOf(ctx).take(resultSize(res)) {
+		return overloaded(), nil
+	}
+	return res, err
 }
 
 // caller sends the tools' requests to the Backend.
@@ -144,7 +148,8 @@ type caller struct {
 }
 
 // call sends body to endpoint (with Options.RunID as run_id when body has
-// none) and decodes a 200 answer of schema into answer. fail is the isError
+// none) and decodes a 200 answer of schema into answer, holding
+// pageCopies times its size of the request's answer budget. fail is the isError
 // result of a protocol error, an unreachable service or an answer that is
 // not schema's; err only the context's error (the call was cancelled: the
 // SDK answers it). raw is the answer's body.
@@ -166,6 +171,9 @@ func (c *caller) call(ctx context.Context, endpoint, schema string, body map[str
 	}
 	if res.Status != http.StatusOK {
 		return nil, answerError(res), nil
+	}
+	if !leaseOf(ctx).take(pageCopies * int64(len(res.Body))) {
+		return nil, overloaded(), nil
 	}
 	if len(res.Body) > hostclient.MaxBody || json.Unmarshal(res.Body, answer) != nil || schemaOf(answer) != schema {
 		return nil, notProtocol(), nil
@@ -218,7 +226,7 @@ func Advice(code, retryAfter string) string {
 	case c == protocol.CodeReferenceInvalid, c == protocol.CodeReferenceExpired,
 		c == protocol.CodeKnowledgeChanged, c == protocol.CodeScopeChanged:
 		return "Search again with knowledge_search and use a fresh ref; do not retry this ref."
-	case c == protocol.CodeRateLimited:
+	case c == protocol.CodeRateLimited, c == CodeOverloaded:
 		wait := "a few seconds"
 		if n, err := strconv.Atoi(retryAfter); err == nil && n == 1 {
 			wait = "1 second"

@@ -96,7 +96,7 @@ func newFeatures(f *Features, s *Server) (*features, error) {
 	ft.caps = s.newCapsProxy(f.ProbeTimeout, nd)
 	ft.mcpOpts = f.MCP
 	ft.oauth = f.OAuth
-	if ft.mcp, err = s.newMCP(); err != nil {
+	if ft.mcp, err = s.newMCP(f.MCP); err != nil {
 		return nil, err
 	}
 	return ft, nil

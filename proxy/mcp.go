@@ -13,7 +13,9 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/hostclient"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
@@ -43,6 +45,44 @@ type MCPOptions struct {
 	// PublicURL is scheme://host as hosts reach the sidecar; "" takes the
 	// request's own.
 	PublicURL string
+	// AnswerBudget caps the bytes of MCP answers in flight (config
+	// proxy.mcp_answer_budget; 0: its default, negative: no budget); one
+	// client address holds at most a quarter of it, but at least 8 MiB.
+	AnswerBudget int64
+}
+
+// mcpShareFloor is the least share of the MCP answer budget one client
+// address has: room for a few answers of a whole read chain.
+const mcpShareFloor = 8 << 20
+
+// mcpBudget is mcpserver's answer budget, shared out by client address
+// (mcpCall.client) like the turn body budget.
+type mcpBudget struct {
+	sh   *shares
+	used prometheus.Gauge
+}
+
+func newMCPBudget(total int64, used prometheus.Gauge) mcpserver.Budget {
+	switch {
+	case total < 0:
+		return nil
+	case total == 0:
+		total = config.Defaults().Proxy.MCPAnswerBudget
+	}
+	return &mcpBudget{sh: newShares(total, min(max(total/4, mcpShareFloor), total)), used: used}
+}
+
+func (b *mcpBudget) Acquire(ctx context.Context, n int64) bool {
+	if ok, _ := b.sh.acquire(mcpCallOf(ctx).client, n); !ok {
+		return false
+	}
+	b.used.Add(float64(n))
+	return true
+}
+
+func (b *mcpBudget) Release(ctx context.Context, n int64) {
+	b.sh.release(mcpCallOf(ctx).client, n)
+	b.used.Sub(float64(n))
 }
 
 var (
@@ -52,7 +92,7 @@ var (
 		message: "The request body is over 64 KiB."}
 )
 
-func (s *Server) newMCP() (*mcpserver.HTTP, error) {
+func (s *Server) newMCP(o MCPOptions) (*mcpserver.HTTP, error) {
 	return mcpserver.NewHTTP(mcpserver.HTTPOptions{
 		Backend:   mcpBackend{s},
 		Version:   s.version,
@@ -60,6 +100,7 @@ func (s *Server) newMCP() (*mcpserver.HTTP, error) {
 		Tracer:    s.tracer,
 		TrustMeta: func(ctx context.Context) bool { return mcpCallOf(ctx).traceTrusted },
 		Observe:   func(method, outcome string) { s.m.mcpRequests.WithLabelValues(method, outcome).Inc() },
+		Budget:    newMCPBudget(o.AnswerBudget, s.m.mcpAnswerBudget),
 	})
 }
 
@@ -74,7 +115,8 @@ func (s *Server) mcp(c echo.Context) error {
 	}
 	r := c.Request()
 	authz := r.Header.Get("Authorization")
-	call := &mcpCall{authorization: authz, route: key, traceTrusted: s.fw.traceTrusted(s.fw.isTrusted(r.RemoteAddr))}
+	call := &mcpCall{authorization: authz, route: key, traceTrusted: s.fw.traceTrusted(s.fw.isTrusted(r.RemoteAddr)),
+		client: s.fw.clientOf(r)}
 	ctx := r.Context()
 	sess, err := s.feat.k.Authenticate(ctx, authz)
 	var ke *knowledge.Error
@@ -159,6 +201,7 @@ type mcpCall struct {
 	authorization string
 	route         corefacts.RouteKey
 	traceTrusted  bool
+	client        clientKey // the answer budget's share it takes from
 }
 
 func mcpCallOf(ctx context.Context) *mcpCall {

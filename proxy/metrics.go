@@ -29,7 +29,9 @@ type metrics struct {
 	reloads        *prometheus.CounterVec
 	turnHints      *prometheus.CounterVec
 	mcpRequests    *prometheus.CounterVec
-	ledgerReleases *prometheus.CounterVec
+	// mcpAnswerBudget is the bytes of proxy.mcp_answer_budget held.
+	mcpAnswerBudget prometheus.Gauge
+	ledgerReleases  *prometheus.CounterVec
 	// byHandler: the pre-resolved series of each handler label (read-only
 	// after newMetrics).
 	byHandler map[string]*handlerSeries
@@ -198,6 +200,10 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 			m.mcpRequests.WithLabelValues(method, o)
 		}
 	}
+	m.mcpAnswerBudget = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "mcp_answer_budget_used_bytes",
+		Help: "Bytes of proxy.mcp_answer_budget held by MCP tool calls being answered (the pages they keep, their results and the results' encodings).",
+	})
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: namespace, Name: "build_info", Help: "Build information; always 1.",
 	}, []string{"version", "goversion"})
@@ -205,7 +211,7 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 	if reg != nil {
 		reg.MustRegister(m.requests, m.duration, m.inFlight, m.upstreamErrors, m.ready, m.turns,
 			m.ledgerConflict, m.ledgerErrors, m.ledgerFailOpen, m.rollout, m.native, m.reloads, m.turnHints, build)
-		reg.MustRegister(m.ledgerReleases, m.mcpRequests)
+		reg.MustRegister(m.ledgerReleases, m.mcpRequests, m.mcpAnswerBudget)
 	}
 	return m
 }

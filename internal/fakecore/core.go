@@ -85,8 +85,8 @@ type Core struct {
 
 	embedOutage bool // every KB's embedding call fails (SetEmbeddingsOutage)
 
-	authSt *authState // Agent Auth's clients, authorizations and sessions (agentauth.go)
-	headerRefusals int // requests the front answered 431 (MaxHeaderSize)
+	authSt         *authState // Agent Auth's clients, authorizations and sessions (agentauth.go)
+	headerRefusals int        // requests the front answered 431 (MaxHeaderSize)
 
 	rateWindow time.Time // start of the current rate-limit minute
 	rateCount  int       // /kb/search calls in it
