@@ -77,6 +77,9 @@ func (s *Server) mcp(c echo.Context) error {
 	call := &mcpCall{authorization: authz, route: key, traceTrusted: s.fw.traceTrusted(s.fw.isTrusted(r.RemoteAddr))}
 	ctx := r.Context()
 	sess, err := s.feat.k.Authenticate(ctx, authz)
+	// The edge's own refusals below are audited; a tool call audits its
+	// own answer (SPEC §11).
+	auditRefusals(ctx, knowledge.EndpointMCP, key, sess)
 	var ke *knowledge.Error
 	switch {
 	case err == nil:
@@ -103,6 +106,7 @@ func (s *Server) mcp(c echo.Context) error {
 	case len(body) > mcpserver.MaxHTTPBody:
 		return errMCPTooLarge
 	}
+	auditRefusals(ctx, "", key, sess) // from here on, each tool call audits its answer
 	s.feat.mcp.Serve(c.Response(), r.WithContext(context.WithValue(ctx, mcpCallKey{}, call)), body)
 	return nil
 }
