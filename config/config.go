@@ -61,6 +61,23 @@ type MCP struct {
 	// own scheme and Host. Set it behind a proxy that rewrites Host.
 	// Restart-only.
 	PublicURL string `yaml:"public_url"`
+	// OAuth signs MCP hosts in through Core's Agent Auth (SPEC §12).
+	OAuth MCPOAuth `yaml:"oauth"`
+}
+
+// MCPOAuth configures the OAuth 2.1 front MCP hosts sign in through (SPEC
+// §12, docs/hosts.md): the sidecar is the authorization server hosts see,
+// backed entirely by Core's Agent Auth.
+type MCPOAuth struct {
+	// ClientAppID is the public Core client (bz_clients app_id) MCP hosts
+	// sign in as; it needs an agent_authorize_url (the business system's
+	// consent page) and the rolled-out routes in its allowlist. Setting it
+	// turns the front on; it requires mcp.public_url and excludes
+	// mcp.authorization_servers. Default "" (off). Restart-only.
+	ClientAppID string `yaml:"client_app_id"`
+	// DeviceLabel is the device name Core's consent shows (1–128
+	// characters). Default "MCP host". Restart-only.
+	DeviceLabel string `yaml:"device_label"`
 }
 
 // Audit configures the disclosure audit (SPEC §11, docs/audit.md): one
@@ -247,7 +264,7 @@ type Proxy struct {
 	PreserveHost bool `yaml:"preserve_host"`
 	// ClientAddressHeadersExtra names headers to add to the built-in list of
 	// client-address and original-URL headers (X-Forwarded-*, Forwarded,
-	// X-Real-IP, True-Client-IP, … docs/architecture.md) that an untrusted
+	// X-Real-IP, True-Client-IP, … docs/decisions.md) that an untrusted
 	// peer's request loses before it reaches Core. Matched in any case and
 	// with '_' for '-'; a name ending in '*' is a prefix. Default none.
 	ClientAddressHeadersExtra []string `yaml:"client_address_headers_extra"`
@@ -396,6 +413,7 @@ func Defaults() Config {
 		Shutdown: Shutdown{DrainDelay: 5 * time.Second, Timeout: 30 * time.Second},
 		Log:      Log{Level: "info"},
 		Reload:   Reload{WatchInterval: 10 * time.Second},
+		MCP:      MCP{OAuth: MCPOAuth{DeviceLabel: "MCP host"}},
 		Tracing:  Tracing{Enabled: false, TrustInbound: "trusted_proxies"}, // off unless asked for
 		Audit:    Audit{Enabled: false, File: "-", OnFailure: AuditContinue},
 	}

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -295,6 +296,42 @@ func (p *problems) mcp(m MCP) {
 			p.add(fmt.Sprintf("mcp.scopes[%d]", i), quote(v)+" is not a scope token (no spaces or quotes)")
 		}
 	}
+	p.mcpOAuth(m)
+}
+
+// mcpOAuth: the mcp.oauth section (SPEC §12).
+func (p *problems) mcpOAuth(m MCP) {
+	o := m.OAuth
+	if n := utf8.RuneCountInString(strings.TrimSpace(o.DeviceLabel)); n == 0 || n > 128 {
+		p.add("mcp.oauth.device_label", "must be 1 to 128 characters")
+	}
+	if o.ClientAppID == "" {
+		return
+	}
+	if !appIDPattern.MatchString(o.ClientAppID) {
+		p.add("mcp.oauth.client_app_id", quote(o.ClientAppID)+" is not a Core client app_id (^[a-z0-9][a-z0-9_-]{1,63}$)")
+	}
+	if len(m.AuthorizationServers) > 0 {
+		p.add("mcp.oauth.client_app_id", "excludes mcp.authorization_servers (an external authorization server is the other way)")
+	}
+	switch u, err := url.Parse(m.PublicURL); {
+	case m.PublicURL == "":
+		p.add("mcp.public_url", "is required with mcp.oauth.client_app_id (it is the issuer hosts sign in with)")
+	case err == nil && u.Scheme == "http" && !loopbackHost(u.Hostname()):
+		p.add("mcp.public_url", quote(m.PublicURL)+" must be https with mcp.oauth.client_app_id (http only on a loopback address)")
+	}
+}
+
+// appIDPattern is Core's pattern of client app ids and route keys.
+var appIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{1,63}$`)
+
+// loopbackHost reports whether h is localhost or a loopback address.
+func loopbackHost(h string) bool {
+	if strings.EqualFold(h, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
 }
 
 // shutdown: the shutdown section.

@@ -15,6 +15,7 @@ const (
 	OpSystemInfo = "system_info"
 	OpKBSearch   = "kb_search"
 	OpProbe      = "probe"
+	OpAgentAuth  = "agent_auth" // Agent Auth's sign-in calls (agentauth.go)
 )
 
 // Outcome labels of the core request metrics (a closed set).
@@ -32,7 +33,7 @@ const (
 // built, so alert expressions and panels read 0 rather than "no data" before
 // the first event.
 var (
-	requestOps      = []string{OpSession, OpSystemInfo, OpKBSearch, OpProbe}
+	requestOps      = []string{OpSession, OpSystemInfo, OpKBSearch, OpProbe, OpAgentAuth}
 	requestOutcomes = []string{OutcomeOK, OutcomeClientError, OutcomeUnauthorized, OutcomeRateLimited, OutcomeUnavailable, OutcomeOpen, OutcomeCanceled}
 )
 
@@ -43,7 +44,7 @@ var (
 //
 // Series (namespace knowledge_sidecar):
 //
-//	core_requests_total{op,outcome}               counter; op ∈ session, system_info, kb_search, probe
+//	core_requests_total{op,outcome}               counter; op ∈ session, system_info, kb_search, probe, agent_auth
 //	core_request_duration_seconds{op}             histogram of requests that reached Core
 //
 // Label values come only from constants of this package: never a path,

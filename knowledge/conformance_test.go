@@ -350,7 +350,6 @@ func TestCheckOrder(t *testing.T) {
 		auth   string
 		route  string
 		body   func(e *env) string
-		reader func(t *testing.T) func(e *env) any
 		mutate func(e *env)
 		code   protocol.ErrorCode
 	}

@@ -46,6 +46,8 @@ type Features struct {
 	Now          func() time.Time
 	// MCP configures the remote MCP endpoint (SPEC §10).
 	MCP MCPOptions
+	// OAuth, when set, is the sign-in front MCP hosts see (SPEC §12).
+	OAuth OAuth
 	// NoTurnHints turns same-run hints off (config turn_hints: false):
 	// on_demand turns then answer "hints": []. Default: hints on.
 	NoTurnHints bool
@@ -61,6 +63,7 @@ type features struct {
 	turnProxy, caps *httputil.ReverseProxy
 	mcp             *mcpserver.HTTP // the remote MCP endpoint's SDK handler (mcp.go)
 	mcpOpts         MCPOptions
+	oauth           OAuth // nil: off
 }
 
 func newFeatures(f *Features, s *Server) (*features, error) {
@@ -92,6 +95,7 @@ func newFeatures(f *Features, s *Server) (*features, error) {
 	ft.turnProxy = s.newTurnProxy()
 	ft.caps = s.newCapsProxy(f.ProbeTimeout, nd)
 	ft.mcpOpts = f.MCP
+	ft.oauth = f.OAuth
 	if ft.mcp, err = s.newMCP(); err != nil {
 		return nil, err
 	}

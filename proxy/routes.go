@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/bailinghub/knowledge-sidecar/mcpauth"
 	"github.com/bailinghub/knowledge-sidecar/mcpserver"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
@@ -48,6 +49,11 @@ var routes = []route{
 	{http.MethodPost, pathTurns, "turns", (*Server).turns, false, passDrainLimit},
 	{http.MethodPost, pathMCP, "mcp", (*Server).mcp, true, mcpserver.MaxHTTPBody},
 	{http.MethodGet, pathMCPMetadata, "mcp_metadata", (*Server).mcpMetadata, true, protocol.MaxRequestBytes},
+	{http.MethodGet, mcpauth.PathMetadata, "oauth_metadata", (*Server).oauthMetadata, false, mcpauth.MaxBody},
+	{http.MethodPost, mcpauth.PathRegister, "oauth_register", (*Server).oauthRegister, false, mcpauth.MaxBody},
+	{http.MethodGet, mcpauth.PathAuthorize, "oauth_authorize", (*Server).oauthAuthorize, false, mcpauth.MaxBody},
+	{http.MethodPost, mcpauth.PathToken, "oauth_token", (*Server).oauthToken, false, mcpauth.MaxBody},
+	{http.MethodPost, mcpauth.PathRevoke, "oauth_revoke", (*Server).oauthRevoke, false, mcpauth.MaxBody},
 }
 
 // passDrainLimit bounds the drain of a pass-through request's unread body,

@@ -11,7 +11,7 @@ import (
 // them would never be served), one prefix per first segment, each stopping
 // at the shortest fixed part of its rows.
 func TestClaimPrefixes(t *testing.T) {
-	want := []string{"/agent-api/v1/workspaces/", "/.well-known/oauth-protected-resource/agent-api/v1/workspaces/"}
+	want := []string{"/agent-api/v1/workspaces/", "/.well-known/oauth-", "/oauth/"}
 	if !slices.Equal(claimPrefixes, want) {
 		t.Errorf("claimPrefixes %q; want %q", claimPrefixes, want)
 	}

@@ -8,6 +8,23 @@ cd "$(dirname "$0")/.."
 export KS_TEST_MYSQL_DSN="${KS_TEST_MYSQL_DSN:-root@tcp(127.0.0.1:3306)/ks_test?parseTime=true&loc=UTC&charset=utf8mb4}"
 export KS_TEST_REDIS_URL="${KS_TEST_REDIS_URL:-redis://127.0.0.1:6379/15}"
 
+# Progress: each step is announced with the time so far, and a ticker prints
+# the current step once a minute while a step is silent (go test prints
+# nothing while it compiles). The ticker ends with this script.
+started=$(date +%s)
+step_file=$(mktemp)
+elapsed() { local s=$(($(date +%s) - started)); printf '%dm%02ds' $((s / 60)) $((s % 60)); }
+step() { echo "$*" >"$step_file"; echo "test.sh: [$(elapsed)] $*"; }
+(
+  while sleep 60 </dev/null >/dev/null 2>&1 && kill -0 $$ 2>/dev/null; do
+    echo "test.sh: [$(elapsed)] still running: $(cat "$step_file" 2>/dev/null)"
+  done
+) &
+ticker=$!
+stop_ticker() { kill "$ticker" 2>/dev/null || true; rm -f "$step_file"; }
+trap stop_ticker EXIT
+step "starting services"
+
 wait_for() { # name, probe command...
   local name=$1; shift
   for _ in $(seq 1 60); do "$@" >/dev/null 2>&1 && return 0; sleep 0.5; done
@@ -32,13 +49,16 @@ if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
   wait_for Redis redis-cli -h 127.0.0.1 -p 6379 ping
 fi
 
+step "Redis Cluster and Sentinel set"
 # A throwaway Redis Cluster (3 primaries + 3 replicas) and Sentinel set on free
 # loopback ports for the scale tests (test/scale_*_test.go), torn down on exit;
 # their URLs are exported in KS_TEST_REDIS_CLUSTER_URL and
 # KS_TEST_REDIS_SENTINEL_URL (with CI=true the tests fail when these are unset).
 # shellcheck source=scripts/redis-topologies.sh
 . scripts/redis-topologies.sh
+trap 'ks_topo_down; stop_ticker' EXIT # the topologies' own trap, and the ticker's
 
+step "tools: promtool, python3, node (npm ci in test/mcpjs)"
 # promtool (Debian package prometheus) unit-tests the alert rules in
 # deploy/prometheus. Installed when missing; only when apt is unavailable does
 # the Go test skip (it says so), and with CI=true a failed install fails it.
@@ -65,6 +85,14 @@ if ! command -v python3 >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; t
     echo "test.sh: could not install python3; the Python example's test fails with CI=true" >&2
 fi
 
+# jq runs the demo walkthrough's audit line over the file `demo --audit`
+# writes (TestDemoAudit); with CI=true that test fails when jq is missing.
+if ! command -v jq >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  echo "test.sh: installing jq"
+  { timeout 300 ${SUDO:-} apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 600 ${SUDO:-} apt-get install -y -qq --no-install-recommends jq >/dev/null; } ||
+    echo "test.sh: could not install jq; the demo audit test fails with CI=true" >&2
+fi
+
 # node runs the official MCP TypeScript SDK client and the MCP Inspector CLI
 # against the remote MCP endpoint (cmd/knowledge-sidecar/mcp_remote_clients_test.go),
 # at the exact versions of test/mcpjs/package-lock.json (npm ci); with CI=true
@@ -83,17 +111,26 @@ fi
 # (ks_test_<random>) next to it and drop them when they finish.
 mariadb -uroot -h127.0.0.1 -e "CREATE DATABASE IF NOT EXISTS ks_test CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
 
+step "go mod download, go vet"
 go mod download
 go vet ./...
 # No function that nothing reaches (deadcode -test; an allowlist for the
 # few kept on purpose): about a minute on a loaded 2-core machine.
+step "deadcode"
 ./scripts/deadcode.sh
+# staticcheck, pinned in the script, tests included: no finding.
+step "staticcheck"
+./scripts/staticcheck.sh
+step "go test -race ./..."
 go test -race -count=1 -timeout 20m ./... "$@"
 # Every benchmark once: they are the performance evidence (docs/performance.md),
 # and one whose setup broke would otherwise only be found by the next person
 # to measure (BenchmarkServiceRead answered 409 for a while).
+step "every benchmark once"
 go test -run '^$' -bench . -benchtime 1x ./...
 # A short run of every fuzz target (2 s each: 14 targets took 35-60 s on a
 # loaded 2-core machine); a finding fails the suite. Longer sessions:
 # ./scripts/fuzz.sh [duration] (docs/reliability.md, "Fuzzing").
+step "fuzz targets, ${KS_FUZZ_TIME:-2s} each"
 ./scripts/fuzz.sh "${KS_FUZZ_TIME:-2s}"
+echo "test.sh: [$(elapsed)] all passed"

@@ -19,6 +19,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,6 +34,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
+	"github.com/bailinghub/knowledge-sidecar/mcpauth"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
 	"github.com/bailinghub/knowledge-sidecar/rollout"
 	"github.com/bailinghub/knowledge-sidecar/sharedredis"
@@ -180,6 +182,10 @@ type App struct {
 	rdb               *sharedredis.Client // nil: no Redis
 	coreTLS           *tls.Config         // core.ca_file's; nil: the system roots
 	lastReload        *ReloadStatus       // under mu; nil: none since start
+
+	// rollout is the policy in effect, for the OAuth front's resource
+	// check (SPEC §12: a rolled-out route's MCP URL); swapped on reload.
+	rollout atomic.Pointer[rollout.Policy]
 
 	tp      trace.TracerProvider // nil: tracing off
 	tracing *telemetry.Tracing   // the OTLP provider Build set up, flushed by ShutdownTracing
@@ -445,6 +451,34 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 	led.Register(reg)
 	a.closers = append(a.closers, led.Close) // closes the backend too (rdb's own Close, registered above, is then a no-op)
 	pol, _ := rollout.Parse(cfg.Rollout)     // validated
+	a.rollout.Store(&pol)
+	mcpOpts := proxy.MCPOptions{AuthorizationServers: cfg.MCP.AuthorizationServers, Scopes: cfg.MCP.Scopes,
+		PublicURL: cfg.MCP.PublicURL}
+	// oauth_requests_total exists (at 0) whether or not the front is on.
+	oauthRequests := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "knowledge_sidecar", Name: "oauth_requests_total",
+		Help: "Requests of the OAuth front MCP hosts sign in through (SPEC §12), by endpoint and outcome.",
+	}, []string{"endpoint", "outcome"})
+	for _, e := range mcpauth.Endpoints {
+		for _, o := range mcpauth.Outcomes {
+			oauthRequests.WithLabelValues(e, o)
+		}
+	}
+	reg.MustRegister(oauthRequests)
+	var front proxy.OAuth // nil unless configured: a typed nil would turn the front on
+	if id := cfg.MCP.OAuth.ClientAppID; id != "" {
+		oa, err := mcpauth.New(mcpauth.Options{
+			Core: client, ClientAppID: id, DeviceLabel: cfg.MCP.OAuth.DeviceLabel, Issuer: cfg.MCP.PublicURL,
+			Served:  func(route string) bool { return a.rollout.Load().Enabled(route) },
+			Observe: func(endpoint, outcome string) { oauthRequests.WithLabelValues(endpoint, outcome).Inc() },
+		})
+		if err != nil {
+			return nil, fmt.Errorf("mcp oauth: %w", err)
+		}
+		front = oa
+		// The 401 and the RFC 9728 document point hosts at the front.
+		mcpOpts.AuthorizationServers = []string{oa.Issuer()}
+	}
 	return &proxy.Features{
 		Knowledge:       svc,
 		Prober:          client,
@@ -454,9 +488,9 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 		ProbeInterval:   cfg.ProbeInterval,
 		ProbeTimeout:    cfg.Core.Timeout,
 		NoTurnHints:     !cfg.TurnHints,
-		MCP: proxy.MCPOptions{AuthorizationServers: cfg.MCP.AuthorizationServers, Scopes: cfg.MCP.Scopes,
-			PublicURL: cfg.MCP.PublicURL},
-		Now: deps.Now,
+		MCP:             mcpOpts,
+		OAuth:           front,
+		Now:             deps.Now,
 	}, nil
 }
 
@@ -587,6 +621,7 @@ func (a *App) Reload(load func() (config.Config, error)) error {
 		warnMemoryLedger(a.log, pol)
 	}
 	a.Server.SetRollout(pol)
+	a.rollout.Store(&pol)
 	a.Server.SetTurnHints(cfg.TurnHints)
 	a.level.Set(ParseLevel(cfg.Log.Level))
 	if changed := restartOnly(a.cfg, cfg); len(changed) > 0 {

@@ -58,6 +58,10 @@ func TestLayering(t *testing.T) {
 		// The Redis the replicas share knows no ledger, limit or protocol;
 		// the ledger keeps its backends only and takes a client from it.
 		{dir: "sharedredis", ours: []string{}},
+		// The OAuth front decides (SPEC §12): Core's Agent Auth through a
+		// small interface, no edge types.
+		{dir: "mcpauth", ours: []string{"corefacts"},
+			forbidden: []string{"github.com/labstack/echo/", "net/http/httputil"}},
 		{dir: "ledger", ours: []string{"config", "sharedredis", "telemetry"}},
 		// The Core double follows Core's facts, never the sidecar's code; the
 		// binary links it (demo), so nothing of it may come from test/.

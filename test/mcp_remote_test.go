@@ -381,3 +381,81 @@ func TestMCPRemoteIdentityDown(t *testing.T) {
 		t.Errorf("a refused bearer: %d; want 401", code)
 	}
 }
+
+// TestMCPRemoteAnswersAreJSONRPC: every answer of the remote endpoint is
+// application/json with Cache-Control: no-store — tool results and the
+// refusals the SDK would write as plain text quoting the request (SPEC §10,
+// issue 39 item 7d), each a JSON-RPC error with the request's id.
+func TestMCPRemoteAnswersAreJSONRPC(t *testing.T) {
+	kw := newKWorld(t, fakecore.Options{SystemInfo: true})
+	sc := kw.start(t, kopts{})
+	endpoint := sc.WS(testdb.RouteMulti) + "/knowledge/mcp"
+	const secret = "quoted-back-secret"
+	search := `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"knowledge_search","arguments":{"query":"refund"}}}`
+	for _, tc := range []struct {
+		name, body string
+		hdr        map[string]string
+		status     int
+		code       int    // 0: a result
+		id         string // the answer's id
+	}{
+		{"tools/list", `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`, nil, 200, 0, "1"},
+		{"tools/call", search, nil, 200, 0, "3"},
+		{"text/plain body", search, map[string]string{"Content-Type": "text/plain; x=" + secret}, 415, -32600, "3"},
+		{"Accept without event streams", search, map[string]string{"Accept": "application/json"}, 400, -32600, "3"},
+		{"unsupported protocol version", search, map[string]string{"MCP-Protocol-Version": "1999-" + secret}, 400, -32600, "3"},
+		{"not JSON", `{"jsonrpc":"2.0",` + secret, nil, 400, -32700, "null"},
+		{"JSON but no JSON-RPC", `{"hello":"` + secret + `"}`, nil, 400, -32600, "null"},
+		{"wrong jsonrpc version", `{"jsonrpc":"1.0","id":"a","method":"tools/list"}`, nil, 400, -32600, `"a"`},
+		{"unknown method", `{"jsonrpc":"2.0","id":"m-1","method":"` + secret + `/list"}`, nil, 400, -32601, `"m-1"`},
+		{"unknown method, 2026-07-28", `{"jsonrpc":"2.0","id":4,"method":"` + secret + `"}`, map[string]string{"MCP-Protocol-Version": "2026-07-28"}, 404, -32601, "4"},
+		// Refused by the SDK itself (a notification with an id, a call without
+		// params): its plain-text answer is replaced.
+		{"notification with an id", `{"jsonrpc":"2.0","id":5,"method":"notifications/initialized"}`, nil, 400, -32600, "5"},
+		{"tools/call without params", `{"jsonrpc":"2.0","id":6,"method":"tools/call"}`, nil, 400, -32600, "6"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodPost, endpoint, strings.NewReader(tc.body))
+			req.Header.Set("Authorization", "Bearer "+kw.TokenA)
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			req.Header.Set("MCP-Protocol-Version", "2025-06-18")
+			for k, v := range tc.hdr {
+				req.Header.Set(k, v)
+			}
+			res, err := kw.c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer res.Body.Close()
+			var b bytes.Buffer
+			_, _ = b.ReadFrom(res.Body)
+			body := b.String()
+			if res.StatusCode != tc.status || !strings.HasPrefix(res.Header.Get("Content-Type"), "application/json") ||
+				res.Header.Get("Cache-Control") != "no-store" {
+				t.Fatalf("got %d %q Cache-Control %q: %s; want %d application/json no-store", res.StatusCode,
+					res.Header.Get("Content-Type"), res.Header.Get("Cache-Control"), body, tc.status)
+			}
+			var rpc struct {
+				JSONRPC string          `json:"jsonrpc"`
+				ID      json.RawMessage `json:"id"`
+				Result  json.RawMessage `json:"result"`
+				Error   *struct {
+					Code int `json:"code"`
+				} `json:"error"`
+			}
+			if err := json.Unmarshal(b.Bytes(), &rpc); err != nil || rpc.JSONRPC != "2.0" || string(rpc.ID) != tc.id {
+				t.Fatalf("got %s; want a JSON-RPC answer with id %s", body, tc.id)
+			}
+			switch {
+			case tc.code == 0 && (rpc.Error != nil || len(rpc.Result) == 0):
+				t.Errorf("got %s; want a result", body)
+			case tc.code != 0 && (rpc.Error == nil || rpc.Error.Code != tc.code):
+				t.Errorf("got %s; want error %d", body, tc.code)
+			}
+			if strings.Contains(body, secret) {
+				t.Errorf("the answer quotes the request: %s", body)
+			}
+		})
+	}
+}

@@ -39,7 +39,7 @@ func TestMCPRemoteSpans(t *testing.T) {
 			}
 			attrs := map[string]string{}
 			for _, a := range mcpSpan.Attributes() {
-				attrs[string(a.Key)] = a.Value.Emit()
+				attrs[string(a.Key)] = a.Value.String()
 			}
 			for k, v := range map[string]string{"mcp.method.name": "tools/call", "gen_ai.tool.name": "knowledge_read",
 				"gen_ai.operation.name": "execute_tool", "mcp.protocol.version": "2025-06-18", "jsonrpc.request.id": "7",

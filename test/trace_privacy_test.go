@@ -110,21 +110,21 @@ func TestTracePrivacy(t *testing.T) {
 		var texts []string
 		texts = append(texts, s.Name(), s.Status().Description)
 		for _, a := range s.Attributes() {
-			texts = append(texts, string(a.Key)+"="+a.Value.Emit())
+			texts = append(texts, string(a.Key)+"="+a.Value.String())
 		}
 		for _, e := range s.Events() {
 			texts = append(texts, e.Name)
 			for _, a := range e.Attributes {
-				texts = append(texts, string(a.Key)+"="+a.Value.Emit())
+				texts = append(texts, string(a.Key)+"="+a.Value.String())
 			}
 		}
 		for _, l := range s.Links() {
 			for _, a := range l.Attributes {
-				texts = append(texts, a.Value.Emit())
+				texts = append(texts, a.Value.String())
 			}
 		}
 		for _, a := range s.Resource().Attributes() {
-			texts = append(texts, a.Value.Emit())
+			texts = append(texts, a.Value.String())
 		}
 		all := strings.Join(texts, "\n")
 		for _, sec := range secret {

@@ -173,7 +173,7 @@ func TestTraceSearchTree(t *testing.T) {
 	}
 	attrs := map[string]string{}
 	for _, a := range srv.Attributes() {
-		attrs[string(a.Key)] = a.Value.Emit()
+		attrs[string(a.Key)] = a.Value.String()
 	}
 	if attrs["http.route"] != "/agent-api/v1/workspaces/{route}/knowledge/search" || attrs["http.response.status_code"] != "200" || attrs["http.request.method"] != "POST" {
 		t.Errorf("server span attributes %v", attrs)
@@ -255,7 +255,7 @@ func rec(tc *traced) []sdktrace.ReadOnlySpan { return tc.rec.Ended() }
 
 func hasAttr(s sdktrace.ReadOnlySpan, k, v string) bool {
 	for _, a := range s.Attributes() {
-		if string(a.Key) == k && a.Value.Emit() == v {
+		if string(a.Key) == k && a.Value.String() == v {
 			return true
 		}
 	}
@@ -327,8 +327,8 @@ func TestTracePassthroughUnsampled(t *testing.T) {
 		t.Errorf("spans %s; want only the sampled request's GET server and client spans", spanNames(tc.rec.Ended()))
 	}
 	for _, a := range s.Attributes() {
-		if strings.Contains(a.Value.Emit(), "session") || strings.Contains(a.Value.Emit(), "secret-query-token") {
-			t.Errorf("pass-through span attribute %s=%s carries the path or query", a.Key, a.Value.Emit())
+		if strings.Contains(a.Value.String(), "session") || strings.Contains(a.Value.String(), "secret-query-token") {
+			t.Errorf("pass-through span attribute %s=%s carries the path or query", a.Key, a.Value.String())
 		}
 	}
 	var client int

@@ -163,6 +163,7 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 	logLevel := fs.String("log-level", "warn", "the sidecar's log level on stderr: debug (every request), info, warn or error")
 	useSQL := fs.Bool("sql", false, "rehearse the production path: the SQL catalog on a throwaway database of a local MySQL/MariaDB, read through a user with exactly the documented GRANTs (dropped on exit)")
 	sqlDSN := fs.String("sql-dsn", defaultRehearsalDSN, "with --sql: an admin DSN of the local server, allowed to create and drop databases and users")
+	auditFile := fs.String("audit", "", "write the disclosure audit (one JSON line per answer that discloses documents, docs/audit.md) to this file: appended, created 0600")
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}
@@ -170,6 +171,10 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 		*token = randomToken("bha_")
 	} else if !fakecore.ValidAccessToken(*token) {
 		fmt.Fprintln(stderr, "--demo-token must look like a Core Agent token: bha_ followed by at least 36 URL-safe characters")
+		return 2
+	}
+	if *auditFile == "-" {
+		fmt.Fprintln(stderr, "--audit takes a file path (standard output carries the walkthrough)")
 		return 2
 	}
 	var lvl slog.Level
@@ -215,6 +220,16 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 	// The demo's configuration is made here, not read: only the listen
 	// flags come from the user, and Run says clearly if they are unusable.
 	cfg := w.config(*listen, *adminListen)
+	auditPath := "" // the walkthrough's step 8 when set
+	if *auditFile != "" {
+		// Absolute, so that the walkthrough's jq line works from any folder.
+		abs, err := filepath.Abs(*auditFile)
+		if err != nil {
+			fmt.Fprintln(stderr, "demo: --audit:", err)
+			return 2
+		}
+		cfg.Audit.Enabled, cfg.Audit.File, auditPath = true, abs, abs
+	}
 	b := readBuildInfo()
 	deps := sidecar.Deps{Logger: log, Level: level, Version: b.Version, Revision: b.Revision, Catalog: w.catalog, SingleProcess: true}
 	if rh != nil {
@@ -229,7 +244,7 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 	defer app.Close()
 	so := serveOptions(cfg)
 	so.OnListening = func(p, a net.Addr) {
-		printWalkthrough(stdout, p.String(), a.String(), *token, docs, walkthroughQueries(docs, *docsDir != ""))
+		printWalkthrough(stdout, p.String(), a.String(), *token, docs, walkthroughQueries(docs, *docsDir != ""), auditPath)
 		if rh != nil {
 			rh.printChecks(stdout, cfg, p.String(), a.String(), *token)
 		}
@@ -344,7 +359,22 @@ func shellJSONArg(v any) string {
 	return strings.ReplaceAll(string(b), "'", `'\''`)
 }
 
-func printWalkthrough(w io.Writer, addr, admin, token string, docs []demoDoc, q queries) {
+// auditStep is the walkthrough's step 8 with --audit: one jq line over the
+// audit file (path quoted for the shell).
+func auditStep(file string) string {
+	if file == "" {
+		return ""
+	}
+	return `
+  # 8. The disclosure audit (--audit): one JSON line per answer that discloses documents (or
+  #    refuses to) — who saw which documents, never the query, a ref or the text (docs/audit.md):
+  jq -c '{time, endpoint, status, principal_id, error, docs: [.documents[].doc_id]}' '` + strings.ReplaceAll(file, "'", `'\''`) + `'
+`
+}
+
+// printWalkthrough prints the demo's addresses and copy-paste steps; audit
+// is the audit file with --audit ("" without).
+func printWalkthrough(w io.Writer, addr, admin, token string, docs []demoDoc, q queries, audit string) {
 	base := "http://" + addr + "/agent-api/v1/workspaces/" + demoRoute
 	fmt.Fprintf(w, `knowledge-sidecar demo is running.
 
@@ -404,13 +434,13 @@ the cursor and the run_id out of answers with jq -r):
        -H 'Accept: application/json, text/event-stream' -H 'MCP-Protocol-Version: 2025-06-18' \
        -d '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"knowledge_search","arguments":%s}}' \
        $WS/knowledge/mcp | jq -r '.result.content[0].text'
-
+%s
 Documents: %s
 Press Ctrl-C to stop (started in the background with &: kill %%1, or kill the binary's PID;
 "kill $!" after "go run ... &" stops only go run, not the demo).
 `, addr, demoRoute, admin, plural(len(docs), "document", "documents"), demoKB, token, token, base,
 		shellJSON(map[string]any{"query": q.search, "limit": 3}), shellJSON(map[string]any{"query": q.read, "limit": 1}),
-		addr, shellJSONArg(map[string]any{"query": q.search}), titles(docs))
+		addr, shellJSONArg(map[string]any{"query": q.search}), auditStep(audit), titles(docs))
 }
 
 func titles(docs []demoDoc) string {

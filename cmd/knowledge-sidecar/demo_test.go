@@ -75,7 +75,7 @@ func startDemoClock(t *testing.T, docs []demoDoc, own bool, now func() time.Time
 			ShutdownTimeout: 5 * time.Second,
 			OnListening: func(p, a net.Addr) {
 				var b bytes.Buffer
-				printWalkthrough(&b, p.String(), a.String(), token, docs, walkthroughQueries(docs, own))
+				printWalkthrough(&b, p.String(), a.String(), token, docs, walkthroughQueries(docs, own), "")
 				walkthrough <- b.String()
 			},
 		})
@@ -444,6 +444,8 @@ func TestDemoCommandErrors(t *testing.T) {
 		{"docs dir missing", []string{"--docs", filepath.Join(empty, "missing")}, 1, "demo: --docs " + filepath.Join(empty, "missing") + ": no such folder"},
 		{"docs is a file", []string{"--docs", filepath.Join(empty, "file.md")}, 1, "demo: --docs " + filepath.Join(empty, "file.md") + ": not a folder"},
 		{"bad log level", []string{"--log-level", "loud"}, 2, "--log-level must be"},
+		{"audit to standard output", []string{"--audit", "-"}, 2, "--audit takes a file path"},
+		{"audit file cannot be created", []string{"--audit", filepath.Join(empty, "missing", "audit.jsonl")}, 1, "demo: audit.file:"},
 	}
 	if err := os.WriteFile(filepath.Join(empty, "file.md"), nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -661,12 +663,12 @@ func TestDemoDocsLoader(t *testing.T) {
 		t.Errorf("notes %q; want %q", notes, wantNotes)
 	}
 	var b bytes.Buffer
-	printWalkthrough(&b, "127.0.0.1:1", "127.0.0.1:2", "bha_x", docs[:1], walkthroughQueries(docs[:1], true))
+	printWalkthrough(&b, "127.0.0.1:1", "127.0.0.1:2", "bha_x", docs[:1], walkthroughQueries(docs[:1], true), "")
 	if !strings.Contains(b.String(), "knowledge 1 document in KB") {
 		t.Errorf("walkthrough for one document: %s", b.String())
 	}
 	b.Reset()
-	printWalkthrough(&b, "127.0.0.1:1", "127.0.0.1:2", "bha_x", docs, walkthroughQueries(docs, true))
+	printWalkthrough(&b, "127.0.0.1:1", "127.0.0.1:2", "bha_x", docs, walkthroughQueries(docs, true), "")
 	if !strings.Contains(b.String(), "knowledge 3 documents in KB") {
 		t.Errorf("walkthrough for three documents: %s", b.String())
 	}
@@ -678,5 +680,109 @@ func TestDemoDocsLoader(t *testing.T) {
 	}
 	if code := run([]string{"demo", "--docs", empty}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "skipped "+filepath.Join(empty, "blank.txt")+": it is empty") {
 		t.Errorf("exit %d, stderr %q; want 1 and the skipped file named", code, stderr.String())
+	}
+}
+
+// TestDemoAudit runs the demo binary with --audit: the file is created 0600,
+// a search writes its event before the answer, and the walkthrough's jq line
+// (step 8), run as printed, shows the endpoint and the documents disclosed —
+// and the file holds neither the query nor the token. jq is installed by
+// scripts/test.sh; with CI=true a missing jq fails.
+func TestDemoAudit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	if _, err := exec.LookPath("jq"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("jq is not installed (CI=true); scripts/test.sh installs it")
+		}
+		t.Skip("SKIPPED: jq is not installed; run ./scripts/test.sh, which installs it")
+	}
+	bin := buildBinary(t)
+	file := filepath.Join(t.TempDir(), "it's audit.jsonl") // a quote the jq line must survive
+	cmd := exec.Command(bin, "demo", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--audit", file)
+	var stderr testkit.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	sc := bufio.NewScanner(out)
+	var addr, token, jqLine string
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if a, ok := strings.CutPrefix(line, "sidecar   http://"); ok {
+			addr = strings.Fields(a)[0]
+		}
+		if tok, ok := strings.CutPrefix(line, "export TOKEN="); ok {
+			token = tok
+		}
+		if strings.HasPrefix(line, "jq -c ") {
+			jqLine = line
+		}
+		if strings.HasPrefix(line, "Press Ctrl-C") {
+			break
+		}
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	if addr == "" || token == "" || jqLine == "" {
+		t.Fatalf("walkthrough lacks the address, the token or the audit's jq line (addr %q, jq %q); stderr:\n%s", addr, jqLine, stderr.String())
+	}
+	st, err := os.Stat(file)
+	if err != nil {
+		t.Fatalf("--audit did not create the file: %v", err)
+	}
+	if st.Mode().Perm() != 0o600 {
+		t.Errorf("audit file mode %v; want 0600", st.Mode().Perm())
+	}
+	const query = "What happens if the refund window is set to 0?"
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/agent-api/v1/workspaces/"+demoRoute+"/knowledge/search", strings.NewReader(`{"query":"`+query+`","limit":3}`))
+	req.Header.Set("Authorization", "Bearer "+token)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("search: %d; want 200", res.StatusCode)
+	}
+	// The event is written before the answer: it is in the file now.
+	jqOut, err := exec.Command("sh", "-c", jqLine).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", jqLine, err, jqOut)
+	}
+	lines := strings.Split(strings.TrimSpace(string(jqOut)), "\n")
+	if len(lines) != 1 {
+		t.Fatalf("the jq line printed %d lines; want one event:\n%s", len(lines), jqOut)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal([]byte(lines[0]), &raw); err != nil {
+		t.Fatalf("jq output %q: %v", lines[0], err)
+	}
+	if raw["endpoint"] != "search" || raw["status"] != "ok" || raw["principal_id"] != "demo-user" {
+		t.Errorf("the jq line shows %s; want the search's event (endpoint search, status ok, principal demo-user)", lines[0])
+	}
+	if docs, _ := raw["docs"].([]any); len(docs) == 0 {
+		t.Errorf("the jq line shows no documents: %s", lines[0])
+	}
+	content, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range []string{query, token} {
+		if strings.Contains(string(content), secret) {
+			t.Errorf("the audit file holds %q", secret)
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("demo exit after SIGTERM: %v\n%s", err, stderr.String())
 	}
 }

@@ -294,7 +294,7 @@ func TestWalkthroughSaysWhatItNeeds(t *testing.T) {
 		t.Fatal(err)
 	}
 	var b bytes.Buffer
-	printWalkthrough(&b, "127.0.0.1:1", "127.0.0.1:2", "bha_x", docs, walkthroughQueries(docs, false))
+	printWalkthrough(&b, "127.0.0.1:1", "127.0.0.1:2", "bha_x", docs, walkthroughQueries(docs, false), "")
 	text := b.String()
 	if strings.Contains(text, "jq -r") && !strings.Contains(text, "needs curl and jq") {
 		t.Errorf("the walkthrough uses jq -r but does not say jq is needed:\n%s", text)

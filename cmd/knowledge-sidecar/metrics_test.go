@@ -69,16 +69,19 @@ func exportedMetrics(t *testing.T) map[string]exported {
 }
 
 // collectorType is the metric type of a client_golang metric or vector; ""
-// for anything else. Gauge before Counter: a Gauge also has Inc and Add.
+// for anything else. Gauge before Counter: a Gauge also has Inc and Add. A
+// plain Histogram and a plain Summary have the same methods, so neither is
+// told apart here: "" leaves it to the gathered family's type (a plain
+// metric always has its one series).
 func collectorType(c prometheus.Collector) string {
 	switch c.(type) {
 	case *prometheus.GaugeVec, prometheus.Gauge:
 		return "gauge"
 	case *prometheus.CounterVec, prometheus.Counter:
 		return "counter"
-	case *prometheus.HistogramVec, prometheus.Histogram:
+	case *prometheus.HistogramVec:
 		return "histogram"
-	case *prometheus.SummaryVec, prometheus.Summary:
+	case *prometheus.SummaryVec:
 		return "summary"
 	}
 	return ""

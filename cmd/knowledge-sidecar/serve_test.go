@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,8 +24,15 @@ import (
 )
 
 // TestMain prints one line when tests were skipped for want of MariaDB,
-// Redis or python3 (without CI=true).
-func TestMain(m *testing.M) { testkit.Main(m) }
+// Redis or python3 (without CI=true), and removes the binary the tests
+// share.
+func TestMain(m *testing.M) {
+	testkit.Main(m, func() {
+		if built.dir != "" {
+			os.RemoveAll(built.dir)
+		}
+	})
+}
 
 // serveWorld is what a `serve` process runs against: the fake Core with one
 // Agent session, a fresh catalog, the binary, its environment (secrets) and
@@ -135,16 +141,36 @@ func (w lockedWriter) Write(b []byte) (int, error) {
 	return n, err
 }
 
-// buildBinary compiles this command into a temporary directory.
+// built is this command compiled once for every test of the package that
+// runs it as a process (a link of the whole binary each time cost seconds
+// per test on a loaded machine); the tests only execute it.
+var built struct {
+	once sync.Once
+	dir  string
+	bin  string
+	err  error
+}
+
+// buildBinary compiles this command, once per test process, into a
+// temporary directory TestMain removes.
 func buildBinary(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "knowledge-sidecar")
-	gocmd := filepath.Join(runtime.GOROOT(), "bin", "go")
-	out, err := exec.Command(gocmd, "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	built.once.Do(func() {
+		built.dir, built.err = os.MkdirTemp("", "ks-serve-test-")
+		if built.err != nil {
+			return
+		}
+		built.bin = filepath.Join(built.dir, "knowledge-sidecar")
+		// go test puts its own GOROOT/bin first on the PATH of the tests it runs.
+		out, err := exec.Command("go", "build", "-o", built.bin, ".").CombinedOutput()
+		if err != nil {
+			built.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
 	}
-	return bin
+	return built.bin
 }
 
 // startServe runs `serve` with env (its config file listens on port 0),

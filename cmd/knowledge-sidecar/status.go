@@ -122,7 +122,7 @@ func printStatus(w io.Writer, st sidecar.Status, now time.Time) {
 	case r == nil:
 		row("last reload", "none since start")
 	case r.Problems > 0:
-		row("last reload", "%s %s (%d problems; the running configuration was kept)", r.At.UTC().Format(time.RFC3339), r.Result, r.Problems)
+		row("last reload", "%s %s (%s; the running configuration was kept)", r.At.UTC().Format(time.RFC3339), r.Result, plural(r.Problems, "problem", "problems"))
 	default:
 		row("last reload", "%s %s", r.At.UTC().Format(time.RFC3339), r.Result)
 	}

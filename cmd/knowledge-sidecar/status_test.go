@@ -237,3 +237,16 @@ func grepMetric(t *testing.T, adminURL, name string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestStatusReloadProblems: the last reload's line counts its problems in
+// words that agree with the number ("1 problem", "2 problems").
+func TestStatusReloadProblems(t *testing.T) {
+	at := time.Date(2026, 12, 6, 3, 0, 0, 0, time.UTC)
+	for n, want := range map[int]string{1: "(1 problem;", 2: "(2 problems;"} {
+		var b bytes.Buffer
+		printStatus(&b, sidecar.Status{LastReload: &sidecar.ReloadStatus{At: at, Result: "rejected", Problems: n}}, at)
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("%d problems: got\n%s\nwant it to contain %q", n, b.String(), want)
+		}
+	}
+}

@@ -38,6 +38,9 @@ type Options struct {
 	RateLimitPerMin int
 	// OnRun, when set, is called (outside the fake's lock) for every run a turn creates.
 	OnRun func(corefacts.Run)
+	// AccessTTL is how long an access token from /agent-auth/v1/token
+	// lives (Core: 15 minutes, the default).
+	AccessTTL time.Duration
 }
 
 // Fault is an injected misbehaviour for requests whose path has a prefix.
@@ -71,6 +74,8 @@ type Core struct {
 	threads  map[string]*thread // by (session, route, conversation)
 
 	embedOutage bool // every KB's embedding call fails (SetEmbeddingsOutage)
+
+	authSt *authState // Agent Auth's clients, authorizations and sessions (agentauth.go)
 
 	rateWindow time.Time // start of the current rate-limit minute
 	rateCount  int       // /kb/search calls in it
@@ -376,6 +381,8 @@ func (c *Core) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case path == "/agent-auth/v1/session":
 		c.serveSession(w, r)
+	case strings.HasPrefix(path, "/agent-auth/v1/"):
+		c.serveAgentAuth(w, r, body)
 	case strings.HasPrefix(path, "/agent-auth/"):
 		writeJSON(w, http.StatusNotFound, errBody{Error: "not_found"})
 	case path == "/agent-api" || strings.HasPrefix(path, "/agent-api/"):

@@ -45,8 +45,13 @@ func RequireService(t testing.TB, service string, err error) {
 // shows a passing package's output only with -v, so the line also goes to
 // the terminal (/dev/tty) when there is one and stderr is not it: a laptop
 // run that skipped most end-to-end tests does not look like a full pass.
-func Main(m *testing.M) {
+// Each after function runs once the tests are done (a package's shared
+// clean-up: TestMain's own defers would not run past os.Exit).
+func Main(m *testing.M, after ...func()) {
 	code := m.Run()
+	for _, f := range after {
+		f()
+	}
 	if line := skipLine(); line != "" {
 		fmt.Fprintln(os.Stderr, line)
 		toTerminal(line)
