@@ -591,7 +591,8 @@ func TestAuditUnderLoad(t *testing.T) {
 }
 
 // TestAuditRefusals is issue 39's finding 7g: the sidecar's own refusals of
-// on_demand turns (a mode switch's 409, a percent-encoded route's 401) and
+// on_demand turns (a mode switch's 409, a percent-encoded route's 401, an
+// unknown route's 404) and
 // of MCP requests (a refused bearer's 401) are audited, one event each with
 // the answer's code and the resolved client address; an inline turn's
 // refusal and Core's own answers are not. Every event names the client.
@@ -637,6 +638,11 @@ func TestAuditRefusals(t *testing.T) {
 	// before the body is read.
 	expect(send(t, c, "POST", url+"/agent-api/v1/workspaces/kb%2Dmulti/turns", refused, newTurn("audit-401").body(`"on_demand"`), nil), 401,
 		want{"turn", "", "", "refused", "unauthorized"})
+	// A route segment no workspace has (upper case): 404 route_unavailable
+	// after identity, for an on_demand turn; not for an inline one.
+	expect(send(t, c, "POST", url+"/agent-api/v1/workspaces/KB-MULTI/turns", w.TokenA, newTurn("audit-404").body(`"on_demand"`), nil), 404,
+		want{"turn", "", testdb.SessionA, "refused", "route_unavailable"})
+	expect(send(t, c, "POST", url+"/agent-api/v1/workspaces/KB-MULTI/turns", w.TokenA, newTurn("audit-404i").body(`"inline"`), nil), 404, want{})
 	// An MCP request with a refused bearer: 401 with its challenge.
 	mcpBody := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)
 	expect(send(t, c, "POST", ws+"/knowledge/mcp", refused, mcpBody, map[string]string{"Accept": "application/json, text/event-stream"}), 401,
