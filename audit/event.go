@@ -17,19 +17,22 @@ import (
 // it has no field that could hold a bearer, a ref, a cursor, a query, a
 // title, a summary or document text.
 type Event struct {
-	Time        time.Time  `json:"time"`
-	RequestID   string     `json:"request_id"`
-	TraceID     string     `json:"trace_id"`
-	Endpoint    string     `json:"endpoint"`
-	Route       string     `json:"route"`
-	SessionID   string     `json:"session_id"`
-	ClientAppID string     `json:"client_app_id"`
-	PrincipalID string     `json:"principal_id"`
-	OnBehalfOf  string     `json:"on_behalf_of"`
-	RunID       string     `json:"run_id"`
-	Status      string     `json:"status"`
-	Error       string     `json:"error,omitempty"`
-	Documents   []Document `json:"documents"`
+	Time        time.Time `json:"time"`
+	RequestID   string    `json:"request_id"`
+	TraceID     string    `json:"trace_id"`
+	Endpoint    string    `json:"endpoint"`
+	Route       string    `json:"route"`
+	SessionID   string    `json:"session_id"`
+	ClientAppID string    `json:"client_app_id"`
+	PrincipalID string    `json:"principal_id"`
+	OnBehalfOf  string    `json:"on_behalf_of"`
+	// ClientAddress is the request's client address as the edge resolved
+	// it (the peer, or the client a trusted proxy names); "" when unknown.
+	ClientAddress string     `json:"client_address"`
+	RunID         string     `json:"run_id"`
+	Status        string     `json:"status"`
+	Error         string     `json:"error,omitempty"`
+	Documents     []Document `json:"documents"`
 	// QueryLength is a search query's length in UTF-16 code units (as
 	// SPEC §4 counts it); nil for endpoints without a query.
 	QueryLength *int `json:"query_length,omitempty"`
@@ -52,18 +55,19 @@ type Document struct {
 // eventOf builds d's event at now; key (may be nil) keys the query's HMAC.
 func eventOf(ctx context.Context, d *knowledge.Disclosure, now time.Time, key []byte) Event {
 	e := Event{
-		Time:        now.UTC(),
-		RequestID:   knowledge.RequestID(ctx),
-		Endpoint:    d.Endpoint,
-		Route:       d.Route,
-		SessionID:   d.Session.SessionID,
-		ClientAppID: d.Session.ClientAppID,
-		PrincipalID: d.Session.Principal.ID,
-		OnBehalfOf:  d.Session.OnBehalfOf,
-		RunID:       d.RunID,
-		Status:      d.Status,
-		Error:       string(d.Error),
-		Documents:   make([]Document, 0, len(d.Documents)),
+		Time:          now.UTC(),
+		RequestID:     knowledge.RequestID(ctx),
+		Endpoint:      d.Endpoint,
+		Route:         d.Route,
+		SessionID:     d.Session.SessionID,
+		ClientAppID:   d.Session.ClientAppID,
+		PrincipalID:   d.Session.Principal.ID,
+		OnBehalfOf:    d.Session.OnBehalfOf,
+		ClientAddress: knowledge.ClientAddress(ctx),
+		RunID:         d.RunID,
+		Status:        d.Status,
+		Error:         string(d.Error),
+		Documents:     make([]Document, 0, len(d.Documents)),
 	}
 	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
 		e.TraceID = sc.TraceID().String()

@@ -86,8 +86,9 @@ type Log struct {
 const checkEvery = time.Second
 
 // endpoints is the closed label set of audit_events_total: every MCP tool
-// is "mcp"; an endpoint outside the set is counted as "other".
-var endpoints = []string{knowledge.EndpointSearch, knowledge.EndpointRead, knowledge.EndpointTurn, "mcp", "other"}
+// and a refused MCP request is "mcp"; an endpoint outside the set is
+// counted as "other".
+var endpoints = []string{knowledge.EndpointSearch, knowledge.EndpointRead, knowledge.EndpointTurn, knowledge.EndpointMCP, "other"}
 
 // Open opens o.File for appending (created 0600 if absent) and returns the
 // Log writing to it.
@@ -296,7 +297,7 @@ func endpointLabel(e string) string {
 	switch {
 	case e == knowledge.EndpointSearch, e == knowledge.EndpointRead, e == knowledge.EndpointTurn:
 		return e
-	case strings.HasPrefix(e, knowledge.MCPEndpoint("")):
+	case e == knowledge.EndpointMCP, strings.HasPrefix(e, knowledge.MCPEndpoint("")):
 		return "mcp"
 	}
 	return "other"

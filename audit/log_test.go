@@ -51,11 +51,12 @@ func TestEventLine(t *testing.T) {
 	sid, _ := trace.SpanIDFromHex("b7ad6b7169203331")
 	ctx := trace.ContextWithSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid}))
 	ctx = context.WithValue(ctx, knowledge.RequestIDKey{}, "req-1")
+	ctx = context.WithValue(ctx, knowledge.ClientAddressKey{}, "203.0.113.7")
 	if err := l.Disclose(ctx, sample()); err != nil {
 		t.Fatal(err)
 	}
 	want := `{"time":"2026-03-01T12:00:00Z","request_id":"req-1","trace_id":"0af7651916cd43dd8448eb211c80319c","endpoint":"read","route":"order-assistant",` +
-		`"session_id":"s-1","client_app_id":"app-a","principal_id":"u","on_behalf_of":"tenant:u","run_id":"c0ffee00-0000-4000-8000-000000000001","status":"ok",` +
+		`"session_id":"s-1","client_app_id":"app-a","principal_id":"u","on_behalf_of":"tenant:u","client_address":"203.0.113.7","run_id":"c0ffee00-0000-4000-8000-000000000001","status":"ok",` +
 		`"documents":[{"doc_id":7,"kb_id":"faq","revision":"` + strings.Repeat("a", 64) + `","range":[16384,32000],"budget_exhausted":true}]}` + "\n"
 	if out.String() != want {
 		t.Errorf("got  %s\nwant %s", out.String(), want)

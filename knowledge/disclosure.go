@@ -14,6 +14,8 @@ const (
 	EndpointSearch = "search"
 	EndpointRead   = "read"
 	EndpointTurn   = "turn"
+	// EndpointMCP is an MCP request the edge refused before any tool ran.
+	EndpointMCP = "mcp"
 )
 
 // MCPEndpoint is the endpoint of a call of the MCP tool named tool:
@@ -78,6 +80,17 @@ type RequestIDKey struct{}
 func RequestID(ctx context.Context) string {
 	id, _ := ctx.Value(RequestIDKey{}).(string)
 	return id
+}
+
+// ClientAddressKey is the context key under which the edge answers the
+// resolved client address (a string: the peer, or the client a trusted
+// proxy names) of the request a context belongs to.
+type ClientAddressKey struct{}
+
+// ClientAddress is the client address in ctx, or "".
+func ClientAddress(ctx context.Context) string {
+	a, _ := ctx.Value(ClientAddressKey{}).(string)
+	return a
 }
 
 type endpointKey struct{}
@@ -147,4 +160,21 @@ func (s *Service) disclose(ctx context.Context, d *Disclosure, out []byte, err e
 		return nil, errUnavailable(aerr)
 	}
 	return out, err
+}
+
+// Refused records an answer the sidecar gave a request of endpoint without
+// the service answering it — its own refusal of an on_demand turn or of an
+// MCP request, or a Core answer to such a turn it could not deliver — with
+// the answer's HTTP status and error code and the caller's identity (zero
+// when refused or unknown). A refusal discloses nothing, so it keeps its
+// status whatever the auditor says. A no-op with the audit off.
+func (s *Service) Refused(ctx context.Context, endpoint string, route corefacts.RouteKey, sess corefacts.Session, status int, code protocol.ErrorCode) {
+	if s.audit == nil {
+		return
+	}
+	d := &Disclosure{Endpoint: endpoint, Route: route.String(), Session: sess, Status: DisclosureRefused, Error: code}
+	if status >= 500 {
+		d.Status = DisclosureFailed
+	}
+	_ = s.audit.Disclose(ctx, d)
 }

@@ -81,7 +81,9 @@ func errMethodNotAllowed(allow string) *edgeError {
 		message: "This knowledge endpoint does not accept that method.", allow: allow}
 }
 
-// turnConflictBody is Core's exact 409 body (CORE_FACTS §3.4).
+// turnConflictBody is Core's exact 409 body (CORE_FACTS §3.4), with its code.
+const turnConflictCode protocol.ErrorCode = "turn_conflict"
+
 var turnConflictBody = []byte(`{"error":"turn_conflict","message":"turn id or user message id is already bound to different input"}`)
 
 // writeErr is the one place an error becomes an answer.
@@ -116,6 +118,7 @@ func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.As(err, &ee):
 	case errors.Is(err, ledger.ErrConflict):
+		s.auditRefusal(r, http.StatusConflict, turnConflictCode)
 		writeJSON(w, http.StatusConflict, turnConflictBody)
 		return
 	case errors.As(err, &he):
@@ -123,12 +126,14 @@ func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 		ee = errNotProxied
 	default:
 		ke := s.knowledgeError(ctx, err)
+		s.auditRefusal(r, ke.Status, ke.Code)
 		if ke.Status == http.StatusTooManyRequests {
 			w.Header().Set("Retry-After", strconv.Itoa(ke.RetryAfterSeconds()))
 		}
 		writeError(w, ke.Status, ke.Code, ke.Message)
 		return
 	}
+	s.auditRefusal(r, ee.status, ee.code)
 	if ee.close {
 		closeConn(w)
 	}

@@ -119,6 +119,9 @@ func (s *Server) mcp(c echo.Context) error {
 		client: s.fw.clientOf(r)}
 	ctx := r.Context()
 	sess, err := s.feat.k.Authenticate(ctx, authz)
+	// The edge's own refusals below are audited; a tool call audits its
+	// own answer (SPEC §11).
+	auditRefusals(ctx, knowledge.EndpointMCP, key, sess)
 	var ke *knowledge.Error
 	switch {
 	case err == nil:
@@ -145,6 +148,7 @@ func (s *Server) mcp(c echo.Context) error {
 	case len(body) > mcpserver.MaxHTTPBody:
 		return errMCPTooLarge
 	}
+	auditRefusals(ctx, "", key, sess) // from here on, each tool call audits its answer
 	s.feat.mcp.Serve(c.Response(), r.WithContext(context.WithValue(ctx, mcpCallKey{}, call)), body)
 	return nil
 }

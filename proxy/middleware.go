@@ -55,18 +55,32 @@ type reqState struct {
 	series *handlerSeries
 	start  time.Time
 	span   trace.Span
+	// fw resolves the client address the audit records (Value); refusal,
+	// when set, audits the sidecar's own answer to the request (writeErr,
+	// audit.go).
+	fw      *forwarding
+	refusal *refusalAudit
 }
 
 type ctxKey struct{}
 
 // Value is the embedded context's, but for ctxKey: the state itself, and
-// for knowledge.RequestIDKey: the request id (the disclosure audit's).
+// for knowledge.RequestIDKey and knowledge.ClientAddressKey: the request id
+// and the resolved client address (the disclosure audit's).
 func (s *reqState) Value(key any) any {
 	switch key.(type) {
 	case ctxKey:
 		return s
 	case knowledge.RequestIDKey:
 		return s.id
+	case knowledge.ClientAddressKey:
+		if s.fw == nil || s.req == nil {
+			return ""
+		}
+		if a, ok := s.fw.clientAddr(s.req); ok {
+			return a.String()
+		}
+		return ""
 	}
 	return s.Context.Value(key)
 }
@@ -167,7 +181,7 @@ func (s *Server) edge() echo.MiddlewareFunc {
 // one), its state — which is its context too, with the server span when
 // tracing is on — and the edgeWriter around echo's.
 func (s *Server) begin(c echo.Context) *reqState {
-	st := &reqState{start: time.Now()}
+	st := &reqState{start: time.Now(), fw: &s.fw}
 	r := c.Request()
 	if v := r.Header["X-Request-Id"]; len(v) > 0 && validRequestID(v[0]) { // the key is canonical
 		st.id = v[0]

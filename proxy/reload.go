@@ -9,7 +9,8 @@ import (
 
 // Reloader applies the configuration file and environment again, like
 // SIGHUP. It returns nil when applied; an error listing the problems (see
-// ProblemLister) when the configuration is invalid and the running one kept.
+// ProblemLister) when the configuration is invalid, or the audit file
+// cannot be reopened, and the running one kept.
 type Reloader func() error
 
 // ProblemLister is an error that lists configuration problems, each a

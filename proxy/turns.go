@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/turn"
 )
 
@@ -77,6 +78,9 @@ func (s *Server) turns(c echo.Context) (err error) {
 		}
 		st := stateOf(r.Context())
 		plan = t.Plan(r.Context(), raw, func(n int64) error { return s.chargeTurnBody(st, n) })
+	}
+	if sess, ok := t.Audited(); ok {
+		auditRefusals(r.Context(), knowledge.EndpointTurn, key, sess)
 	}
 	switch plan.Action {
 	case turn.Refuse:

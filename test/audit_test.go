@@ -39,6 +39,7 @@ type auditEvent struct {
 	ClientAppID string    `json:"client_app_id"`
 	PrincipalID string    `json:"principal_id"`
 	OnBehalfOf  string    `json:"on_behalf_of"`
+	ClientAddr  string    `json:"client_address"`
 	RunID       string    `json:"run_id"`
 	Status      string    `json:"status"`
 	Error       string    `json:"error"`
@@ -586,5 +587,89 @@ func TestAuditUnderLoad(t *testing.T) {
 	}
 	if total := len(sent[0]) + len(sent[1]); total != 2*sessions*rounds {
 		t.Errorf("answers: %d; want %d", total, 2*sessions*rounds)
+	}
+}
+
+// TestAuditRefusals is issue 39's finding 7g: the sidecar's own refusals of
+// on_demand turns (a mode switch's 409, a percent-encoded route's 401, an
+// unknown route's 404) and
+// of MCP requests (a refused bearer's 401) are audited, one event each with
+// the answer's code and the resolved client address; an inline turn's
+// refusal and Core's own answers are not. Every event names the client.
+func TestAuditRefusals(t *testing.T) {
+	w := NewWorld(t, WorldOptions{})
+	file := filepath.Join(t.TempDir(), "audit.jsonl")
+	_, url, _ := runBuilt(t, auditConfig(t, w, file), sidecar.Deps{})
+	c := newClient(t)
+	ws := url + "/agent-api/v1/workspaces/" + testdb.RouteMulti
+	refused := "bha_" + strings.Repeat("r", 40) // Core knows no such token
+	type want struct {
+		endpoint, route, session, status, code string
+	}
+	var wants []want
+	var ids []string
+	expect := func(r turnResult, status int, w want) {
+		t.Helper()
+		if r.Status != status {
+			t.Fatalf("%s: got %d %s; want %d", w.endpoint, r.Status, clip(string(r.Body)), status)
+		}
+		if w.endpoint != "" {
+			wants = append(wants, w)
+			ids = append(ids, r.Header.Get("X-Request-Id"))
+		}
+	}
+
+	// A search: its event names the client too.
+	expect(send(t, c, "POST", ws+"/knowledge/search", w.TokenA, []byte(`{"query":"`+refundQuery+`"}`), nil), 200,
+		want{"search", testdb.RouteMulti, testdb.SessionA, "", ""})
+	// A mode switch: inline bound first (Core's answer, no event), then
+	// on_demand refused 409 turn_conflict.
+	ti := newTurn("audit-switch")
+	expect(send(t, c, "POST", ws+"/turns", w.TokenA, ti.body(`"inline"`), nil), 200, want{})
+	expect(send(t, c, "POST", ws+"/turns", w.TokenA, ti.body(`"on_demand"`), nil), 409,
+		want{"turn", testdb.RouteMulti, testdb.SessionA, "refused", "turn_conflict"})
+	// The other way round: an inline retry of an on_demand turn is refused
+	// too, but it is no on_demand turn: no event.
+	tj := newTurn("audit-switch-back")
+	r := send(t, c, "POST", ws+"/turns", w.TokenA, tj.body(`"on_demand"`), nil)
+	expect(r, 200, want{"turn", testdb.RouteMulti, testdb.SessionA, "", ""})
+	expect(send(t, c, "POST", ws+"/turns", w.TokenA, tj.body(`"inline"`), nil), 409, want{})
+	// A percent-encoded route with a refused bearer: the sidecar's own 401,
+	// before the body is read.
+	expect(send(t, c, "POST", url+"/agent-api/v1/workspaces/kb%2Dmulti/turns", refused, newTurn("audit-401").body(`"on_demand"`), nil), 401,
+		want{"turn", "", "", "refused", "unauthorized"})
+	// A route segment no workspace has (upper case): 404 route_unavailable
+	// after identity, for an on_demand turn; not for an inline one.
+	expect(send(t, c, "POST", url+"/agent-api/v1/workspaces/KB-MULTI/turns", w.TokenA, newTurn("audit-404").body(`"on_demand"`), nil), 404,
+		want{"turn", "", testdb.SessionA, "refused", "route_unavailable"})
+	expect(send(t, c, "POST", url+"/agent-api/v1/workspaces/KB-MULTI/turns", w.TokenA, newTurn("audit-404i").body(`"inline"`), nil), 404, want{})
+	// An MCP request with a refused bearer: 401 with its challenge.
+	mcpBody := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)
+	expect(send(t, c, "POST", ws+"/knowledge/mcp", refused, mcpBody, map[string]string{"Accept": "application/json, text/event-stream"}), 401,
+		want{"mcp", testdb.RouteMulti, "", "refused", "unauthorized"})
+
+	evs := readAudit(t, file)
+	if len(evs) != len(wants) {
+		for _, e := range evs {
+			t.Logf("event %+v", e)
+		}
+		t.Fatalf("%d events; want %d, one per audited answer", len(evs), len(wants))
+	}
+	for i, e := range evs {
+		wt := wants[i]
+		if e.RequestID != ids[i] || e.Endpoint != wt.endpoint || e.Route != wt.route || e.SessionID != wt.session ||
+			(wt.status != "" && e.Status != wt.status) || e.Error != wt.code {
+			t.Errorf("event %d: %s %s route %q session %q %s %q; want %s %s route %q session %q %s %q", i,
+				e.RequestID, e.Endpoint, e.Route, e.SessionID, e.Status, e.Error, ids[i], wt.endpoint, wt.route, wt.session, wt.status, wt.code)
+		}
+		if e.ClientAddr != "127.0.0.1" {
+			t.Errorf("event %d (%s): client_address %q; want 127.0.0.1", i, e.Endpoint, e.ClientAddr)
+		}
+		if len(e.Documents) != 0 && wt.code != "" {
+			t.Errorf("event %d: a refusal with documents %+v", i, e.Documents)
+		}
+	}
+	if raw, _ := os.ReadFile(file); bytes.Contains(raw, []byte(refused)) {
+		t.Error("the audit holds a refused bearer")
 	}
 }

@@ -80,8 +80,15 @@ func ReadReply(body []byte, mode protocol.DeliveryMode) (Reply, error) {
 		return Reply{}, ErrInvalidDelivery
 	}
 	p, err := parseAnswer(body)
-	if err != nil && mode == protocol.DeliveryOnDemand {
-		return Reply{}, err
+	if mode == protocol.DeliveryOnDemand {
+		// An answer Rewrite would refuse is refused here, before its hints
+		// are built (and audited as shown).
+		if err == nil && (p.kN > 1 || p.rN > 1) {
+			err = ErrUnexpectedAnswer
+		}
+		if err != nil {
+			return Reply{}, err
+		}
 	}
 	return Reply{body: body, mode: mode, p: p}, nil
 }

@@ -92,7 +92,8 @@ func TestReply(t *testing.T) {
 			wantIn: []string{`"content":"x"`, `"mode":"inline"`, `"status":"partial"`, `"hints":[]}`}, wantNotIn: []string{"kr2.x"}},
 		{name: "on_demand, not a turn context", body: notTurn, mode: protocol.DeliveryOnDemand, wantErr: ErrUnexpectedAnswer, readErrors: true},
 		{name: "inline, not a turn context", body: notTurn, mode: protocol.DeliveryInline, wantBody: notTurn},
-		{name: "on_demand, a member the splice cannot choose", body: dupKnowledge, mode: protocol.DeliveryOnDemand, wantHints: true, wantErr: ErrUnexpectedAnswer},
+		// Refused when read, before any hints are built (and audited).
+		{name: "on_demand, a member the splice cannot choose", body: dupKnowledge, mode: protocol.DeliveryOnDemand, wantErr: ErrUnexpectedAnswer, readErrors: true},
 		{name: "inline, duplicate knowledge kept", body: dupKnowledge, mode: protocol.DeliveryInline, wantIn: []string{`"knowledge":[1]}`, `"mode":"inline"`}},
 		{name: "no mode", body: core, mode: "", wantErr: ErrInvalidDelivery, readErrors: true},
 	} {

@@ -145,6 +145,8 @@ type Turn struct {
 	delivery knowledge.Delivery
 	// flying: the keys under which this on_demand attempt is in flight.
 	flying [][sha256.Size]byte
+	// audited: the sidecar's own answer to this turn is audited (Audited).
+	audited bool
 }
 
 // Turn starts an intercepted turn.
@@ -180,6 +182,7 @@ func (t *Turn) Admit(ctx context.Context) Plan {
 	unauth := ke != nil && ke.Status == http.StatusUnauthorized
 	switch {
 	case t.in.RouteKey.IsZero() && t.in.EncodedRoute:
+		t.audited = true // refused before the body could tell its mode
 		if unauth {
 			return refuse(t.authErr)
 		}
@@ -201,6 +204,7 @@ func (t *Turn) Admit(ctx context.Context) Plan {
 // of Core's keys (409 turn_conflict on another mode).
 func (t *Turn) Plan(ctx context.Context, raw []byte, charge func(n int64) error) Plan {
 	tr, perr := ParseRequest(raw)
+	t.audited = perr == nil && tr.Mode == protocol.DeliveryOnDemand
 	badRoute := t.in.RouteKey.IsZero()
 	if perr == nil && tr.Mode == "" {
 		t.label = LabelAbsent
@@ -323,6 +327,19 @@ func (t *Turn) release(ctx context.Context, reason string) {
 		return
 	}
 	t.i.rec.Released(reason)
+}
+
+// Audited reports whether the sidecar's own answer to this turn — a
+// refusal, or Core's answer it could not deliver — is audited (SPEC §11),
+// with the caller's identity (zero when refused or not known): a turn whose
+// body asks for on_demand, or one refused before its body was read (a
+// percent-encoded route). Its answer with same-run hints is audited by
+// knowledge.Service.TurnHintsFor.
+func (t *Turn) Audited() (corefacts.Session, bool) {
+	if !t.audited || t.authErr != nil {
+		return corefacts.Session{}, t.audited
+	}
+	return t.sess, true
 }
 
 // Untouched reports whether a forwarded turn goes to Core as the client
