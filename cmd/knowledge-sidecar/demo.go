@@ -245,6 +245,13 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 	so := serveOptions(cfg)
 	so.OnListening = func(p, a net.Addr) {
 		printWalkthrough(stdout, p.String(), a.String(), *token, docs, walkthroughQueries(docs, *docsDir != ""), auditPath)
+		if cfg.MCP.OAuth.ClientAppID != "" {
+			step := 8 // after the audit's step 8 with --audit
+			if auditPath != "" {
+				step = 9
+			}
+			printSignIn(stdout, p.String(), step)
+		}
 		if rh != nil {
 			rh.printChecks(stdout, cfg, p.String(), a.String(), *token)
 		}
@@ -265,6 +272,10 @@ type demoWorld struct {
 	coreURL string
 	catalog *catalog.MemCatalog
 	service string // the sidecar's Core service token
+	// biz is the business system's consent page (the sign-in client's
+	// agent_authorize_url), where a user approves an MCP host's sign-in.
+	biz    *http.Server
+	bizURL string
 }
 
 // onRun, when not nil, is told of every run a turn creates (the SQL
@@ -310,12 +321,31 @@ func startDemoWorld(docs []demoDoc, token string, onRun func(corefacts.Run)) (*d
 	w.srv = &http.Server{Handler: w.core, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = w.srv.Serve(ln) }()
 	w.coreURL = "http://" + ln.Addr().String()
+
+	// The business system's consent page, the demo client's
+	// agent_authorize_url: MCP hosts sign in there (SPEC §12).
+	bizLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		w.close()
+		return nil, err
+	}
+	clientToken := randomToken("bct_")
+	page := fakecore.NewConsent(fakecore.ConsentOptions{CoreURL: w.coreURL, ClientToken: clientToken,
+		Principal: corefacts.Principal{ID: "demo-user", Tenant: "demo-tenant", Roles: []string{"agent"}}, OnBehalfOf: "demo-tenant:demo-user"})
+	w.biz = &http.Server{Handler: page, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = w.biz.Serve(bizLn) }()
+	w.bizURL = "http://" + bizLn.Addr().String() + "/consent"
+	w.core.AddAuthClient(fakecore.AuthClient{AppID: demoClient, AuthorizeURL: w.bizURL,
+		AllowedRoutes: []string{demoRoute}, Token: clientToken})
 	return w, nil
 }
 
 func (w *demoWorld) close() {
 	w.core.Close()
 	_ = w.srv.Close()
+	if w.biz != nil {
+		_ = w.biz.Close()
+	}
 }
 
 // config is the demo's configuration: the defaults, over the demo world's
@@ -328,7 +358,32 @@ func (w *demoWorld) config(listen, adminListen string) config.Config {
 	cfg.Core.URL, cfg.Core.Token = w.coreURL, w.service
 	cfg.Rollout = "allow:" + demoRoute
 	cfg.Shutdown.DrainDelay, cfg.Shutdown.Timeout = 0, 5*time.Second
+	// MCP hosts sign in through the Core double's Agent Auth when the
+	// listener's address is known before it listens (a fixed loopback port:
+	// it is the issuer).
+	if host, port, err := net.SplitHostPort(listen); err == nil && port != "0" && port != "" {
+		if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+			cfg.MCP.PublicURL = "http://" + listen
+			cfg.MCP.OAuth.ClientAppID = demoClient
+		}
+	}
 	return cfg
+}
+
+// printSignIn is the walkthrough's step for MCP hosts that sign in with
+// only the URL (SPEC §12), printed when the demo serves the OAuth front.
+func printSignIn(w io.Writer, addr string, step int) {
+	fmt.Fprintf(w, `
+  # %[3]d. An MCP host given only the URL signs the user in through Core's Agent Auth: the sidecar is
+  #    its OAuth server, the demo's business system shows the consent page (approve / deny) in
+  #    your browser, and the host refreshes its tokens itself (docs/hosts.md). The 401 a host
+  #    meets first, and the metadata it discovers from it:
+  curl -si -X POST http://%[1]s/agent-api/v1/workspaces/%[2]s/knowledge/mcp | grep -i www-authenticate
+  curl -s http://%[1]s/.well-known/oauth-authorization-server | jq .
+  #    Then, in a host that implements MCP authorization, e.g. Claude Code:
+  #      claude mcp add --transport http bailinghub-demo http://%[1]s/agent-api/v1/workspaces/%[2]s/knowledge/mcp
+  #    and /mcp → Authenticate; or the MCP TypeScript SDK with an authProvider (test/mcpjs/oauth.mjs).
+`, addr, demoRoute, step)
 }
 
 // queries are the walkthrough's search (step 2) and read (step 3) queries.

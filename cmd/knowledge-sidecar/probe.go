@@ -3,13 +3,21 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net"
+	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,6 +32,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
+	"github.com/bailinghub/knowledge-sidecar/rollout"
 	"github.com/bailinghub/knowledge-sidecar/sharedredis"
 	"github.com/bailinghub/knowledge-sidecar/sidecar"
 )
@@ -66,6 +75,9 @@ func (p *prober) add(name, verdict, format string, args ...any) {
 func runProbes(ctx context.Context, cfg config.Config, timeout time.Duration, stdout io.Writer) int {
 	p := &prober{cfg: cfg, timeout: timeout}
 	p.core(ctx)
+	if !slices.ContainsFunc(p.lines, func(l probeLine) bool { return l.name == "mcp-oauth" }) {
+		p.add("mcp-oauth", verdictSkip, "Core is not reachable")
+	}
 	p.catalog(ctx)
 	p.redis(ctx)
 	p.signing()
@@ -110,6 +122,7 @@ func (p *prober) core(ctx context.Context) {
 		return
 	}
 	p.add("core", verdictOK, "reachable at %s; answers like a BailingHub Core (401 unauthorized on /agent-auth/v1/session without a token)", at)
+	p.mcpOAuth(ctx, client)
 
 	if p.cfg.Core.Token != "" {
 		err = client.ProbeServiceToken(ctx)
@@ -371,5 +384,50 @@ func (p *prober) signing() {
 		p.add("signing-keys", verdictFail, "derived from the Core token, which is shorter than 32 bytes: set KNOWLEDGE_SIDECAR_SIGNING_KEYS (knowledge-sidecar keygen)")
 	default:
 		p.add("signing-keys", verdictOK, "derived from the Core token (%d bytes); rotating the token invalidates references", len(p.cfg.Core.Token))
+	}
+}
+
+// mcpOAuth asks Core whether the client MCP hosts sign in as can start a
+// sign-in (SPEC §12): one authorization for the rolled-out routes, with a
+// loopback callback nobody listens on. It is left unused and expires at
+// Core after 10 minutes; no user sees it.
+func (p *prober) mcpOAuth(ctx context.Context, client *coreclient.Client) {
+	id := p.cfg.MCP.OAuth.ClientAppID
+	if id == "" {
+		p.add("mcp-oauth", verdictSkip, "mcp.oauth.client_app_id not set: MCP hosts bring a token (or sign in elsewhere)")
+		return
+	}
+	pol, _ := rollout.Parse(p.cfg.Rollout) // validated
+	routes := pol.Routes()
+	if pol.Mode() != rollout.ModeAllow || len(routes) == 0 || len(routes) > 64 {
+		p.add("mcp-oauth", verdictSkip, "the rollout lists no routes to ask for (%s): Core checks client %q at the first sign-in", pol.String(), id)
+		return
+	}
+	state := make([]byte, 16)
+	_, _ = rand.Read(state)
+	sum := sha256.Sum256(state)
+	payload, _ := json.Marshal(map[string]any{
+		"client_app_id": id, "redirect_uri": "http://127.0.0.1:9/knowledge-sidecar-probe",
+		"state": hex.EncodeToString(state), "requested_routes": routes, "device_label": p.cfg.MCP.OAuth.DeviceLabel,
+		"code_challenge": base64.RawURLEncoding.EncodeToString(sum[:]), "code_challenge_method": "S256",
+	})
+	status, body, err := client.CreateAuthorization(ctx, payload, netip.Addr{})
+	var e struct {
+		Error string `json:"error"`
+	}
+	_ = json.Unmarshal(body, &e)
+	switch {
+	case err != nil:
+		p.add("mcp-oauth", verdictFail, "%s", coreProblem(err))
+	case status == http.StatusCreated:
+		p.add("mcp-oauth", verdictOK, "client %q can sign hosts in for %s (Core created an authorization; unused, it expires in 10 minutes)",
+			id, strings.Join(routes, ", "))
+	case status == http.StatusTooManyRequests:
+		p.add("mcp-oauth", verdictWarn, "Core's sign-in rate limit (10 a minute per client and address) is reached right now; try again in a minute")
+	case e.Error == "invalid_client":
+		p.add("mcp-oauth", verdictFail, "Core refuses client %q: unknown or disabled, no agent_authorize_url (the business consent page), "+
+			"or a rolled-out route (%s) outside its allowed_routes", id, strings.Join(routes, ", "))
+	default:
+		p.add("mcp-oauth", verdictFail, "Core answered %d %q to a sign-in of client %q (mcp.oauth.device_label 1–128 characters?)", status, e.Error, id)
 	}
 }

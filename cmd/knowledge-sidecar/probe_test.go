@@ -108,6 +108,8 @@ func TestCheckConfigProbe(t *testing.T) {
 			Principal: corefacts.Principal{ID: "user-42"}, AllowedRoutes: []string{testdb.RouteMulti},
 			ExpiresAt: time.Now().Add(15 * time.Minute),
 		})
+		core.AddAuthClient(fakecore.AuthClient{AppID: "mcp-hosts", AuthorizeURL: "https://business.example/consent",
+			AllowedRoutes: []string{testdb.RouteMulti}})
 		return srv.URL
 	}
 	coreURL, core07URL := newCore(false), newCore(true)
@@ -132,7 +134,7 @@ func TestCheckConfigProbe(t *testing.T) {
 	}
 	allOK := map[string]string{
 		"core": "ok", "core-token": "ok", "system-info": "skip", "catalog": "ok", "catalog-schema": "ok",
-		"catalog-grants": "ok", "task-control": "ok", "redis": "ok", "signing-keys": "ok",
+		"catalog-grants": "ok", "task-control": "ok", "redis": "ok", "signing-keys": "ok", "mcp-oauth": "skip",
 	}
 	except := func(kv ...string) map[string]string {
 		m := map[string]string{}
@@ -193,7 +195,13 @@ func TestCheckConfigProbe(t *testing.T) {
 		{"Redis down", with("KNOWLEDGE_SIDECAR_LEDGER_REDIS_URL", "redis://"+closedAddr(t)+"/0"), 1, except("redis", "FAIL"), nil},
 		{"pass-through only", map[string]string{"core.url": coreURL}, 0, map[string]string{
 			"core": "ok", "core-token": "skip", "system-info": "skip", "catalog": "skip", "catalog-schema": "skip",
-			"catalog-grants": "skip", "task-control": "skip", "redis": "skip", "signing-keys": "skip"}, nil},
+			"catalog-grants": "skip", "task-control": "skip", "redis": "skip", "signing-keys": "skip", "mcp-oauth": "skip"}, nil},
+		{"MCP hosts sign in through Core", with("mcp.oauth.client_app_id", "mcp-hosts", "mcp.public_url", "https://agents.example.com",
+			"rollout", "allow:"+testdb.RouteMulti), 0, except("mcp-oauth", "ok"),
+			[]string{`mcp-oauth      ok    client "mcp-hosts" can sign hosts in for ` + testdb.RouteMulti}},
+		{"Core refuses the sign-in client", with("mcp.oauth.client_app_id", "nobody", "mcp.public_url", "https://agents.example.com",
+			"rollout", "allow:"+testdb.RouteMulti), 1, except("mcp-oauth", "FAIL"),
+			[]string{`mcp-oauth      FAIL  Core refuses client "nobody"`}},
 	}
 	secrets := []string{serviceToken, wrongToken, agentToken, "pw-must-not-leak", "wrong-password-must-not-leak", ro.Passwd}
 	for _, tc := range cases {

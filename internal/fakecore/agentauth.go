@@ -517,3 +517,18 @@ func (c *Core) PendingAuthorizations() int {
 	}
 	return n
 }
+
+// ExpireAccessTokens makes every access token issued by /agent-auth/v1/token
+// expired now (401 from then on), as the passing of Options.AccessTTL would:
+// a test's clock for hosts that must refresh by themselves.
+func (c *Core) ExpireAccessTokens() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	past := c.opts.Now().Add(-time.Second)
+	for _, as := range c.auth().refreshes {
+		if s, ok := c.sessions[as.access]; ok {
+			s.ExpiresAt = past
+			c.sessions[as.access] = s
+		}
+	}
+}

@@ -9,6 +9,19 @@
 //   - GET /agent-auth/v1/session: `Authorization: Bearer bha_…` of a session
 //     added with [Core.AddSession] (tokens from [Token]) → 200 with Core's
 //     fields; anything else → 401 {"error":"unauthorized"}.
+//   - Agent Auth's sign-in flow (CORE_FACTS Addendum 4, agentauth.go):
+//     POST /agent-auth/v1/authorizations with exactly Core's fields and rules
+//     (loopback 127.0.0.1/[::1] callbacks with a port, never localhost; state
+//     8–512; S256 only; routes within the client's allowlist, else
+//     invalid_client; 10 a minute per client and first X-Forwarded-For
+//     address), the business side (GET …/{id}, POST …/approve and …/deny with
+//     the Client Token; 409 processed, 410 expired), POST /agent-auth/v1/token
+//     (2-minute single-use codes, PKCE checked, refresh rotation that ends
+//     the previous access token at once, a replayed refresh token revoking
+//     the session, Options.AccessTTL) and POST /agent-auth/v1/revoke. Clients
+//     come from [Core.AddAuthClient]; [Consent] is the business system's
+//     consent page (approve / deny) that a client's agent_authorize_url
+//     names; [Core.ExpireAccessTokens] expires the issued access tokens.
 //   - /agent-api/*: authenticates first (401 even for unknown paths), then
 //     matches; an unknown path or method → 404 {"error":"not_found"}.
 //     system-info (Options.SystemInfo) and the native knowledge endpoints
