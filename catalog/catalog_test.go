@@ -205,14 +205,16 @@ func TestCatalogParity(t *testing.T) {
 		err  error // errors.Is target; want ignored when set
 	}
 	route := func(key string) func(context.Context, knowledge.Catalog) (any, error) {
-		return func(ctx context.Context, c knowledge.Catalog) (any, error) { return c.Route(ctx, rk(key)) }
+		return func(ctx context.Context, c knowledge.Catalog) (any, error) {
+			return c.Route(ctx, testkit.RouteKey(key))
+		}
 	}
 	kc := func(ids []string, topK int, min float64, inject string, maxDocs int, boost bool) *corefacts.KnowledgeConfig {
 		return &corefacts.KnowledgeConfig{KBIDs: ids, TopK: topK, MinScore: min, Inject: inject, MaxDocs: maxDocs, PageBoost: boost}
 	}
 	gate := func(r string, s corefacts.Session) func(context.Context, knowledge.Catalog) (any, error) {
 		return func(ctx context.Context, c knowledge.Catalog) (any, error) {
-			return gateCode(c.RouteGate(ctx, rk(r), s)), nil
+			return gateCode(c.RouteGate(ctx, testkit.RouteKey(r), s)), nil
 		}
 	}
 	docs := func(ids []int64, kbs []string) func(context.Context, knowledge.Catalog) (any, error) {
@@ -561,8 +563,8 @@ func TestSQLCatalogUnreachable(t *testing.T) {
 	defer c.Close()
 	ctx := context.Background()
 	calls := map[string]func() error{
-		"route":     func() error { _, err := c.Route(ctx, rk("r")); return err },
-		"gate":      func() error { return c.RouteGate(ctx, rk("r"), corefacts.Session{ClientAppID: "a"}) },
+		"route":     func() error { _, err := c.Route(ctx, testkit.RouteKey("r")); return err },
+		"gate":      func() error { return c.RouteGate(ctx, testkit.RouteKey("r"), corefacts.Session{ClientAppID: "a"}) },
 		"kbs":       func() error { _, err := c.KBEnabled(ctx, []string{"k"}); return err },
 		"documents": func() error { _, err := c.Documents(ctx, []int64{1}, []string{"k"}); return err },
 		"document":  func() error { _, err := c.Document(ctx, 1, []string{"k"}); return err },
@@ -622,7 +624,7 @@ func TestSQLCatalogBreaker(t *testing.T) {
 	defer c.Close()
 	ctx := context.Background()
 	for i := range 2 {
-		_, err := c.Route(ctx, rk("r"))
+		_, err := c.Route(ctx, testkit.RouteKey("r"))
 		if !errors.Is(err, corefacts.ErrUnavailable) || errors.Is(err, corefacts.ErrBreakerOpen) {
 			t.Fatalf("call %d: got %v; want ErrUnavailable from the server", i, err)
 		}
@@ -657,7 +659,7 @@ func TestSQLCatalogCanceledCallerDoesNotTrip(t *testing.T) {
 	defer c.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err = c.Route(ctx, rk("r"))
+	_, err = c.Route(ctx, testkit.RouteKey("r"))
 	if errors.Is(err, corefacts.ErrUnavailable) || !errors.Is(err, context.Canceled) {
 		t.Errorf("got %v; want context.Canceled, not ErrUnavailable", err)
 	}
@@ -728,7 +730,7 @@ func TestSQLCatalogQueryTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	_, err = c.Route(context.Background(), rk("r"))
+	_, err = c.Route(context.Background(), testkit.RouteKey("r"))
 	var ce *catalog.CatalogError
 	if !errors.Is(err, corefacts.ErrUnavailable) || !errors.As(err, &ce) || ce.Reason != "timeout" {
 		t.Fatalf("got %v; want a CatalogError with reason timeout", err)
@@ -749,7 +751,7 @@ func TestSQLCatalogQueryTimeoutMidQuery(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := c.Route(ctx, rk(testdb.RouteMulti)); err != nil { // a pooled, working connection
+	if _, err := c.Route(ctx, testkit.RouteKey(testdb.RouteMulti)); err != nil { // a pooled, working connection
 		t.Fatalf("Route before the lock: %v", err)
 	}
 	lock, err := db.Admin.Conn(ctx)
@@ -761,7 +763,7 @@ func TestSQLCatalogQueryTimeoutMidQuery(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	_, err = c.Route(ctx, rk(testdb.RouteMulti))
+	_, err = c.Route(ctx, testkit.RouteKey(testdb.RouteMulti))
 	took := time.Since(start)
 	var ce *catalog.CatalogError
 	if !errors.Is(err, corefacts.ErrUnavailable) || !errors.As(err, &ce) || ce.Reason != "timeout" || !errors.Is(err, context.DeadlineExceeded) {
@@ -773,7 +775,7 @@ func TestSQLCatalogQueryTimeoutMidQuery(t *testing.T) {
 	if _, err := lock.ExecContext(ctx, "UNLOCK TABLES"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Route(ctx, rk(testdb.RouteMulti)); err != nil {
+	if _, err := c.Route(ctx, testkit.RouteKey(testdb.RouteMulti)); err != nil {
 		t.Errorf("Route after the lock: %v", err)
 	}
 }
@@ -855,11 +857,11 @@ func TestSQLCatalogRouteBundle(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := c.RouteBundle(ctx, rk(tc.route), tc.kbs, tc.doc)
+			got, err := c.RouteBundle(ctx, testkit.RouteKey(tc.route), tc.kbs, tc.doc)
 			if err != nil {
 				t.Fatalf("RouteBundle: %v", err)
 			}
-			wantRoute, err := apart.Route(ctx, rk(tc.route))
+			wantRoute, err := apart.Route(ctx, testkit.RouteKey(tc.route))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -898,7 +900,7 @@ func TestSQLCatalogRouteBundle(t *testing.T) {
 
 	t.Run("unknown route", func(t *testing.T) {
 		for _, doc := range []int64{0, testdb.DocRefund} {
-			if _, err := c.RouteBundle(ctx, rk(testdb.RouteMissing), []string{testdb.KBFAQ}, doc); !errors.Is(err, corefacts.ErrNotFound) {
+			if _, err := c.RouteBundle(ctx, testkit.RouteKey(testdb.RouteMissing), []string{testdb.KBFAQ}, doc); !errors.Is(err, corefacts.ErrNotFound) {
 				t.Errorf("doc %d: got %v; want ErrNotFound", doc, err)
 			}
 		}
@@ -908,11 +910,11 @@ func TestSQLCatalogRouteBundle(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		c := openSQL(t, db, reg)
 		kbs := []string{testdb.KBFAQ}
-		if _, err := c.RouteBundle(ctx, rk(testdb.RouteMulti), kbs, testdb.DocRefund); err != nil { // fills the body cache
+		if _, err := c.RouteBundle(ctx, testkit.RouteKey(testdb.RouteMulti), kbs, testdb.DocRefund); err != nil { // fills the body cache
 			t.Fatal(err)
 		}
 		for range 3 {
-			b, err := c.RouteBundle(ctx, rk(testdb.RouteMulti), kbs, testdb.DocRefund)
+			b, err := c.RouteBundle(ctx, testkit.RouteKey(testdb.RouteMulti), kbs, testdb.DocRefund)
 			if err != nil || !b.DocFound || b.Doc.Content != testdb.DocRefundContent {
 				t.Fatalf("got %+v, %v; want the refund doc", b, err)
 			}
@@ -930,12 +932,12 @@ func TestSQLCatalogRouteBundle(t *testing.T) {
 		db := testdb.New(t)
 		c := openSQL(t, db, nil)
 		kbs := []string{testdb.KBFAQ}
-		if b, err := c.RouteBundle(ctx, rk(testdb.RouteMulti), kbs, testdb.DocRefund); err != nil || !b.KBs[testdb.KBFAQ].Enabled || !b.DocFound {
+		if b, err := c.RouteBundle(ctx, testkit.RouteKey(testdb.RouteMulti), kbs, testdb.DocRefund); err != nil || !b.KBs[testdb.KBFAQ].Enabled || !b.DocFound {
 			t.Fatalf("got %+v, %v; want an enabled KB and the doc", b, err)
 		}
 		db.Exec(t, "UPDATE bz_kb_bases SET enabled = 0 WHERE kb_id = ?", testdb.KBFAQ)
 		db.Exec(t, "UPDATE bz_kb_docs SET status = 'embedding' WHERE doc_id = ?", testdb.DocRefund)
-		b, err := c.RouteBundle(ctx, rk(testdb.RouteMulti), kbs, testdb.DocRefund)
+		b, err := c.RouteBundle(ctx, testkit.RouteKey(testdb.RouteMulti), kbs, testdb.DocRefund)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -943,7 +945,7 @@ func TestSQLCatalogRouteBundle(t *testing.T) {
 			t.Errorf("got KB %+v doc status %q; want the disabled KB and the embedding doc", b.KBs[testdb.KBFAQ], b.Doc.Status)
 		}
 		db.Exec(t, "DELETE FROM bz_routes WHERE route_key = ?", testdb.RouteMulti)
-		if _, err := c.RouteBundle(ctx, rk(testdb.RouteMulti), kbs, testdb.DocRefund); !errors.Is(err, corefacts.ErrNotFound) {
+		if _, err := c.RouteBundle(ctx, testkit.RouteKey(testdb.RouteMulti), kbs, testdb.DocRefund); !errors.Is(err, corefacts.ErrNotFound) {
 			t.Errorf("deleted route: got %v; want ErrNotFound", err)
 		}
 	})
@@ -953,16 +955,9 @@ func TestSQLCatalogRouteBundle(t *testing.T) {
 		for i := range catalog.MaxIDsPerQuery {
 			many[i+1] = "nope-" + strconv.Itoa(i)
 		}
-		b, err := c.RouteBundle(ctx, rk(testdb.RouteMulti), many, testdb.DocRefund)
+		b, err := c.RouteBundle(ctx, testkit.RouteKey(testdb.RouteMulti), many, testdb.DocRefund)
 		if err != nil || !b.KBs[testdb.KBFAQ].Enabled || len(b.KBs) != 1 || !b.DocFound {
 			t.Errorf("got %+v, %v; want faq only and the doc", b, err)
 		}
 	})
-}
-
-// rk is the route segment s as the edge parses it (the zero key when s is
-// no route key).
-func rk(s string) corefacts.RouteKey {
-	k, _ := corefacts.ParseRouteKey(s)
-	return k
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/catalog"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 )
 
 func TestMemCatalogSetters(t *testing.T) {
@@ -30,14 +31,14 @@ func TestMemCatalogSetters(t *testing.T) {
 	if id != 1 || id2 != 2 || id4 != 51 {
 		t.Errorf("assigned ids: got %d, %d, %d; want 1, 2, 51", id, id2, id4)
 	}
-	r, err := m.Route(ctx, rk("help"))
+	r, err := m.Route(ctx, testkit.RouteKey("help"))
 	if err != nil || r.Key != "help" || r.Knowledge == nil || r.Knowledge.TopK != 3 {
 		t.Errorf("Route: got %+v, %v; want help with top_k 3", r, err)
 	}
 	// The database's collation matches a key case-insensitively and gives the
 	// stored spelling (which Core, matching exactly, would not serve).
 	m.PutRoute("Sales", true, `{"kb_id":"faq"}`)
-	if r, err := m.Route(ctx, rk("sales")); err != nil || r.Key != "Sales" {
+	if r, err := m.Route(ctx, testkit.RouteKey("sales")); err != nil || r.Key != "Sales" {
 		t.Errorf("Route(sales) of a row stored as Sales: got %+v, %v; want key Sales", r, err)
 	}
 	flags, err := m.KBEnabled(ctx, []string{"faq", "old", "gone"})
@@ -49,18 +50,18 @@ func TestMemCatalogSetters(t *testing.T) {
 		t.Errorf("Document: got %+v, %v; want body with its revision", d, err)
 	}
 	s := corefacts.Session{ClientAppID: "app", Principal: corefacts.Principal{ID: "u"}, AllowedRoutes: []string{"help"}}
-	if err := m.RouteGate(ctx, rk("help"), s); err != nil {
+	if err := m.RouteGate(ctx, testkit.RouteKey("help"), s); err != nil {
 		t.Errorf("RouteGate: got %v; want allowed", err)
 	}
 
 	// Mutations are visible at once.
 	m.SetAudience("help", `{"roles":["admin"]}`)
 	var ce *corefacts.CoreError
-	if err := m.RouteGate(ctx, rk("help"), s); !errors.As(err, &ce) || ce.Code != catalog.CodeAudienceNotAllowed {
+	if err := m.RouteGate(ctx, testkit.RouteKey("help"), s); !errors.As(err, &ce) || ce.Code != catalog.CodeAudienceNotAllowed {
 		t.Errorf("RouteGate with audience: got %v; want audience_not_allowed", err)
 	}
 	m.SetAudience("help", "")
-	if err := m.RouteGate(ctx, rk("help"), s); err != nil {
+	if err := m.RouteGate(ctx, testkit.RouteKey("help"), s); err != nil {
 		t.Errorf("RouteGate after clearing audience: got %v; want allowed", err)
 	}
 	m.DeleteDoc(id)
@@ -72,7 +73,7 @@ func TestMemCatalogSetters(t *testing.T) {
 		t.Errorf("deleted KB: got %v; want absent", flags)
 	}
 	m.DeleteRoute("help")
-	if _, err := m.Route(ctx, rk("help")); !errors.Is(err, corefacts.ErrNotFound) {
+	if _, err := m.Route(ctx, testkit.RouteKey("help")); !errors.Is(err, corefacts.ErrNotFound) {
 		t.Errorf("deleted route: got %v; want ErrNotFound", err)
 	}
 	if run, err := m.Run(ctx, "R-1"); err != nil || run.RunID != "r-1" {
@@ -83,7 +84,7 @@ func TestMemCatalogSetters(t *testing.T) {
 func TestMemCatalogMalformedKnowledge(t *testing.T) {
 	m := catalog.NewMemCatalog()
 	m.PutRoute("bad", true, `{"kb_ids":[`)
-	_, err := m.Route(context.Background(), rk("bad"))
+	_, err := m.Route(context.Background(), testkit.RouteKey("bad"))
 	if !errors.Is(err, corefacts.ErrUnavailable) || !errors.Is(err, catalog.ErrMalformedJSON) {
 		t.Errorf("got %v; want ErrUnavailable and ErrMalformedJSON", err)
 	}
@@ -101,8 +102,8 @@ func TestMemCatalogUnavailable(t *testing.T) {
 		name string
 		call func() error
 	}{
-		{"route", func() error { _, err := m.Route(ctx, rk("help")); return err }},
-		{"gate", func() error { return m.RouteGate(ctx, rk("help"), corefacts.Session{}) }},
+		{"route", func() error { _, err := m.Route(ctx, testkit.RouteKey("help")); return err }},
+		{"gate", func() error { return m.RouteGate(ctx, testkit.RouteKey("help"), corefacts.Session{}) }},
 		{"kbs", func() error { _, err := m.KBEnabled(ctx, []string{"faq"}); return err }},
 		{"documents", func() error { _, err := m.Documents(ctx, []int64{1}, []string{"faq"}); return err }},
 		{"document", func() error { _, err := m.Document(ctx, 1, []string{"faq"}); return err }},
@@ -116,7 +117,7 @@ func TestMemCatalogUnavailable(t *testing.T) {
 		})
 	}
 	m.SetUnavailable(false)
-	if _, err := m.Route(ctx, rk("help")); err != nil || !m.Usable() {
+	if _, err := m.Route(ctx, testkit.RouteKey("help")); err != nil || !m.Usable() {
 		t.Errorf("after recovery: got %v, usable %v; want nil, true", err, m.Usable())
 	}
 }
@@ -140,7 +141,7 @@ func TestMemCatalogConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 100 {
-				_, _ = m.Route(ctx, rk(fmt.Sprintf("r%d", w)))
+				_, _ = m.Route(ctx, testkit.RouteKey(fmt.Sprintf("r%d", w)))
 				_, _ = m.Documents(ctx, []int64{1, 2, 3, 4}, []string{"faq"})
 				_, _ = m.KBEnabled(ctx, []string{"faq"})
 				_ = m.Usable()

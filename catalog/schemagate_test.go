@@ -45,12 +45,12 @@ func TestSchemaGate(t *testing.T) {
 	}
 	// While the schema is missing: every call is unavailable, without
 	// re-checking before the first backoff (1s).
-	if _, err := g.Route(ctx, rk("orders")); !errors.Is(err, corefacts.ErrUnavailable) || !errors.Is(err, catalog.ErrSchemaUnverified) {
+	if _, err := g.Route(ctx, testkit.RouteKey("orders")); !errors.Is(err, corefacts.ErrUnavailable) || !errors.Is(err, catalog.ErrSchemaUnverified) {
 		t.Fatalf("Route before the schema passed: got %v; want ErrSchemaUnverified (ErrUnavailable)", err)
 	}
 	// The one-statement route read is what every read and most searches
 	// use: it is held back too.
-	if _, err := g.RouteBundle(ctx, rk("orders"), []string{"faq"}, 1); !errors.Is(err, catalog.ErrSchemaUnverified) {
+	if _, err := g.RouteBundle(ctx, testkit.RouteKey("orders"), []string{"faq"}, 1); !errors.Is(err, catalog.ErrSchemaUnverified) {
 		t.Fatalf("RouteBundle before the schema passed: got %v; want ErrSchemaUnverified", err)
 	}
 	if g.Usable() {
@@ -65,7 +65,7 @@ func TestSchemaGate(t *testing.T) {
 	// The migration is applied; after the backoff the gate re-checks and opens.
 	mem.err = nil
 	now = now.Add(time.Minute)
-	r, err := g.Route(ctx, rk("orders"))
+	r, err := g.Route(ctx, testkit.RouteKey("orders"))
 	if err != nil || r.Knowledge == nil {
 		t.Fatalf("Route after the schema passed: got %+v, %v", r, err)
 	}
@@ -103,14 +103,14 @@ func TestSchemaGateBackoff(t *testing.T) {
 	for _, wait := range []time.Duration{1, 2, 4, 8, 16, 30, 30, 30} {
 		wait *= time.Second
 		now = now.Add(wait - time.Millisecond)
-		if _, err := g.Route(ctx, rk("orders")); !errors.Is(err, catalog.ErrSchemaUnverified) {
+		if _, err := g.Route(ctx, testkit.RouteKey("orders")); !errors.Is(err, catalog.ErrSchemaUnverified) {
 			t.Fatalf("Route while down: got %v; want ErrSchemaUnverified", err)
 		}
 		if mem.checks != checks {
 			t.Fatalf("%v after the last check: %d checks; want %d (no re-check before the backoff)", wait-time.Millisecond, mem.checks, checks)
 		}
 		now = now.Add(time.Millisecond)
-		g.Route(ctx, rk("orders"))
+		g.Route(ctx, testkit.RouteKey("orders"))
 		checks++
 		if mem.checks != checks {
 			t.Fatalf("%v after the last check: %d checks; want %d", wait, mem.checks, checks)
@@ -124,10 +124,10 @@ func TestSchemaGateBackoff(t *testing.T) {
 	g2 := catalog.NewSchemaGate(mem2, interval, func() time.Time { return now }, nil)
 	_ = g2.Check(ctx)
 	now = start.Add(time.Second)
-	g2.Route(ctx, rk("orders")) // still down: next check 2s later
+	g2.Route(ctx, testkit.RouteKey("orders")) // still down: next check 2s later
 	mem2.err = nil
 	now = start.Add(3 * time.Second)
-	if r, err := g2.Route(ctx, rk("orders")); err != nil || r.Knowledge == nil {
+	if r, err := g2.Route(ctx, testkit.RouteKey("orders")); err != nil || r.Knowledge == nil {
 		t.Fatalf("Route 3s after start, catalog back at 1.5s: got %+v, %v; want served", r, err)
 	}
 	if mem2.checks != 3 || !g2.Usable() {

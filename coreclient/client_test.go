@@ -257,7 +257,7 @@ func TestSystemInfo(t *testing.T) {
 			if tt.fault != nil {
 				e.core.SetFault("/agent-api/", *tt.fault)
 			}
-			err := e.client.SystemInfo(context.Background(), tt.auth, rk(tt.route))
+			err := e.client.SystemInfo(context.Background(), tt.auth, testkit.RouteKey(tt.route))
 			switch {
 			case tt.wantCore != nil:
 				var ce *corefacts.CoreError
@@ -285,7 +285,7 @@ func TestSystemInfo(t *testing.T) {
 func TestSystemInfoAbsenceIsRemembered(t *testing.T) {
 	e := newEnv(t, fakecore.Options{}, func(o *coreclient.Options) { o.ProbeInterval = time.Minute })
 	for i := range 3 {
-		if err := e.client.SystemInfo(context.Background(), aliceAuth, rk("orders")); !errors.Is(err, corefacts.ErrEndpointAbsent) {
+		if err := e.client.SystemInfo(context.Background(), aliceAuth, testkit.RouteKey("orders")); !errors.Is(err, corefacts.ErrEndpointAbsent) {
 			t.Fatalf("call %d: got %v; want ErrEndpointAbsent", i, err)
 		}
 	}
@@ -293,7 +293,7 @@ func TestSystemInfoAbsenceIsRemembered(t *testing.T) {
 		t.Errorf("core calls got %d; want 1 (absence remembered)", got)
 	}
 	e.clock.Advance(time.Minute + time.Second)
-	_ = e.client.SystemInfo(context.Background(), aliceAuth, rk("orders"))
+	_ = e.client.SystemInfo(context.Background(), aliceAuth, testkit.RouteKey("orders"))
 	if got := e.core.Calls("/agent-api/"); got != 2 {
 		t.Errorf("core calls after the interval got %d; want 2", got)
 	}
@@ -346,8 +346,8 @@ func TestSearchKB(t *testing.T) {
 func TestServiceTokenOnlyOnKBSearch(t *testing.T) {
 	e := searchEnv(t, func(o *coreclient.Options) {})
 	_, _ = e.client.Session(context.Background(), aliceAuth)
-	_ = e.client.SystemInfo(context.Background(), aliceAuth, rk("orders"))
-	_, _, _ = e.client.ProbeCapabilities(context.Background(), aliceAuth, rk("orders"))
+	_ = e.client.SystemInfo(context.Background(), aliceAuth, testkit.RouteKey("orders"))
+	_, _, _ = e.client.ProbeCapabilities(context.Background(), aliceAuth, testkit.RouteKey("orders"))
 	for _, p := range []string{"/agent-auth/v1/session", "/agent-api/v1/workspaces/orders/system-info", "/agent-api/v1/workspaces/orders/knowledge/capabilities"} {
 		r, ok := e.core.LastRequest(p)
 		if !ok {
@@ -520,7 +520,7 @@ func TestProbeCapabilities(t *testing.T) {
 			if tt.fault != nil {
 				e.core.SetFault("/agent-api/", *tt.fault)
 			}
-			status, _, err := e.client.ProbeCapabilities(context.Background(), tt.auth, rk("orders"))
+			status, _, err := e.client.ProbeCapabilities(context.Background(), tt.auth, testkit.RouteKey("orders"))
 			if err != nil {
 				t.Fatalf("got %v; want a probe", err)
 			}
@@ -538,7 +538,7 @@ func TestProbeCapabilities(t *testing.T) {
 	}
 	e := newEnv(t, fakecore.Options{}, nil)
 	e.core.SetFault("/agent-api/", fakecore.Fault{Reset: true})
-	_, _, err := e.client.ProbeCapabilities(context.Background(), aliceAuth, rk("orders"))
+	_, _, err := e.client.ProbeCapabilities(context.Background(), aliceAuth, testkit.RouteKey("orders"))
 	if !errors.Is(err, corefacts.ErrUnavailable) {
 		t.Errorf("reset: got %v; want ErrUnavailable", err)
 	}
@@ -615,13 +615,6 @@ func TestSearchKBOtherSpelling(t *testing.T) {
 	if !strings.Contains(string(r.Body), `"kb_ids":["FAQ"]`) {
 		t.Errorf("request body got %s; want the id as given", r.Body)
 	}
-}
-
-// rk is the route segment s as the edge parses it (the zero key when s is
-// no route key).
-func rk(s string) corefacts.RouteKey {
-	k, _ := corefacts.ParseRouteKey(s)
-	return k
 }
 
 // TestRefusedRequestsDoNotTripBreakers: answers Core's HTTP front gives to

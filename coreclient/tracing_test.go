@@ -13,6 +13,7 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/breaker"
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 )
 
 // TestCoreCallSpans: a Core call under a request's span is a CLIENT span
@@ -34,7 +35,7 @@ func TestCoreCallSpans(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, parent := tp.Tracer("test").Start(context.Background(), "request")
-	_ = c.SystemInfo(ctx, aliceAuth, rk("kb-secret-route"))
+	_ = c.SystemInfo(ctx, aliceAuth, testkit.RouteKey("kb-secret-route"))
 	// 401 is no breaker failure; a 503 is.
 	core.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "down", http.StatusServiceUnavailable)

@@ -287,7 +287,7 @@ func BenchmarkServiceSearch(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		out, err := svc.Search(ctx, tokA, rk(routeKey), strings.NewReader(benchQuery))
+		out, err := svc.Search(ctx, tokA, testkit.RouteKey(routeKey), strings.NewReader(benchQuery))
 		if err != nil || !bytes.Contains(out, []byte(`"hints":[{`)) {
 			b.Fatalf("got %v, %s; want hints", err, out)
 		}
@@ -300,7 +300,7 @@ func BenchmarkServiceSearch(b *testing.B) {
 func BenchmarkServiceRead(b *testing.B) {
 	svc := newBenchService(b)
 	ctx := context.Background()
-	out, err := svc.Search(ctx, tokA, rk(routeKey), strings.NewReader(benchQuery))
+	out, err := svc.Search(ctx, tokA, testkit.RouteKey(routeKey), strings.NewReader(benchQuery))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -313,7 +313,7 @@ func BenchmarkServiceRead(b *testing.B) {
 	body := `{"ref":"` + res.Hints[0].Ref + `","max_bytes":32768}`
 	b.ReportAllocs()
 	for b.Loop() {
-		out, err := svc.Read(ctx, tokA, rk(routeKey), strings.NewReader(body))
+		out, err := svc.Read(ctx, tokA, testkit.RouteKey(routeKey), strings.NewReader(body))
 		if err != nil || len(out) < protocol.ReadMaxBytes/2 {
 			b.Fatalf("got %v with %d bytes; want a page", err, len(out))
 		}
@@ -538,7 +538,7 @@ func BenchmarkCatalogRoute(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		if r, err := cat.Route(ctx, rk(routeKey)); err != nil || r.Knowledge == nil {
+		if r, err := cat.Route(ctx, testkit.RouteKey(routeKey)); err != nil || r.Knowledge == nil {
 			b.Fatalf("got %+v, %v; want a route with knowledge", r, err)
 		}
 	}
@@ -610,7 +610,7 @@ func BenchmarkServiceSQL(b *testing.B) {
 	svc, reg := newSQLBenchService(b)
 	ctx := context.Background()
 	search := func() []byte {
-		out, err := svc.Search(ctx, tokA, rk(routeKey), strings.NewReader(benchQuery))
+		out, err := svc.Search(ctx, tokA, testkit.RouteKey(routeKey), strings.NewReader(benchQuery))
 		if err != nil || !bytes.Contains(out, []byte(`"hints":[{`)) {
 			b.Fatalf("got %v, %s; want hints", err, out)
 		}
@@ -624,7 +624,7 @@ func BenchmarkServiceSQL(b *testing.B) {
 	}
 	readBody := `{"ref":"` + res.Hints[0].Ref + `","max_bytes":32768}`
 	read := func() {
-		out, err := svc.Read(ctx, tokA, rk(routeKey), strings.NewReader(readBody))
+		out, err := svc.Read(ctx, tokA, testkit.RouteKey(routeKey), strings.NewReader(readBody))
 		if err != nil || len(out) < protocol.ReadMaxBytes/2 {
 			b.Fatalf("got %v with %d bytes; want a page", err, len(out))
 		}

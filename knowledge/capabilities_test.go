@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
@@ -157,7 +158,7 @@ func TestDelivery(t *testing.T) {
 			if tc.mutate != nil {
 				tc.mutate(e)
 			}
-			d, err := e.svc.Delivery(context.Background(), rk(tc.route))
+			d, err := e.svc.Delivery(context.Background(), testkit.RouteKey(tc.route))
 			if tc.code != "" {
 				var ke *Error
 				if !errors.As(err, &ke) || ke.Code != tc.code || ke.Status != 503 {
@@ -182,18 +183,18 @@ func TestDelivery(t *testing.T) {
 	}
 	t.Run("catalog down after a success uses last known config", func(t *testing.T) {
 		e := newEnv(t)
-		d, _ := e.svc.Delivery(context.Background(), rk(routeKey))
+		d, _ := e.svc.Delivery(context.Background(), testkit.RouteKey(routeKey))
 		e.cat.down = true
-		d2, err := e.svc.Delivery(context.Background(), rk(routeKey))
+		d2, err := e.svc.Delivery(context.Background(), testkit.RouteKey(routeKey))
 		if err != nil || d2.Status != protocol.StatusUnavailable || d2.ScopeRevision != d.ScopeRevision {
 			t.Fatalf("got %q %q %v; want unavailable with the last revision", d2.Status, d2.ScopeRevision, err)
 		}
 	})
 	t.Run("catalog down after a route without knowledge was seen", func(t *testing.T) {
 		e := newEnv(t)
-		_, _ = e.svc.Delivery(context.Background(), rk(routeNone))
+		_, _ = e.svc.Delivery(context.Background(), testkit.RouteKey(routeNone))
 		e.cat.down = true
-		d, err := e.svc.Delivery(context.Background(), rk(routeNone))
+		d, err := e.svc.Delivery(context.Background(), testkit.RouteKey(routeNone))
 		if err != nil || d.Status != protocol.StatusDisabled || d.ScopeRevision != ScopeRevision(routeNone, nil) {
 			t.Fatalf("got %q %q %v; want disabled with the empty revision", d.Status, d.ScopeRevision, err)
 		}
@@ -314,7 +315,7 @@ func TestWithIdentity(t *testing.T) {
 func TestWithIdentityOneToken(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.RateLimit, o.RateBurst = 0.001, 2 })
 	search := func(ctx context.Context) error {
-		_, err := e.svc.Search(ctx, tokA, rk(routeKey), strings.NewReader(`{"query":"退款"}`))
+		_, err := e.svc.Search(ctx, tokA, testkit.RouteKey(routeKey), strings.NewReader(`{"query":"退款"}`))
 		return err
 	}
 	held := WithIdentity(context.Background(), tokA, sessionA)

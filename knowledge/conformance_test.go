@@ -9,6 +9,7 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
@@ -457,9 +458,9 @@ func TestCheckOrder(t *testing.T) {
 		for _, ep := range []string{"search", "read"} {
 			var err error
 			if ep == "search" {
-				_, err = e.svc.Search(t.Context(), "Bearer bha_bad", rk(routeKey), failingReader{t})
+				_, err = e.svc.Search(t.Context(), "Bearer bha_bad", testkit.RouteKey(routeKey), failingReader{t})
 			} else {
-				_, err = e.svc.Read(t.Context(), "Bearer bha_bad", rk(routeKey), failingReader{t})
+				_, err = e.svc.Read(t.Context(), "Bearer bha_bad", testkit.RouteKey(routeKey), failingReader{t})
 			}
 			var ke *Error
 			if !errors.As(err, &ke) || ke.Status != 401 {
@@ -470,7 +471,7 @@ func TestCheckOrder(t *testing.T) {
 	t.Run("body of a rate-limited session is never read", func(t *testing.T) {
 		e := newEnv(t)
 		exhaustRate(e)
-		_, err := e.svc.Search(t.Context(), tokA, rk("NOT_A_ROUTE"), failingReader{t})
+		_, err := e.svc.Search(t.Context(), tokA, testkit.RouteKey("NOT_A_ROUTE"), failingReader{t})
 		var ke *Error
 		if !errors.As(err, &ke) || ke.Status != 429 {
 			t.Fatalf("got %v; want 429", err)

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
@@ -37,7 +38,7 @@ func TestDisclosures(t *testing.T) {
 	e.mustOK("read", tokA, routeKey, `{"ref":"`+ref+`","max_bytes":4096}`)
 	e.call("read", tokA, routeKey, `{"ref":"kr2.forged"}`)
 	ctx := WithEndpoint(context.Background(), MCPEndpoint(protocol.SearchTool))
-	if _, err := e.svc.Search(ctx, tokA, rk(routeKey), strings.NewReader(`{"query":"退款"}`)); err != nil {
+	if _, err := e.svc.Search(ctx, tokA, testkit.RouteKey(routeKey), strings.NewReader(`{"query":"退款"}`)); err != nil {
 		t.Fatal(err)
 	}
 	if len(rec.got) != 4 {

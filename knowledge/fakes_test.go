@@ -405,11 +405,11 @@ func (e *env) call(endpoint, auth, route, body string) (map[string]any, []byte, 
 	ctx := context.Background()
 	switch endpoint {
 	case "capabilities":
-		out, err = e.svc.Capabilities(ctx, auth, rk(route))
+		out, err = e.svc.Capabilities(ctx, auth, testkit.RouteKey(route))
 	case "search":
-		out, err = e.svc.Search(ctx, auth, rk(route), strings.NewReader(body))
+		out, err = e.svc.Search(ctx, auth, testkit.RouteKey(route), strings.NewReader(body))
 	case "read":
-		out, err = e.svc.Read(ctx, auth, rk(route), strings.NewReader(body))
+		out, err = e.svc.Read(ctx, auth, testkit.RouteKey(route), strings.NewReader(body))
 	default:
 		e.t.Fatalf("unknown endpoint %q", endpoint)
 	}
@@ -470,11 +470,4 @@ type failingReader struct{ t testing.TB }
 func (r failingReader) Read([]byte) (int, error) {
 	r.t.Errorf("request body was read; want it untouched")
 	return 0, io.EOF
-}
-
-// rk is the route segment s as the edge parses it (the zero key when s is
-// no route key).
-func rk(s string) corefacts.RouteKey {
-	k, _ := corefacts.ParseRouteKey(s)
-	return k
 }

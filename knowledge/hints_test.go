@@ -10,6 +10,7 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/hostclient"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
@@ -18,7 +19,7 @@ import (
 // array strictly (exactly the six fields of a search hint).
 func (e *env) turnHints(items []TurnItem) ([]hostclient.Hint, string, []byte) {
 	e.t.Helper()
-	d, err := e.svc.Delivery(context.Background(), rk(routeKey))
+	d, err := e.svc.Delivery(context.Background(), testkit.RouteKey(routeKey))
 	if err != nil || d.ScopeRevision != ScopeRevision(routeKey, &defaultKBConfg) {
 		e.t.Fatalf("Delivery: %+v, %v", d, err)
 	}
@@ -325,7 +326,7 @@ func TestNextRune(t *testing.T) {
 func TestTurnHintsForReusesDelivery(t *testing.T) {
 	e := newEnv(t)
 	items := []TurnItem{{DocID: docRefund, Title: "退款规则", Content: refundChunk1, Score: 0.82}}
-	d, err := e.svc.Delivery(context.Background(), rk(routeKey))
+	d, err := e.svc.Delivery(context.Background(), testkit.RouteKey(routeKey))
 	if err != nil || d.Status != protocol.StatusOK {
 		t.Fatalf("Delivery: %+v, %v", d, err)
 	}
@@ -362,7 +363,7 @@ func TestTurnHintsForStatus(t *testing.T) {
 		{name: "retrieval breaker open", route: routeKey, mutate: func(e *env) { e.ret.unusable = true }, want: HintsFailed},
 		{name: "no KB enabled", route: routeKey, mutate: func(e *env) { e.cat.kbs = map[string]bool{} }, want: HintsFailed},
 		{name: "catalog down, last configuration known", route: routeKey, mutate: func(e *env) {
-			if _, err := e.svc.Delivery(context.Background(), rk(routeKey)); err != nil {
+			if _, err := e.svc.Delivery(context.Background(), testkit.RouteKey(routeKey)); err != nil {
 				t.Fatal(err)
 			}
 			e.cat.down = true
@@ -379,7 +380,7 @@ func TestTurnHintsForStatus(t *testing.T) {
 				d = *tc.d
 			} else {
 				var err error
-				if d, err = e.svc.Delivery(context.Background(), rk(tc.route)); err != nil {
+				if d, err = e.svc.Delivery(context.Background(), testkit.RouteKey(tc.route)); err != nil {
 					t.Fatal(err)
 				}
 			}

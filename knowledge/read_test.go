@@ -14,6 +14,7 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/hostclient"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
@@ -220,16 +221,16 @@ func TestAnswerInto(t *testing.T) {
 		want    []byte
 	}{
 		{"read, room for max_bytes", bytes.Repeat([]byte{'x'}, 4096), true, func(dst []byte) ([]byte, error) {
-			return e.svc.ReadInto(ctx, dst, tokA, rk(routeKey), strings.NewReader(readBody))
+			return e.svc.ReadInto(ctx, dst, tokA, testkit.RouteKey(routeKey), strings.NewReader(readBody))
 		}, wantRead},
 		{"read, too small", make([]byte, 100, 4095), false, func(dst []byte) ([]byte, error) {
-			return e.svc.ReadInto(ctx, dst, tokA, rk(routeKey), strings.NewReader(readBody))
+			return e.svc.ReadInto(ctx, dst, tokA, testkit.RouteKey(routeKey), strings.NewReader(readBody))
 		}, wantRead},
 		{"search, room for the largest answer", bytes.Repeat([]byte{'x'}, protocol.SearchMaxBytes), true, func(dst []byte) ([]byte, error) {
-			return e.svc.SearchInto(ctx, dst, tokA, rk(routeKey), strings.NewReader(searchBody))
+			return e.svc.SearchInto(ctx, dst, tokA, testkit.RouteKey(routeKey), strings.NewReader(searchBody))
 		}, wantSearch},
 		{"search, too small", make([]byte, 10, protocol.SearchMaxBytes-1), false, func(dst []byte) ([]byte, error) {
-			return e.svc.SearchInto(ctx, dst, tokA, rk(routeKey), strings.NewReader(searchBody))
+			return e.svc.SearchInto(ctx, dst, tokA, testkit.RouteKey(routeKey), strings.NewReader(searchBody))
 		}, wantSearch},
 	} {
 		got, err := tc.call(tc.dst)

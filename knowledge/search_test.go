@@ -20,6 +20,7 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/catalog"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
@@ -408,7 +409,7 @@ func TestSearchCancelledContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	e.ret.hang["faq"], e.ret.hang["policy"] = true, true
-	out, err := e.svc.Search(ctx, tokA, rk(routeKey), strings.NewReader(`{"query":"x"}`))
+	out, err := e.svc.Search(ctx, tokA, testkit.RouteKey(routeKey), strings.NewReader(`{"query":"x"}`))
 	if err != nil {
 		t.Fatalf("got %v; want a body", err)
 	}

@@ -9,16 +9,9 @@ import (
 	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
-
-func rk(s string) corefacts.RouteKey {
-	k, ok := corefacts.ParseRouteKey(s)
-	if !ok {
-		return corefacts.RouteKey{}
-	}
-	return k
-}
 
 // gatedProber answers every probe with status and body once gate is
 // closed, counting the probes sent.
@@ -69,12 +62,12 @@ func TestFirstRequestsShareOneProbe(t *testing.T) {
 				got := make([]bool, n)
 				var wg sync.WaitGroup
 				for i := range n {
-					wg.Go(func() { got[i] = d.Native(t.Context(), "Bearer x", rk("orders")) })
+					wg.Go(func() { got[i] = d.Native(t.Context(), "Bearer x", testkit.RouteKey("orders")) })
 				}
 				// A caller that leaves while the probe is in flight.
 				gone, cancel := context.WithCancel(t.Context())
 				left := make(chan bool)
-				go func() { left <- d.Native(gone, "Bearer y", rk("orders")) }()
+				go func() { left <- d.Native(gone, "Bearer y", testkit.RouteKey("orders")) }()
 				synctest.Wait() // every request is blocked on the one probe
 				if c := p.calls.Load(); c != 1 {
 					t.Fatalf("probes in flight: got %d; want 1", c)
@@ -90,7 +83,7 @@ func TestFirstRequestsShareOneProbe(t *testing.T) {
 						t.Errorf("request %d: native %v; want %v", i, v, tc.wantNative)
 					}
 				}
-				d.Native(t.Context(), "Bearer x", rk("orders"))
+				d.Native(t.Context(), "Bearer x", testkit.RouteKey("orders"))
 				if c := p.calls.Load(); c != tc.wantProbes {
 					t.Errorf("probes after one more request: got %d; want %d", c, tc.wantProbes)
 				}
@@ -113,22 +106,22 @@ func TestVerdictExpires(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !d.Native(t.Context(), "Bearer x", rk("orders")) || p.calls.Load() != 1 {
+		if !d.Native(t.Context(), "Bearer x", testkit.RouteKey("orders")) || p.calls.Load() != 1 {
 			t.Fatalf("first request: want native after one probe")
 		}
 		time.Sleep(59 * time.Second) // fake time inside the bubble
-		if !d.Native(t.Context(), "Bearer x", rk("orders")) || p.calls.Load() != 1 {
+		if !d.Native(t.Context(), "Bearer x", testkit.RouteKey("orders")) || p.calls.Load() != 1 {
 			t.Fatalf("within the interval: want native without a probe")
 		}
 		time.Sleep(2 * time.Second)
 		p.status = 503
-		if d.Native(t.Context(), "Bearer x", rk("orders")) {
+		if d.Native(t.Context(), "Bearer x", testkit.RouteKey("orders")) {
 			t.Errorf("expired verdict, undecided probe: handled as native; want legacy")
 		}
 		if p.calls.Load() != 2 {
 			t.Errorf("probes: got %d; want 2", p.calls.Load())
 		}
-		d.Native(t.Context(), "Bearer x", rk("Bad_Route"))
+		d.Native(t.Context(), "Bearer x", testkit.RouteKey("Bad_Route"))
 		if p.calls.Load() != 2 {
 			t.Errorf("a malformed route was probed")
 		}
@@ -190,7 +183,7 @@ func TestModes(t *testing.T) {
 		if err != nil {
 			continue
 		}
-		if got := d.Native(context.Background(), "Bearer x", rk("orders")); got != tc.native {
+		if got := d.Native(context.Background(), "Bearer x", testkit.RouteKey("orders")); got != tc.native {
 			t.Errorf("%q: native %v; want %v", tc.mode, got, tc.native)
 		}
 		if _, ok := d.Claim(); ok {

@@ -309,7 +309,7 @@ func BenchmarkTurnRewriteHints(b *testing.B) {
 	body := w.turns["hints"]
 	sess := corefacts.Session{SessionID: "0b6f8c3e-1d2a-4c4b-8e6f-3a2b1c0d9e8f", ClientAppID: "bench-host",
 		Principal: corefacts.Principal{ID: "bench-user", Tenant: "bench-tenant"}}
-	d, err := w.svc.Delivery(context.Background(), rk(benchRouteOn))
+	d, err := w.svc.Delivery(context.Background(), testkit.RouteKey(benchRouteOn))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -419,13 +419,6 @@ func TestReadSized(t *testing.T) {
 			}
 		}
 	}
-}
-
-// rk is the route segment s as the edge parses it (the zero key when s is
-// no route key).
-func rk(s string) corefacts.RouteKey {
-	k, _ := corefacts.ParseRouteKey(s)
-	return k
 }
 
 // BenchmarkSearch: the same search (test/bench's query over 4 documents of

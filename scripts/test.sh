@@ -58,7 +58,7 @@ step "Redis Cluster and Sentinel set"
 . scripts/redis-topologies.sh
 trap 'ks_topo_down; stop_ticker' EXIT # the topologies' own trap, and the ticker's
 
-step "tools: promtool, python3, node (npm ci in test/mcpjs)"
+step "tools the tests run, installed when missing; npm ci in test/mcpjs"
 # promtool (Debian package prometheus) unit-tests the alert rules in
 # deploy/prometheus. Installed when missing; only when apt is unavailable does
 # the Go test skip (it says so), and with CI=true a failed install fails it.

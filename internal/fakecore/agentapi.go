@@ -137,16 +137,15 @@ type nativeSearch struct {
 	Truncated              bool   `json:"truncated"`
 }
 
-// Turn limits and messages (CORE_FACTS §3): the fake Core's own copy, the
-// oracle for corefacts.TurnBodyMax.
+// Turn limits and messages (CORE_FACTS §3). The body limit is
+// corefacts.TurnBodyMax, the one copy; this package's tests spell 524288
+// themselves, so a wrong constant there fails them.
 const (
-	turnBodyMax        = 512 << 10
 	pageContextMax     = 16 << 10
 	userInputMax       = 64000
 	msgUndeclared      = "The Agent turn contains missing or undeclared fields."
 	msgInvalidJSON     = "The request body must be valid JSON."
 	msgNotObject       = "The request body must be a JSON object."
-	msgTooLarge        = "The Agent tool request exceeds 524288 bytes."
 	turnConflictMsg    = "turn id or user message id is already bound to different input"
 	turnContextSchema  = "bailing.agent-turn-context.v1"
 	maxRenderers       = 20
@@ -155,8 +154,9 @@ const (
 )
 
 var (
-	stableID   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
-	rendererID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$`)
+	msgTooLarge = "The Agent tool request exceeds " + strconv.Itoa(corefacts.TurnBodyMax) + " bytes."
+	stableID    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
+	rendererID  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$`)
 )
 
 type turnRecord struct {
@@ -239,7 +239,7 @@ func invalidRequest(w http.ResponseWriter, msg string) {
 
 // serveTurn is POST /agent-api/v1/workspaces/:route/turns (CORE_FACTS §3).
 func (c *Core) serveTurn(w http.ResponseWriter, r *http.Request, name string, s corefacts.Session, body []byte, tooLarge bool) {
-	if tooLarge || len(body) > turnBodyMax {
+	if tooLarge || len(body) > corefacts.TurnBodyMax {
 		writeJSON(w, http.StatusRequestEntityTooLarge, errBody{Error: "arguments_too_large", Message: msgTooLarge})
 		return
 	}
