@@ -161,13 +161,18 @@ func (l *limitListener) admit(key clientKey, unshared bool) (ok, global bool) {
 	return false, global
 }
 
-// closeIdle closes the oldest idle keep-alive connection: anyone's when
-// anyone is true, else one of key's. Closing releases its place at once.
+// closeIdle closes the oldest idle keep-alive connection: when anyone is
+// true, of any client at or above its share (never one of a client below
+// it: a flood cannot take another client's idle connections), else one of
+// key's. Closing releases its place at once.
 func (l *limitListener) closeIdle(key clientKey, anyone bool) bool {
 	l.mu.Lock()
 	var oldest *edgeConn
 	for c := range l.idle {
-		if (anyone || c.key == key) && (oldest == nil || c.idleSince.Before(oldest.idleSince)) {
+		if oldest != nil && !c.idleSince.Before(oldest.idleSince) {
+			continue
+		}
+		if c.key == key || anyone && !l.open.belowShare(c.key) {
 			oldest = c
 		}
 	}

@@ -102,43 +102,75 @@ func (f forwarding) clientOf(r *http.Request) clientKey {
 
 // shares caps a quantity held at once: max for all clients together, per
 // for any one client (each ≤ 0: no cap). acquire never waits.
+//
+// A client's share shrinks with the number of clients holding something
+// (shareLocked): min(per, max ÷ (active + 1)), never below floor. The "+1"
+// is a reserve: k active clients at their shares hold at most k/(k+1) of
+// the cap, so the next client always finds room, however many addresses
+// flood (with a fixed quarter, any four held it all).
 type shares struct {
 	max, per int64
+	floor    int64 // the least a share shrinks to (default 1)
 	mu       sync.Mutex
 	n        int64
 	by       map[clientKey]int64
 }
 
 func newShares(total, per int64) *shares {
-	return &shares{max: total, per: per, by: map[clientKey]int64{}}
+	return &shares{max: total, per: per, floor: 1, by: map[clientKey]int64{}}
 }
 
 // acquire takes k for client c, or reports which cap refused it: global
 // is true when the cap of everyone together had no room, false when c's
 // own share had none.
 func (s *shares) acquire(c clientKey, k int64) (ok, global bool) {
-	return s.take(c, k, s.per)
+	return s.take(c, k, true)
 }
 
 // acquireUnshared is acquire without c's share: only the global cap
 // applies (a trusted proxy's connections carry many clients).
 func (s *shares) acquireUnshared(c clientKey, k int64) (ok, global bool) {
-	return s.take(c, k, 0)
+	return s.take(c, k, false)
 }
 
-func (s *shares) take(c clientKey, k, per int64) (ok, global bool) {
+func (s *shares) take(c clientKey, k int64, shared bool) (ok, global bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	held := s.by[c]
+	if shared {
+		if per := s.shareLocked(c); per > 0 && held+k > per {
+			return false, false
+		}
+	}
 	if s.max > 0 && s.n+k > s.max {
 		return false, true
-	}
-	held := s.by[c]
-	if per > 0 && held+k > per {
-		return false, false
 	}
 	s.n += k
 	s.by[c] = held + k
 	return true, false
+}
+
+// shareLocked is c's share now (0: none): the configured share, shrunk to
+// the cap ÷ (active clients + 1), c counted as active, never below floor.
+// The caller holds mu.
+func (s *shares) shareLocked(c clientKey) int64 {
+	if s.per <= 0 || s.max <= 0 {
+		return s.per
+	}
+	active := int64(len(s.by))
+	if _, ok := s.by[c]; !ok {
+		active++
+	}
+	return min(s.per, max(s.max/(active+1), s.floor))
+}
+
+// belowShare reports whether c holds less than its share now (a client
+// with no share is never below it).
+func (s *shares) belowShare(c clientKey) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	per := s.shareLocked(c)
+	return per > 0 && s.by[c] < per
 }
 
 // release gives back k of what c holds.
@@ -160,8 +192,10 @@ func (s *shares) held(c clientKey) (client, all int64) {
 	return s.by[c], s.n
 }
 
-// perClient is a client's share of a cap: per when set (> 0), a quarter
-// of the cap (at least 1) when 0, no share (the whole cap) when negative.
+// perClient is a client's configured share of a cap: per when set (> 0),
+// a quarter of the cap (at least 1) when 0, no share (the whole cap) when
+// negative. The share applied shrinks further with the number of active
+// clients (shares.shareLocked).
 func perClient(per, total int64) int64 {
 	switch {
 	case per < 0 || total <= 0:

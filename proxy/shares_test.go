@@ -35,19 +35,26 @@ func TestShares(t *testing.T) {
 	}
 	step(a, 4, true, false)
 	step(a, 1, false, false) // a's share is full
-	step(b, 4, true, false)
-	step(ck("192.0.2.3"), 3, false, true) // 8 + 3 > 10
+	step(b, 4, false, false) // two clients active: each share is 10 ÷ 3 = 3
+	step(b, 3, true, false)
+	c, d, e := ck("192.0.2.3"), ck("192.0.2.4"), ck("192.0.2.5")
+	step(c, 3, false, false) // three: 10 ÷ 4 = 2
+	step(c, 2, true, false)
+	step(d, 1, true, false) // four: 10 ÷ 5 = 2; the cap is full now
+	step(e, 1, false, true) // five: a share of 1 (the floor), but no room
+	if !s.belowShare(d) || s.belowShare(a) || s.belowShare(b) {
+		t.Fatalf("belowShare: d %v, a %v, b %v; want d below its share, a and b not", s.belowShare(d), s.belowShare(a), s.belowShare(b))
+	}
+	s.release(a, 4)
 	if ok, _ := s.acquireUnshared(a, 2); !ok {
 		t.Fatal("acquireUnshared within the global cap: refused")
 	}
-	step(b, 1, false, true) // the global cap is full
-	s.release(a, 6)
-	if c, all := s.held(a); c != 0 || all != 4 {
-		t.Fatalf("after release: a holds %d of %d; want 0 of 4", c, all)
+	s.release(a, 2)
+	if c, all := s.held(a); c != 0 || all != 6 {
+		t.Fatalf("after release: a holds %d of %d; want 0 of 6", c, all)
 	}
-	step(a, 4, true, false)
-	if len(s.by) != 2 {
-		t.Fatalf("%d clients tracked; want 2 (a client holding nothing is forgotten)", len(s.by))
+	if len(s.by) != 3 {
+		t.Fatalf("%d clients tracked; want 3 (a client holding nothing is forgotten)", len(s.by))
 	}
 	none := newShares(0, 0)
 	if ok, _ := none.acquire(a, 1<<40); !ok {
