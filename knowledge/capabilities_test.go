@@ -308,27 +308,29 @@ func TestWithIdentity(t *testing.T) {
 	}
 }
 
-// TestWithIdentityOneToken: the calls made under one held identity take one
-// token of the session's rate limit between them (SPEC §10: a tool call is
-// one knowledge request, however many pages a near read or a fetch reads);
-// without it every call takes one.
-func TestWithIdentityOneToken(t *testing.T) {
-	e := newEnv(t, func(o *Options) { o.RateLimit, o.RateBurst = 0.001, 2 })
+// TestWithIdentityTokenPerFourCalls: the calls made under one held identity
+// take one token of the session's rate limit per 4 calls (a near read's or a
+// fetch's pages: docs/hosts.md); without it every call takes one.
+func TestWithIdentityTokenPerFourCalls(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.RateLimit, o.RateBurst = 0.001, 3 })
 	search := func(ctx context.Context) error {
 		_, err := e.svc.Search(ctx, tokA, testkit.RouteKey(routeKey), strings.NewReader(`{"query":"退款"}`))
 		return err
 	}
 	held := WithIdentity(context.Background(), tokA, sessionA)
-	for i := range 5 {
+	for i := range 4 {
 		if err := search(held); err != nil {
 			t.Fatalf("held identity, call %d: %v; want all within the one token", i+1, err)
 		}
 	}
+	if err := search(held); err != nil { // the fifth call takes a second token
+		t.Fatalf("held identity, call 5: %v; want the burst's second token", err)
+	}
 	if err := search(context.Background()); err != nil {
-		t.Fatalf("second request: %v; want the burst's second token", err)
+		t.Fatalf("second request: %v; want the burst's third token", err)
 	}
 	var ke *Error
 	if err := search(context.Background()); !errors.As(err, &ke) || ke.Code != protocol.CodeRateLimited {
-		t.Fatalf("third request: %v; want rate_limited (the held calls took one token, not five)", err)
+		t.Fatalf("third request: %v; want rate_limited (the held calls took two tokens, not five)", err)
 	}
 }

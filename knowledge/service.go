@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -172,7 +173,32 @@ type identityKey struct{}
 type heldIdentity struct {
 	authorization string
 	sess          corefacts.Session
-	charged       atomic.Bool // a call took the request's rate-limit token
+	// calls counts the calls made with the identity: the first takes the
+	// request's rate-limit token, and every walkPagesPerToken-th after it
+	// one more (identify).
+	calls atomic.Int64
+	// gated is the route whose gate Core (or the catalog) passed for this
+	// request: later pages of a walk do not ask again (gate).
+	mu    sync.Mutex
+	gated corefacts.RouteKey
+}
+
+// walkPagesPerToken is how many calls of one request (the pages of a near
+// read's or a fetch's walk) one rate-limit token buys: the first 4 cost the
+// request's token, and each further 4 another (docs/hosts.md).
+const walkPagesPerToken = 4
+
+// passedGate reports whether route's gate passed earlier in the request.
+func (h *heldIdentity) passedGate(route corefacts.RouteKey) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.gated.IsZero() && h.gated == route
+}
+
+func (h *heldIdentity) passGate(route corefacts.RouteKey) {
+	h.mu.Lock()
+	h.gated = route
+	h.mu.Unlock()
 }
 
 // WithIdentity holds, for the calls made with ctx, the session Authenticate
@@ -180,9 +206,11 @@ type heldIdentity struct {
 // request authenticates once at the edge (SPEC §10) and its tool call is not
 // sent to Core's identity endpoint a second time. It is never kept past the
 // request (SPEC §2: no identity caching across requests); another
-// authorization is still asked of Core. The calls made with ctx take one
-// token of the session's rate limit between them: a tool call is one
-// knowledge request however many pages it reads (a near read, a fetch).
+// authorization is still asked of Core. So is the route gate's decision:
+// a route Core's gate passed is not asked again within the request. The
+// calls made with ctx take one token of the session's rate limit for their
+// first 4, and one more for each further 4: a tool call that pages through
+// a chain (a near read, a fetch) costs by the pages it reads.
 func WithIdentity(ctx context.Context, authorization string, sess corefacts.Session) context.Context {
 	return context.WithValue(ctx, identityKey{}, &heldIdentity{authorization: authorization, sess: sess})
 }
@@ -287,8 +315,8 @@ func (s *Service) identify(ctx context.Context, authorization string) (corefacts
 	if err != nil {
 		return corefacts.Session{}, err
 	}
-	if h := held(ctx, authorization); h != nil && h.charged.Swap(true) {
-		return sess, nil // the request's token is taken
+	if h := held(ctx, authorization); h != nil && (h.calls.Add(1)-1)%walkPagesPerToken != 0 {
+		return sess, nil // within what the request's tokens bought
 	}
 	if ok, retry := s.limiter.allow(ctx, sess.SessionID); !ok {
 		return corefacts.Session{}, errRateLimited(retry)
@@ -370,6 +398,21 @@ func (s *Service) acceptRoute(route corefacts.RouteKey, r corefacts.Route) (core
 // answer that only concerns the Agent Client Runtime or direct tools (which
 // knowledge must not require, SPEC §2) falls back to the catalog gate.
 func (s *Service) gate(ctx context.Context, authorization string, route corefacts.RouteKey, sess corefacts.Session) error {
+	h := held(ctx, authorization)
+	if h != nil && h.passedGate(route) {
+		return nil // passed for this request already (WithIdentity)
+	}
+	if err := s.askGate(ctx, authorization, route, sess); err != nil {
+		return err
+	}
+	if h != nil {
+		h.passGate(route)
+	}
+	return nil
+}
+
+// askGate is gate's question to Core, or to the catalog.
+func (s *Service) askGate(ctx context.Context, authorization string, route corefacts.RouteKey, sess corefacts.Session) error {
 	err := s.id.SystemInfo(ctx, authorization, route)
 	if err == nil {
 		return nil

@@ -459,3 +459,52 @@ func TestMCPRemoteAnswersAreJSONRPC(t *testing.T) {
 		})
 	}
 }
+
+// TestMCPRemoteWalkCost: a knowledge_read with near that pages through the
+// chain asks Core's route gate (and identity) once for the tool call, not
+// once per page, and costs the session one rate-limit token per 4 pages it
+// reads (issue 39 item 3: one token no longer buys a 32-page walk).
+func TestMCPRemoteWalkCost(t *testing.T) {
+	kw := newKWorld(t, fakecore.Options{SystemInfo: true})
+	// 6 tokens that do not refill within the test: the search takes 1.
+	sc := kw.start(t, kopts{FeatureOptions: FeatureOptions{RateLimit: 0.0001, RateBurst: 6}})
+	_, h := kw.mustSearch(t, sc, testdb.RouteMulti, kw.TokenA, map[string]any{"query": testdb.BigDocUnit, "limit": 1}, testdb.DocBigTitle)
+	headers := map[string]string{"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-06-18"}
+	endpoint := sc.WS(testdb.RouteMulti) + "/knowledge/mcp"
+	nearMiss := func(maxBytes int) (isError bool, text string) {
+		t.Helper()
+		args, _ := json.Marshal(map[string]any{"ref": h.Ref, "near": "a passage this document does not hold", "max_bytes": maxBytes})
+		code, body := callH(t, http.MethodPost, endpoint, kw.TokenA,
+			[]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"knowledge_read","arguments":`+string(args)+`}}`), headers)
+		var rpc struct {
+			Result struct {
+				IsError bool `json:"isError"`
+				Content []struct {
+					Text string `json:"text"`
+				} `json:"content"`
+			} `json:"result"`
+		}
+		if err := json.Unmarshal(body, &rpc); code != 200 || err != nil || len(rpc.Result.Content) == 0 {
+			t.Fatalf("near read: %d %s", code, body)
+		}
+		return rpc.Result.IsError, rpc.Result.Content[0].Text
+	}
+	// 32 KiB pages: the 128 KiB chain in 4 pages, one token, one gate question.
+	mark := kw.rec.mark()
+	if isErr, text := nearMiss(protocol.ReadMaxBytes); isErr {
+		t.Fatalf("4-page walk: %.200s; want the first page", text)
+	}
+	gate := "/agent-api/v1/workspaces/" + testdb.RouteMulti + "/system-info"
+	if n, id := len(kw.rec.since(mark, gate)), len(kw.rec.since(mark, "/agent-auth/v1/session")); n != 1 || id != 1 {
+		t.Errorf("4-page walk asked the route gate %d times and identity %d times; want 1 and 1", n, id)
+	}
+	// 4 KiB pages: 32 pages would cost 8 tokens; 4 are left.
+	mark = kw.rec.mark()
+	isErr, text := nearMiss(protocol.ReadMinBytes)
+	if !isErr || !strings.HasPrefix(text, string(protocol.CodeRateLimited)+":") {
+		t.Errorf("32-page walk with 4 tokens left: %.200s; want a tool error rate_limited", text)
+	}
+	if n := len(kw.rec.since(mark, gate)); n != 1 {
+		t.Errorf("32-page walk asked the route gate %d times; want 1", n)
+	}
+}
