@@ -264,6 +264,10 @@ func oauthError(status int, code, description string) Answer {
 	return Answer{Status: status, JSON: b}
 }
 
+// knownParams are the token and revocation endpoints' parameters.
+var knownParams = map[string]bool{"grant_type": true, "code": true, "redirect_uri": true, "code_verifier": true,
+	"client_id": true, "refresh_token": true, "resource": true, "token": true, "token_type_hint": true}
+
 // params are a request's parameters: the query, or a form or JSON body.
 type params map[string]string
 
@@ -297,7 +301,9 @@ func bodyParams(r Request) (params, error) {
 				p[k] = v
 			case nil:
 			default:
-				return nil, errors.New("parameter " + strconv.Quote(k) + " must be a string")
+				if knownParams[k] { // any other parameter is ignored (RFC 6749 §3.2)
+					return nil, errors.New("parameter " + strconv.Quote(k) + " must be a string")
+				}
 			}
 		}
 		return p, nil

@@ -333,6 +333,7 @@ func TestTokenRefusals(t *testing.T) {
 		{"bad form", form, "a=%zz", 400, "invalid_request"},
 		{"text body", "text/plain", "grant_type=refresh_token", 400, "invalid_request"},
 		{"json number", "application/json", `{"grant_type":"refresh_token","refresh_token":5,"client_id":"` + appID + `"}`, 400, "invalid_request"},
+		{"json number elsewhere ignored", "application/json", `{"grant_type":"refresh_token","refresh_token":"bhr_x","client_id":"` + appID + `","extra":5}`, 400, "invalid_grant"},
 		{"unknown refresh token", form, "grant_type=refresh_token&client_id=" + appID + "&refresh_token=bhr_unknown", 400, "invalid_grant"},
 		{"too large", form, "x=" + strings.Repeat("a", mcpauth.MaxBody), 413, "invalid_request"},
 	} {

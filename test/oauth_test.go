@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -30,6 +31,7 @@ const (
 // front on (mcp.oauth.client_app_id), over one Core double whose client
 // has a business consent page.
 type oauthWorld struct {
+	logs     *testkit.Buffer // both replicas' logs, debug level with access logs
 	core     *fakecore.Core
 	page     *fakecore.Consent
 	replicas [2]*sidecar.App
@@ -39,7 +41,8 @@ type oauthWorld struct {
 
 func newOAuthWorld(t *testing.T, on bool) *oauthWorld {
 	t.Helper()
-	w := &oauthWorld{}
+	w := &oauthWorld{logs: &testkit.Buffer{}}
+	log := slog.New(slog.NewJSONHandler(w.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	w.core = fakecore.New(fakecore.Options{ServiceToken: "svc_oauth-service-token-0123456789"})
 	coreSrv := httptest.NewServer(w.core)
 	t.Cleanup(func() { w.core.Close(); coreSrv.Close() })
@@ -60,8 +63,9 @@ func newOAuthWorld(t *testing.T, on bool) *oauthWorld {
 		if on {
 			cfg.MCP.PublicURL, cfg.MCP.OAuth.ClientAppID = "http://127.0.0.1:1", oauthApp
 		}
+		cfg.Log.Access = true
 		// Not Validate: the catalog is given (Deps.Catalog), as the demo's.
-		w.replicas[i], w.urls[i] = serveBuilt(t, cfg, sidecar.Deps{Catalog: mem})
+		w.replicas[i], w.urls[i] = serveBuilt(t, cfg, sidecar.Deps{Catalog: mem, Logger: log})
 	}
 	w.issuer = "http://127.0.0.1:1"
 	return w
@@ -204,6 +208,18 @@ func TestOAuthFront(t *testing.T) {
 	res = oauthSend(t, "POST", a+"/oauth/token", "application/x-www-form-urlencoded", "x="+strings.Repeat("a", 20<<10))
 	if res.StatusCode != 413 {
 		t.Errorf("oversized token request: %d; want 413", res.StatusCode)
+	}
+	// 7. Nothing secret in the logs of either replica: no code, token,
+	// verifier or state (the access log names the path only).
+	logs := w.logs.String()
+	if !strings.Contains(logs, "/oauth/token") {
+		t.Fatalf("no access log of the token endpoint:\n%s", logs)
+	}
+	for _, secret := range []string{cb.Query().Get("code"), cb.Query().Get("state"), oauthVerifier,
+		tok["access_token"].(string), tok["refresh_token"].(string), tok2["access_token"].(string), tok2["refresh_token"].(string)} {
+		if strings.Contains(logs, secret) {
+			t.Errorf("a secret of the sign-in is in the logs: %.12s…", secret)
+		}
 	}
 	reg := w.replicas[0].Server.Registry()
 	if n := testkit.Metric(t, reg, "knowledge_sidecar_oauth_requests_total", map[string]string{"endpoint": "token", "outcome": "core_refused"}); n != 1 {
