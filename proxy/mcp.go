@@ -69,7 +69,8 @@ func newMCPBudget(total int64, used prometheus.Gauge) mcpserver.Budget {
 	case total == 0:
 		total = config.Defaults().Proxy.MCPAnswerBudget
 	}
-	return &mcpBudget{sh: newShares(total, min(max(total/4, mcpShareFloor), total)), used: used}
+	per := min(max(total/4, mcpShareFloor), total)
+	return &mcpBudget{sh: newShares(total, per).withFloor(mcpShareFloor), used: used}
 }
 
 func (b *mcpBudget) Acquire(ctx context.Context, n int64) bool {

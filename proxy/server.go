@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bailinghub/knowledge-sidecar/config"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/telemetry"
 )
 
@@ -78,7 +79,7 @@ func newEdgeLimits(l Limits, m *limitMetrics) *edgeLimits {
 		window:      time.Duration(pick(int64(l.BodyMinRateWindow), int64(d.BodyMinRateWindow))),
 		bodyTimeout: max(l.BodyTimeout, 0),
 		inFlight:    newShares(inFlight, perClient(int64(l.InFlightPerClient), inFlight)),
-		turnBody:    newShares(turnBody, perClient(l.TurnBodyPerClient, turnBody)),
+		turnBody:    newShares(turnBody, perClient(l.TurnBodyPerClient, turnBody)).withFloor(corefacts.TurnBodyMax),
 		m:           m,
 	}
 }

@@ -62,6 +62,28 @@ func TestShares(t *testing.T) {
 	}
 }
 
+// TestSharesFloor: a crowd of small holders shrinks the shares, but never
+// below the floor — a client holding nothing still gets room for one whole
+// item while the budget has it.
+func TestSharesFloor(t *testing.T) {
+	const item = 512
+	s := newShares(64<<10, 16<<10).withFloor(item)
+	for i := range 200 {
+		if ok, _ := s.acquire(ck(netip.AddrFrom4([4]byte{198, 51, 100, byte(i)}).String()), 1); !ok {
+			t.Fatalf("small holder %d refused", i)
+		}
+	}
+	if ok, global := s.acquire(ck("192.0.2.9"), item); !ok {
+		t.Fatalf("one whole item with %d of %d held: refused (global %v); want the floor's room", 200, 64<<10, global)
+	}
+	if ok, _ := s.acquire(ck("192.0.2.9"), 1); ok {
+		t.Fatal("past the floor with 201 clients active: accepted; want the shrunk share")
+	}
+	if got := newShares(100, 10).withFloor(50).floor; got != 10 {
+		t.Fatalf("floor above the configured share: %d; want the share, 10", got)
+	}
+}
+
 func TestPerClient(t *testing.T) {
 	for _, tc := range []struct{ per, total, want int64 }{
 		{0, 1024, 256}, {0, 3, 1}, {0, 0, 0}, {0, -1, 0}, {-1, 1024, 0}, {100, 1024, 100}, {2000, 1024, 2000},
