@@ -48,6 +48,9 @@ type Options struct {
 	ClientAddressHeadersExtra []string
 	// TraceTrustInbound: whose traceparent/tracestate count (SPEC §9).
 	TraceTrustInbound TraceTrust
+	// AdminAllowedHosts are the Host names the admin listener serves
+	// besides IP literals and localhost (config admin_allowed_hosts).
+	AdminAllowedHosts []string
 }
 
 // edgeLimits are a Server's bounds in effect.
@@ -114,6 +117,8 @@ type Server struct {
 
 	tracer  trace.Tracer // nil: tracing off
 	version string       // Options.Version
+
+	adminHosts []string // Options.AdminAllowedHosts
 }
 
 func registerer(o Options) prometheus.Registerer {
@@ -139,13 +144,14 @@ func New(o Options) (*Server, error) {
 		o.Transport = NewTransport(TransportOptions{DialTimeout: d.DialTimeout, ResponseHeaderTimeout: d.ResponseHeaderTimeout, MaxIdleConnsPerHost: d.MaxIdleConnsPerHost})
 	}
 	s := &Server{
-		log:      o.Logger,
-		m:        newMetrics(registerer(o), o.Version),
-		access:   o.AccessLog,
-		registry: o.Registry,
-		ids:      newIDSource(),
-		bodyIdle: o.BodyIdleTimeout,
-		version:  o.Version,
+		log:        o.Logger,
+		m:          newMetrics(registerer(o), o.Version),
+		access:     o.AccessLog,
+		registry:   o.Registry,
+		ids:        newIDSource(),
+		bodyIdle:   o.BodyIdleTimeout,
+		version:    o.Version,
+		adminHosts: append([]string(nil), o.AdminAllowedHosts...),
 	}
 	s.lim = newEdgeLimits(o.Limits, newLimitMetrics(registerer(o)))
 	s.target, s.transport = o.CoreURL, o.Transport
