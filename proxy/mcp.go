@@ -148,13 +148,21 @@ func quotedStringEscape(v string) string {
 // when authorization servers are configured; otherwise, and for a
 // workspace the sidecar does not serve, the request is Core's.
 func (s *Server) mcpMetadata(c echo.Context) error {
-	if len(s.feat.mcpOpts.AuthorizationServers) == 0 || !s.decide(c, routeKey(c)) {
+	key := routeKey(c)
+	if len(s.feat.mcpOpts.AuthorizationServers) == 0 || !s.decide(c, key) {
 		return s.passH(c)
 	}
 	r := c.Request()
 	o := s.feat.mcpOpts
+	// The resource is the route table's path with the parsed key, as in the
+	// 401's challenge; a segment that is no key is named as the request
+	// spelled it (JSON-escaped: its endpoint answers 404).
+	resource := strings.TrimPrefix(r.URL.Path, strings.TrimSuffix(pathMCPMetadata, pathMCP))
+	if !key.IsZero() {
+		resource = strings.Replace(pathMCP, ":route", key.String(), 1)
+	}
 	doc, err := json.Marshal(oauthex.ProtectedResourceMetadata{
-		Resource:               s.publicURL(r) + strings.TrimPrefix(r.URL.Path, strings.TrimSuffix(pathMCPMetadata, pathMCP)),
+		Resource:               s.publicURL(r) + resource,
 		AuthorizationServers:   o.AuthorizationServers,
 		ScopesSupported:        o.Scopes,
 		BearerMethodsSupported: []string{"header"},
