@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bailinghub/knowledge-sidecar/config"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/telemetry"
 )
 
@@ -53,6 +54,11 @@ type Options struct {
 	AdminAllowedHosts []string
 }
 
+// turnBodyFloor is the least a client's turn body share shrinks to with
+// many clients active: two of Core's largest turn bodies (a buffer and its
+// stripped copy).
+const turnBodyFloor = 2 * corefacts.TurnBodyMax
+
 // edgeLimits are a Server's bounds in effect.
 type edgeLimits struct {
 	rate        int64
@@ -76,12 +82,17 @@ func newEdgeLimits(l Limits, m *limitMetrics) *edgeLimits {
 	}
 	inFlight := pick(int64(l.MaxInFlight), int64(d.MaxInFlight))
 	turnBody := pick(l.TurnBodyBudget, d.TurnBodyBudget)
+	bodies := newShares(turnBody, perClient(l.TurnBodyPerClient, turnBody))
+	// A turn body share never shrinks below what one of Core's largest
+	// turns holds (its buffer and the stripped copy), or a client could
+	// be refused its one turn however few it sends.
+	bodies.floor = turnBodyFloor
 	return &edgeLimits{
 		rate:        pick(l.BodyMinRate, d.BodyMinRate),
 		window:      time.Duration(pick(int64(l.BodyMinRateWindow), int64(d.BodyMinRateWindow))),
 		bodyTimeout: max(l.BodyTimeout, 0),
 		inFlight:    newShares(inFlight, perClient(int64(l.InFlightPerClient), inFlight)),
-		turnBody:    newShares(turnBody, perClient(l.TurnBodyPerClient, turnBody)),
+		turnBody:    bodies,
 		m:           m,
 	}
 }
