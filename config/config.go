@@ -311,8 +311,8 @@ type Proxy struct {
 	// every request comes from its address: list it, or set -1. 0, the
 	// default, is a quarter of the cap; -1 turns the share off. The share
 	// applied also shrinks with the clients active at once, to the cap ÷
-	// (active clients + 1) (at least 1), so any number of clients at their
-	// shares leave room for one more.
+	// (active clients + 1) (at least 1; a turn body share at least 1 MiB),
+	// so clients at their shares leave room for one more.
 	MaxConnectionsPerClient int   `yaml:"max_connections_per_client"`
 	MaxInFlightPerClient    int   `yaml:"max_in_flight_per_client"`
 	TurnBodyBudgetPerClient int64 `yaml:"turn_body_budget_per_client"`
