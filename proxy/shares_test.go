@@ -287,3 +287,26 @@ func TestConnectionShareTrustedProxyExempt(t *testing.T) {
 		})
 	}
 }
+
+// TestShareFloor: a share shrinks with the active clients but not below
+// its floor, and never above the configured share.
+func TestShareFloor(t *testing.T) {
+	s := newShares(100, 40)
+	s.floor = 30
+	for i := range 9 {
+		if ok, _ := s.acquire(ck(fmt.Sprintf("192.0.2.%d", i+1)), 1); !ok {
+			t.Fatalf("client %d: refused", i)
+		}
+	}
+	// Ten active: 100 ÷ 11 = 9, raised to the floor 30.
+	x := ck("192.0.2.200")
+	s.mu.Lock()
+	got := s.shareLocked(x)
+	s.mu.Unlock()
+	if got != 30 {
+		t.Fatalf("share with ten active: got %d; want the floor 30", got)
+	}
+	if l := newEdgeLimits(Limits{}, nil); l.turnBody.floor != 2*corefacts.TurnBodyMax {
+		t.Errorf("turn body share floor: got %d; want %d", l.turnBody.floor, 2*corefacts.TurnBodyMax)
+	}
+}
