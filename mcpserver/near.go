@@ -43,8 +43,10 @@ func nearRead(ctx context.Context, c *caller, args map[string]any, want string) 
 		last     hostclient.ReadAnswer
 		prev     string // the previous page's text, for a passage that straddles two pages
 		res      *mcp.CallToolResult
+		page     = -1 // the page visited, from 0
 	)
 	fail, err := walkChain(ctx, c, first, func(raw []byte, a *hostclient.ReadAnswer) bool {
+		page++
 		if firstRaw == nil {
 			firstRaw, firstA = raw, *a
 		}
@@ -62,6 +64,11 @@ func nearRead(ctx context.Context, c *caller, args map[string]any, want string) 
 		}
 		cut := contextStart(base, pos)
 		trimmed := base[cut:]
+		if at < len(prev) {
+			showed(ctx, page-1, cut, page)
+		} else {
+			showed(ctx, page, cut, page)
+		}
 		note, leftOut := where+"; nothing before it was left out. ", ""
 		if cut > 0 {
 			note = fmt.Sprintf("%s; the %d bytes before it there were left out. ", where, cut)
@@ -81,6 +88,7 @@ func nearRead(ctx context.Context, c *caller, args map[string]any, want string) 
 	if last.BudgetExhausted || last.NextCursor != nil {
 		where = "the part of the document this ref's read chain allows"
 	}
+	showed(ctx, 0, 0, 0)
 	note := "The near text was not found in " + where + " (compared with white space collapsed); this is the first page. " + readNote(&firstA)
 	return success(pageText(firstA.Title, "", firstA.Content, note), withNote(firstRaw, note, nil)), nil
 }

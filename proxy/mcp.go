@@ -287,6 +287,16 @@ func (b mcpBackend) Call(ctx context.Context, endpoint string, body []byte) (*ho
 	return res, nil
 }
 
+// Begin and End make mcpBackend an mcpserver.Recorder: a tool call's
+// requests are audited as one event naming what its result showed.
+func (b mcpBackend) Begin(ctx context.Context) context.Context {
+	return knowledge.WithDisclosureGroup(ctx)
+}
+
+func (b mcpBackend) End(ctx context.Context, shown *knowledge.Shown) error {
+	return b.s.feat.k.DiscloseGroup(ctx, shown)
+}
+
 // knowledgeError is err as the knowledge error it is answered with: a
 // ledger or catalog failure is 503 knowledge_unavailable. A 5xx cause is
 // logged here, never sent.
