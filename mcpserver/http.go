@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"io"
@@ -81,7 +82,7 @@ func NewHTTP(o HTTPOptions) (*HTTP, error) {
 		JSONResponse:               true,
 		DisableLocalhostProtection: true,
 		MaxRequestBodyBytes:        MaxHTTPBody,
-		Logger:                     o.Logger,
+		Logger:                     sdkLogger(cmp.Or(o.Logger, slog.New(slog.DiscardHandler))),
 	})
 	return &HTTP{sdk: h, obs: obs, budget: o.Budget}, nil
 }

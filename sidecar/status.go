@@ -9,6 +9,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/catalog"
 	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 	"github.com/bailinghub/knowledge-sidecar/rollout"
 	"github.com/bailinghub/knowledge-sidecar/telemetry"
 )
@@ -194,6 +195,29 @@ type Explanation struct {
 	Rollout rollout.Decision `json:"rollout"`
 	Native  NativeStatus     `json:"native_detection"`
 	Catalog RouteCatalog     `json:"catalog"`
+	// OversizedDocuments are the route's documents whose content is longer
+	// than the read chain (protocol.ReadChainMaxBytes): the largest
+	// MaxOversizedListed of them; OversizedCount is how many there are.
+	// Both are absent when the catalog was not read or cannot list them.
+	OversizedDocuments []OversizedDocument `json:"oversized_documents,omitempty"`
+	OversizedCount     *int                `json:"oversized_count,omitempty"`
+}
+
+// OversizedDocument is a document whose text past the read chain's budget
+// no knowledge_read reaches through one ref.
+type OversizedDocument struct {
+	DocID int64  `json:"doc_id"`
+	Title string `json:"title"`
+	Bytes int64  `json:"bytes"`
+}
+
+// MaxOversizedListed bounds Explanation.OversizedDocuments.
+const MaxOversizedListed = 50
+
+// OversizedLookup is a catalog that lists documents by content size
+// (catalog.SQLCatalog, MemCatalog and SchemaGate).
+type OversizedLookup interface {
+	OversizedDocuments(ctx context.Context, kbIDs []string, overBytes int64, limit int) ([]catalog.DocSize, int, error)
 }
 
 // RouteCatalog is the route's row as the catalog holds it. Checked is false
@@ -250,6 +274,7 @@ func Explain(ctx context.Context, in ExplainInput, route string) (Explanation, e
 		Native: NativeStatus{Mode: in.Config.NativeDetection, Verdict: in.Verdict}}
 	if in.Catalog != nil {
 		ex.Catalog = lookupRoute(ctx, in.Catalog, key)
+		listOversized(ctx, in.Catalog, &ex)
 	}
 	switch {
 	case in.KnowledgeOff != "":
@@ -272,6 +297,33 @@ func Explain(ctx context.Context, in ExplainInput, route string) (Explanation, e
 		}
 	}
 	return ex, nil
+}
+
+// listOversized fills ex's oversized documents from the route's KBs that
+// exist, when the catalog can list them.
+func listOversized(ctx context.Context, cat RouteLookup, ex *Explanation) {
+	o, ok := cat.(OversizedLookup)
+	if !ok || !ex.Catalog.Found || ex.Catalog.Error != "" {
+		return
+	}
+	var ids []string
+	for _, kb := range ex.Catalog.KBs {
+		if kb.Exists {
+			ids = append(ids, kb.ID)
+		}
+	}
+	docs, n, err := o.OversizedDocuments(ctx, ids, protocol.ReadChainMaxBytes, MaxOversizedListed)
+	if err != nil {
+		if !errors.Is(err, corefacts.ErrNotFound) {
+			ex.Catalog.Error = "the catalog is unavailable"
+		}
+		return
+	}
+	ex.OversizedDocuments = make([]OversizedDocument, 0, len(docs))
+	for _, d := range docs {
+		ex.OversizedDocuments = append(ex.OversizedDocuments, OversizedDocument{DocID: d.DocID, Title: d.Title, Bytes: d.Bytes})
+	}
+	ex.OversizedCount = &n
 }
 
 func lookupRoute(ctx context.Context, cat RouteLookup, key corefacts.RouteKey) RouteCatalog {

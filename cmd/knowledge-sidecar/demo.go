@@ -46,7 +46,8 @@ type demoDoc struct{ title, content string }
 
 // loadDocs reads the .md and .txt files under dir, subfolders included (or
 // the embedded samples). The title is the front matter's title, else the
-// first Markdown heading, else the file name; YAML front matter (between
+// "# " heading on the first non-blank line of a .md file (topHeading), else
+// the file name; YAML front matter (between
 // "---" lines at the top) is not content. Empty files are skipped, each with
 // a note in notes. Errors name dir as given.
 func loadDocs(dir string) (docs []demoDoc, notes []string, err error) {
@@ -88,13 +89,8 @@ func loadDocs(dir string) (docs []demoDoc, notes []string, err error) {
 		title := strings.TrimSuffix(e.Name(), filepath.Ext(e.Name()))
 		if fmTitle != "" {
 			title = fmTitle
-		} else {
-			for _, line := range strings.Split(body, "\n") {
-				if t, ok := strings.CutPrefix(strings.TrimSpace(line), "# "); ok && strings.TrimSpace(t) != "" {
-					title = strings.TrimSpace(t)
-					break
-				}
-			}
+		} else if t := topHeading(body); ext == ".md" && t != "" {
+			title = t
 		}
 		if r := []rune(title); len(r) > 191 { // bz_kb_docs.title is VARCHAR(191)
 			title = string(r[:191])
@@ -110,6 +106,24 @@ func loadDocs(dir string) (docs []demoDoc, notes []string, err error) {
 		return nil, notes, fmt.Errorf("--docs %s: no non-empty .md or .txt files in it or its subfolders", dir)
 	}
 	return docs, notes, nil
+}
+
+// topHeading is the text of a Markdown "# " heading on the first non-blank
+// line of body, or "" (a heading further down titles a section, not the
+// document).
+func topHeading(body string) string {
+	for _, line := range strings.Split(strings.TrimPrefix(body, "\uFEFF"), "\n") {
+		l := strings.TrimSpace(line)
+		if l == "" {
+			continue
+		}
+		t, _ := strings.CutPrefix(l, "# ")
+		if t == l {
+			return ""
+		}
+		return strings.TrimSpace(t)
+	}
+	return ""
 }
 
 // splitFrontMatter separates YAML front matter ("---" on the first line up

@@ -370,12 +370,12 @@ func (d *runningDemo) demoMCPSearch(t *testing.T, query string) string {
 	return rpc.Result.Content[0].Text
 }
 
-// TestDemoDocsDir: --docs takes .md and .txt files, titled by the first
-// Markdown heading or else the file name.
+// TestDemoDocsDir: --docs takes .md and .txt files, titled by a Markdown
+// file's top heading or else the file name.
 func TestDemoDocsDir(t *testing.T) {
 	dir := t.TempDir()
 	files := map[string]string{
-		"guide.md":  "intro line before the heading\n\n# Zebra Care Guide\n\nZebras need fresh water and open pasture.\n",
+		"guide.md":  "\n# Zebra Care Guide\n\nZebras need fresh water and open pasture.\n",
 		"notes.txt": "Giraffes sleep standing up for short periods.\n",
 		"image.png": "not a document",
 	}
@@ -576,6 +576,36 @@ func TestDemoAnswersFollowTheQuestion(t *testing.T) {
 	inline, _ = turn("3", "Is express shipping available?", "inline")
 	if len(inline) == 0 || inline[0] != "Shipping and delivery" {
 		t.Errorf("inline knowledge for a shipping question: %q; want the shipping page first", inline)
+	}
+}
+
+// TestDemoDocsTitleAtTop: only a "# " line at the top of a Markdown file
+// (blank lines aside) titles it; a heading further down, a "## " line, or
+// any heading in a .txt file leaves the file name.
+func TestDemoDocsTitleAtTop(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"top.md":     "\uFEFF\n\n#  Packing rules \n\nBoxes are taped twice.\n",
+		"deep.md":    "Shipping takes three days.\n\n# Exceptions\n\nIslands take five.\n",
+		"sub.md":     "## Only a section\n\nText.\n",
+		"hashtag.md": "#nohashspace\n\nText.\n",
+		"top.txt":    "# Not a heading in plain text\n\nInvoices are monthly.\n",
+		"deep.txt":   "Invoices are monthly.\n# comment-like line\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	docs, _, err := loadDocs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var titles []string
+	for _, d := range docs {
+		titles = append(titles, d.title)
+	}
+	if got, want := strings.Join(titles, "|"), "Packing rules|deep|deep|hashtag|sub|top"; got != want {
+		t.Errorf("titles: got %q; want %q", got, want)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/breaker"
 	"github.com/bailinghub/knowledge-sidecar/catalog"
 	"github.com/bailinghub/knowledge-sidecar/config"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 	"github.com/bailinghub/knowledge-sidecar/rollout"
 	"github.com/bailinghub/knowledge-sidecar/sidecar"
 )
@@ -100,5 +101,8 @@ func printExplanation(w io.Writer, ex sidecar.Explanation) {
 			kb = "knowledge bases: " + strings.Join(kbs, ", ")
 		}
 		row("catalog", "route found, enabled %v; %s", c.Enabled, kb)
+	}
+	if ex.OversizedCount != nil {
+		row("oversized docs", "%d over the %d-byte read chain (GET /-/explain lists them; docs/rollout.md)", *ex.OversizedCount, protocol.ReadChainMaxBytes)
 	}
 }

@@ -34,6 +34,7 @@ func TestCheckConfigRoute(t *testing.T) {
 			"served:           true — served: rolled out",
 			"native detection: never, verdict legacy",
 			"catalog:          route found, enabled true; knowledge bases: faq enabled, manuals enabled, kb-disabled disabled, kb-missing deleted",
+			"oversized docs:   1 over the 131072-byte read chain (GET /-/explain lists them",
 		}},
 		{"not rolled out", "allow:" + testdb.RouteMulti, "auto", testdb.RouteLegacy, 0, []string{
 			"served:           false — not served: not rolled out",

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"reflect"
 	"runtime"
 	"strconv"
 	"strings"
@@ -167,6 +168,11 @@ func TestServeStatusAndExplain(t *testing.T) {
 	}
 	if !kbs["faq"].Enabled || kbs["kb-disabled"].Enabled || kbs["kb-missing"].Exists {
 		t.Errorf("kbs: got %+v; want faq enabled, kb-disabled disabled, kb-missing deleted", ex.Catalog.KBs)
+	}
+	// Its one document longer than the read chain is listed.
+	wantBig := []sidecar.OversizedDocument{{DocID: testdb.DocBig, Title: testdb.DocBigTitle, Bytes: int64(len(testdb.BigDocContent()))}}
+	if ex.OversizedCount == nil || *ex.OversizedCount != 1 || !reflect.DeepEqual(ex.OversizedDocuments, wantBig) {
+		t.Errorf("oversized documents: got %v %+v; want 1, %+v", ex.OversizedCount, ex.OversizedDocuments, wantBig)
 	}
 	// Unserved: another route under the allow list.
 	ex = fetchExplain(t, p.adminURL, testdb.RouteLegacy)
