@@ -207,7 +207,12 @@ func WithDisclosureGroup(ctx context.Context) context.Context {
 // Shown is what of a group's read pages an answer showed: from byte Skip of
 // page First through the end of page Last (pages counted in the order they
 // were read, from 0).
-type Shown struct{ First, Skip, Last int }
+type Shown struct {
+	First, Skip, Last int
+	// Refused, when set, is the error code of a result that showed none of
+	// the pages read (refused after them: the answer budget's overloaded).
+	Refused protocol.ErrorCode
+}
 
 // DiscloseGroup hands the auditor one disclosure for the group in ctx: the
 // last call's (an answer that failed on its last call discloses nothing),
@@ -227,7 +232,10 @@ func (s *Service) DiscloseGroup(ctx context.Context, shown *Shown) error {
 	}
 	last := ds[len(ds)-1]
 	d := *last
-	if d.Status != DisclosureRefused && d.Status != DisclosureFailed && len(ds) > 1 || shown != nil {
+	switch {
+	case shown != nil && shown.Refused != "":
+		d.Documents, d.Status, d.Error = nil, DisclosureRefused, shown.Refused
+	case d.Status != DisclosureRefused && d.Status != DisclosureFailed && len(ds) > 1 || shown != nil:
 		d.Documents = pagesShown(ds, shown)
 	}
 	return s.audit.Disclose(ctx, &d)

@@ -84,10 +84,10 @@ func TestPagesShown(t *testing.T) {
 		exhausted  bool
 	}{
 		{"every page", nil, 0, 300, true},
-		{"near miss: the first page", &Shown{0, 0, 0}, 0, 100, false},
-		{"near hit on the second page", &Shown{1, 40, 1}, 140, 200, false},
-		{"near hit across two pages", &Shown{0, 90, 1}, 90, 200, false},
-		{"out of range: every page", &Shown{2, 0, 5}, 0, 300, true},
+		{"near miss: the first page", &Shown{First: 0, Skip: 0, Last: 0}, 0, 100, false},
+		{"near hit on the second page", &Shown{First: 1, Skip: 40, Last: 1}, 140, 200, false},
+		{"near hit across two pages", &Shown{First: 0, Skip: 90, Last: 1}, 90, 200, false},
+		{"out of range: every page", &Shown{First: 2, Skip: 0, Last: 5}, 0, 300, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := pagesShown(ds, tc.shown)

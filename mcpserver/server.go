@@ -144,12 +144,16 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 	if err != nil || res == nil {
 		return res, err
 	}
+	refused := false
 	if !leaseOf(ctx).take(resultSize(res)) {
-		res = overloaded()
+		res, refused = overloaded(), true
 	}
 	if recording {
 		var what *knowledge.Shown
-		if !res.IsError {
+		switch {
+		case refused: // the pages were read, none is shown
+			what = &knowledge.Shown{Refused: CodeOverloaded}
+		case !res.IsError:
 			what = shown.what
 		}
 		if rec.End(ctx, what) != nil && !res.IsError {
