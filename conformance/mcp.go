@@ -29,7 +29,6 @@ const MCPProtocolVersion = "2025-06-18"
 // that a host author can tell a known gap of this implementation from a
 // new one. Remove an entry when its issue lands.
 var KnownGaps = map[string]string{
-	"mcp-read-location":  "issue 42 item 4 (a page states where it is)",
 	"mcp-no-store":       "issue 39 item 7 (no-store on every MCP answer)",
 	"mcp-jsonrpc-errors": "issue 39 item 7 (the SDK's refusals as JSON-RPC errors)",
 	"mcp-json-answers":   "issue 39 item 7 (the SDK's refusals are text/plain)",

@@ -144,7 +144,8 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 type caller struct {
 	b     Backend
 	log   *slog.Logger
-	runID string // Options.RunID
+	runID string  // Options.RunID
+	pos   offsets // where the pages of the cursors returned start (location.go)
 }
 
 // call sends body to endpoint (with Options.RunID as run_id when body has
