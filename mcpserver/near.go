@@ -56,7 +56,6 @@ func nearRead(ctx context.Context, c *caller, args map[string]any, want string) 
 			prevStart, start = start, start+int64(len(prev))
 		}
 		last = *a
-		c.pos.issued(a, start, known)
 		text := prev + a.Content
 		at := indexCollapsed(text, want)
 		if at < 0 {
@@ -76,6 +75,7 @@ func nearRead(ctx context.Context, c *caller, args map[string]any, want string) 
 			leftOut = strconv.Itoa(cut) + " bytes before this point left out"
 		}
 		note = locationLine(baseStart+int64(cut), known, len(trimmed), a.TotalContentBytes) + " " + note + readNote(a)
+		c.pos.issued(a, start, known) // only the cursor the result shows
 		res = success(pageText(a.Title, leftOut, trimmed, note), withNote(raw, note, &trimmed))
 		return true
 	})
@@ -89,6 +89,7 @@ func nearRead(ctx context.Context, c *caller, args map[string]any, want string) 
 	if last.BudgetExhausted || last.NextCursor != nil {
 		where = "the part of the document this ref's read chain allows"
 	}
+	c.pos.issued(&firstA, firstStart, firstKnown)
 	note := locationLine(firstStart, firstKnown, len(firstA.Content), firstA.TotalContentBytes) + " The near text was not found in " + where + " (compared with white space collapsed); this is the first page. " + readNote(&firstA)
 	return success(pageText(firstA.Title, "", firstA.Content, note), withNote(firstRaw, note, nil)), nil
 }
