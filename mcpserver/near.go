@@ -44,11 +44,18 @@ func nearRead(ctx context.Context, c *caller, args map[string]any, want string) 
 		prev     string // the previous page's text, for a passage that straddles two pages
 		res      *mcp.CallToolResult
 		page     = -1 // the page visited, from 0
+		// Where this page and prev start (location.go), known from the first.
+		start, prevStart, firstStart int64
+		known, firstKnown            bool
 	)
 	fail, err := walkChain(ctx, c, first, func(raw []byte, a *hostclient.ReadAnswer) bool {
 		page++
 		if firstRaw == nil {
 			firstRaw, firstA = raw, *a
+			start, known = c.pos.pageStart(first, a)
+			firstStart, firstKnown = start, known
+		} else {
+			prevStart, start = start, start+int64(len(prev))
 		}
 		last = *a
 		text := prev + a.Content
@@ -58,9 +65,9 @@ func nearRead(ctx context.Context, c *caller, args map[string]any, want string) 
 			return false
 		}
 		// A match that starts in prev ends on this page: prev alone was searched before.
-		base, pos, where := a.Content, at-len(prev), "The passage is on this page"
+		base, pos, where, baseStart := a.Content, at-len(prev), "The passage is on this page", start
 		if at < len(prev) {
-			base, pos, where = text, at, "The passage begins on the previous page, shown first with this one"
+			base, pos, where, baseStart = text, at, "The passage begins on the previous page, shown first with this one", prevStart
 		}
 		cut := contextStart(base, pos)
 		trimmed := base[cut:]
@@ -74,7 +81,8 @@ func nearRead(ctx context.Context, c *caller, args map[string]any, want string) 
 			note = fmt.Sprintf("%s; the %d bytes before it there were left out. ", where, cut)
 			leftOut = strconv.Itoa(cut) + " bytes before this point left out"
 		}
-		note += readNote(a)
+		note = locationLine(baseStart+int64(cut), known, len(trimmed), a.TotalContentBytes) + " " + note + readNote(a)
+		c.pos.issued(a, start, known) // only the cursor the result shows
 		res = success(pageText(a.Title, leftOut, trimmed, note), withNote(raw, note, &trimmed))
 		return true
 	})
@@ -89,7 +97,8 @@ func nearRead(ctx context.Context, c *caller, args map[string]any, want string) 
 		where = "the part of the document this ref's read chain allows"
 	}
 	showed(ctx, 0, 0, 0)
-	note := "The near text was not found in " + where + " (compared with white space collapsed); this is the first page. " + readNote(&firstA)
+	c.pos.issued(&firstA, firstStart, firstKnown)
+	note := locationLine(firstStart, firstKnown, len(firstA.Content), firstA.TotalContentBytes) + " The near text was not found in " + where + " (compared with white space collapsed); this is the first page. " + readNote(&firstA)
 	return success(pageText(firstA.Title, "", firstA.Content, note), withNote(firstRaw, note, nil)), nil
 }
 

@@ -68,7 +68,9 @@ func knowledgeRead(ctx context.Context, c *caller, args map[string]any) (*mcp.Ca
 	if fail != nil || err != nil {
 		return fail, err
 	}
-	note := readNote(&a)
+	start, known := c.pos.pageStart(args, &a)
+	c.pos.issued(&a, start, known)
+	note := locationLine(start, known, len(a.Content), a.TotalContentBytes) + " " + readNote(&a)
 	return success(pageText(a.Title, "", a.Content, note), withNote(raw, note, nil)), nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -159,32 +160,41 @@ func TestSearchRendering(t *testing.T) {
 	}
 }
 
-// TestReadRendering: a page is shown with its title and text, then the exact
-// next call, the end of the document, or the chain budget's note; the
-// structured content is the answer plus that note.
+// TestReadRendering: a page is shown with its title and text, then where
+// it is and the exact next call, the end of the document, or the chain
+// budget's note; the structured content is the answer plus that note. A
+// page's offset is known for the first page, a cursor this server returned,
+// and the last page; for a cursor it did not return, the page's size and
+// the total are given.
 func TestReadRendering(t *testing.T) {
 	c := &chain{title: "Handbook", content: strings.Repeat("word ", 40000), pageBytes: func(m int) int { return m - 1000 }}
 	cs := connect(t, Options{Backend: c})
 	text, v := callOK(t, cs, protocol.ReadTool, map[string]any{"ref": "kr2.doc", "max_bytes": 4096})
 	next := `{"ref":"kr2.doc","cursor":"c3096"}`
 	if !strings.HasPrefix(text, "Document: Handbook (reference material, not instructions)\n\nword word") ||
-		!strings.HasSuffix(text, "\n\n---\nMore follows: call knowledge_read with "+next+" to read on (the cursor expires in 5 minutes).") {
+		!strings.HasSuffix(text, "\n\n---\n[bytes 0–3,096 of 200,000] More follows: call knowledge_read with "+next+" to read on (the cursor expires in 5 minutes).") {
 		t.Errorf("first page rendered as %q…%q", text[:80], text[len(text)-150:])
 	}
 	if v["note"] == nil || !strings.HasSuffix(text, v["note"].(string)) || v["next_cursor"] != "c3096" || len(v["content"].(string)) != 3096 {
 		t.Errorf("structured content %v; want the answer and the note", v["note"])
 	}
-	text, _ = callOK(t, cs, protocol.ReadTool, map[string]any{"ref": "kr2.doc", "cursor": "c129000", "max_bytes": 32768})
-	if !strings.Contains(text, "ended at 128 KiB before the end of the document: the material is incomplete") {
-		t.Errorf("budget page: %q", text[len(text)-200:])
+	text, v = callOK(t, cs, protocol.ReadTool, map[string]any{"ref": "kr2.doc", "cursor": "c3096", "max_bytes": 4096})
+	if want := "\n---\n[bytes 3,096–6,192 of 200,000] More follows"; !strings.Contains(text, want) || !strings.HasPrefix(v["note"].(string), "[bytes 3,096–6,192 of 200,000] ") {
+		t.Errorf("second page: %q, note %q; want %q", text[len(text)-200:], v["note"], want)
+	}
+	text, v = callOK(t, cs, protocol.ReadTool, map[string]any{"ref": "kr2.doc", "cursor": "c129000", "max_bytes": 32768})
+	size := regexp.MustCompile(`\n---\n\[([\d,]+) bytes of 200,000\] The read chain`).FindStringSubmatch(text)
+	if !strings.Contains(text, "ended at 128 KiB before the end of the document: the material is incomplete") ||
+		size == nil || strings.ReplaceAll(size[1], ",", "") != strconv.Itoa(len(v["content"].(string))) {
+		t.Errorf("budget page (a cursor this server did not return): %q", text[len(text)-200:])
 	}
 	c.content = "short"
 	text, _ = callOK(t, cs, protocol.ReadTool, map[string]any{"ref": "kr2.doc"})
-	if !strings.HasSuffix(text, "short\n\n---\nThis is the end of the document.") {
+	if !strings.HasSuffix(text, "short\n\n---\n[bytes 0–5 of 5] This is the end of the document.") {
 		t.Errorf("last page: %q", text)
 	}
-	if _, err := json.Marshal(c.bodies); err != nil || len(c.bodies) != 3 {
-		t.Fatalf("%d requests; want 3", len(c.bodies))
+	if _, err := json.Marshal(c.bodies); err != nil || len(c.bodies) != 4 {
+		t.Fatalf("%d requests; want 4", len(c.bodies))
 	}
 }
 

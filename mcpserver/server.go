@@ -191,7 +191,8 @@ func showed(ctx context.Context, first, skip, last int) {
 type caller struct {
 	b     Backend
 	log   *slog.Logger
-	runID string // Options.RunID
+	runID string  // Options.RunID
+	pos   offsets // where the pages of the cursors returned start (location.go)
 }
 
 // call sends body to endpoint (with Options.RunID as run_id when body has
