@@ -13,6 +13,12 @@ type Config struct {
 	// AdminListen is the address of /metrics, /healthz and /readyz.
 	// Default "127.0.0.1:9090".
 	AdminListen string `yaml:"admin_listen"`
+	// AdminAllowedHosts are the host names (without port) the admin
+	// listener answers in the Host header besides IP literals and
+	// localhost, which are always allowed: another Host is 403, so a
+	// DNS-rebinding page cannot read it. List the name a scraper or probe
+	// uses (a Kubernetes Service name, say). Default none.
+	AdminAllowedHosts []string `yaml:"admin_allowed_hosts"`
 
 	Core    Core    `yaml:"core"`
 	Catalog Catalog `yaml:"catalog"`
@@ -327,7 +333,10 @@ type Proxy struct {
 	// through trusted_proxies for requests and turn bodies; IPv6 addresses
 	// count by /64. Behind a load balancer that is not in trusted_proxies,
 	// every request comes from its address: list it, or set -1. 0, the
-	// default, is a quarter of the cap; -1 turns the share off.
+	// default, is a quarter of the cap; -1 turns the share off. The share
+	// applied also shrinks with the clients active at once, to the cap ÷
+	// (active clients + 1) (at least 1; a turn body share at least 1 MiB),
+	// so clients at their shares leave room for one more.
 	MaxConnectionsPerClient int   `yaml:"max_connections_per_client"`
 	MaxInFlightPerClient    int   `yaml:"max_in_flight_per_client"`
 	TurnBodyBudgetPerClient int64 `yaml:"turn_body_budget_per_client"`

@@ -33,6 +33,7 @@ func (c *Config) Validate(extra ...func(*Config) (path string, err error)) error
 	var p problems
 	p.placeholders(c)
 	p.listeners(c.Listen, c.AdminListen)
+	p.adminHosts(c.AdminAllowedHosts)
 	p.core(c.Core)
 	p.catalog(c.Catalog)
 	p.nativeDetection(c.NativeDetection, c.ProbeInterval)
@@ -63,6 +64,16 @@ func (p *problems) listeners(listen, admin string) {
 	p.addr("admin_listen", admin)
 	if listen != "" && listen == admin && !strings.HasSuffix(listen, ":0") {
 		p.add("admin_listen", quote(admin)+" must differ from listen")
+	}
+}
+
+// adminHosts: admin_allowed_hosts, host names without port or scheme.
+func (p *problems) adminHosts(hosts []string) {
+	for i, h := range hosts {
+		path := fmt.Sprintf("admin_allowed_hosts[%d]", i)
+		if h == "" || strings.ContainsAny(h, ":/[]@ \t") || !httpguts.ValidHostHeader(h) {
+			p.add(path, quote(h)+" must be a host name without port or scheme")
+		}
 	}
 }
 

@@ -28,11 +28,7 @@ const MCPProtocolVersion = "2025-06-18"
 // other (the exit code is 1); the detail says which issue it waits for, so
 // that a host author can tell a known gap of this implementation from a
 // new one. Remove an entry when its issue lands.
-var KnownGaps = map[string]string{
-	"mcp-no-store":       "issue 39 item 7 (no-store on every MCP answer)",
-	"mcp-jsonrpc-errors": "issue 39 item 7 (the SDK's refusals as JSON-RPC errors)",
-	"mcp-json-answers":   "issue 39 item 7 (the SDK's refusals are text/plain)",
-}
+var KnownGaps = map[string]string{}
 
 // mcpMaxPages bounds the read chain the checker follows (128 KiB in pages of
 // at least 4 KiB is 32; more is a chain that does not end).

@@ -3,6 +3,8 @@ package knowledge
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
@@ -156,6 +158,12 @@ func (s *Service) disclose(ctx context.Context, d *Disclosure, out []byte, err e
 			}
 		}
 	}
+	if g, ok := ctx.Value(groupKey{}).(*DisclosureGroup); ok {
+		g.mu.Lock()
+		g.ds = append(g.ds, d)
+		g.mu.Unlock()
+		return out, err // recorded with the group (DiscloseGroup)
+	}
 	if aerr := s.audit.Disclose(ctx, d); aerr != nil && err == nil {
 		return nil, errUnavailable(aerr)
 	}
@@ -177,4 +185,84 @@ func (s *Service) Refused(ctx context.Context, endpoint string, route corefacts.
 		d.Status = DisclosureFailed
 	}
 	_ = s.audit.Disclose(ctx, d)
+}
+
+type groupKey struct{}
+
+// DisclosureGroup gathers the disclosures of the calls made with one
+// context — the pages one MCP tool call reads — so that the answer built
+// from them is recorded as one event naming what it showed (SPEC §11:
+// exactly one event per disclosing answer; DiscloseGroup).
+type DisclosureGroup struct {
+	mu sync.Mutex
+	ds []*Disclosure
+}
+
+// WithDisclosureGroup starts a group for the calls made with the returned
+// context.
+func WithDisclosureGroup(ctx context.Context) context.Context {
+	return context.WithValue(ctx, groupKey{}, &DisclosureGroup{})
+}
+
+// Shown is what of a group's read pages an answer showed: from byte Skip of
+// page First through the end of page Last (pages counted in the order they
+// were read, from 0).
+type Shown struct {
+	First, Skip, Last int
+	// Refused, when set, is the error code of a result that showed none of
+	// the pages read (refused after them: the answer budget's overloaded).
+	Refused protocol.ErrorCode
+}
+
+// DiscloseGroup hands the auditor one disclosure for the group in ctx: the
+// last call's (an answer that failed on its last call discloses nothing),
+// with a read's pages as one range per document — shown's, or every page
+// read when shown is nil. An error means the answer must not be sent
+// (audit.on_failure: refuse), as for Disclose.
+func (s *Service) DiscloseGroup(ctx context.Context, shown *Shown) error {
+	g, ok := ctx.Value(groupKey{}).(*DisclosureGroup)
+	if !ok || s.audit == nil {
+		return nil
+	}
+	g.mu.Lock()
+	ds := slices.Clone(g.ds)
+	g.mu.Unlock()
+	if len(ds) == 0 {
+		return nil
+	}
+	last := ds[len(ds)-1]
+	d := *last
+	switch {
+	case shown != nil && shown.Refused != "":
+		d.Documents, d.Status, d.Error = nil, DisclosureRefused, shown.Refused
+	case d.Status != DisclosureRefused && d.Status != DisclosureFailed && len(ds) > 1 || shown != nil:
+		d.Documents = pagesShown(ds, shown)
+	}
+	return s.audit.Disclose(ctx, &d)
+}
+
+// pagesShown is the documents of the read pages ds from shown.First (its
+// first Skip bytes left out) through shown.Last, one range per document.
+func pagesShown(ds []*Disclosure, shown *Shown) []DisclosedDocument {
+	first, skip, last := 0, 0, len(ds)-1
+	if shown != nil && 0 <= shown.First && shown.First <= shown.Last && shown.Last < len(ds) {
+		first, skip, last = shown.First, max(shown.Skip, 0), shown.Last
+	}
+	var out []DisclosedDocument
+	for _, d := range ds[first : last+1] {
+		for _, doc := range d.Documents {
+			if !doc.Page {
+				continue
+			}
+			if n := len(out); n > 0 && out[n-1].DocID == doc.DocID && out[n-1].KBID == doc.KBID && out[n-1].End == doc.Start {
+				out[n-1].End, out[n-1].BudgetExhausted = doc.End, doc.BudgetExhausted
+				continue
+			}
+			out = append(out, doc)
+		}
+	}
+	if len(out) > 0 {
+		out[0].Start = min(out[0].Start+skip, out[0].End)
+	}
+	return out
 }

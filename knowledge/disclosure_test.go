@@ -69,3 +69,31 @@ func TestDisclosures(t *testing.T) {
 		t.Errorf("refused read with a failing auditor: %v; want its 400", ke)
 	}
 }
+
+// TestPagesShown: a group's read pages become one range per document, from
+// the shown page's skipped bytes to the last shown page's end.
+func TestPagesShown(t *testing.T) {
+	page := func(start, end int, exhausted bool) *Disclosure {
+		return &Disclosure{Status: "ok", Documents: []DisclosedDocument{{DocID: 7, KBID: "kb", Page: true, Start: start, End: end, BudgetExhausted: exhausted}}}
+	}
+	ds := []*Disclosure{page(0, 100, false), page(100, 200, false), page(200, 300, true)}
+	for _, tc := range []struct {
+		name       string
+		shown      *Shown
+		start, end int
+		exhausted  bool
+	}{
+		{"every page", nil, 0, 300, true},
+		{"near miss: the first page", &Shown{First: 0, Skip: 0, Last: 0}, 0, 100, false},
+		{"near hit on the second page", &Shown{First: 1, Skip: 40, Last: 1}, 140, 200, false},
+		{"near hit across two pages", &Shown{First: 0, Skip: 90, Last: 1}, 90, 200, false},
+		{"out of range: every page", &Shown{First: 2, Skip: 0, Last: 5}, 0, 300, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := pagesShown(ds, tc.shown)
+			if len(got) != 1 || got[0].Start != tc.start || got[0].End != tc.end || got[0].BudgetExhausted != tc.exhausted {
+				t.Errorf("got %+v; want one range [%d, %d) exhausted %v", got, tc.start, tc.end, tc.exhausted)
+			}
+		})
+	}
+}

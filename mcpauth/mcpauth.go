@@ -156,8 +156,9 @@ func New(o Options) (*Service, error) {
 // authorization_servers entry).
 func (s *Service) Issuer() string { return s.issuer.String() }
 
-// metadata is the RFC 8414 document: only what the front supports (no
-// jwks_uri: the sidecar signs nothing).
+// metadata is the RFC 8414 document: only what the front supports. Its own
+// type, not the go-sdk's oauthex.AuthServerMeta, which writes jwks_uri
+// without omitempty ("jwks_uri":"" is not a URL; the sidecar signs nothing).
 type metadata struct {
 	Issuer                            string   `json:"issuer"`
 	AuthorizationEndpoint             string   `json:"authorization_endpoint"`

@@ -155,17 +155,7 @@ var jsonNull = json.RawMessage("null")
 // the request quoted back).
 func (h *HTTP) refuse(w http.ResponseWriter, status int, method string, id json.RawMessage, code int, msg string) {
 	h.obs.counted(method, OutcomeError)
-	body, _ := json.Marshal(struct {
-		JSONRPC string          `json:"jsonrpc"`
-		ID      json.RawMessage `json:"id"`
-		Error   struct {
-			Code    int    `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}{JSONRPC: "2.0", ID: id, Error: struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
-	}{code, msg}})
+	body := errorFrame(id, code, msg) // the stdio server's frame: one line of JSON
 	hd := w.Header()
 	hd.Del("X-Content-Type-Options")
 	hd.Set("Content-Type", "application/json")

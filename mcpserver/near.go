@@ -46,8 +46,10 @@ func nearRead(ctx context.Context, c *caller, args map[string]any, want string) 
 		// Where this page and prev start (location.go), known from the first.
 		start, prevStart, firstStart int64
 		known, firstKnown            bool
+		page                         = -1 // the page visited, from 0
 	)
 	fail, err := walkChain(ctx, c, first, func(raw []byte, a *hostclient.ReadAnswer) bool {
+		page++
 		if firstRaw == nil {
 			firstRaw, firstA = raw, *a
 			start, known = c.pos.pageStart(first, a)
@@ -69,6 +71,11 @@ func nearRead(ctx context.Context, c *caller, args map[string]any, want string) 
 		}
 		cut := contextStart(base, pos)
 		trimmed := base[cut:]
+		if at < len(prev) {
+			showed(ctx, page-1, cut, page)
+		} else {
+			showed(ctx, page, cut, page)
+		}
 		note, leftOut := where+"; nothing before it was left out. ", ""
 		if cut > 0 {
 			note = fmt.Sprintf("%s; the %d bytes before it there were left out. ", where, cut)
@@ -90,6 +97,7 @@ func nearRead(ctx context.Context, c *caller, args map[string]any, want string) 
 		where = "the part of the document this ref's read chain allows"
 	}
 	c.pos.issued(&firstA, firstStart, firstKnown)
+	showed(ctx, 0, 0, 0)
 	note := locationLine(firstStart, firstKnown, len(firstA.Content), firstA.TotalContentBytes) + " The near text was not found in " + where + " (compared with white space collapsed); this is the first page. " + readNote(&firstA)
 	return success(pageText(firstA.Title, "", firstA.Content, note), withNote(firstRaw, note, nil)), nil
 }

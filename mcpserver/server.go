@@ -16,6 +16,7 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts/jsstring"
 	"github.com/bailinghub/knowledge-sidecar/hostclient"
+	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
@@ -133,11 +134,57 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 	if got, ok := obj["run_id"].(string); ok && h.c.runID != "" && !strings.EqualFold(got, h.c.runID) {
 		return toolError(protocol.CodeInvalidRequest, "this server is bound to run "+h.c.runID+" (--run-id); omit run_id or pass that one", ""), nil
 	}
-	res, err := h.run(ctx, h.c, obj)
-	if err == nil && res != nil && !leaseOf(ctx).take(resultSize(res)) {
-		return overloaded(), nil
+	rec, recording := h.c.b.(Recorder)
+	var shown *shownSlot
+	if recording {
+		shown = &shownSlot{}
+		ctx = context.WithValue(rec.Begin(ctx), shownKey{}, shown)
 	}
-	return res, err
+	res, err := h.run(ctx, h.c, obj)
+	if err != nil || res == nil {
+		return res, err
+	}
+	refused := false
+	if !leaseOf(ctx).take(resultSize(res)) {
+		res, refused = overloaded(), true
+	}
+	if recording {
+		var what *knowledge.Shown
+		switch {
+		case refused: // the pages were read, none is shown
+			what = &knowledge.Shown{Refused: CodeOverloaded}
+		case !res.IsError:
+			what = shown.what
+		}
+		if rec.End(ctx, what) != nil && !res.IsError {
+			return toolError(protocol.CodeUnavailable, "the answer could not be recorded in the disclosure audit", ""), nil
+		}
+	}
+	return res, nil
+}
+
+// Recorder is an optional extension of Backend (the sidecar's knowledge
+// service in process): one tool call's requests are recorded as one
+// disclosure (SPEC §11). Begin starts the record for the calls made with
+// the context it returns; End writes it, told what of the pages read the
+// result showed (nil: every page, or no read); an error means the result
+// must not be sent.
+type Recorder interface {
+	Begin(ctx context.Context) context.Context
+	End(ctx context.Context, shown *knowledge.Shown) error
+}
+
+type shownKey struct{}
+
+// shownSlot is where a tool says what of its pages its result showed.
+type shownSlot struct{ what *knowledge.Shown }
+
+// showed records that the tool call's result showed the pages first
+// (without its first skip bytes) through last.
+func showed(ctx context.Context, first, skip, last int) {
+	if s, ok := ctx.Value(shownKey{}).(*shownSlot); ok {
+		s.what = &knowledge.Shown{First: first, Skip: skip, Last: last}
+	}
 }
 
 // caller sends the tools' requests to the Backend.

@@ -69,7 +69,8 @@ func newMCPBudget(total int64, used prometheus.Gauge) mcpserver.Budget {
 	case total == 0:
 		total = config.Defaults().Proxy.MCPAnswerBudget
 	}
-	return &mcpBudget{sh: newShares(total, min(max(total/4, mcpShareFloor), total)), used: used}
+	per := min(max(total/4, mcpShareFloor), total)
+	return &mcpBudget{sh: newShares(total, per).withFloor(mcpShareFloor), used: used}
 }
 
 func (b *mcpBudget) Acquire(ctx context.Context, n int64) bool {
@@ -127,7 +128,7 @@ func (s *Server) mcp(c echo.Context) error {
 	case err == nil:
 		ctx = knowledge.WithIdentity(ctx, authz, sess)
 	case errors.As(err, &ke) && ke.Status == http.StatusUnauthorized:
-		c.Response().Header().Set("WWW-Authenticate", s.mcpChallenge(r))
+		c.Response().Header().Set("WWW-Authenticate", s.mcpChallenge(r, key))
 		return err
 	default:
 		// Core's identity could not be asked: the request goes on with no
@@ -154,25 +155,61 @@ func (s *Server) mcp(c echo.Context) error {
 }
 
 // mcpChallenge is the 401's WWW-Authenticate: Bearer, and the metadata
-// document's address when authorization servers are configured.
-func (s *Server) mcpChallenge(r *http.Request) string {
-	if len(s.feat.mcpOpts.AuthorizationServers) == 0 {
+// document's address when authorization servers are configured. The
+// address is the route table's metadata path with the parsed route key
+// (a-z, 0-9, '_', '-'), never the request's own path: a route segment
+// spelling '"' or ',' (%22) cannot add auth-params. A segment that is no
+// route key gets the bare challenge (its endpoint answers 404 anyway).
+// The origin is mcp.public_url, or the request's scheme and Host, which
+// net/http admits only with host characters; the value is still quoted
+// as a quoted-string (RFC 9110 §5.6.4).
+func (s *Server) mcpChallenge(r *http.Request, key corefacts.RouteKey) string {
+	if len(s.feat.mcpOpts.AuthorizationServers) == 0 || key.IsZero() {
 		return "Bearer"
 	}
-	return `Bearer resource_metadata="` + s.publicURL(r) + strings.TrimSuffix(pathMCPMetadata, pathMCP) + r.URL.Path + `"`
+	u := s.publicURL(r) + strings.Replace(pathMCPMetadata, ":route", key.String(), 1)
+	return `Bearer resource_metadata="` + quotedStringEscape(u) + `"`
+}
+
+// quotedStringEscape escapes '"' and '\' for an HTTP quoted-string and drops
+// controls.
+func quotedStringEscape(v string) string {
+	if !strings.ContainsAny(v, "\"\\") && !hasCtlOrSpace(v) {
+		return v
+	}
+	var b strings.Builder
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < ' ' || c == 0x7f:
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
 }
 
 // mcpMetadata serves the RFC 9728 document of a workspace's MCP endpoint
 // when authorization servers are configured; otherwise, and for a
 // workspace the sidecar does not serve, the request is Core's.
 func (s *Server) mcpMetadata(c echo.Context) error {
-	if len(s.feat.mcpOpts.AuthorizationServers) == 0 || !s.decide(c, routeKey(c)) {
+	key := routeKey(c)
+	if len(s.feat.mcpOpts.AuthorizationServers) == 0 || !s.decide(c, key) {
 		return s.passH(c)
 	}
 	r := c.Request()
 	o := s.feat.mcpOpts
+	// The resource is the route table's path with the parsed key, as in the
+	// 401's challenge; a segment that is no key is named as the request
+	// spelled it (JSON-escaped: its endpoint answers 404).
+	resource := strings.TrimPrefix(r.URL.Path, strings.TrimSuffix(pathMCPMetadata, pathMCP))
+	if !key.IsZero() {
+		resource = strings.Replace(pathMCP, ":route", key.String(), 1)
+	}
 	doc, err := json.Marshal(oauthex.ProtectedResourceMetadata{
-		Resource:               s.publicURL(r) + strings.TrimPrefix(r.URL.Path, strings.TrimSuffix(pathMCPMetadata, pathMCP)),
+		Resource:               s.publicURL(r) + resource,
 		AuthorizationServers:   o.AuthorizationServers,
 		ScopesSupported:        o.Scopes,
 		BearerMethodsSupported: []string{"header"},
@@ -248,6 +285,16 @@ func (b mcpBackend) Call(ctx context.Context, endpoint string, body []byte) (*ho
 	}
 	res.Body, _ = json.Marshal(errorBody{Error: string(ke.Code), Message: ke.Message})
 	return res, nil
+}
+
+// Begin and End make mcpBackend an mcpserver.Recorder: a tool call's
+// requests are audited as one event naming what its result showed.
+func (b mcpBackend) Begin(ctx context.Context) context.Context {
+	return knowledge.WithDisclosureGroup(ctx)
+}
+
+func (b mcpBackend) End(ctx context.Context, shown *knowledge.Shown) error {
+	return b.s.feat.k.DiscloseGroup(ctx, shown)
 }
 
 // knowledgeError is err as the knowledge error it is answered with: a

@@ -40,7 +40,9 @@ func TestAdminReload(t *testing.T) {
 				s.SetReloader(tc.reloader)
 			}
 			rec := httptest.NewRecorder()
-			s.AdminHandler().ServeHTTP(rec, httptest.NewRequest(tc.method, "/-/reload", nil))
+			req := httptest.NewRequest(tc.method, "/-/reload", nil)
+			req.Host = "127.0.0.1:9090" // the admin listener serves IP literals (and configured names)
+			s.AdminHandler().ServeHTTP(rec, req)
 			if rec.Code != tc.code {
 				t.Errorf("status: got %d; want %d", rec.Code, tc.code)
 			}

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bailinghub/knowledge-sidecar/config"
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/telemetry"
 )
 
@@ -48,7 +49,15 @@ type Options struct {
 	ClientAddressHeadersExtra []string
 	// TraceTrustInbound: whose traceparent/tracestate count (SPEC §9).
 	TraceTrustInbound TraceTrust
+	// AdminAllowedHosts are the Host names the admin listener serves
+	// besides IP literals and localhost (config admin_allowed_hosts).
+	AdminAllowedHosts []string
 }
+
+// turnBodyFloor is the least a client's turn body share shrinks to with
+// many clients active: two of Core's largest turn bodies (a buffer and its
+// stripped copy).
+const turnBodyFloor = 2 * corefacts.TurnBodyMax
 
 // edgeLimits are a Server's bounds in effect.
 type edgeLimits struct {
@@ -73,12 +82,16 @@ func newEdgeLimits(l Limits, m *limitMetrics) *edgeLimits {
 	}
 	inFlight := pick(int64(l.MaxInFlight), int64(d.MaxInFlight))
 	turnBody := pick(l.TurnBodyBudget, d.TurnBodyBudget)
+	// A turn body share never shrinks below what one of Core's largest
+	// turns holds (its buffer and the stripped copy), or a client could
+	// be refused its one turn however few it sends.
+	bodies := newShares(turnBody, perClient(l.TurnBodyPerClient, turnBody)).withFloor(turnBodyFloor)
 	return &edgeLimits{
 		rate:        pick(l.BodyMinRate, d.BodyMinRate),
 		window:      time.Duration(pick(int64(l.BodyMinRateWindow), int64(d.BodyMinRateWindow))),
 		bodyTimeout: max(l.BodyTimeout, 0),
 		inFlight:    newShares(inFlight, perClient(int64(l.InFlightPerClient), inFlight)),
-		turnBody:    newShares(turnBody, perClient(l.TurnBodyPerClient, turnBody)),
+		turnBody:    bodies,
 		m:           m,
 	}
 }
@@ -114,6 +127,8 @@ type Server struct {
 
 	tracer  trace.Tracer // nil: tracing off
 	version string       // Options.Version
+
+	adminHosts []string // Options.AdminAllowedHosts
 }
 
 func registerer(o Options) prometheus.Registerer {
@@ -139,13 +154,14 @@ func New(o Options) (*Server, error) {
 		o.Transport = NewTransport(TransportOptions{DialTimeout: d.DialTimeout, ResponseHeaderTimeout: d.ResponseHeaderTimeout, MaxIdleConnsPerHost: d.MaxIdleConnsPerHost})
 	}
 	s := &Server{
-		log:      o.Logger,
-		m:        newMetrics(registerer(o), o.Version),
-		access:   o.AccessLog,
-		registry: o.Registry,
-		ids:      newIDSource(),
-		bodyIdle: o.BodyIdleTimeout,
-		version:  o.Version,
+		log:        o.Logger,
+		m:          newMetrics(registerer(o), o.Version),
+		access:     o.AccessLog,
+		registry:   o.Registry,
+		ids:        newIDSource(),
+		bodyIdle:   o.BodyIdleTimeout,
+		version:    o.Version,
+		adminHosts: append([]string(nil), o.AdminAllowedHosts...),
 	}
 	s.lim = newEdgeLimits(o.Limits, newLimitMetrics(registerer(o)))
 	s.target, s.transport = o.CoreURL, o.Transport

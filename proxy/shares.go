@@ -120,6 +120,18 @@ func newShares(total, per int64) *shares {
 	return &shares{max: total, per: per, floor: 1, by: map[clientKey]int64{}}
 }
 
+// withFloor keeps every share at least f (never above the configured
+// share): a budget whose one item can be f large (a whole turn body, a
+// whole MCP answer) must leave a client room for one item, or a crowd of
+// small holders would refuse it while the budget has room.
+func (s *shares) withFloor(f int64) *shares {
+	if s.per > 0 {
+		f = min(f, s.per)
+	}
+	s.floor = max(f, 1)
+	return s
+}
+
 // acquire takes k for client c, or reports which cap refused it: global
 // is true when the cap of everyone together had no room, false when c's
 // own share had none.

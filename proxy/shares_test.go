@@ -62,6 +62,28 @@ func TestShares(t *testing.T) {
 	}
 }
 
+// TestSharesFloor: a crowd of small holders shrinks the shares, but never
+// below the floor — a client holding nothing still gets room for one whole
+// item while the budget has it.
+func TestSharesFloor(t *testing.T) {
+	const item = 512
+	s := newShares(64<<10, 16<<10).withFloor(item)
+	for i := range 200 {
+		if ok, _ := s.acquire(ck(netip.AddrFrom4([4]byte{198, 51, 100, byte(i)}).String()), 1); !ok {
+			t.Fatalf("small holder %d refused", i)
+		}
+	}
+	if ok, global := s.acquire(ck("192.0.2.9"), item); !ok {
+		t.Fatalf("one whole item with %d of %d held: refused (global %v); want the floor's room", 200, 64<<10, global)
+	}
+	if ok, _ := s.acquire(ck("192.0.2.9"), 1); ok {
+		t.Fatal("past the floor with 201 clients active: accepted; want the shrunk share")
+	}
+	if got := newShares(100, 10).withFloor(50).floor; got != 10 {
+		t.Fatalf("floor above the configured share: %d; want the share, 10", got)
+	}
+}
+
 func TestPerClient(t *testing.T) {
 	for _, tc := range []struct{ per, total, want int64 }{
 		{0, 1024, 256}, {0, 3, 1}, {0, 0, 0}, {0, -1, 0}, {-1, 1024, 0}, {100, 1024, 100}, {2000, 1024, 2000},
@@ -263,5 +285,28 @@ func TestConnectionShareTrustedProxyExempt(t *testing.T) {
 				t.Fatalf("accepted %d of 3 connections from one peer; want %d", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestShareFloor: a share shrinks with the active clients but not below
+// its floor, and never above the configured share.
+func TestShareFloor(t *testing.T) {
+	s := newShares(100, 40)
+	s.floor = 30
+	for i := range 9 {
+		if ok, _ := s.acquire(ck(fmt.Sprintf("192.0.2.%d", i+1)), 1); !ok {
+			t.Fatalf("client %d: refused", i)
+		}
+	}
+	// Ten active: 100 ÷ 11 = 9, raised to the floor 30.
+	x := ck("192.0.2.200")
+	s.mu.Lock()
+	got := s.shareLocked(x)
+	s.mu.Unlock()
+	if got != 30 {
+		t.Fatalf("share with ten active: got %d; want the floor 30", got)
+	}
+	if l := newEdgeLimits(Limits{}, nil); l.turnBody.floor != 2*corefacts.TurnBodyMax {
+		t.Errorf("turn body share floor: got %d; want %d", l.turnBody.floor, 2*corefacts.TurnBodyMax)
 	}
 }

@@ -79,6 +79,7 @@ func TestExemplarsOpenMetrics(t *testing.T) {
 		t.Errorf("Core got traceparent %q; want %q", seen, want)
 	}
 	req := httptest.NewRequest("GET", "/metrics", nil)
+	req.Host = "localhost:9090"
 	req.Header.Set("Accept", "application/openmetrics-text; version=1.0.0")
 	mw := httptest.NewRecorder()
 	s.AdminHandler().ServeHTTP(mw, req)

@@ -327,6 +327,7 @@ func Build(ctx context.Context, cfg config.Config, deps Deps) (*App, error) {
 		TracerProvider:  a.tp,
 
 		ClientAddressHeadersExtra: cfg.Proxy.ClientAddressHeadersExtra,
+		AdminAllowedHosts:         cfg.AdminAllowedHosts,
 	}
 	opts.TraceTrustInbound, _ = proxy.ParseTraceTrust(cfg.Tracing.TrustInbound) // validated
 	ok, reason := cfg.KnowledgeEnabled()

@@ -526,11 +526,19 @@ func TestAuditUnderLoad(t *testing.T) {
 	}
 	c := newClient(t)
 	var (
-		mu   sync.Mutex
-		sent = []map[string]int{{}, {}} // per replica: request id → answers
-		errs []error
-		wg   sync.WaitGroup
+		mu    sync.Mutex
+		sent  = []map[string]int{{}, {}} // per replica: request id → answers
+		errs  []error
+		whole int // rounds whose search had hints and whose read was a page
+		wg    sync.WaitGroup
 	)
+	// answered records an answer, whatever its status: a refusal or a
+	// failure under load is an answer with an event too.
+	answered := func(rep int, res turnResult) {
+		mu.Lock()
+		sent[rep][res.Header.Get("X-Request-Id")]++
+		mu.Unlock()
+	}
 	for s := range sessions {
 		wg.Add(1)
 		go func() {
@@ -539,32 +547,39 @@ func TestAuditUnderLoad(t *testing.T) {
 				rep := (s + r) % 2
 				ws := urls[rep] + "/agent-api/v1/workspaces/" + testdb.RouteMulti
 				sr, err := trySend(c, "POST", ws+"/knowledge/search", tokens[s], []byte(`{"query":"`+refundQuery+`"}`), nil)
-				var a hostclient.SearchAnswer
-				if err == nil && (sr.Status != 200 || json.Unmarshal(sr.Body, &a) != nil || len(a.Hints) == 0) {
-					err = fmt.Errorf("search: %d %s", sr.Status, clip(string(sr.Body)))
-				}
-				var rr turnResult
-				if err == nil { // read on the other replica: replicas share the key
-					body, _ := json.Marshal(map[string]any{"ref": a.Hints[0].Ref})
-					other := urls[1-rep] + "/agent-api/v1/workspaces/" + testdb.RouteMulti
-					if rr, err = trySend(c, "POST", other+"/knowledge/read", tokens[s], body, nil); err == nil && rr.Status != 200 {
-						err = fmt.Errorf("read: %d %s", rr.Status, clip(string(rr.Body)))
-					}
-				}
-				mu.Lock()
 				if err != nil {
+					mu.Lock()
 					errs = append(errs, err)
-				} else {
-					sent[rep][sr.Header.Get("X-Request-Id")]++
-					sent[1-rep][rr.Header.Get("X-Request-Id")]++
+					mu.Unlock()
+					continue
 				}
-				mu.Unlock()
+				answered(rep, sr)
+				var a hostclient.SearchAnswer
+				if sr.Status != 200 || json.Unmarshal(sr.Body, &a) != nil || len(a.Hints) == 0 {
+					continue // Core slow under load: a 503 or no hints, still one answer
+				}
+				// read on the other replica: replicas share the key
+				body, _ := json.Marshal(map[string]any{"ref": a.Hints[0].Ref})
+				other := urls[1-rep] + "/agent-api/v1/workspaces/" + testdb.RouteMulti
+				rr, err := trySend(c, "POST", other+"/knowledge/read", tokens[s], body, nil)
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+					continue
+				}
+				answered(1-rep, rr)
+				if rr.Status == 200 {
+					mu.Lock()
+					whole++
+					mu.Unlock()
+				}
 			}
 		}()
 	}
 	wg.Wait()
 	for _, err := range errs {
-		t.Error(err)
+		t.Error(err) // a transport error: an answer lost, never expected
 	}
 	for i, f := range files {
 		written := map[string]int{}
@@ -585,8 +600,10 @@ func TestAuditUnderLoad(t *testing.T) {
 			}
 		}
 	}
-	if total := len(sent[0]) + len(sent[1]); total != 2*sessions*rounds {
-		t.Errorf("answers: %d; want %d", total, 2*sessions*rounds)
+	// The load is real only if most rounds disclosed something on both
+	// replicas; a Core too slow for any would make the counts above vacuous.
+	if whole < sessions*rounds/2 {
+		t.Errorf("%d of %d rounds searched and read a page; want at least half", whole, sessions*rounds)
 	}
 }
 

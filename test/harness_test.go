@@ -64,6 +64,8 @@ type SidecarOptions struct {
 	BodyIdleTimeout time.Duration
 	// Limits: zero fields take the production defaults.
 	Limits proxy.Limits
+	// AdminAllowedHosts: admin_allowed_hosts.
+	AdminAllowedHosts []string
 }
 
 // Sidecar is a running sidecar: proxy.New + (*Server).Run on pre-bound
@@ -147,6 +149,7 @@ func StartSidecar(t testing.TB, o SidecarOptions) *Sidecar {
 		Limits:          o.Limits,
 
 		ClientAddressHeadersExtra: o.ClientAddressHeadersExtra,
+		AdminAllowedHosts:         o.AdminAllowedHosts,
 	})
 	if err != nil {
 		t.Fatalf("proxy.New: %v", err)

@@ -508,3 +508,60 @@ func TestMCPRemoteWalkCost(t *testing.T) {
 		t.Errorf("32-page walk asked the route gate %d times; want 1", n)
 	}
 }
+
+// TestMCPRemoteAuditOneEventPerCall: a tool call that reads several pages
+// writes exactly one audit event, naming the bytes its result showed (SPEC
+// §11; issue 39 item 7b): a near miss walks the chain and shows its first
+// page only; a fetch shows the chain from its start to the 128 KiB budget.
+func TestMCPRemoteAuditOneEventPerCall(t *testing.T) {
+	w := NewWorld(t, WorldOptions{})
+	file := filepath.Join(t.TempDir(), "audit.jsonl")
+	_, url, _ := runBuilt(t, auditConfig(t, w, file), sidecar.Deps{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	endpoint := url + "/agent-api/v1/workspaces/" + testdb.RouteMulti + "/knowledge/mcp"
+	cs := connectRemote(t, ctx, endpoint, w.TokenA)
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: protocol.SearchTool, Arguments: map[string]any{"query": testdb.BigDocUnit, "limit": 1}})
+	if err != nil || res.IsError {
+		t.Fatalf("search: %v %+v", err, res)
+	}
+	var found struct {
+		Hints []struct{ Ref, Title string }
+	}
+	if b, _ := json.Marshal(res.StructuredContent); json.Unmarshal(b, &found) != nil || len(found.Hints) != 1 || found.Hints[0].Title != testdb.DocBigTitle {
+		t.Fatalf("search: %+v; want the big manual", res.StructuredContent)
+	}
+	ref := found.Hints[0].Ref
+	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: protocol.ReadTool, Arguments: map[string]any{"ref": ref, "near": "a passage this manual does not hold"}})
+	if err != nil || res.IsError {
+		t.Fatalf("near miss: %v %+v", err, res)
+	}
+	ocs := connectRemote(t, ctx, endpoint+"?profile=openai", w.TokenA)
+	if res, err := ocs.CallTool(ctx, &mcp.CallToolParams{Name: "fetch", Arguments: map[string]any{"id": ref}}); err != nil || res.IsError {
+		t.Fatalf("fetch: %v %+v", err, res)
+	}
+	evs := readAudit(t, file)
+	if len(evs) != 3 {
+		t.Fatalf("%d audit events; want 3 (one per tool call): %+v", len(evs), evs)
+	}
+	for i, want := range []struct {
+		endpoint   string
+		start, end int
+		exhausted  bool
+	}{
+		{"mcp:" + protocol.ReadTool, 0, protocol.ReadMaxBytes, false},
+		{"mcp:fetch", 0, protocol.ReadChainMaxBytes, true},
+	} {
+		e := evs[i+1]
+		if e.Endpoint != want.endpoint || e.Status != "ok" || len(e.Documents) != 1 || e.Documents[0].DocID != testdb.DocBig {
+			t.Errorf("%s event: %+v; want ok, the big manual once", want.endpoint, e)
+			continue
+		}
+		d := e.Documents[0]
+		// A page's text is its max_bytes less the answer's envelope.
+		if d.Range == nil || d.Range[0] != want.start || d.Range[1] > want.end || d.Range[1] < want.end*9/10 ||
+			d.BudgetExhausted == nil || *d.BudgetExhausted != want.exhausted {
+			t.Errorf("%s event range %v exhausted %v; want [%d, ≤%d) exhausted %v", want.endpoint, d.Range, d.BudgetExhausted, want.start, want.end, want.exhausted)
+		}
+	}
+}

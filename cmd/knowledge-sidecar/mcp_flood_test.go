@@ -99,7 +99,7 @@ func TestMCPFloodMemoryBound(t *testing.T) {
 		sref[i] = refs{refOf(tok, testdb.BigDocUnit, testdb.DocBigTitle), refOf(tok, "quokka marsupial burrow", escapesTitle)}
 	}
 
-	var ok, overloaded atomic.Int64
+	var ok, overloaded, unavailable atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan string, sessions*workers)
 	for s := range sessions {
@@ -132,6 +132,10 @@ func TestMCPFloodMemoryBound(t *testing.T) {
 						ok.Add(1)
 					case strings.HasPrefix(rpc.Result.Content[0].Text, "overloaded:"):
 						overloaded.Add(1)
+					case strings.HasPrefix(rpc.Result.Content[0].Text, "knowledge_unavailable:"):
+						// The fake Core shares the test's process (and its race
+						// detector): under the flood its answers can come too late.
+						unavailable.Add(1)
 					default:
 						errs <- fmt.Sprintf("tool error %.300s", rpc.Result.Content[0].Text)
 						return
@@ -143,12 +147,16 @@ func TestMCPFloodMemoryBound(t *testing.T) {
 	wg.Wait()
 	close(errs)
 	for e := range errs {
-		t.Errorf("a call: %s; want a result or a tool error overloaded", e)
+		t.Errorf("a call: %s; want a result or a tool error overloaded (or knowledge_unavailable)", e)
 	}
 	peak := vmHWM(t, p.cmd.Process.Pid)
-	t.Logf("%d answers, %d overloaded; peak resident %.1f MiB (bound %d MiB)", ok.Load(), overloaded.Load(), float64(peak)/(1<<20), bound>>20)
+	t.Logf("%d answers, %d overloaded, %d knowledge_unavailable; peak resident %.1f MiB (bound %d MiB)",
+		ok.Load(), overloaded.Load(), unavailable.Load(), float64(peak)/(1<<20), bound>>20)
 	if ok.Load() < sessions*workers {
 		t.Errorf("%d calls answered; want at least %d (the budget refuses only past itself)", ok.Load(), sessions*workers)
+	}
+	if overloaded.Load() == 0 {
+		t.Errorf("no call was refused overloaded; want the flood past the answer budget")
 	}
 	if peak > bound {
 		t.Errorf("peak resident memory %d MiB; want under %d MiB", peak>>20, bound>>20)
