@@ -43,10 +43,10 @@ func nearRead(ctx context.Context, c *caller, args map[string]any, want string) 
 		last     hostclient.ReadAnswer
 		prev     string // the previous page's text, for a passage that straddles two pages
 		res      *mcp.CallToolResult
-		page     = -1 // the page visited, from 0
 		// Where this page and prev start (location.go), known from the first.
 		start, prevStart, firstStart int64
 		known, firstKnown            bool
+		page                         = -1 // the page visited, from 0
 	)
 	fail, err := walkChain(ctx, c, first, func(raw []byte, a *hostclient.ReadAnswer) bool {
 		page++
@@ -96,8 +96,8 @@ func nearRead(ctx context.Context, c *caller, args map[string]any, want string) 
 	if last.BudgetExhausted || last.NextCursor != nil {
 		where = "the part of the document this ref's read chain allows"
 	}
-	showed(ctx, 0, 0, 0)
 	c.pos.issued(&firstA, firstStart, firstKnown)
+	showed(ctx, 0, 0, 0)
 	note := locationLine(firstStart, firstKnown, len(firstA.Content), firstA.TotalContentBytes) + " The near text was not found in " + where + " (compared with white space collapsed); this is the first page. " + readNote(&firstA)
 	return success(pageText(firstA.Title, "", firstA.Content, note), withNote(firstRaw, note, nil)), nil
 }
