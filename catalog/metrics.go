@@ -24,7 +24,7 @@ const (
 // built, so alert expressions and panels read 0 rather than "no data".
 var (
 	catalogQueries = []string{QuerySchema, QueryRoute, QueryKBs, QueryDocMeta, QueryDocBody, QueryRun, QueryClient,
-		QueryClientLimit, QueryRouteKBs, QueryReadyKBs, QueryTaskPresence, QueryTask}
+		QueryClientLimit, QueryRouteKBs, QueryReadyKBs, QueryTaskPresence, QueryTask, QueryOversized}
 	catalogOutcomes = []string{OutcomeOK, OutcomeNotFound, OutcomeUnavailable, OutcomeOpen, OutcomeCanceled, OutcomeQueryError}
 )
 
