@@ -303,7 +303,11 @@ func startMCPRemote(t *testing.T, node, endpoint, configDir string, browser *bro
 		sc := bufio.NewScanner(stdout)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
-			m.lines <- sc.Text()
+			select {
+			case m.lines <- sc.Text():
+			case <-ctx.Done():
+				return
+			}
 		}
 		close(m.lines)
 	}()
