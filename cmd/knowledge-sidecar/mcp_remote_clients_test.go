@@ -47,6 +47,7 @@ const (
 	mcpjsDir          = "../../test/mcpjs"
 	mcpjsSDKVersion   = "1.32.2" // test/mcpjs/package.json
 	mcpjsInspectorVer = "1.0.3"
+	mcpjsRemoteVer    = "0.15.1"
 	mcpAuthServer     = "https://auth.example"
 	mcpScope          = "knowledge:read"
 	// The seeded document: over 64 KiB (several pages of a read chain) and
@@ -93,7 +94,7 @@ func requireMCPJS(t *testing.T) string {
 	t.Helper()
 	node, err := exec.LookPath("node")
 	if err == nil {
-		for pkg, want := range map[string]string{"@modelcontextprotocol/sdk": mcpjsSDKVersion, "@modelcontextprotocol/inspector": mcpjsInspectorVer} {
+		for pkg, want := range map[string]string{"@modelcontextprotocol/sdk": mcpjsSDKVersion, "@modelcontextprotocol/inspector": mcpjsInspectorVer, "mcp-remote": mcpjsRemoteVer} {
 			var p struct{ Version string }
 			b, rerr := os.ReadFile(filepath.Join(mcpjsDir, "node_modules", pkg, "package.json"))
 			if rerr == nil {
