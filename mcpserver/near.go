@@ -88,7 +88,19 @@ func nearRead(ctx context.Context, c *caller, args map[string]any, want string) 
 		reads            int
 		cursor           string // the cursor of the page the walk reads next
 	)
-	fail, err := walkChain(ctx, c, first, func(raw []byte, a *hostclient.ReadAnswer) bool {
+	var held []*walked // the later pages kept, holding their share of the answer budget
+	keep := func() {
+		live := held[:0]
+		for _, h := range held {
+			if h == prev || best != nil && (h == best.prev || h == best.cur) {
+				live = append(live, h)
+			} else {
+				leaseOf(ctx).give(pageCopies * int64(len(h.raw)))
+			}
+		}
+		held = live
+	}
+	fail, err := walkChain(ctx, c, first, true, func(raw []byte, a *hostclient.ReadAnswer) bool {
 		w := &walked{cursor: cursor, index: reads, raw: raw, a: *a}
 		reads++
 		if prev != nil {
@@ -99,6 +111,8 @@ func nearRead(ctx context.Context, c *caller, args map[string]any, want string) 
 		}
 		if head == nil {
 			head = w
+		} else {
+			held = append(held, w)
 		}
 		last = w
 		if hit = findExact(prev, w, want); hit != nil {
@@ -108,6 +122,7 @@ func nearRead(ctx context.Context, c *caller, args map[string]any, want string) 
 			best = p
 		}
 		prev = w
+		keep()
 		return false
 	})
 	if fail != nil || err != nil {
@@ -264,9 +279,10 @@ func showedWhat(ctx context.Context, what knowledge.Shown) {
 // walkChain reads the chain that starts with the read request first, page
 // after page with each next_cursor, until visit returns true, the chain
 // ends, or maxChainPages. It returns a failure as call does. Of the answer
-// budget, each page is held while it is visited; the first is held to the
-// end of the request.
-func walkChain(ctx context.Context, c *caller, first map[string]any, visit func(raw []byte, a *hostclient.ReadAnswer) bool) (*mcp.CallToolResult, error) {
+// budget, the first page is held to the end of the request; each later one
+// while it is visited, or, when owned, until the visitor gives it back
+// (keep).
+func walkChain(ctx context.Context, c *caller, first map[string]any, owned bool, visit func(raw []byte, a *hostclient.ReadAnswer) bool) (*mcp.CallToolResult, error) {
 	body := maps.Clone(first)
 	for page := range maxChainPages {
 		var a hostclient.ReadAnswer
@@ -277,9 +293,9 @@ func walkChain(ctx context.Context, c *caller, first map[string]any, visit func(
 		if visit(raw, &a) || a.NextCursor == nil {
 			return nil, nil
 		}
-		if page > 0 {
-			// Only the first page is kept (a near miss answers it); what a
-			// visitor keeps of a later one it holds itself.
+		if page > 0 && !owned {
+			// Only the first page is kept; what a visitor keeps of a later
+			// one it holds itself.
 			leaseOf(ctx).give(pageCopies * int64(len(raw)))
 		}
 		body = maps.Clone(first)
