@@ -168,7 +168,11 @@ func nearWindow(ctx context.Context, c *caller, first map[string]any, p *passage
 			if fail != nil || err != nil {
 				return fail, err
 			}
-			ans, end, more, shown.Last = next, next.end(), next.a.Content, next.index
+			// The walk may have read the page after cur in full (a closest
+			// passage is taken after the whole chain): the window shows the
+			// first bytes of it, as many as this read returned.
+			ans, end, more = next, next.end(), next.a.Content
+			shown.Last, shown.Keep = cur.index+1, len(next.a.Content)
 		}
 	default:
 		if we <= cur.start {

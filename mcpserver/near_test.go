@@ -1,11 +1,13 @@
 package mcpserver
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
@@ -125,5 +127,52 @@ func TestReadNearMissPastBudget(t *testing.T) {
 	}
 	if len(c.bodies) != protocol.ReadChainMaxBytes/protocol.ReadMaxBytes {
 		t.Errorf("%d requests; want the chain walked to its budget", len(c.bodies))
+	}
+}
+
+// recChain is a chain that records what the result of each call showed.
+type recChain struct {
+	*chain
+	shown []*knowledge.Shown
+}
+
+func (r *recChain) Begin(ctx context.Context) context.Context { return ctx }
+
+func (r *recChain) End(_ context.Context, s *knowledge.Shown) error {
+	r.shown = append(r.shown, s)
+	return nil
+}
+
+// TestReadNearClosestAuditRange: a closest passage near the end of the
+// second page is taken after the walk read the whole chain (4 pages); its
+// window runs into the third page, read again up to the window's end, and
+// the audit range is exactly the window: from its start on the second page
+// through the first bytes of the third, not the rest of the third page the
+// walk read.
+func TestReadNearClosestAuditRange(t *testing.T) {
+	content, _ := runbook(0)
+	k, line := -1, 0
+	for i := 0; k < 0; i++ {
+		at := strings.Index(content, "Step "+strconv.Itoa(i)+":")
+		if at > 2*protocol.ReadMaxBytes-3000 && at < 2*protocol.ReadMaxBytes-400 {
+			k, line = i, at
+		}
+	}
+	q := strconv.Itoa(k)
+	c := &recChain{chain: &chain{title: "Runbook", content: content, pageBytes: func(m int) int { return m }}}
+	text, v := callOK(t, connect(t, Options{Backend: c}), protocol.ReadTool, map[string]any{"ref": "kr2.doc",
+		"near": "on-call engineer verifies queue " + q + " and restarts the worker " + q + " once the backlog grows"})
+	got := v["content"].(string)
+	start := strings.Index(content, got)
+	end := start + len(got)
+	if !strings.Contains(text, "closest passage") || start < 0 || start > line || end <= 2*protocol.ReadMaxBytes || len(got) > NearWindowBytes {
+		t.Fatalf("window [%d, %d) for a line at %d: %.200q; want the closest passage's window running past the second page", start, end, line, text)
+	}
+	if len(c.bodies) != 5 || v["next_cursor"] != "c"+strconv.Itoa(end) {
+		t.Errorf("%d requests, next_cursor %v; want the 4-page walk and the third page read again, the cursor at c%d", len(c.bodies), v["next_cursor"], end)
+	}
+	want := knowledge.Shown{First: 1, Skip: start - protocol.ReadMaxBytes, Last: 2, Keep: end - 2*protocol.ReadMaxBytes}
+	if len(c.shown) != 1 || c.shown[0] == nil || *c.shown[0] != want {
+		t.Errorf("shown %+v; want %+v", c.shown, want)
 	}
 }
