@@ -184,7 +184,7 @@ func nearWindow(ctx context.Context, c *caller, first map[string]any, p *passage
 			ans, end, shown.Last = s, j.start, s.index
 			break
 		}
-		r, fail, err := readFrom(ctx, c, first, j.cursor, max(n, protocol.ReadMinBytes), j.start, reads)
+		r, fail, err := readFrom(ctx, c, first, j.cursor, min(max(n, protocol.ReadMinBytes), protocol.ReadMaxBytes), j.start, reads)
 		if fail != nil || err != nil {
 			return fail, err
 		}
