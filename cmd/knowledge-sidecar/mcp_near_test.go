@@ -112,6 +112,16 @@ func TestMCPReadNear(t *testing.T) {
 			t.Errorf("note %q, %d bytes of content, next_cursor %v; want a short answer without text or cursor saying the rest is unreachable", note, len(content), v["next_cursor"])
 		}
 	})
+	t.Run("copied imperfectly", func(t *testing.T) {
+		// Lower case, Markdown marks, two of 15 words changed.
+		res := p.call(t, "knowledge_read", map[string]any{"ref": ref, "near": "section 75: **Procedure 75** step 1 of procedure 75 explains how the support crew verifies"})
+		v := validOutput(t, mcpserver.ProfileKnowledge, "knowledge_read", res)
+		content, _ := v["content"].(string)
+		if i := strings.Index(content, "Section 75: procedure 75"); i < 0 || i >= 2048 || len(content) > mcpserver.NearWindowBytes ||
+			!strings.Contains(whole, content) || !strings.Contains(text(res), "closest passage") {
+			t.Errorf("passage at %d of a %d-byte window: %.300q; want the closest passage within the first 2 KiB of a window of the document", i, len(content), text(res))
+		}
+	})
 	t.Run("near with cursor", func(t *testing.T) {
 		res := p.call(t, "knowledge_read", map[string]any{"ref": ref, "near": passage, "cursor": cursor})
 		if got := text(res); !res.IsError || !strings.HasPrefix(got, "invalid_request: near and cursor") || res.StructuredContent != nil {
