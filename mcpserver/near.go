@@ -198,7 +198,7 @@ func nearWindow(ctx context.Context, c *caller, first map[string]any, p *passage
 		ans, end, shown.Last, shown.Keep = r, r.end(), j.index, len(r.a.Content)
 	}
 	window := text[ws-from.start:min(end, cur.end())-from.start] + more
-	showedWhat(ctx, shown)
+	showed(ctx, shown)
 	a := &ans.a
 	if a.NextCursor != nil {
 		c.pos.remember(*a.NextCursor, int64(end))
@@ -237,7 +237,7 @@ func readFrom(ctx context.Context, c *caller, first map[string]any, cursor strin
 // ended before the document did — that the rest cannot be reached through
 // this ref.
 func nearMiss(ctx context.Context, head, last *walked) *mcp.CallToolResult {
-	showedWhat(ctx, knowledge.Shown{None: true})
+	showed(ctx, knowledge.Shown{None: true})
 	a := &last.a
 	searched := "[searched bytes 0–" + thousands(int64(last.end())) + " of " + thousands(a.TotalContentBytes) + "] "
 	note := "Not found: near is not in " + "the document"
@@ -271,13 +271,6 @@ func withMembers(raw []byte, set map[string]any) json.RawMessage {
 	}
 	out, _ := json.Marshal(obj)
 	return out
-}
-
-// showedWhat records what of the call's reads its result showed.
-func showedWhat(ctx context.Context, what knowledge.Shown) {
-	if s, ok := ctx.Value(shownKey{}).(*shownSlot); ok {
-		s.what = &what
-	}
 }
 
 // walkChain reads the chain that starts with the read request first, page
