@@ -206,9 +206,11 @@ func WithDisclosureGroup(ctx context.Context) context.Context {
 
 // Shown is what of a group's read pages an answer showed: from byte Skip of
 // page First through the end of page Last (pages counted in the order they
-// were read, from 0).
+// were read, from 0) — or, with Keep, only its first Keep bytes (a window
+// that ends inside a page); with None, no page.
 type Shown struct {
-	First, Skip, Last int
+	First, Skip, Last, Keep int
+	None                    bool
 	// Refused, when set, is the error code of a result that showed none of
 	// the pages read (refused after them: the answer budget's overloaded).
 	Refused protocol.ErrorCode
@@ -244,15 +246,21 @@ func (s *Service) DiscloseGroup(ctx context.Context, shown *Shown) error {
 // pagesShown is the documents of the read pages ds from shown.First (its
 // first Skip bytes left out) through shown.Last, one range per document.
 func pagesShown(ds []*Disclosure, shown *Shown) []DisclosedDocument {
-	first, skip, last := 0, 0, len(ds)-1
+	if shown != nil && shown.None {
+		return nil
+	}
+	first, skip, last, keep := 0, 0, len(ds)-1, 0
 	if shown != nil && 0 <= shown.First && shown.First <= shown.Last && shown.Last < len(ds) {
-		first, skip, last = shown.First, max(shown.Skip, 0), shown.Last
+		first, skip, last, keep = shown.First, max(shown.Skip, 0), shown.Last, max(shown.Keep, 0)
 	}
 	var out []DisclosedDocument
-	for _, d := range ds[first : last+1] {
+	for i, d := range ds[first : last+1] {
 		for _, doc := range d.Documents {
 			if !doc.Page {
 				continue
+			}
+			if keep > 0 && first+i == last {
+				doc.End = min(doc.End, doc.Start+keep)
 			}
 			if n := len(out); n > 0 && out[n-1].DocID == doc.DocID && out[n-1].KBID == doc.KBID && out[n-1].End == doc.Start {
 				out[n-1].End, out[n-1].BudgetExhausted = doc.End, doc.BudgetExhausted

@@ -61,7 +61,7 @@ func openaiFetch(ctx context.Context, c *caller, args map[string]any) (*mcp.Call
 		last hostclient.ReadAnswer
 	)
 	refused := false
-	fail, err := walkChain(ctx, c, map[string]any{"ref": id, "max_bytes": protocol.ReadMaxBytes}, func(_ []byte, a *hostclient.ReadAnswer) bool {
+	fail, err := walkChain(ctx, c, map[string]any{"ref": id, "max_bytes": protocol.ReadMaxBytes}, false, func(_ []byte, a *hostclient.ReadAnswer) bool {
 		if text.Len() == 0 {
 			// The text grows once, to the most the chain can hold.
 			text.Grow(int(min(max(a.TotalContentBytes, 0), protocol.ReadChainMaxBytes)))

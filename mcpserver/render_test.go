@@ -199,8 +199,10 @@ func TestReadRendering(t *testing.T) {
 }
 
 // TestReadNearStraddles: a passage cut by a page boundary is found, and the
-// text returned starts in the previous page, within 2 KiB before the
-// passage, at a line start; near is never sent, pages are the largest.
+// window returned starts in the previous page, within 2 KiB before the
+// passage, at a line start; it holds at most 8,192 bytes, and its cursor is
+// that of the third page read again up to the window's end; near is never
+// sent, the walk's pages are the largest.
 func TestReadNearStraddles(t *testing.T) {
 	var doc strings.Builder
 	for i := 0; doc.Len() < 140_000; i++ {
@@ -210,7 +212,12 @@ func TestReadNearStraddles(t *testing.T) {
 	passage := "Line 1234 of the handbook, which says"
 	at := strings.Index(content, passage)
 	page := (at + 10) / 2 // the second page boundary falls inside the passage
-	c := &chain{title: "Handbook", content: content, pageBytes: func(int) int { return page }}
+	c := &chain{title: "Handbook", content: content, pageBytes: func(m int) int {
+		if m < protocol.ReadMaxBytes {
+			return m // a page read again up to a window's end
+		}
+		return page
+	}}
 	cs := connect(t, Options{Backend: c})
 	// As a summary shows it: white space collapsed (here: made longer), with a joint.
 	text, v := callOK(t, cs, protocol.ReadTool, map[string]any{"ref": "kr2.doc", "near": "x … Line 1234  of\tthe handbook, which   says"})
@@ -219,16 +226,23 @@ func TestReadNearStraddles(t *testing.T) {
 	if i < 0 || i > 2048 || !strings.HasPrefix(content[at-i:], got) || got[0] != 'L' || content[at-i-1] != '\n' {
 		t.Fatalf("content starts %d bytes before the passage (%q…); want a line start within 2 KiB before it", i, got[:min(len(got), 40)])
 	}
-	if v["next_cursor"] != "c"+strconv.Itoa(3*page) || !strings.Contains(text, passage) || !strings.Contains(v["note"].(string), "previous page") {
-		t.Errorf("next_cursor %v note %q; want the cursor after the page holding the passage's end", v["next_cursor"], v["note"])
+	start, end := at-i, at-i+len(got)
+	if len(got) > NearWindowBytes || end <= 2*page || v["next_cursor"] != "c"+strconv.Itoa(end) || !strings.Contains(text, passage) {
+		t.Errorf("window [%d, %d) next_cursor %v; want at most %d bytes, past the page boundary, the cursor at its end", start, end, v["next_cursor"], NearWindowBytes)
 	}
-	for _, b := range c.bodies {
+	if want := "[bytes " + thousands(int64(start)) + "–" + thousands(int64(end)) + " of "; !strings.HasPrefix(v["note"].(string), want) {
+		t.Errorf("note %q; want it to start %q", v["note"], want)
+	}
+	if len(c.bodies) != 4 {
+		t.Fatalf("%d requests; want 4 (the passage ends on the third page, read again up to the window's end)", len(c.bodies))
+	}
+	for _, b := range c.bodies[:3] {
 		if _, ok := b["near"]; ok || b["max_bytes"] != float64(protocol.ReadMaxBytes) {
 			t.Errorf("request %v; want no near and max_bytes %d", b, protocol.ReadMaxBytes)
 		}
 	}
-	if len(c.bodies) != 3 {
-		t.Errorf("%d requests; want 3 (the passage ends on the third page)", len(c.bodies))
+	if b := c.bodies[3]; b["cursor"] != "c"+strconv.Itoa(2*page) || b["max_bytes"] != float64(end-2*page) {
+		t.Errorf("last request %v; want the third page's cursor and max_bytes %d", b, end-2*page)
 	}
 }
 

@@ -179,11 +179,10 @@ type shownKey struct{}
 // shownSlot is where a tool says what of its pages its result showed.
 type shownSlot struct{ what *knowledge.Shown }
 
-// showed records that the tool call's result showed the pages first
-// (without its first skip bytes) through last.
-func showed(ctx context.Context, first, skip, last int) {
+// showed records what of the tool call's reads its result showed.
+func showed(ctx context.Context, what knowledge.Shown) {
 	if s, ok := ctx.Value(shownKey{}).(*shownSlot); ok {
-		s.what = &knowledge.Shown{First: first, Skip: skip, Last: last}
+		s.what = &what
 	}
 }
 

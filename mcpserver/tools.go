@@ -92,8 +92,8 @@ const (
     "properties": {
       "ref": {"type": "string", "minLength": 1, "maxLength": {token_bytes}, "description": "The ref of a search hint, verbatim."},
       "cursor": {"type": "string", "minLength": 1, "maxLength": {token_bytes}, "description": "The next_cursor of the previous page, verbatim. Omit for the first page."},
-      "near": {"type": "string", "minLength": 1, "maxLength": {near_chars}, "description": "A piece of the hint's summary, verbatim (white space need not match). The read starts at the page holding it, trimmed to begin shortly before it. Not together with cursor."},
-      "max_bytes": {"type": "integer", "minimum": {read_min}, "maximum": {read_max}, "default": {read_default}, "description": "The page size; with near the default is {read_max}."},
+      "near": {"type": "string", "minLength": 1, "maxLength": {near_chars}, "description": "A piece of the hint's summary (case, white space and Markdown marks need not match; a few changed words still find the closest passage). The result is a window of the document beginning shortly before the passage, with the cursor that continues where it ends. Not together with cursor."},
+      "max_bytes": {"type": "integer", "minimum": {read_min}, "maximum": {read_max}, "default": {read_default}, "description": "The page size; with near, the most document text the window shows (default {near_window})."},
       "run_id": {"type": "string", "pattern": "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$", "description": "The run_id the search was made with, if any; omit otherwise."}
     }
   },
@@ -207,6 +207,7 @@ var toolFacts = strings.NewReplacer(
 	"{chain_kib}", strconv.Itoa(protocol.ReadChainMaxBytes>>10),
 	"{ttl_minutes}", strconv.Itoa(protocol.ReferenceTTLSeconds/60),
 	"{near_chars}", strconv.Itoa(NearMaxChars),
+	"{near_window}", strconv.Itoa(NearWindowBytes),
 )
 
 // checkArgs applies the rules that a JSON Schema cannot state to arguments
@@ -227,7 +228,7 @@ func checkArgs(args map[string]any) *knowledge.Error {
 				Message: "near and cursor cannot be combined: near searches the ref's pages from the beginning; pass near with the ref alone, or the cursor without near"}
 		}
 		if nearText(args["near"].(string)) == "" {
-			return &knowledge.Error{Status: 400, Code: protocol.CodeInvalidRequest, Message: "near must contain text besides white space and \"…\""}
+			return &knowledge.Error{Status: 400, Code: protocol.CodeInvalidRequest, Message: "near must contain text besides white space, Markdown marks and \"…\""}
 		}
 	}
 	return nil

@@ -511,8 +511,9 @@ func TestMCPRemoteWalkCost(t *testing.T) {
 
 // TestMCPRemoteAuditOneEventPerCall: a tool call that reads several pages
 // writes exactly one audit event, naming the bytes its result showed (SPEC
-// §11; issue 39 item 7b): a near miss walks the chain and shows its first
-// page only; a fetch shows the chain from its start to the 128 KiB budget.
+// §11; issue 39 item 7b): a near miss walks the chain and shows no text; a
+// near hit shows its window exactly (the page read again up to the window's
+// end); a fetch shows the chain from its start to the 128 KiB budget.
 func TestMCPRemoteAuditOneEventPerCall(t *testing.T) {
 	w := NewWorld(t, WorldOptions{})
 	file := filepath.Join(t.TempDir(), "audit.jsonl")
@@ -536,23 +537,37 @@ func TestMCPRemoteAuditOneEventPerCall(t *testing.T) {
 	if err != nil || res.IsError {
 		t.Fatalf("near miss: %v %+v", err, res)
 	}
+	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: protocol.ReadTool, Arguments: map[string]any{"ref": ref, "near": testdb.BigDocUnit + testdb.BigDocUnit}})
+	var window struct {
+		Content string `json:"content"`
+	}
+	if b, _ := json.Marshal(res.StructuredContent); err != nil || res.IsError || json.Unmarshal(b, &window) != nil || window.Content == "" || len(window.Content) > 8192 {
+		t.Fatalf("near hit: %v %+v; want a window of at most 8,192 bytes", err, res)
+	}
 	ocs := connectRemote(t, ctx, endpoint+"?profile=openai", w.TokenA)
 	if res, err := ocs.CallTool(ctx, &mcp.CallToolParams{Name: "fetch", Arguments: map[string]any{"id": ref}}); err != nil || res.IsError {
 		t.Fatalf("fetch: %v %+v", err, res)
 	}
 	evs := readAudit(t, file)
-	if len(evs) != 3 {
-		t.Fatalf("%d audit events; want 3 (one per tool call): %+v", len(evs), evs)
+	if len(evs) != 4 {
+		t.Fatalf("%d audit events; want 4 (one per tool call): %+v", len(evs), evs)
+	}
+	// The miss walked the chain and showed no text.
+	if e := evs[1]; e.Endpoint != "mcp:"+protocol.ReadTool || e.Status != "ok" || len(e.Documents) != 0 {
+		t.Errorf("near miss event: %+v; want ok without documents", e)
+	}
+	// The hit's window is the exact range: the page read again up to it.
+	if e := evs[2]; len(e.Documents) != 1 || e.Documents[0].Range == nil || e.Documents[0].Range[0] != 0 || e.Documents[0].Range[1] != len(window.Content) {
+		t.Errorf("near hit event: %+v; want the big manual's range [0, %d)", e, len(window.Content))
 	}
 	for i, want := range []struct {
 		endpoint   string
 		start, end int
 		exhausted  bool
 	}{
-		{"mcp:" + protocol.ReadTool, 0, protocol.ReadMaxBytes, false},
 		{"mcp:fetch", 0, protocol.ReadChainMaxBytes, true},
 	} {
-		e := evs[i+1]
+		e := evs[i+3]
 		if e.Endpoint != want.endpoint || e.Status != "ok" || len(e.Documents) != 1 || e.Documents[0].DocID != testdb.DocBig {
 			t.Errorf("%s event: %+v; want ok, the big manual once", want.endpoint, e)
 			continue

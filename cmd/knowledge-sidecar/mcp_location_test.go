@@ -13,8 +13,9 @@ import (
 // "[bytes A–B of T]" with T the document's total_content_bytes — through
 // the official SDK against the real sidecar, on the demo's 140 KB handbook:
 // the first page, the page a cursor of this server continues to, a near
-// hit ~74 KB in and a near miss; a cursor this server did not return gives
-// the page's size and the total.
+// hit ~74 KB in (a near miss shows no text and says which bytes it
+// searched); a cursor this server did not return gives the page's size and
+// the total.
 func TestMCPReadLocation(t *testing.T) {
 	d := startSamples(t, nil)
 	args := []string{"--url", d.base, "--route", demoRoute, "--token-file", writeTokenFile(t, d.token)}
@@ -63,7 +64,9 @@ func TestMCPReadLocation(t *testing.T) {
 	_, cursor := read("first page", p, map[string]any{"ref": ref, "max_bytes": 8192}, true)
 	read("next page", p, map[string]any{"ref": ref, "cursor": cursor, "max_bytes": 8192}, true)
 	read("near hit", p, map[string]any{"ref": ref, "near": "Section 75: procedure 75 Step 1 of procedure 75 describes how the support team"}, true)
-	read("near miss", p, map[string]any{"ref": ref, "near": "a sentence the handbook does not contain"}, true)
+	if note := text(p.call(t, "knowledge_read", map[string]any{"ref": ref, "near": "a sentence the handbook does not contain"})); !strings.Contains(note, "\n---\n[searched bytes 0–") {
+		t.Errorf("near miss: %.200q; want it to say which bytes were searched", note)
+	}
 
 	// Another server process never saw the cursor: the size and the total.
 	other := startMCP(t, args...)

@@ -52,8 +52,9 @@ func validOutput(t *testing.T, profile, tool string, res *mcp.CallToolResult) ma
 // TestMCPReadNear: near finds a passage about 74 KB into the demo's
 // operations handbook (140 KB, longer than a read chain) by paging through
 // the real chain of the real sidecar, and returns its page trimmed so the
-// passage starts within the first 2 KiB, with the cursor that continues
-// right after that page.
+// passage starts within the first 2 KiB, a window of at most 8 KiB, with
+// the cursor that continues exactly where the window ends; a miss past the
+// chain budget is short and offers no further page.
 func TestMCPReadNear(t *testing.T) {
 	d := startSamples(t, nil)
 	p := startMCP(t, "--url", d.base, "--route", demoRoute, "--token-file", writeTokenFile(t, d.token))
@@ -89,8 +90,8 @@ func TestMCPReadNear(t *testing.T) {
 		t.Errorf("text: the passage is not within the first 2 KiB of the page text:\n%.300s", page)
 	}
 	note, _ := v["note"].(string)
-	if !strings.Contains(note, "bytes before it there were left out") || !strings.Contains(page, note) {
-		t.Errorf("note %q; want it to say what was left out, and in the text", note)
+	if !strings.Contains(page, "bytes of the document before this point left out]") || !strings.Contains(page, note) || len(content) > mcpserver.NearWindowBytes {
+		t.Errorf("note %q, %d bytes; want a window of at most %d bytes, the text saying what was left out and holding the note", note, len(content), mcpserver.NearWindowBytes)
 	}
 	// The next call the note spells out continues right after the page.
 	cursor, _ := v["next_cursor"].(string)
@@ -98,8 +99,8 @@ func TestMCPReadNear(t *testing.T) {
 		t.Fatalf("note %q; want the next call with the ref and the cursor", note)
 	}
 	next := validOutput(t, mcpserver.ProfileKnowledge, "knowledge_read", p.call(t, "knowledge_read", map[string]any{"ref": ref, "cursor": cursor}))
-	if more, _ := next["content"].(string); !strings.HasPrefix(whole[start:], content+more) {
-		t.Error("the page after the near page does not continue the document")
+	if more, _ := next["content"].(string); more == "" || !strings.HasPrefix(whole[start:], content+more) {
+		t.Error("the page after the near window does not continue the document exactly where the window ends")
 	}
 
 	t.Run("not found", func(t *testing.T) {
@@ -107,8 +108,18 @@ func TestMCPReadNear(t *testing.T) {
 		v := validOutput(t, mcpserver.ProfileKnowledge, "knowledge_read", res)
 		content, _ := v["content"].(string)
 		note, _ := v["note"].(string)
-		if content == "" || !strings.HasPrefix(whole, content) || !strings.Contains(note, "not found") {
-			t.Errorf("note %q, %d bytes from the start: %v; want the first page and a note saying so", note, len(content), strings.HasPrefix(whole, content))
+		if content != "" || v["next_cursor"] != nil || !strings.Contains(note, "Not found") || !strings.Contains(note, "unreachable through this ref") || len(text(res)) > 6144 {
+			t.Errorf("note %q, %d bytes of content, next_cursor %v; want a short answer without text or cursor saying the rest is unreachable", note, len(content), v["next_cursor"])
+		}
+	})
+	t.Run("copied imperfectly", func(t *testing.T) {
+		// Lower case, Markdown marks, two of 15 words changed.
+		res := p.call(t, "knowledge_read", map[string]any{"ref": ref, "near": "section 75: **Procedure 75** step 1 of procedure 75 explains how the support crew verifies"})
+		v := validOutput(t, mcpserver.ProfileKnowledge, "knowledge_read", res)
+		content, _ := v["content"].(string)
+		if i := strings.Index(content, "Section 75: procedure 75"); i < 0 || i >= 2048 || len(content) > mcpserver.NearWindowBytes ||
+			!strings.Contains(whole, content) || !strings.Contains(text(res), "closest passage") {
+			t.Errorf("passage at %d of a %d-byte window: %.300q; want the closest passage within the first 2 KiB of a window of the document", i, len(content), text(res))
 		}
 	})
 	t.Run("near with cursor", func(t *testing.T) {
