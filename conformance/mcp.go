@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"mime"
 	"net/http"
@@ -12,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
 
@@ -41,35 +39,14 @@ const mcpMaxPages = 40
 // end, near, a tampered ref as a tool error, refusals as JSON-RPC errors,
 // no-store, JSON answers and no session. Errors as Run's.
 func RunMCP(ctx context.Context, o Options) (*Report, error) {
-	if o.Client == nil {
-		return nil, errors.New("conformance: no client")
-	}
-	if o.Rate <= 0 {
-		o.Rate = 8
-	}
-	o.Rate = min(o.Rate, 10)
-	if o.MaxWait <= 0 {
-		o.MaxWait = 30 * time.Second
-	}
-	if o.Timeout <= 0 {
-		o.Timeout = DefaultTimeout
-	}
-	r := &runner{
-		o: o, c: o.Client, interval: time.Duration(float64(time.Second) / o.Rate),
-		rep:  &Report{Protocol: Protocol + " MCP", Route: o.Client.Route()},
-		accs: map[string]*acc{},
-	}
-	m := &mcpRun{runner: r, tools: map[string]mcpTool{}}
-	err := m.all(ctx)
-	m.flushGaps()
-	var na *noAnswer
-	switch {
-	case r.answered == 0 && errors.As(err, &na):
-		return nil, fmt.Errorf("%w: %s", ErrConnection, na)
-	case err != nil:
+	r, err := newRunner(o, Protocol+" MCP")
+	if err != nil {
 		return nil, err
 	}
-	return r.rep, nil
+	m := &mcpRun{runner: r, tools: map[string]mcpTool{}}
+	err = m.all(ctx)
+	m.flushGaps()
+	return r.finish(err)
 }
 
 type mcpRun struct {

@@ -58,27 +58,39 @@ const DefaultTimeout = 10 * time.Second
 // fail — including those whose request got no answer in time — are in the
 // report.
 func Run(ctx context.Context, o Options) (*Report, error) {
+	r, err := newRunner(o, Protocol)
+	if err != nil {
+		return nil, err
+	}
+	return r.finish(r.all(ctx))
+}
+
+// newRunner fills o's defaults (a rate of 8/s, at most 10; 30 s of
+// Retry-After; DefaultTimeout) and starts a report for protocol.
+func newRunner(o Options, protocol string) (*runner, error) {
 	if o.Client == nil {
 		return nil, errors.New("conformance: no client")
 	}
 	if o.Rate <= 0 {
 		o.Rate = 8
 	}
-	if o.Rate > 10 {
-		o.Rate = 10
-	}
+	o.Rate = min(o.Rate, 10)
 	if o.MaxWait <= 0 {
 		o.MaxWait = 30 * time.Second
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
 	}
-	r := &runner{
+	return &runner{
 		o: o, c: o.Client, interval: time.Duration(float64(time.Second) / o.Rate),
-		rep:  &Report{Protocol: Protocol, Route: o.Client.Route()},
+		rep:  &Report{Protocol: protocol, Route: o.Client.Route()},
 		accs: map[string]*acc{},
-	}
-	err := r.all(ctx)
+	}, nil
+}
+
+// finish is the run's result: ErrConnection when no request at all was
+// answered, err as it is, or the report.
+func (r *runner) finish(err error) (*Report, error) {
 	var na *noAnswer
 	switch {
 	case r.answered == 0 && errors.As(err, &na):
