@@ -15,7 +15,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 )
 
@@ -35,11 +34,12 @@ type Settings struct {
 	HalfOpenMax uint32        // probes admitted while half-open (default 1)
 }
 
-// DefaultSettings returns 5 failures, a 30s window, a 10s open timeout
-// and one half-open probe.
+// DefaultSettings returns the defaults every breaker has: 5 failures, a 30s
+// window, a 10s open timeout and one half-open probe. They are the one
+// source of the breakers' settings' defaults (config's Defaults maps them
+// onto each breaker section).
 func DefaultSettings() Settings {
-	b := config.Defaults().Core.Identity // every breaker has the same defaults
-	return Settings{Failures: b.Failures, Window: b.Window, OpenTimeout: b.OpenTimeout, HalfOpenMax: b.HalfOpenMax}
+	return Settings{Failures: 5, Window: 30 * time.Second, OpenTimeout: 10 * time.Second, HalfOpenMax: 1}
 }
 
 func (s Settings) withDefaults() Settings {

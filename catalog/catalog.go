@@ -15,7 +15,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bailinghub/knowledge-sidecar/breaker"
-	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/telemetry"
 )
@@ -88,9 +87,21 @@ type Options struct {
 	TracerProvider trace.TracerProvider
 }
 
-// withDefaults fills zero settings from config.Defaults, their one source.
+// DefaultOptions returns the defaults of Options' settings, their one
+// source (config's Defaults maps them onto the catalog section): 10 open
+// and 10 idle connections, recycled after 5m, 2s per query, a document
+// cache of 512 entries and 64 MiB, and the breaker's defaults.
+func DefaultOptions() Options {
+	return Options{
+		MaxOpenConns: 10, MaxIdleConns: 10, ConnMaxLifetime: 5 * time.Minute, QueryTimeout: 2 * time.Second,
+		DocCacheEntries: 512, DocCacheBytes: 64 << 20, Breaker: breaker.DefaultSettings(),
+	}
+}
+
+// withDefaults fills zero settings from DefaultOptions (the breaker fills
+// its own).
 func (o Options) withDefaults() Options {
-	d := config.Defaults().Catalog
+	d := DefaultOptions()
 	if o.MaxOpenConns <= 0 {
 		o.MaxOpenConns = d.MaxOpenConns
 	}

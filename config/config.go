@@ -2,6 +2,14 @@ package config
 
 import (
 	"time"
+
+	"github.com/bailinghub/knowledge-sidecar/breaker"
+	"github.com/bailinghub/knowledge-sidecar/catalog"
+	"github.com/bailinghub/knowledge-sidecar/corelink"
+	"github.com/bailinghub/knowledge-sidecar/knowledge"
+	"github.com/bailinghub/knowledge-sidecar/ledger"
+	"github.com/bailinghub/knowledge-sidecar/native"
+	"github.com/bailinghub/knowledge-sidecar/proxy"
 )
 
 // Config is the whole configuration. Field comments state the unit and the
@@ -31,9 +39,9 @@ type Config struct {
 	// what Core retrieved for the turn (SPEC §7); false answers "hints": [].
 	// Default true. Hot-reloadable.
 	TurnHints bool `yaml:"turn_hints"`
-	// NativeDetection is NativeAuto, NativeNever (always serve the
-	// protocol) or NativeAlways (assume a native Core: pass everything
-	// through). Default "auto".
+	// NativeDetection is "auto" (probe Core's capabilities), "never"
+	// (always serve the protocol) or "always" (assume a native Core: pass
+	// everything through): one of native.Modes. Default "auto".
 	NativeDetection string `yaml:"native_detection"`
 	// ProbeInterval is how long a native/legacy probe result is kept. Default 60s.
 	ProbeInterval time.Duration `yaml:"probe_interval"`
@@ -387,45 +395,40 @@ type Reload struct {
 	WatchInterval time.Duration `yaml:"watch_interval"`
 }
 
-// The native_detection modes (SPEC §8.2), the one place they are spelled.
-const (
-	NativeAuto   = "auto"   // probe Core's capabilities and follow the verdict
-	NativeNever  = "never"  // the Core is legacy: serve the protocol
-	NativeAlways = "always" // the Core is native: pass everything through
-)
-
-// NativeDetectionModes lists the valid native_detection values.
-var NativeDetectionModes = []string{NativeAuto, NativeNever, NativeAlways}
-
-// Defaults returns the documented defaults.
+// Defaults returns the documented defaults. A setting a package applies
+// takes that package's default (breaker, catalog, corelink, knowledge,
+// ledger, native, proxy), written there once; the rest are written here.
 func Defaults() Config {
-	b := Breaker{Failures: 5, Window: 30 * time.Second, OpenTimeout: 10 * time.Second, HalfOpenMax: 1}
+	b := breakerConfig(breaker.DefaultSettings())
+	cat := catalog.DefaultOptions()
 	return Config{
-		Listen:          ":8080",
-		AdminListen:     "127.0.0.1:9090",
-		Core:            Core{Timeout: 3 * time.Second, Identity: b, Retrieval: b},
-		Catalog:         Catalog{MaxOpenConns: 10, MaxIdleConns: 10, ConnMaxLifetime: 5 * time.Minute, QueryTimeout: 2 * time.Second, DocCacheEntries: 512, DocCacheBytes: 64 << 20, Breaker: b},
+		Listen:      ":8080",
+		AdminListen: "127.0.0.1:9090",
+		Core:        Core{Timeout: corelink.Timeout, Identity: b, Retrieval: b},
+		Catalog: Catalog{MaxOpenConns: cat.MaxOpenConns, MaxIdleConns: cat.MaxIdleConns, ConnMaxLifetime: cat.ConnMaxLifetime,
+			QueryTimeout: cat.QueryTimeout, DocCacheEntries: cat.DocCacheEntries, DocCacheBytes: cat.DocCacheBytes,
+			Breaker: breakerConfig(cat.Breaker)},
 		Rollout:         "off",
 		TurnHints:       true,
-		NativeDetection: NativeAuto,
-		ProbeInterval:   60 * time.Second,
-		Ledger:          Ledger{Backend: "", RedisMode: "single", TTL: 24 * time.Hour, MaxEntries: 100000},
-		RateLimit:       RateLimit{RPS: 10, Burst: 20},
+		NativeDetection: native.ModeAuto,
+		ProbeInterval:   corelink.ProbeInterval,
+		Ledger:          Ledger{Backend: "", RedisMode: "single", TTL: ledger.DefaultTTL, MaxEntries: ledger.DefaultMaxEntries},
+		RateLimit:       RateLimit{RPS: knowledge.DefaultRateLimit, Burst: knowledge.DefaultRateBurst},
 		Proxy: Proxy{
 			PreserveHost:          true,
 			ReadHeaderTimeout:     10 * time.Second,
 			IdleTimeout:           120 * time.Second,
 			BodyIdleTimeout:       30 * time.Second,
-			BodyMinRate:           1024,
-			BodyMinRateWindow:     20 * time.Second,
+			BodyMinRate:           proxy.DefaultBodyMinRate,
+			BodyMinRateWindow:     proxy.DefaultBodyMinRateWindow,
 			MaxHeaderBytes:        32 << 10,
-			MaxConnections:        1024,
-			MaxInFlight:           512,
-			TurnBodyBudget:        32 << 20,
-			MCPAnswerBudget:       32 << 20,
-			DialTimeout:           5 * time.Second,
-			ResponseHeaderTimeout: 60 * time.Second,
-			MaxIdleConnsPerHost:   256,
+			MaxConnections:        proxy.DefaultMaxConnections,
+			MaxInFlight:           proxy.DefaultMaxInFlight,
+			TurnBodyBudget:        proxy.DefaultTurnBodyBudget,
+			MCPAnswerBudget:       proxy.DefaultMCPAnswerBudget,
+			DialTimeout:           corelink.DialTimeout,
+			ResponseHeaderTimeout: proxy.DefaultResponseHeaderTimeout,
+			MaxIdleConnsPerHost:   corelink.MaxIdleConnsPerHost,
 		},
 		Shutdown: Shutdown{DrainDelay: 5 * time.Second, Timeout: 30 * time.Second},
 		Log:      Log{Level: "info"},
@@ -434,6 +437,11 @@ func Defaults() Config {
 		Tracing:  Tracing{Enabled: false, TrustInbound: "trusted_proxies"}, // off unless asked for
 		Audit:    Audit{Enabled: false, File: "-", OnFailure: AuditContinue},
 	}
+}
+
+// breakerConfig is a breaker's settings as its config section.
+func breakerConfig(s breaker.Settings) Breaker {
+	return Breaker{Failures: s.Failures, Window: s.Window, OpenTimeout: s.OpenTimeout, HalfOpenMax: s.HalfOpenMax}
 }
 
 // KnowledgeEnabled reports whether the knowledge features can run: they need

@@ -14,6 +14,8 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/bailinghub/knowledge-sidecar/native"
 )
 
 // Validate reports every problem at once, each as "field.path: message".
@@ -123,8 +125,8 @@ func (p *problems) catalog(cat Catalog) {
 
 // nativeDetection: native_detection and probe_interval.
 func (p *problems) nativeDetection(mode string, interval time.Duration) {
-	if !slices.Contains(NativeDetectionModes, mode) {
-		p.add("native_detection", quote(mode)+" is not one of "+strings.Join(NativeDetectionModes, ", "))
+	if !slices.Contains(native.Modes, mode) {
+		p.add("native_detection", quote(mode)+" is not one of "+strings.Join(native.Modes, ", "))
 	}
 	if interval < time.Second {
 		p.outOfRange("probe_interval", interval, "must be at least 1s")

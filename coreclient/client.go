@@ -21,9 +21,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bailinghub/knowledge-sidecar/breaker"
-	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/corefacts/jsstring"
+	"github.com/bailinghub/knowledge-sidecar/corelink"
 	"github.com/bailinghub/knowledge-sidecar/telemetry"
 )
 
@@ -37,9 +37,10 @@ const (
 type Options struct {
 	BaseURL      string            // Core base URL, absolute http(s)
 	ServiceToken string            // sidecar's own credential for /kb/search (Bearer); never the caller's
-	Transport    http.RoundTripper // nil → NewTransport(TransportOptions{}): config.Defaults()' settings
-	Timeout      time.Duration     // per-call deadline, always below the caller's (default 3s)
-	// ProbeInterval is how long "system-info absent" is remembered (default 60s).
+	Transport    http.RoundTripper // nil → NewTransport(TransportOptions{}): corelink's defaults
+	Timeout      time.Duration     // per-call deadline, always below the caller's (default corelink.Timeout, 3s)
+	// ProbeInterval is how long "system-info absent" is remembered
+	// (default corelink.ProbeInterval, 60s).
 	ProbeInterval       time.Duration
 	Identity, Retrieval breaker.Settings // zero fields take DefaultBreakerSettings
 	Metrics             *Metrics         // nil: no metrics
@@ -91,12 +92,12 @@ func NewClient(o Options) (*Client, error) {
 		now:           o.Now,
 		tracer:        telemetry.Tracer(o.TracerProvider),
 	}
-	// Zero means the documented default; config.Defaults is its one source.
+	// Zero means the documented default.
 	if c.timeout == 0 {
-		c.timeout = config.Defaults().Core.Timeout
+		c.timeout = corelink.Timeout
 	}
 	if c.probeInterval == 0 {
-		c.probeInterval = config.Defaults().ProbeInterval
+		c.probeInterval = corelink.ProbeInterval
 	}
 	if c.now == nil {
 		c.now = time.Now
@@ -117,7 +118,7 @@ func NewClient(o Options) (*Client, error) {
 }
 
 // TransportOptions tune the Core client's transport. Zero fields take
-// config.Defaults(): the settings are the pass-through's to the same Core
+// corelink's defaults: the settings are the pass-through's to the same Core
 // (proxy.dial_timeout, proxy.max_idle_conns_per_host) and the per-call
 // bound (core.timeout) as the response-header timeout.
 type TransportOptions struct {
@@ -141,10 +142,9 @@ type TransportOptions struct {
 // when it is marked idempotent (SearchKB does so) and its body can be
 // replayed (Request.GetBody).
 func NewTransport(o TransportOptions) *http.Transport {
-	d := config.Defaults()
-	o.DialTimeout = cmp.Or(o.DialTimeout, d.Proxy.DialTimeout)
-	o.ResponseHeaderTimeout = cmp.Or(o.ResponseHeaderTimeout, d.Core.Timeout)
-	o.MaxIdleConnsPerHost = cmp.Or(o.MaxIdleConnsPerHost, d.Proxy.MaxIdleConnsPerHost)
+	o.DialTimeout = cmp.Or(o.DialTimeout, corelink.DialTimeout)
+	o.ResponseHeaderTimeout = cmp.Or(o.ResponseHeaderTimeout, corelink.Timeout)
+	o.MaxIdleConnsPerHost = cmp.Or(o.MaxIdleConnsPerHost, corelink.MaxIdleConnsPerHost)
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.DialContext = (&net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}).DialContext
 	t.ResponseHeaderTimeout = o.ResponseHeaderTimeout

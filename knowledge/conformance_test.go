@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
@@ -480,7 +479,7 @@ func TestCheckOrder(t *testing.T) {
 }
 
 func exhaustRate(e *env) {
-	for i := 0; i < config.Defaults().RateLimit.Burst; i++ {
+	for i := 0; i < DefaultRateBurst; i++ {
 		e.svc.limiter.allow(e.t.Context(), sessionA.SessionID)
 	}
 }
@@ -499,14 +498,14 @@ func flipLast(s string) string {
 // rate_limited, clock injected.
 func TestRateLimit(t *testing.T) {
 	e := newEnv(t)
-	for i := 0; i < config.Defaults().RateLimit.Burst; i++ {
+	for i := 0; i < DefaultRateBurst; i++ {
 		if _, _, ke := e.call("capabilities", tokA, routeKey, ""); ke != nil {
 			t.Fatalf("request %d: got %v; want success within the burst", i+1, ke)
 		}
 	}
 	_, _, ke := e.call("capabilities", tokA, routeKey, "")
 	if ke == nil || ke.Status != 429 || ke.Code != protocol.CodeRateLimited {
-		t.Fatalf("request %d: got %v; want 429 rate_limited", config.Defaults().RateLimit.Burst+1, ke)
+		t.Fatalf("request %d: got %v; want 429 rate_limited", DefaultRateBurst+1, ke)
 	}
 	// Another session has its own bucket.
 	if _, _, ke := e.call("capabilities", tokB, routeKey, ""); ke != nil {
@@ -518,7 +517,7 @@ func TestRateLimit(t *testing.T) {
 	}
 	// 10 tokens per second refill.
 	e.clock.Advance(time.Second)
-	for i := 0; i < int(config.Defaults().RateLimit.RPS); i++ {
+	for i := 0; i < DefaultRateLimit; i++ {
 		if _, _, ke := e.call("search", tokA, routeKey, `{"query":"x"}`); ke != nil {
 			t.Fatalf("after refill request %d: got %v; want success", i+1, ke)
 		}

@@ -15,8 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
-	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/corelink"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
@@ -24,6 +24,13 @@ import (
 const (
 	limiterCacheSize = 16384
 	routeCacheSize   = 1024
+)
+
+// The per-session rate limit's defaults, their one source (config's
+// Defaults maps them onto rate_limit.rps and rate_limit.burst).
+const (
+	DefaultRateLimit = 10 // requests per second
+	DefaultRateBurst = 20 // the bucket size
 )
 
 // Options configures a Service. Identity, Retriever, Catalog and Keys are
@@ -48,7 +55,8 @@ type Options struct {
 	// local buckets decide (counted, logged once per transition). Nil: local
 	// buckets only.
 	SharedLimiter SharedLimiter
-	// RetrievalTimeout bounds each per-KB Core search (default 3s).
+	// RetrievalTimeout bounds each per-KB Core search (default
+	// corelink.Timeout, 3s).
 	RetrievalTimeout time.Duration
 	// Logger receives diagnostics (default: discard). Bearer tokens, full
 	// refs/cursors, queries and document text are never logged.
@@ -118,16 +126,15 @@ func New(o Options) (*Service, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	// Zero means the documented default; config.Defaults is its one source.
-	def := config.Defaults()
+	// Zero means the documented default.
 	if o.RateLimit == 0 {
-		s.rate = rate.Limit(def.RateLimit.RPS)
+		s.rate = DefaultRateLimit
 	}
 	if s.burst == 0 {
-		s.burst = def.RateLimit.Burst
+		s.burst = DefaultRateBurst
 	}
 	if s.timeout == 0 {
-		s.timeout = def.Core.Timeout
+		s.timeout = corelink.Timeout
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)

@@ -6,8 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"hash"
-
-	"github.com/bailinghub/knowledge-sidecar/config"
+	"time"
 )
 
 // Key names one turn under both of Core's idempotency keys. All fields are
@@ -27,9 +26,14 @@ var (
 	ErrInvalidKey = errors.New("turn ledger key or mode is incomplete")
 )
 
-// DefaultTTL is used when a backend is configured with a TTL ≤ 0: the
-// documented default of ledger.ttl (config.Defaults is its one source).
-var DefaultTTL = config.Defaults().Ledger.TTL
+// The ledger's defaults, their one source (config's Defaults maps them onto
+// ledger.ttl and ledger.max_entries).
+const (
+	// DefaultTTL is used when a backend is configured with a TTL ≤ 0.
+	DefaultTTL = 24 * time.Hour
+	// DefaultMaxEntries bounds the memory backend when it is given ≤ 0.
+	DefaultMaxEntries = 100000
+)
 
 // Reservation is one attempt's hold on a turn's two records, from Reserve.
 // Pass it to Release when Core refused that attempt.

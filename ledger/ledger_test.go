@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/sharedredis"
@@ -413,8 +412,8 @@ func TestMemoryBounded(t *testing.T) {
 		wantMax    int
 	}{
 		{"explicit capacity", 6, 50, 6},
-		{"zero means the default, never unbounded or zero", 0, 10, config.Defaults().Ledger.MaxEntries},
-		{"negative means the default", -1, 10, config.Defaults().Ledger.MaxEntries},
+		{"zero means the default, never unbounded or zero", 0, 10, DefaultMaxEntries},
+		{"negative means the default", -1, 10, DefaultMaxEntries},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

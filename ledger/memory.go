@@ -11,7 +11,6 @@ import (
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/telemetry"
 )
 
@@ -88,13 +87,12 @@ type memSession struct {
 var _ Ledger = (*Memory)(nil)
 
 // NewMemory returns an in-memory ledger holding at most maxEntries records
-// (≤ 0 → ledger.max_entries' default, config.Defaults(): never unbounded,
-// never size 0), each kept for
+// (≤ 0 → DefaultMaxEntries: never unbounded, never size 0), each kept for
 // ttl (≤ 0 → DefaultTTL). now is the clock (nil → time.Now). A session holds
 // at most SessionCap() records.
 func NewMemory(maxEntries int, ttl time.Duration, now func() time.Time) *Memory {
 	if maxEntries <= 0 {
-		maxEntries = config.Defaults().Ledger.MaxEntries
+		maxEntries = DefaultMaxEntries
 	}
 	if ttl <= 0 {
 		ttl = DefaultTTL

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 )
 
@@ -32,9 +31,20 @@ type Prober interface {
 	ProbeCapabilities(ctx context.Context, authorization string, route corefacts.RouteKey) (status int, body []byte, err error)
 }
 
+// The detection modes (native_detection, SPEC §8.2), the one place they are
+// spelled; ModeAuto is the default.
+const (
+	ModeAuto   = "auto"   // probe Core's capabilities and follow the verdict
+	ModeNever  = "never"  // the Core is legacy: serve the protocol
+	ModeAlways = "always" // the Core is native: pass everything through
+)
+
+// Modes lists the valid detection modes.
+var Modes = []string{ModeAuto, ModeNever, ModeAlways}
+
 // Options configure a Detector.
 type Options struct {
-	// Mode is one of config.NativeDetectionModes; "" is config.NativeAuto,
+	// Mode is one of Modes; "" is ModeAuto,
 	// which needs a Prober.
 	Mode     string
 	Interval time.Duration // how long a verdict is held
@@ -84,17 +94,17 @@ func New(o Options) (*Detector, error) {
 	}
 	d := &Detector{mode: o.Mode, interval: o.Interval, prober: o.Prober, now: o.Now, onState: o.OnState, state: StateUnknown}
 	switch o.Mode {
-	case "", config.NativeAuto:
-		d.mode = config.NativeAuto
+	case "", ModeAuto:
+		d.mode = ModeAuto
 		if o.Prober == nil {
-			return nil, fmt.Errorf("native: detection %s needs a prober", config.NativeAuto)
+			return nil, fmt.Errorf("native: detection %s needs a prober", ModeAuto)
 		}
-	case config.NativeNever:
+	case ModeNever:
 		d.state = StateLegacy
-	case config.NativeAlways:
+	case ModeAlways:
 		d.state = StateNative
 	default:
-		return nil, fmt.Errorf("native: detection %q: want one of %s", o.Mode, strings.Join(config.NativeDetectionModes, ", "))
+		return nil, fmt.Errorf("native: detection %q: want one of %s", o.Mode, strings.Join(Modes, ", "))
 	}
 	d.publish()
 	return d, nil
@@ -115,7 +125,7 @@ func (d *Detector) IsNative() bool {
 // route the prober refuses to send, the caller gone) answers false: the
 // request is handled as for a legacy Core and the next one probes again.
 func (d *Detector) Native(ctx context.Context, authorization string, route corefacts.RouteKey) bool {
-	if d.mode != config.NativeAuto || route.IsZero() {
+	if d.mode != ModeAuto || route.IsZero() {
 		// A route outside Core's pattern is never probed (Core answers it
 		// 404 whatever its version): the state as it stands.
 		return d.IsNative()
@@ -146,7 +156,7 @@ func (d *Detector) Native(ctx context.Context, authorization string, route coref
 // second settle is a no-op); while it is in flight other requests wait for
 // its verdict.
 func (d *Detector) Claim() (*Probe, bool) {
-	if d.mode != config.NativeAuto {
+	if d.mode != ModeAuto {
 		return nil, false
 	}
 	now := d.now()

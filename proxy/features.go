@@ -15,8 +15,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/corelink"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/mcpserver"
@@ -35,8 +35,7 @@ type Features struct {
 	Prober  native.Prober
 	Ledger  ledger.Ledger
 	Rollout rollout.Policy
-	// NativeDetection is one of config.NativeDetectionModes; "" is
-	// config.NativeAuto.
+	// NativeDetection is one of native.Modes; "" is native.ModeAuto.
 	NativeDetection string
 	// ProbeInterval is how long a probe's verdict is kept. Default 60s.
 	ProbeInterval time.Duration
@@ -74,10 +73,10 @@ func newFeatures(f *Features, s *Server) (*features, error) {
 		f.Now = time.Now
 	}
 	if f.ProbeInterval <= 0 {
-		f.ProbeInterval = config.Defaults().ProbeInterval
+		f.ProbeInterval = corelink.ProbeInterval
 	}
 	if f.ProbeTimeout <= 0 {
-		f.ProbeTimeout = config.Defaults().Core.Timeout
+		f.ProbeTimeout = corelink.Timeout
 	}
 	nd, err := native.New(native.Options{Mode: f.NativeDetection, Interval: f.ProbeInterval, Prober: f.Prober, Now: f.Now,
 		OnState: s.m.nativeState})

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
-
-	"github.com/bailinghub/knowledge-sidecar/config"
 )
 
 // ServeOptions are the listener settings of Run.
@@ -23,8 +21,8 @@ type ServeOptions struct {
 	ReadHeaderTimeout       time.Duration
 	IdleTimeout             time.Duration
 	MaxHeaderBytes          int
-	// MaxConnections caps the proxy listener's open connections (0: the
-	// default of config.Defaults; negative: no cap).
+	// MaxConnections caps the proxy listener's open connections (0:
+	// DefaultMaxConnections; negative: no cap).
 	MaxConnections int
 	// MaxConnectionsPerClient is one peer address's share of them (0: a
 	// quarter of MaxConnections; negative: no share). Trusted proxies have
@@ -73,7 +71,7 @@ func (s *Server) Run(ctx context.Context, o ServeOptions) error {
 	}
 	maxConns := o.MaxConnections
 	if maxConns == 0 {
-		maxConns = config.Defaults().Proxy.MaxConnections
+		maxConns = DefaultMaxConnections
 	}
 	ln = newLimitListener(ln, maxConns, o.MaxConnectionsPerClient, s.fw, s.lim.m)
 	base, cancelBase := context.WithCancel(context.Background())

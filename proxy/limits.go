@@ -21,7 +21,7 @@ import (
 // no-store.
 
 // Limits bound the work one listener takes on. Zero fields take the
-// defaults of config.Defaults; negative ones turn the bound off (tests).
+// Default… constants (defaults.go); negative ones turn the bound off (tests).
 type Limits struct {
 	// BodyMinRate (bytes/s) and BodyMinRateWindow: see config.Proxy.
 	BodyMinRate       int64

@@ -15,7 +15,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/hostclient"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
@@ -67,7 +66,7 @@ func newMCPBudget(total int64, used prometheus.Gauge) mcpserver.Budget {
 	case total < 0:
 		return nil
 	case total == 0:
-		total = config.Defaults().Proxy.MCPAnswerBudget
+		total = DefaultMCPAnswerBudget
 	}
 	per := min(max(total/4, mcpShareFloor), total)
 	return &mcpBudget{sh: newShares(total, per).withFloor(mcpShareFloor), used: used}

@@ -15,8 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/corelink"
 	"github.com/bailinghub/knowledge-sidecar/telemetry"
 )
 
@@ -37,7 +37,7 @@ type Options struct {
 	// (408 if nothing was answered yet; the connection closes). 0 → none.
 	BodyIdleTimeout time.Duration
 	// Limits bound what clients can make the edge hold; zero fields take
-	// config.Defaults.
+	// their Default… constants.
 	Limits Limits
 	// TracerProvider, when set, turns on tracing (SPEC §9): a SERVER span
 	// per request, a CLIENT span for what goes to Core, W3C propagation,
@@ -70,7 +70,6 @@ type edgeLimits struct {
 }
 
 func newEdgeLimits(l Limits, m *limitMetrics) *edgeLimits {
-	d := config.Defaults().Proxy
 	pick := func(v, def int64) int64 {
 		switch {
 		case v == 0:
@@ -80,15 +79,15 @@ func newEdgeLimits(l Limits, m *limitMetrics) *edgeLimits {
 		}
 		return v
 	}
-	inFlight := pick(int64(l.MaxInFlight), int64(d.MaxInFlight))
-	turnBody := pick(l.TurnBodyBudget, d.TurnBodyBudget)
+	inFlight := pick(int64(l.MaxInFlight), DefaultMaxInFlight)
+	turnBody := pick(l.TurnBodyBudget, DefaultTurnBodyBudget)
 	// A turn body share never shrinks below what one of Core's largest
 	// turns holds (its buffer and the stripped copy), or a client could
 	// be refused its one turn however few it sends.
 	bodies := newShares(turnBody, perClient(l.TurnBodyPerClient, turnBody)).withFloor(turnBodyFloor)
 	return &edgeLimits{
-		rate:        pick(l.BodyMinRate, d.BodyMinRate),
-		window:      time.Duration(pick(int64(l.BodyMinRateWindow), int64(d.BodyMinRateWindow))),
+		rate:        pick(l.BodyMinRate, DefaultBodyMinRate),
+		window:      time.Duration(pick(int64(l.BodyMinRateWindow), int64(DefaultBodyMinRateWindow))),
 		bodyTimeout: max(l.BodyTimeout, 0),
 		inFlight:    newShares(inFlight, perClient(int64(l.InFlightPerClient), inFlight)),
 		turnBody:    bodies,
@@ -150,8 +149,8 @@ func New(o Options) (*Server, error) {
 		o.Registry = prometheus.NewRegistry()
 	}
 	if o.Transport == nil {
-		d := config.Defaults().Proxy
-		o.Transport = NewTransport(TransportOptions{DialTimeout: d.DialTimeout, ResponseHeaderTimeout: d.ResponseHeaderTimeout, MaxIdleConnsPerHost: d.MaxIdleConnsPerHost})
+		o.Transport = NewTransport(TransportOptions{DialTimeout: corelink.DialTimeout, ResponseHeaderTimeout: DefaultResponseHeaderTimeout,
+			MaxIdleConnsPerHost: corelink.MaxIdleConnsPerHost})
 	}
 	s := &Server{
 		log:        o.Logger,

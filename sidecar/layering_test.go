@@ -33,15 +33,16 @@ func TestLayering(t *testing.T) {
 		{dir: "corefacts", stdOnly: true},
 		{dir: "corefacts/jsstring", stdOnly: true},
 		{dir: "internal/jsonscan", stdOnly: true},
-		{dir: "knowledge", ours: []string{"config", "corefacts", "corefacts/jsstring", "protocol"},
+		{dir: "corelink", stdOnly: true},
+		{dir: "knowledge", ours: []string{"corefacts", "corefacts/jsstring", "corelink", "protocol"},
 			forbidden: []string{"github.com/labstack/echo/", "net/http/httputil"}},
 		{dir: "turn", ours: []string{"corefacts", "corefacts/jsstring", "internal/jsonscan", "knowledge", "ledger", "protocol"},
 			forbidden: []string{"github.com/labstack/echo/", "net/http/httputil"}},
 		{dir: "coreclient", forbidden: []string{mod + "catalog", mod + "knowledge", mod + "proxy", mod + "turn", mod + "ledger", mod + "sidecar"}},
 		{dir: "catalog", forbidden: []string{mod + "coreclient", mod + "knowledge", mod + "proxy", mod + "turn", mod + "ledger", mod + "sidecar"}},
-		{dir: "breaker", ours: []string{"config", "corefacts", "telemetry"}},
+		{dir: "breaker", ours: []string{"corefacts", "telemetry"}},
 		{dir: "rollout", ours: []string{"corefacts"}},
-		{dir: "native", ours: []string{"config", "corefacts", "protocol"},
+		{dir: "native", ours: []string{"corefacts", "protocol"},
 			forbidden: []string{"github.com/labstack/echo/", "net/http/httputil"}},
 		// The edge reaches Core's adapters only through the decisions:
 		// proxy → knowledge, turn, native → coreclient, catalog.
@@ -62,7 +63,7 @@ func TestLayering(t *testing.T) {
 		// small interface, no edge types.
 		{dir: "mcpauth", ours: []string{"corefacts"},
 			forbidden: []string{"github.com/labstack/echo/", "net/http/httputil"}},
-		{dir: "ledger", ours: []string{"config", "sharedredis", "telemetry"}},
+		{dir: "ledger", ours: []string{"sharedredis", "telemetry"}},
 		// The Core double follows Core's facts, never the sidecar's code; the
 		// binary links it (demo), so nothing of it may come from test/.
 		{dir: "internal/fakecore", ours: []string{"corefacts", "corefacts/jsstring", "protocol"}},
@@ -70,6 +71,26 @@ func TestLayering(t *testing.T) {
 		// code, nothing of the sidecar.
 		{dir: "internal/coredb", ours: []string{}, forbidden: []string{"testing"}},
 		{dir: "cmd/knowledge-sidecar", forbidden: []string{mod + "test/", mod + "internal/testkit/", "testing"}},
+	}
+	// config is read by the binary, the builder and the tests only: every
+	// other package declares its own options and defaults, and config's
+	// Defaults is built from them (so config imports them, never the reverse).
+	configUsers := regexp.MustCompile(`^(cmd/.*|sidecar|test(/.*)?)$`)
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		rel := filepath.ToSlash(strings.TrimPrefix(path, "../"))
+		if strings.HasPrefix(d.Name(), ".") && path != ".." || d.Name() == "testdata" {
+			return filepath.SkipDir
+		}
+		if pkg, err := build.ImportDir(path, 0); err == nil && !configUsers.MatchString(rel) && slices.Contains(pkg.Imports, mod+"config") {
+			t.Errorf("%s imports %sconfig; want only cmd/..., sidecar and test/... to", rel, mod)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	for _, r := range rules {
 		pkg, err := build.ImportDir(filepath.Join("..", r.dir), 0)

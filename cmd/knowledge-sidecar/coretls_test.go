@@ -18,6 +18,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
+	"github.com/bailinghub/knowledge-sidecar/native"
 	"github.com/bailinghub/knowledge-sidecar/sidecar"
 )
 
@@ -70,7 +71,7 @@ func TestCoreCAFile(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := config.Defaults()
 			cfg.Core.URL, cfg.Core.CAFile, cfg.Core.Token = c.url, tc.caFile, c.service
-			cfg.Rollout, cfg.NativeDetection = "all", config.NativeNever
+			cfg.Rollout, cfg.NativeDetection = "all", native.ModeNever
 			cat := catalog.NewMemCatalog()
 			cat.PutKB(demoKB, true)
 			cat.PutRoute(demoRoute, true, demoKnowledge)

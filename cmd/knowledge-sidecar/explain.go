@@ -12,6 +12,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/breaker"
 	"github.com/bailinghub/knowledge-sidecar/catalog"
 	"github.com/bailinghub/knowledge-sidecar/config"
+	"github.com/bailinghub/knowledge-sidecar/native"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 	"github.com/bailinghub/knowledge-sidecar/rollout"
 	"github.com/bailinghub/knowledge-sidecar/sidecar"
@@ -29,9 +30,9 @@ func explainRoute(ctx context.Context, cfg config.Config, route string, timeout 
 		in.KnowledgeOff = why
 	}
 	switch cfg.NativeDetection {
-	case config.NativeNever:
+	case native.ModeNever:
 		in.Verdict = "legacy"
-	case config.NativeAlways:
+	case native.ModeAlways:
 		in.Verdict = "native"
 	default:
 		in.Verdict = "unknown"
@@ -72,7 +73,7 @@ func printExplanation(w io.Writer, ex sidecar.Explanation) {
 	row("served", "%v — %s", ex.Served, ex.Reason)
 	row("rollout", "%s: %s", ex.Rollout.Rule, ex.Rollout.Reason)
 	verdict := ex.Native.Verdict
-	if verdict == "unknown" && ex.Native.Mode == config.NativeAuto {
+	if verdict == "unknown" && ex.Native.Mode == native.ModeAuto {
 		verdict = "unknown (auto probes Core at run time; GET /-/explain on a running sidecar shows the verdict held)"
 	}
 	row("native detection", "%s, verdict %s", ex.Native.Mode, verdict)

@@ -368,7 +368,8 @@ func newBareProxy(coreURL string) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := proxy.NewTransport(proxy.TransportOptions{DialTimeout: 5 * time.Second, ResponseHeaderTimeout: time.Minute, MaxIdleConnsPerHost: 256})
+	d := kscfg.Defaults().Proxy
+	t := proxy.NewTransport(proxy.TransportOptions{DialTimeout: d.DialTimeout, ResponseHeaderTimeout: d.ResponseHeaderTimeout, MaxIdleConnsPerHost: d.MaxIdleConnsPerHost})
 	pool := &bufPool{p: sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}}
 	return &httputil.ReverseProxy{
 		Rewrite:       func(pr *httputil.ProxyRequest) { pr.SetURL(u); pr.SetXForwarded() },
