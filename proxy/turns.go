@@ -47,16 +47,21 @@ type turnCtxKey struct{}
 // the turn body budget as it arrives by readTurn, the one place that
 // budget is charged), Answer (the turn proxy's hooks) and Done (counted
 // once, when its handling ends: a forwarded turn once Core's answer was
-// relayed).
+// relayed). A turn decide passes because Core is native still goes to
+// package turn (Input.Native) when the workspace is rolled out, so that a
+// turn recorded before the flip keeps its handling (nativeTurn).
 func (s *Server) turns(c echo.Context) (err error) {
 	route := c.Param("route")
 	key, _ := corefacts.ParseRouteKey(route)
+	native := false
 	if !s.decide(c, key) {
-		return s.passH(c)
+		if native = s.nativeTurn(c, key); !native {
+			return s.passH(c)
+		}
 	}
 	r := c.Request()
 	t, plan := s.feat.turns.Admit(r.Context(), turn.Input{Authorization: r.Header.Get("Authorization"), Route: route,
-		RouteKey: key, EncodedRoute: key.IsZero() && encodedRoute(route)}) // canonical.go
+		RouteKey: key, EncodedRoute: key.IsZero() && encodedRoute(route), Native: native}) // canonical.go
 	defer func() { t.Done(err) }() // also when the relay aborts (panic)
 	if plan.Read {
 		raw, rerr := s.readTurn(r, coreTurnBodyMax)
@@ -84,6 +89,15 @@ func (s *Server) turns(c echo.Context) (err error) {
 		r.Body = io.NopCloser(bytes.NewReader(plan.Body))
 	}
 	return s.passH(c)
+}
+
+// nativeTurn reports whether decide passed the turn because Core is native
+// (the verdict decide just took, read without a probe) on a rolled-out
+// workspace: such a turn still goes to package turn, which hands a turn the
+// ledger holds from before the flip to its old handling (docs/rollout.md,
+// "Turns across a flip") and any other to Core untouched.
+func (s *Server) nativeTurn(c echo.Context, key corefacts.RouteKey) bool {
+	return !key.IsZero() && s.feat.rollout.Load().Enabled(c.Param("route")) && s.feat.native.IsNative()
 }
 
 // forwardTurn sends the (possibly stripped) turn through the turn proxy,

@@ -85,6 +85,10 @@ type Input struct {
 	// EncodedRoute: the route segment spells a route in percent-encoding
 	// (refused whatever the body, after identity).
 	EncodedRoute bool
+	// Native: the workspace is rolled out and Core is native, so the turn
+	// goes to Core untouched unless the ledger holds it from before the
+	// flip (Turn.Plan, "Turns across a flip").
+	Native bool
 }
 
 // Plan is a decision on a turn request (Interceptor.Admit, Turn.Plan).
@@ -177,6 +181,9 @@ type Turn struct {
 	flying [][sha256.Size]byte
 	// audited: the sidecar's own answer to this turn is audited (Plan.Audit).
 	audited bool
+	// quiet: the turn went to Core as a native Core's turn (across a flip,
+	// Plan) and is not counted in turns_total, as before it was admitted.
+	quiet bool
 }
 
 // Admit starts an intercepted turn and decides on it before its body is
@@ -191,6 +198,11 @@ func (i *Interceptor) Admit(ctx context.Context, in Input) (*Turn, Plan) {
 	ke, _ := errors.AsType[*knowledge.Error](t.authErr)
 	unauth := ke != nil && ke.Status == http.StatusUnauthorized
 	switch {
+	case in.Native:
+		t.quiet = true // counted only when handled as recorded
+		if t.authErr != nil || in.RouteKey.IsZero() {
+			return t, Plan{} // no session, no record to look up: the native Core's
+		}
 	case in.RouteKey.IsZero() && in.EncodedRoute:
 		t.audited = true // refused before the body could tell its mode
 		if unauth {
@@ -214,12 +226,46 @@ func (i *Interceptor) Admit(ctx context.Context, in Input) (*Turn, Plan) {
 // delivery state is taken (503 without a revision: the turn is not
 // forwarded) and the mode is bound in the ledger under both of Core's keys
 // (409 turn_conflict on another mode).
+//
+// A native turn (Input.Native) goes to Core untouched, except an on_demand
+// turn with every id that the ledger holds from before the flip, under
+// another mode than the native marker (a legacy attempt, completed or in
+// flight): that one is planned exactly as before the flip (forwarded
+// stripped for Core to replay, or 409 turn_conflict). Looking costs one
+// ledger reservation under the marker mode, which also leaves the marker:
+// after a flip back to legacy, a retry of that turn passes untouched too
+// (Core recorded it with the field).
 func (t *Turn) Plan(ctx context.Context, raw []byte) Plan {
+	if t.in.Native {
+		return t.decided(t.native(ctx, raw))
+	}
 	return t.decided(t.plan(ctx, raw))
 }
 
+// nativeMarker is the ledger mode of an on_demand turn passed to a native
+// Core with its field.
+const nativeMarker = "native"
+
+// native plans a turn of a native Core (Plan).
+func (t *Turn) native(ctx context.Context, raw []byte) Plan {
+	pass := Plan{Body: raw}
+	tr, err := parseRequest(raw, false)
+	if err != nil || tr.Mode != protocol.DeliveryOnDemand || !tr.Keyed() {
+		return pass
+	}
+	_, err = t.i.ledger.Reserve(ctx, Key(t.sess.SessionID, t.in.Route, tr), nativeMarker)
+	switch {
+	case errors.Is(err, ledger.ErrConflict): // recorded before the flip
+		t.quiet = false
+		return t.plan(ctx, raw)
+	case err != nil:
+		t.i.rec.LedgerError() // cannot tell: the native Core's
+	}
+	return pass
+}
+
 func (t *Turn) plan(ctx context.Context, raw []byte) Plan {
-	tr, perr := parseRequest(raw, true)
+	tr, perr := parseRequest(raw, false)
 	t.audited = perr == nil && tr.Mode == protocol.DeliveryOnDemand
 	badRoute := t.in.RouteKey.IsZero()
 	if perr == nil && tr.Mode == "" {
@@ -255,6 +301,13 @@ func (t *Turn) plan(ctx context.Context, raw []byte) Plan {
 	t.key = Key(t.sess.SessionID, t.in.Route, tr)
 	if t.keyed {
 		if err := t.reserve(ctx); err != nil {
+			if errors.Is(err, ledger.ErrConflict) && t.mode == protocol.DeliveryOnDemand && t.passedNative(ctx) {
+				// Passed to a native Core before a flip back: Core holds
+				// it with the field, so it goes to Core as sent.
+				t.label, t.audited = LabelUnknown, false
+				t.quiet = true
+				return Plan{Body: raw}
+			}
 			if !errors.Is(err, ledger.ErrConflict) {
 				t.outcome = LedgerUnavailable
 			}
@@ -267,7 +320,15 @@ func (t *Turn) plan(ctx context.Context, raw []byte) Plan {
 		t.flying = append(ledgerKeys(t.key), t.bearerKeys()...)
 		t.i.inflight.add(t.flying)
 	}
+	tr.cutInPlace()
 	return Plan{Forward: true, Body: tr.Body}
+}
+
+// passedNative reports whether the turn's records are the native marker
+// (native): joining them under it succeeds only then.
+func (t *Turn) passedNative(ctx context.Context) bool {
+	_, err := t.i.ledger.Reserve(ctx, t.key, nativeMarker)
+	return err == nil
 }
 
 // decided completes a plan with its audit.
@@ -445,6 +506,9 @@ func (t *Turn) Done(err error) {
 	if t.flying != nil {
 		t.i.inflight.done(t.flying)
 		t.flying = nil
+	}
+	if t.quiet {
+		return
 	}
 	o := t.counted(err)
 	if o == Conflict {

@@ -281,3 +281,38 @@ func TestTurnRewrite(t *testing.T) {
 		t.Errorf("events: got %q; want %q", ev, want)
 	}
 }
+
+// TestTurnAcrossFlip: while native, an on_demand turn the ledger holds from
+// before the flip is planned as recorded, any other passes untouched and
+// leaves the marker, which a legacy retry then passes untouched too.
+func TestTurnAcrossFlip(t *testing.T) {
+	ctx := context.Background()
+	i, ev := newTestInterceptor(t, &fakeKnowledge{}, ledger.NewMemory(100, time.Minute, nil))
+	native := input("Bearer ok")
+	native.Native = true
+	served, _ := i.Admit(ctx, input("Bearer ok"))
+	served.Plan(ctx, []byte(onDemandBody))
+	served.Done(nil)
+
+	retry, p := i.Admit(ctx, native)
+	if p = retry.Plan(ctx, []byte(onDemandBody)); !p.Forward || bytes.Contains(p.Body, []byte("knowledge_delivery")) {
+		t.Fatalf("native, recorded before the flip: got %s %s; want forwarded stripped", action(p), p.Body)
+	}
+	retry.Done(nil)
+	other := strings.ReplaceAll(onDemandBody, `"t"`, `"t2"`)
+	other = strings.ReplaceAll(other, `"m"`, `"m2"`)
+	fresh, _ := i.Admit(ctx, native)
+	if p := fresh.Plan(ctx, []byte(other)); action(p) != "pass" || string(p.Body) != other {
+		t.Fatalf("native, new turn: got %s %s; want passed untouched", action(p), p.Body)
+	}
+	fresh.Done(nil)
+	back, _ := i.Admit(ctx, input("Bearer ok"))
+	if p := back.Plan(ctx, []byte(other)); action(p) != "pass" || string(p.Body) != other {
+		t.Fatalf("legacy retry of a turn passed while native: got %s %s %v; want passed untouched", action(p), p.Body, p.Err)
+	}
+	back.Done(nil)
+	// Counted: the two turns handled by the sidecar, not the native passes.
+	if want := "turn:on_demand:passed,turn:on_demand:passed"; ev.String() != want {
+		t.Errorf("events: got %q; want %q", ev, want)
+	}
+}

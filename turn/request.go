@@ -40,6 +40,10 @@ type Request struct {
 	// separating comma) removed, every other byte unchanged. When Mode is ""
 	// it is the input slice itself.
 	Body []byte
+	// kd, kdPrev locate the field in Body until it is cut (cutInPlace):
+	// the member and the value end of the member before it (-1: none).
+	kd     jsonscan.Member
+	kdPrev int
 }
 
 // ParseRequest inspects a turn request body.
@@ -60,12 +64,11 @@ type Request struct {
 //     without the field: whether it is there cannot be told.
 //
 // body is never modified.
-func ParseRequest(body []byte) (Request, error) { return parseRequest(body, false) }
+func ParseRequest(body []byte) (Request, error) { return parseRequest(body, true) }
 
-// parseRequest is ParseRequest; inPlace: the field is cut out of body
-// itself (Body shares body's array, whose bytes past Body's end are left
-// over), so a stripped turn costs no second buffer.
-func parseRequest(body []byte, inPlace bool) (Request, error) {
+// parseRequest is ParseRequest; with cut false the field is only located,
+// Body being body itself, until cutInPlace.
+func parseRequest(body []byte, cut bool) (Request, error) {
 	passthrough := Request{Body: body}
 	i := jsonscan.SkipWS(body, 0)
 	if i >= len(body) || body[i] != '{' {
@@ -134,9 +137,17 @@ func parseRequest(body []byte, inPlace bool) (Request, error) {
 		return Request{}, ErrInvalidDelivery
 	}
 	tr.Mode = mode
-	tr.Body = removeMember(body, kd, kdPrev, inPlace)
+	tr.Body, tr.kd, tr.kdPrev = body, kd, kdPrev
+	if cut {
+		tr.Body = removeMember(body, kd, kdPrev, false)
+	}
 	return tr, nil
 }
+
+// cutInPlace removes the located field from Body itself (its array's bytes
+// past the new end are left over), so a stripped turn costs no second
+// buffer. Only for a Request of parseRequest(body, false) with a Mode.
+func (r *Request) cutInPlace() { r.Body = removeMember(r.Body, r.kd, r.kdPrev, true) }
 
 // idValue decodes an id member's value: "" unless it is a JSON string.
 func idValue(b []byte, m jsonscan.Member) string {
