@@ -11,7 +11,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
@@ -51,12 +50,6 @@ var (
 		message: "The request body was not received completely.", close: true}
 	errBodyUnreadable = &edgeError{status: http.StatusBadRequest, code: protocol.CodeInvalidRequest,
 		message: "The request body could not be read.", close: true}
-	errTurnDelivery = &edgeError{status: http.StatusBadRequest, code: protocol.CodeInvalidRequest,
-		message: `knowledge_delivery must be "inline" or "on_demand".`}
-	errTurnNotObject = &edgeError{status: http.StatusBadRequest, code: protocol.CodeInvalidRequest,
-		message: "The request body must be a valid JSON object."}
-	errTurnTooDeep = &edgeError{status: http.StatusBadRequest, code: protocol.CodeInvalidRequest,
-		message: "The request body nests JSON too deeply to be checked."}
 	errUpstream = &edgeError{status: http.StatusBadGateway, code: "upstream_unavailable",
 		message: "Core could not be reached."}
 	// errUpstreamGone: the client's side ended before Core answered (it
@@ -81,11 +74,6 @@ func errMethodNotAllowed(allow string) *edgeError {
 		message: "This knowledge endpoint does not accept that method.", allow: allow}
 }
 
-// turnConflictBody is Core's exact 409 body (CORE_FACTS §3.4), with its code.
-const turnConflictCode protocol.ErrorCode = "turn_conflict"
-
-var turnConflictBody = []byte(`{"error":"turn_conflict","message":"turn id or user message id is already bound to different input"}`)
-
 // writeErr is the one place an error becomes an answer.
 //
 //   - A request whose own body failed (stalled past the idle timeout,
@@ -93,7 +81,8 @@ var turnConflictBody = []byte(`{"error":"turn_conflict","message":"turn id or us
 //     handler made of it: 408 or 400.
 //   - *edgeError: as it says. *knowledge.Error: its status, code and
 //     message (Retry-After on a 429; 5xx causes logged, never sent).
-//     ledger.ErrConflict: Core's own 409 turn_conflict. An echo error
+//     (Package turn answers its refusals, Core's own 409 turn_conflict
+//     included, as *knowledge.Error.) An echo error
 //     (none of our handlers returns one; a guard): 502. Anything else,
 //     which only the knowledge features produce (a ledger or catalog
 //     failure): 503 knowledge_unavailable.
@@ -117,10 +106,6 @@ func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 	)
 	switch {
 	case errors.As(err, &ee):
-	case errors.Is(err, ledger.ErrConflict):
-		s.auditRefusal(r, http.StatusConflict, turnConflictCode)
-		writeJSON(w, http.StatusConflict, turnConflictBody)
-		return
 	case errors.As(err, &he):
 		s.log.Error("unhandled edge error", slog.String("request_id", requestID(ctx)), slog.Any("error", err))
 		ee = errNotProxied

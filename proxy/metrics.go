@@ -103,9 +103,6 @@ func (m *metrics) nativeState(state native.State) {
 	}
 }
 
-// turn counts one intercepted turn.
-func (m *metrics) turn(mode string, o turn.Outcome) { m.turns.WithLabelValues(mode, string(o)).Inc() }
-
 func newMetrics(reg prometheus.Registerer, version string) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -160,7 +157,7 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 		Namespace: namespace, Name: "turn_hints_total",
 		Help: "On-demand turns answered by same-run hints outcome (minted, none, failed, off).",
 	}, []string{"outcome"})
-	for _, o := range turn.HintOutcomes {
+	for _, o := range turn.MetricLabels.Hints {
 		m.turnHints.WithLabelValues(o)
 	}
 	m.byHandler = map[string]*handlerSeries{}
@@ -170,12 +167,12 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 	for _, k := range upstreamKinds {
 		m.upstreamErrors.WithLabelValues(k)
 	}
-	for _, mode := range turn.Labels {
-		for _, o := range turn.Outcomes {
-			m.turns.WithLabelValues(mode, string(o))
+	for _, mode := range turn.MetricLabels.Modes {
+		for _, o := range turn.MetricLabels.Outcomes {
+			m.turns.WithLabelValues(mode, o)
 		}
 	}
-	for _, r := range turn.FailOpenReasons {
+	for _, r := range turn.MetricLabels.FailOpen {
 		m.ledgerFailOpen.WithLabelValues(r)
 	}
 	for _, d := range decisions {
@@ -188,7 +185,7 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 		Namespace: namespace, Name: "ledger_releases_total",
 		Help: "Turn attempts whose share of the turn's ledger records was released, by reason (refused: Core answered 4xx; not_sent: Core never received the request).",
 	}, []string{"reason"})
-	for _, r := range turn.ReleaseReasons {
+	for _, r := range turn.MetricLabels.Releases {
 		m.ledgerReleases.WithLabelValues(r)
 	}
 	m.mcpRequests = prometheus.NewCounterVec(prometheus.CounterOpts{

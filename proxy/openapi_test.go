@@ -227,7 +227,7 @@ func turnHandlerAnswers(t *testing.T) (statuses map[int]bool, codes map[string]b
 					}
 				}
 			case *ast.ValueSpec:
-				// A fixed error body such as turnConflictBody.
+				// A fixed error body such as the 409 turn_conflict.
 				for i, id := range n.Names {
 					if strings.HasSuffix(id.Name, "Body") && i < len(n.Values) {
 						if m := regexp.MustCompile(`"error":"([a-z_]+)"`).FindStringSubmatch(exprText(n.Values[i])); m != nil {

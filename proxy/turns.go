@@ -23,9 +23,10 @@ import (
 )
 
 // The edge's side of turn interception (SPEC §7): read the body under the
-// turn body budget, ask package turn what to do with it (a turn.Plan),
-// forward through the turn ReverseProxy and hand Core's answer to the
-// turn's hooks. Every decision is turn's.
+// turn body budget (the only place it is charged), ask package turn what to
+// do with it, forward through the turn ReverseProxy and hand Core's answer
+// to the turn. Every decision is turn's, its refusals included (edge-ready
+// errors).
 
 // coreTurnBodyMax is Core's own limit on a turn body (corefacts, CORE_FACTS
 // §3.2). A larger body is passed through untouched for Core to refuse with
@@ -40,32 +41,29 @@ var errDeliveryFailed = errors.New("turn answer cannot carry knowledge delivery"
 type turnCtxKey struct{}
 
 // turns intercepts POST …/turns on rolled-out workspaces of a legacy Core
-// (SPEC §7). Identity comes first (turn.Turn.Admit): a caller whose bearer
-// is missing or refused holds nothing here, its turn goes to Core unread.
-// Any other turn body is read raw, charged to the turn body budget as it
-// arrives (readTurn), and the turn's Plan says whether it passes as sent,
-// is refused, or is forwarded (stripped) through the turn proxy. Each
-// intercepted turn is counted once in turns_total, when its handling ends
-// (a forwarded turn: once Core's answer was relayed).
+// (SPEC §7), in four calls to package turn: Admit (identity first: a
+// caller whose bearer is missing or refused holds nothing here, its turn
+// goes to Core unread), Plan (any other turn body, read raw and charged to
+// the turn body budget as it arrives by readTurn, the one place that
+// budget is charged), Answer (the turn proxy's hooks) and Done (counted
+// once, when its handling ends: a forwarded turn once Core's answer was
+// relayed). A turn decide passes because Core is native still goes to
+// package turn (Input.Native) when the workspace is rolled out, so that a
+// turn recorded before the flip keeps its handling (nativeTurn).
 func (s *Server) turns(c echo.Context) (err error) {
 	route := c.Param("route")
 	key, _ := corefacts.ParseRouteKey(route)
+	native := false
 	if !s.decide(c, key) {
-		return s.passH(c)
+		if native = s.nativeTurn(c, key); !native {
+			return s.passH(c)
+		}
 	}
 	r := c.Request()
-	t := s.feat.turns.Turn(turn.Input{Authorization: r.Header.Get("Authorization"), Route: route, RouteKey: key,
-		EncodedRoute: key.IsZero() && encodedRoute(route)}) // canonical.go
-	defer func() {
-		// Also when the relay aborts (panic): the hooks set the outcome.
-		o := t.Counted(err)
-		if o == turn.Conflict {
-			s.m.ledgerConflict.Inc()
-		}
-		s.m.turn(t.Label(), o)
-	}()
-	plan := t.Admit(r.Context())
-	if plan.Action == turn.ReadBody {
+	t, plan := s.feat.turns.Admit(r.Context(), turn.Input{Authorization: r.Header.Get("Authorization"), Route: route,
+		RouteKey: key, EncodedRoute: key.IsZero() && encodedRoute(route), Native: native}) // canonical.go
+	defer func() { t.Done(err) }() // also when the relay aborts (panic)
+	if plan.Read {
 		raw, rerr := s.readTurn(r, coreTurnBodyMax)
 		switch {
 		case rerr != nil:
@@ -76,16 +74,15 @@ func (s *Server) turns(c echo.Context) (err error) {
 			r.Body = readCloser{io.MultiReader(bytes.NewReader(raw), r.Body), r.Body}
 			return s.passH(c)
 		}
-		st := stateOf(r.Context())
-		plan = t.Plan(r.Context(), raw, func(n int64) error { return s.chargeTurnBody(st, n) })
+		plan = t.Plan(r.Context(), raw)
 	}
-	if sess, ok := t.Audited(); ok {
-		auditRefusals(r.Context(), knowledge.EndpointTurn, key, sess)
+	if plan.Audit {
+		auditRefusals(r.Context(), knowledge.EndpointTurn, key, plan.Session)
 	}
-	switch plan.Action {
-	case turn.Refuse:
-		return turnRefusal(plan.Err)
-	case turn.Forward:
+	switch {
+	case plan.Err != nil:
+		return plan.Err
+	case plan.Forward:
 		return s.forwardTurn(c, r, t, plan.Body)
 	}
 	if plan.Body != nil { // read: what Core gets is what was read
@@ -94,19 +91,13 @@ func (s *Server) turns(c echo.Context) (err error) {
 	return s.passH(c)
 }
 
-// turnRefusal is the edge's answer for a turn's refusal: turn's request
-// errors are edge answers (errors.go); every other error is answered as it
-// is (writeErr).
-func turnRefusal(err error) error {
-	switch {
-	case errors.Is(err, turn.ErrNotJSONObject):
-		return errTurnNotObject
-	case errors.Is(err, turn.ErrTooDeep):
-		return errTurnTooDeep
-	case errors.Is(err, turn.ErrInvalidDelivery):
-		return errTurnDelivery
-	}
-	return err
+// nativeTurn reports whether decide passed the turn because Core is native
+// (the verdict decide just took, read without a probe) on a rolled-out
+// workspace: such a turn still goes to package turn, which hands a turn the
+// ledger holds from before the flip to its old handling (docs/rollout.md,
+// "Turns across a flip") and any other to Core untouched.
+func (s *Server) nativeTurn(c echo.Context, key corefacts.RouteKey) bool {
+	return !key.IsZero() && s.feat.rollout.Load().Enabled(c.Param("route")) && s.feat.native.IsNative()
 }
 
 // forwardTurn sends the (possibly stripped) turn through the turn proxy,
@@ -124,8 +115,6 @@ func (s *Server) forwardTurn(c echo.Context, r *http.Request, t *turn.Turn, body
 	if !t.Untouched() { // an untouched body keeps the client's framing
 		out.ContentLength = int64(len(body))
 	}
-	t.Begin()
-	defer t.End()
 	// The outbound headers (framing, Accept-Encoding) are set on the
 	// ReverseProxy's own copy, in the turn proxy's Rewrite.
 	c.SetRequest(out)
@@ -161,15 +150,13 @@ func (s *Server) newTurnProxy() *httputil.ReverseProxy {
 	rp.ModifyResponse = s.modifyTurn
 	passErr := rp.ErrorHandler
 	rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
-		t := turnOf(r.Context())
-		if errors.Is(err, errDeliveryFailed) {
-			t.DeliveryFailed()
+		if errors.Is(err, errDeliveryFailed) { // the turn counts it (Answer)
 			s.log.LogAttrs(r.Context(), slog.LevelWarn, "turn answer could not be rewritten",
 				slog.String("request_id", requestID(r.Context())), slog.Any("error", err))
 			s.writeErr(w, r, errDeliveryFailedAnswer)
 			return
 		}
-		t.Failed(r.Context())
+		_, _ = turnOf(r.Context()).Answer(r.Context(), 0, nil) // no answer: nothing to relay
 		passErr(w, r, err)
 	}
 	return rp
@@ -182,20 +169,15 @@ func turnOf(ctx context.Context) *turn.Turn { return ctx.Value(turnCtxKey{}).(*t
 // replaced by the turn's rewrite.
 func (s *Server) modifyTurn(resp *http.Response) error {
 	ctx := resp.Request.Context()
-	t := turnOf(ctx)
-	if !t.Answered(ctx, resp.StatusCode) {
-		return nil // relayed unchanged
-	}
-	body, err := readTurnBody(resp)
-	if err != nil {
+	out, err := turnOf(ctx).Answer(ctx, resp.StatusCode, func() ([]byte, error) { return readTurnBody(resp) })
+	switch {
+	case err != nil:
 		// The answer is consumed and unusable in either mode.
 		return fmt.Errorf("%w: %v", errDeliveryFailed, err)
+	case out == nil:
+		return nil // relayed unchanged
 	}
-	resp.Header.Del("Content-Encoding") // body is decoded from here on
-	out, err := t.Rewrite(ctx, body)
-	if err != nil {
-		return fmt.Errorf("%w: %v", errDeliveryFailed, err)
-	}
+	resp.Header.Del("Content-Encoding") // the body was decoded to be rewritten
 	resp.Body = io.NopCloser(bytes.NewReader(out))
 	resp.ContentLength = int64(len(out))
 	resp.Header.Set("Content-Length", strconv.Itoa(len(out)))
@@ -336,7 +318,7 @@ func readSized(r io.Reader, size, limit int64) ([]byte, error) {
 }
 
 // turnRecorder is what the edge counts, traces and logs of the turn side's
-// work (turn.Recorder).
+// work (the Recorder of package turn).
 type turnRecorder struct{ s *Server }
 
 // FailOpen: ledger_fail_open_total, and an event on the request's span when
@@ -358,3 +340,7 @@ func (r turnRecorder) ReleaseFailed(ctx context.Context, err error) {
 }
 
 func (r turnRecorder) Hints(outcome string) { r.s.m.turnHints.WithLabelValues(outcome).Inc() }
+
+func (r turnRecorder) Conflict() { r.s.m.ledgerConflict.Inc() }
+
+func (r turnRecorder) Turn(mode, outcome string) { r.s.m.turns.WithLabelValues(mode, outcome).Inc() }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/bailinghub/knowledge-sidecar/internal/jsonscan"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
@@ -22,23 +23,54 @@ var (
 	// (or has duplicate members the rewrite would have to choose between).
 	ErrUnexpectedAnswer = errors.New("turn answer is not a bailing.agent-turn-context.v1 json object")
 	// ErrInvalidDeliveryBlock: the pre-serialized knowledge_delivery block
-	// given to parsed.Rewrite is not a JSON object (a caller bug).
+	// given to Reply.splice is not a JSON object (a caller bug).
 	ErrInvalidDeliveryBlock = errors.New("knowledge delivery block is not a json object")
 )
 
-// parsed is a scanned turn answer: where its members are, so that the
-// knowledge Core retrieved can be read (Items) and the answer rewritten
-// (Rewrite) without scanning it again.
-type parsed struct {
-	body       []byte
+// Reply is Core's 2xx answer to an intercepted turn, scanned once for the
+// turn's mode (SPEC §7): where its members are, so that what Core retrieved
+// for the turn (RunID, Items: the input of same-run hints) is read from it
+// and it is rewritten (Rewrite) without a second scan.
+type Reply struct {
+	body []byte
+	mode protocol.DeliveryMode
+	// scanned: the answer is a turn context and the fields below locate its
+	// members; false: it is relayed as Core sent it (inline mode only).
+	scanned    bool
 	start      int // the top-level '{'
 	lastEnd    int // insertion point for a new top-level member
-	ctxM, kdM  member
+	ctxM, kdM  jsonscan.Member
 	kdN, runN  int
-	runM       member
-	kN, rN     int    // context's knowledge / knowledge_refs members
-	kM, rM     member // the last of each
-	ctxLastEnd int    // value end of context's last member; -1: none
+	runM       jsonscan.Member
+	kN, rN     int             // context's knowledge / knowledge_refs members
+	kM, rM     jsonscan.Member // the last of each
+	ctxLastEnd int             // value end of context's last member; -1: none
+}
+
+// ReadReply scans Core's 2xx answer to a turn of mode. An answer that is not
+// a turn context is ErrUnexpectedAnswer in on_demand mode (inline knowledge
+// must never pass as on-demand); in inline mode it is a Reply that Rewrite
+// leaves as Core sent it (what the host asked for).
+func ReadReply(body []byte, mode protocol.DeliveryMode) (*Reply, error) {
+	if !mode.Valid() {
+		return nil, ErrInvalidDelivery
+	}
+	r, err := parseAnswer(body)
+	if mode == protocol.DeliveryOnDemand {
+		// An answer Rewrite would refuse is refused here, before its hints
+		// are built (and audited as shown).
+		if err == nil && (r.kN > 1 || r.rN > 1) {
+			err = ErrUnexpectedAnswer
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if err != nil {
+		r = &Reply{body: body}
+	}
+	r.mode = mode
+	return r, nil
 }
 
 // parseAnswer scans a 2xx turn answer once: every top-level member and the
@@ -46,18 +78,18 @@ type parsed struct {
 // ErrUnexpectedAnswer when the body is not a bailing.agent-turn-context.v1
 // JSON object with one object "context" (and at most one schema_version
 // and knowledge_delivery). body is never modified.
-func parseAnswer(body []byte) (*parsed, error) {
-	i := skipWS(body, 0)
+func parseAnswer(body []byte) (*Reply, error) {
+	i := jsonscan.SkipWS(body, 0)
 	if i >= len(body) || body[i] != '{' {
 		return nil, ErrUnexpectedAnswer
 	}
-	p := &parsed{body: body, start: i, lastEnd: i + 1, ctxLastEnd: -1}
+	p := &Reply{body: body, scanned: true, start: i, lastEnd: i + 1, ctxLastEnd: -1}
 	var (
 		schemaN, ctxN int
 		schemaOK      bool
 	)
-	isContext := func(m member) bool { return m.KeyIs(body, "context") }
-	inContext := func(m member) {
+	isContext := func(m jsonscan.Member) bool { return m.KeyIs(body, "context") }
+	inContext := func(m jsonscan.Member) {
 		switch {
 		case m.KeyIs(body, "knowledge"):
 			p.kN++
@@ -68,7 +100,7 @@ func parseAnswer(body []byte) (*parsed, error) {
 		}
 		p.ctxLastEnd = m.ValEnd
 	}
-	end, err := scanMembers(body, i, 1, func(m member) {
+	end, err := scanMembers(body, i, 1, func(m jsonscan.Member) {
 		switch {
 		case m.KeyIs(body, "schema_version"):
 			schemaN++
@@ -86,17 +118,17 @@ func parseAnswer(body []byte) (*parsed, error) {
 		}
 		p.lastEnd = m.ValEnd
 	}, isContext, inContext)
-	if err != nil || skipWS(body, end) != len(body) ||
+	if err != nil || jsonscan.SkipWS(body, end) != len(body) ||
 		schemaN != 1 || !schemaOK || ctxN != 1 || p.kdN > 1 || body[p.ctxM.ValStart] != '{' {
 		return nil, ErrUnexpectedAnswer
 	}
 	return p, nil
 }
 
-// RunID is the answer's top-level run_id string ("" when absent, repeated
-// or not a string).
-func (p *parsed) RunID() string {
-	if p.runN != 1 {
+// RunID is the answer's top-level run_id string ("" when absent, repeated,
+// not a string, or the answer is no turn context).
+func (p *Reply) RunID() string {
+	if !p.scanned || p.runN != 1 {
 		return ""
 	}
 	s, _ := stringOf(p.body, p.runM)
@@ -111,9 +143,10 @@ func (p *parsed) RunID() string {
 // cannot be used are skipped: not an object, a ref without a matching item
 // (or naming several items), a doc_id that is not a positive integer, a
 // score that is not a number, a ref or content that is not a string. An
-// array missing, repeated or not an array gives no items.
-func (p *parsed) Items() []knowledge.TurnItem {
-	if p.kN != 1 || p.rN != 1 {
+// array missing, repeated or not an array (or an answer that is no turn
+// context) gives no items.
+func (p *Reply) Items() []knowledge.TurnItem {
+	if !p.scanned || p.kN != 1 || p.rN != 1 {
 		return nil
 	}
 	b := p.body
@@ -122,7 +155,7 @@ func (p *parsed) Items() []knowledge.TurnItem {
 		n       int
 	}
 	content := map[string]hit{}
-	eachObject(b, p.kM, itemKeys[:], func(v []member) {
+	eachObject(b, p.kM, itemKeys[:], func(v []jsonscan.Member) {
 		ref, ok1 := stringOf(b, v[0])
 		c, ok2 := stringOf(b, v[1])
 		if ok1 && ok2 && ref != "" {
@@ -134,7 +167,7 @@ func (p *parsed) Items() []knowledge.TurnItem {
 		return nil
 	}
 	var out []knowledge.TurnItem
-	eachObject(b, p.rM, refKeys[:], func(v []member) {
+	eachObject(b, p.rM, refKeys[:], func(v []jsonscan.Member) {
 		ref, ok := stringOf(b, v[0])
 		h, found := content[ref]
 		if !ok || !found || h.n != 1 {
@@ -164,19 +197,19 @@ var (
 // that is an object, with the members named by keys (vals[i] is the member
 // of keys[i], by unescaped key, the last one winning; a zero member when
 // absent). b must have been scanned.
-func eachObject(b []byte, arr member, keys []string, fn func(vals []member)) {
+func eachObject(b []byte, arr jsonscan.Member, keys []string, fn func(vals []jsonscan.Member)) {
 	i := arr.ValStart
 	if b[i] != '[' {
 		return
 	}
-	vals := make([]member, len(keys))
-	i = skipWS(b, i+1)
+	vals := make([]jsonscan.Member, len(keys))
+	i = jsonscan.SkipWS(b, i+1)
 	for i < arr.ValEnd && b[i] != ']' {
 		var end int
 		var err error
 		if b[i] == '{' {
 			clear(vals)
-			end, err = scanObject(b, i, 2, func(m member) {
+			end, err = scanObject(b, i, 2, func(m jsonscan.Member) {
 				for k, name := range keys {
 					if m.KeyIs(b, name) {
 						vals[k] = m
@@ -188,14 +221,14 @@ func eachObject(b []byte, arr member, keys []string, fn func(vals []member)) {
 				fn(vals)
 			}
 		} else {
-			end, err = skipValue(b, i, 2)
+			end, err = jsonscan.SkipValue(b, i, 2)
 		}
 		if err != nil {
 			return
 		}
-		i = skipWS(b, end)
+		i = jsonscan.SkipWS(b, end)
 		if i < len(b) && b[i] == ',' {
-			i = skipWS(b, i+1)
+			i = jsonscan.SkipWS(b, i+1)
 		}
 	}
 }
@@ -203,8 +236,33 @@ func eachObject(b []byte, arr member, keys []string, fn func(vals []member)) {
 // isNumber reports whether v is a JSON number (not a string or literal).
 func isNumber(v []byte) bool { return len(v) > 0 && (v[0] == '-' || v[0] >= '0' && v[0] <= '9') }
 
-// Rewrite rewrites the scanned 2xx bailing.agent-turn-context.v1 answer
-// (SPEC §7):
+// Rewrite is the answer the host gets: the delivery block added with d's
+// status and scope revision (the route's state taken before forwarding,
+// knowledge.Service.Delivery) and, in on_demand mode, hints (the serialized
+// array; empty means []); in on_demand mode the inline knowledge emptied.
+// An answer the splice refuses (a member it would have to choose between) is
+// ErrUnexpectedAnswer in on_demand mode and Core's bytes unchanged in inline
+// mode, like an answer that is no turn context.
+func (p *Reply) Rewrite(d knowledge.Delivery, hints []byte) ([]byte, error) {
+	if !p.scanned {
+		return p.body, nil
+	}
+	if p.mode != protocol.DeliveryOnDemand {
+		hints = nil // the host has the bodies: "hints" stays []
+	}
+	block := appendDeliveryBlock(make([]byte, 0, 256+len(hints)), p.mode, d.ScopeRevision, d.Status, hints)
+	out, err := p.splice(block)
+	if err != nil {
+		if p.mode == protocol.DeliveryOnDemand {
+			return nil, err
+		}
+		return p.body, nil
+	}
+	return out, nil
+}
+
+// splice rewrites the scanned 2xx bailing.agent-turn-context.v1 answer
+// for the reply's mode (SPEC §7):
 //
 //   - mode "on_demand": context.knowledge and context.knowledge_refs become []
 //     whatever they held; a missing one is added as [] at the end of context,
@@ -221,7 +279,8 @@ func isNumber(v []byte) bool { return len(v) > 0 && (v[0] == '-' || v[0] >= '0' 
 // knowledge_refs member → ErrUnexpectedAnswer. A mode other than the two →
 // ErrInvalidDelivery; a block that is not a JSON object →
 // ErrInvalidDeliveryBlock. The answer's bytes are never modified.
-func (p *parsed) Rewrite(mode protocol.DeliveryMode, deliveryBlock []byte) ([]byte, error) {
+func (p *Reply) splice(deliveryBlock []byte) ([]byte, error) {
+	mode := p.mode
 	if !mode.Valid() {
 		return nil, ErrInvalidDelivery
 	}
@@ -302,12 +361,12 @@ func applyEdits(b []byte, edits []edit) []byte {
 // objectBytes returns b without surrounding whitespace if it is exactly
 // one valid JSON object.
 func objectBytes(b []byte) ([]byte, bool) {
-	i := skipWS(b, 0)
+	i := jsonscan.SkipWS(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return nil, false
 	}
 	end, err := scanObject(b, i, 1, nil)
-	if err != nil || skipWS(b, end) != len(b) {
+	if err != nil || jsonscan.SkipWS(b, end) != len(b) {
 		return nil, false
 	}
 	return b[i:end], true

@@ -47,14 +47,15 @@ func TestReleaseAfter(t *testing.T) {
 	}
 }
 
-// rewriteResponse is parseAnswer followed by parsed.Rewrite, the two steps
+// rewriteResponse is parseAnswer followed by Reply.splice, the two steps
 // every rewrite takes (Reply.Rewrite), for the byte-level tests of json.go.
 func rewriteResponse(body []byte, mode protocol.DeliveryMode, deliveryBlock []byte) ([]byte, error) {
 	p, err := parseAnswer(body)
 	if err != nil {
 		return nil, err
 	}
-	return p.Rewrite(mode, deliveryBlock)
+	p.mode = mode
+	return p.splice(deliveryBlock)
 }
 
 // TestReply: the turn answer read once, for its mode: what Core retrieved is
@@ -73,7 +74,6 @@ func TestReply(t *testing.T) {
 		mode       protocol.DeliveryMode
 		hints      string
 		wantErr    error
-		wantHints  bool
 		wantRunID  string
 		wantItems  []knowledge.TurnItem
 		wantIn     []string // substrings of the answer
@@ -81,10 +81,10 @@ func TestReply(t *testing.T) {
 		wantNotIn  []string
 		readErrors bool // ReadReply fails (else Rewrite)
 	}{
-		{name: "on_demand with hints", body: core, mode: protocol.DeliveryOnDemand, hints: hintsJSON, wantHints: true,
+		{name: "on_demand with hints", body: core, mode: protocol.DeliveryOnDemand, hints: hintsJSON,
 			wantRunID: "6f1c2b9e-7a1d-4c3e-9b8a-2d4e6f8a0b1c", wantItems: []knowledge.TurnItem{{DocID: 9, Title: "T", Content: "x", Score: 0.82}},
 			wantIn: []string{`"knowledge":[],"knowledge_refs":[]`, `"mode":"on_demand"`, `"knowledge_scope_revision":"rev","status":"partial"`, `"hints":` + hintsJSON + `}`}},
-		{name: "on_demand without hints", body: core, mode: protocol.DeliveryOnDemand, wantHints: true,
+		{name: "on_demand without hints", body: core, mode: protocol.DeliveryOnDemand,
 			wantRunID: "6f1c2b9e-7a1d-4c3e-9b8a-2d4e6f8a0b1c", wantItems: []knowledge.TurnItem{{DocID: 9, Title: "T", Content: "x", Score: 0.82}},
 			wantIn: []string{`"knowledge":[],"knowledge_refs":[]`, `"hints":[]}`}},
 		{name: "inline takes no hints", body: core, mode: protocol.DeliveryInline, hints: hintsJSON,
@@ -107,9 +107,6 @@ func TestReply(t *testing.T) {
 			}
 			if err != nil {
 				t.Fatalf("ReadReply: %v", err)
-			}
-			if rep.TakesHints() != tc.wantHints {
-				t.Errorf("TakesHints: got %v; want %v", rep.TakesHints(), tc.wantHints)
 			}
 			if got := rep.RunID(); got != tc.wantRunID {
 				t.Errorf("RunID: got %q; want %q", got, tc.wantRunID)

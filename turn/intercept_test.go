@@ -50,6 +50,8 @@ func (e *events) LedgerError()                         { e.got = append(e.got, "
 func (e *events) Released(reason string)               { e.got = append(e.got, "released:"+reason) }
 func (e *events) ReleaseFailed(context.Context, error) { e.got = append(e.got, "release_failed") }
 func (e *events) Hints(outcome string)                 { e.got = append(e.got, "hints:"+outcome) }
+func (e *events) Conflict()                            { e.got = append(e.got, "conflict") }
+func (e *events) Turn(mode, outcome string)            { e.got = append(e.got, "turn:"+mode+":"+outcome) }
 func (e *events) String() string                       { return strings.Join(e.got, ",") }
 
 // downLedger fails every call.
@@ -79,7 +81,18 @@ func input(auth string) Input {
 	return Input{Authorization: auth, Route: "orders", RouteKey: key}
 }
 
-func noCharge(int64) error { return nil }
+// action names what a plan says the edge does.
+func action(p Plan) string {
+	switch {
+	case p.Read:
+		return "read"
+	case p.Err != nil:
+		return "refuse"
+	case p.Forward:
+		return "forward"
+	}
+	return "pass"
+}
 
 const (
 	onDemandBody = `{"knowledge_delivery":"on_demand","client_conversation_id":"c","client_turn_id":"t","user_message_id":"m","message":"hi"}`
@@ -94,28 +107,28 @@ func TestTurnPlans(t *testing.T) {
 		name      string
 		auth      string
 		in        func(Input) Input
-		body      string // "" with wantAdmit ≠ ReadBody: not read
-		wantAdmit Action
-		want      Action
+		body      string // "" with wantAdmit ≠ read: not read
+		wantAdmit string
+		want      string
 		wantErr   error // errors.Is
 		wantBody  string
 		wantLabel string
 	}{
-		{name: "refused bearer: unread", auth: "Bearer no", wantAdmit: Pass, wantLabel: LabelUnknown},
-		{name: "encoded route: 404 after identity", auth: "Bearer ok", wantAdmit: Refuse, wantLabel: LabelUnknown,
+		{name: "refused bearer: unread", auth: "Bearer no", wantAdmit: "pass", wantLabel: LabelUnknown},
+		{name: "encoded route: 404 after identity", auth: "Bearer ok", wantAdmit: "refuse", wantLabel: LabelUnknown,
 			in: func(in Input) Input {
 				return Input{Authorization: in.Authorization, Route: "%6Frders", EncodedRoute: true}
 			}},
-		{name: "on_demand: stripped and forwarded", auth: "Bearer ok", wantAdmit: ReadBody, body: onDemandBody,
-			want: Forward, wantBody: `{"client_conversation_id":"c","client_turn_id":"t","user_message_id":"m","message":"hi"}`, wantLabel: "on_demand"},
-		{name: "old client: bound inline, bytes untouched", auth: "Bearer ok", wantAdmit: ReadBody, body: plainBody,
-			want: Forward, wantBody: plainBody, wantLabel: LabelAbsent},
-		{name: "old client without ids: passes", auth: "Bearer ok", wantAdmit: ReadBody, body: `{"message":"hi"}`,
-			want: Pass, wantBody: `{"message":"hi"}`, wantLabel: LabelAbsent},
-		{name: "a mode that is none", auth: "Bearer ok", wantAdmit: ReadBody, body: `{"knowledge_delivery":"full"}`,
-			want: Refuse, wantErr: ErrInvalidDelivery, wantLabel: LabelInvalid},
-		{name: "a compressed body: no field to act on", auth: "Bearer ok", wantAdmit: ReadBody, body: "\x1f\x8b\x08\x00",
-			want: Pass, wantBody: "\x1f\x8b\x08\x00", wantLabel: LabelAbsent},
+		{name: "on_demand: stripped and forwarded", auth: "Bearer ok", wantAdmit: "read", body: onDemandBody,
+			want: "forward", wantBody: `{"client_conversation_id":"c","client_turn_id":"t","user_message_id":"m","message":"hi"}`, wantLabel: "on_demand"},
+		{name: "old client: bound inline, bytes untouched", auth: "Bearer ok", wantAdmit: "read", body: plainBody,
+			want: "forward", wantBody: plainBody, wantLabel: LabelAbsent},
+		{name: "old client without ids: passes", auth: "Bearer ok", wantAdmit: "read", body: `{"message":"hi"}`,
+			want: "pass", wantBody: `{"message":"hi"}`, wantLabel: LabelAbsent},
+		{name: "a mode that is none", auth: "Bearer ok", wantAdmit: "read", body: `{"knowledge_delivery":"full"}`,
+			want: "refuse", wantErr: ErrInvalidDelivery, wantLabel: LabelInvalid},
+		{name: "a compressed body: no field to act on", auth: "Bearer ok", wantAdmit: "read", body: "\x1f\x8b\x08\x00",
+			want: "pass", wantBody: "\x1f\x8b\x08\x00", wantLabel: LabelAbsent},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			i, _ := newTestInterceptor(t, &fakeKnowledge{}, ledger.NewMemory(100, time.Minute, nil))
@@ -123,15 +136,14 @@ func TestTurnPlans(t *testing.T) {
 			if tc.in != nil {
 				in = tc.in(in)
 			}
-			tu := i.Turn(in)
-			p := tu.Admit(ctx)
-			if p.Action != tc.wantAdmit {
-				t.Fatalf("admit: got action %d; want %d", p.Action, tc.wantAdmit)
+			tu, p := i.Admit(ctx, in)
+			if action(p) != tc.wantAdmit {
+				t.Fatalf("admit: got %s; want %s", action(p), tc.wantAdmit)
 			}
-			if p.Action == ReadBody {
-				p = tu.Plan(ctx, []byte(tc.body), noCharge)
-				if p.Action != tc.want {
-					t.Fatalf("plan: got action %d (%v); want %d", p.Action, p.Err, tc.want)
+			if p.Read {
+				p = tu.Plan(ctx, []byte(tc.body))
+				if action(p) != tc.want {
+					t.Fatalf("plan: got %s (%v); want %s", action(p), p.Err, tc.want)
 				}
 			}
 			if tc.wantErr != nil && !errors.Is(p.Err, tc.wantErr) {
@@ -140,8 +152,8 @@ func TestTurnPlans(t *testing.T) {
 			if string(p.Body) != tc.wantBody {
 				t.Errorf("body: got %q; want %q", p.Body, tc.wantBody)
 			}
-			if tu.Label() != tc.wantLabel {
-				t.Errorf("label: got %q; want %q", tu.Label(), tc.wantLabel)
+			if tu.label != tc.wantLabel {
+				t.Errorf("label: got %q; want %q", tu.label, tc.wantLabel)
 			}
 		})
 	}
@@ -153,28 +165,28 @@ func TestTurnPlans(t *testing.T) {
 func TestTurnModeSwitch(t *testing.T) {
 	ctx := context.Background()
 	i, ev := newTestInterceptor(t, &fakeKnowledge{}, ledger.NewMemory(100, time.Minute, nil))
-	first := i.Turn(input("Bearer ok"))
-	first.Admit(ctx)
-	if p := first.Plan(ctx, []byte(onDemandBody), noCharge); p.Action != Forward {
-		t.Fatalf("on_demand: got action %d (%v); want forward", p.Action, p.Err)
+	first, _ := i.Admit(ctx, input("Bearer ok"))
+	if p := first.Plan(ctx, []byte(onDemandBody)); !p.Forward {
+		t.Fatalf("on_demand: got %s (%v); want forward", action(p), p.Err)
 	}
-	retry := i.Turn(input("Bearer ok"))
-	retry.Admit(ctx)
-	p := retry.Plan(ctx, []byte(plainBody), noCharge)
-	if p.Action != Refuse || !errors.Is(p.Err, ledger.ErrConflict) || retry.Counted(p.Err) != Conflict {
-		t.Fatalf("mode switch: got action %d (%v); want 409", p.Action, p.Err)
+	retry, _ := i.Admit(ctx, input("Bearer ok"))
+	p := retry.Plan(ctx, []byte(plainBody))
+	var ke *knowledge.Error
+	if !errors.Is(p.Err, ledger.ErrConflict) || !errors.As(p.Err, &ke) || ke.Status != 409 || ke.Code != "turn_conflict" {
+		t.Fatalf("mode switch: got %s (%v); want 409 turn_conflict", action(p), p.Err)
 	}
+	retry.Done(p.Err)
 	first.Sent()
-	if first.Answered(ctx, 400) || first.Counted(nil) != CoreOutcome(400) {
-		t.Fatalf("a 400 is relayed as Core's, counted core_4xx")
+	if out, err := first.Answer(ctx, 400, nil); out != nil || err != nil {
+		t.Fatalf("a 400 is relayed as Core's: got %q, %v", out, err)
 	}
-	again := i.Turn(input("Bearer ok"))
-	again.Admit(ctx)
-	if p := again.Plan(ctx, []byte(plainBody), noCharge); p.Action != Forward {
-		t.Errorf("after the release: got action %d (%v); want forward", p.Action, p.Err)
+	first.Done(nil)
+	again, _ := i.Admit(ctx, input("Bearer ok"))
+	if p := again.Plan(ctx, []byte(plainBody)); !p.Forward {
+		t.Errorf("after the release: got %s (%v); want forward", action(p), p.Err)
 	}
-	if ev.String() != "released:refused" {
-		t.Errorf("events: got %q; want released:refused", ev)
+	if want := "conflict,turn:absent:conflict,released:refused,turn:on_demand:core_4xx"; ev.String() != want {
+		t.Errorf("events: got %q; want %q", ev, want)
 	}
 }
 
@@ -185,33 +197,31 @@ func TestTurnFailOpen(t *testing.T) {
 	k := &fakeKnowledge{}
 	mem := ledger.NewMemory(100, time.Minute, nil)
 	i, ev := newTestInterceptor(t, k, mem)
-	od := i.Turn(input("Bearer ok"))
-	od.Admit(ctx)
-	od.Plan(ctx, []byte(onDemandBody), noCharge)
-
-	i.ledger = downLedger{}
 	pass := func() Plan {
-		old := i.Turn(input("Bearer ok"))
-		old.Admit(ctx)
-		return old.Plan(ctx, []byte(plainBody), noCharge)
+		old, _ := i.Admit(ctx, input("Bearer ok"))
+		return old.Plan(ctx, []byte(plainBody))
 	}
-	if p := pass(); p.Action != Pass {
-		t.Fatalf("ledger down, nothing in flight: got action %d (%v); want pass", p.Action, p.Err)
+	i.ledger = downLedger{}
+	if p := pass(); action(p) != "pass" {
+		t.Fatalf("ledger down, nothing in flight: got %s (%v); want pass", action(p), p.Err)
 	}
-	od.Begin()
-	if p := pass(); p.Action != Refuse || !errors.Is(p.Err, ledger.ErrConflict) {
-		t.Errorf("ledger down, on_demand in flight: got action %d (%v); want 409", p.Action, p.Err)
+	i.ledger = mem
+	od, _ := i.Admit(ctx, input("Bearer ok"))
+	od.Plan(ctx, []byte(onDemandBody)) // forwarded: in flight until Done
+	i.ledger = downLedger{}
+	if p := pass(); action(p) != "refuse" || !errors.Is(p.Err, ledger.ErrConflict) {
+		t.Errorf("ledger down, on_demand in flight: got %s (%v); want 409", action(p), p.Err)
 	}
 	// Identity down too: the bearer's own keys still find it.
 	k.authErr = knowledge.Unavailable(errors.New("core down"))
-	if p := pass(); p.Action != Refuse || !errors.Is(p.Err, ledger.ErrConflict) {
-		t.Errorf("identity down, on_demand in flight: got action %d (%v); want 409", p.Action, p.Err)
+	if p := pass(); action(p) != "refuse" || !errors.Is(p.Err, ledger.ErrConflict) {
+		t.Errorf("identity down, on_demand in flight: got %s (%v); want 409", action(p), p.Err)
 	}
-	od.End()
-	if p := pass(); p.Action != Pass {
-		t.Errorf("identity down, nothing in flight: got action %d (%v); want pass", p.Action, p.Err)
+	od.Done(nil)
+	if p := pass(); action(p) != "pass" {
+		t.Errorf("identity down, nothing in flight: got %s (%v); want pass", action(p), p.Err)
 	}
-	want := "ledger_error,fail_open:ledger,ledger_error,fail_open:identity"
+	want := "ledger_error,fail_open:ledger,ledger_error,turn:on_demand:passed,fail_open:identity"
 	if ev.String() != want {
 		t.Errorf("events: got %q; want %q", ev, want)
 	}
@@ -223,19 +233,21 @@ func TestTurnNotSent(t *testing.T) {
 	ctx := context.Background()
 	for _, sent := range []bool{false, true} {
 		i, ev := newTestInterceptor(t, &fakeKnowledge{}, ledger.NewMemory(100, time.Minute, nil))
-		tu := i.Turn(input("Bearer ok"))
-		tu.Admit(ctx)
-		tu.Plan(ctx, []byte(onDemandBody), noCharge)
+		tu, _ := i.Admit(ctx, input("Bearer ok"))
+		tu.Plan(ctx, []byte(onDemandBody))
 		if sent {
 			tu.Sent()
 		}
-		tu.Failed(ctx)
-		want := "released:not_sent"
-		if sent {
-			want = ""
+		if out, err := tu.Answer(ctx, 0, nil); out != nil || err != nil {
+			t.Fatalf("no answer: got %q, %v; want nothing to relay", out, err)
 		}
-		if ev.String() != want || tu.Counted(nil) != UpstreamError {
-			t.Errorf("sent %v: events %q, outcome %q; want %q, upstream_error", sent, ev, tu.Counted(nil), want)
+		tu.Done(errors.New("upstream unavailable"))
+		want := "released:not_sent,turn:on_demand:upstream_error"
+		if sent {
+			want = "turn:on_demand:upstream_error"
+		}
+		if ev.String() != want {
+			t.Errorf("sent %v: events %q; want %q", sent, ev, want)
 		}
 	}
 }
@@ -245,24 +257,62 @@ func TestTurnNotSent(t *testing.T) {
 func TestTurnRewrite(t *testing.T) {
 	ctx := context.Background()
 	i, ev := newTestInterceptor(t, &fakeKnowledge{}, ledger.NewMemory(100, time.Minute, nil))
-	tu := i.Turn(input("Bearer ok"))
-	tu.Admit(ctx)
-	tu.Plan(ctx, []byte(onDemandBody), noCharge)
-	if !tu.Answered(ctx, 200) {
-		t.Fatal("a 2xx on_demand answer: want it rewritten")
-	}
+	tu, _ := i.Admit(ctx, input("Bearer ok"))
+	tu.Plan(ctx, []byte(onDemandBody))
 	answer := `{"schema_version":"bailing.agent-turn-context.v1","run_id":"r1","context":{"knowledge":[{"ref":"knowledge:1","content":"x"}],"knowledge_refs":[]}}`
-	out, err := tu.Rewrite(ctx, []byte(answer))
+	out, err := tu.Answer(ctx, 200, func() ([]byte, error) { return []byte(answer), nil })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Contains(out, []byte(`"knowledge":[]`)) || !bytes.Contains(out, []byte(`"mode":"on_demand"`)) || tu.Counted(nil) != Rewritten {
-		t.Errorf("got %s (%s); want the inline knowledge emptied and the block added, rewritten", out, tu.Counted(nil))
+	tu.Done(nil)
+	if !bytes.Contains(out, []byte(`"knowledge":[]`)) || !bytes.Contains(out, []byte(`"mode":"on_demand"`)) {
+		t.Errorf("got %s; want the inline knowledge emptied and the block added", out)
 	}
-	if ev.String() != "hints:none" {
-		t.Errorf("events: got %q; want hints:none", ev)
+	if want := "hints:none,turn:on_demand:rewritten"; ev.String() != want {
+		t.Errorf("events: got %q; want %q", ev, want)
 	}
-	if _, err := tu.Rewrite(ctx, []byte(`not json`)); err == nil {
+	bad, _ := i.Admit(ctx, input("Bearer ok"))
+	bad.Plan(ctx, []byte(strings.Replace(onDemandBody, `"t"`, `"t2"`, 1)))
+	if _, err := bad.Answer(ctx, 200, func() ([]byte, error) { return []byte(`not json`), nil }); err == nil {
 		t.Error("an answer that is no turn context: want an error in on_demand mode")
+	}
+	bad.Done(errors.New("502"))
+	if want := "hints:none,turn:on_demand:rewritten,turn:on_demand:delivery_failed"; ev.String() != want {
+		t.Errorf("events: got %q; want %q", ev, want)
+	}
+}
+
+// TestTurnAcrossFlip: while native, an on_demand turn the ledger holds from
+// before the flip is planned as recorded, any other passes untouched and
+// leaves the marker, which a legacy retry then passes untouched too.
+func TestTurnAcrossFlip(t *testing.T) {
+	ctx := context.Background()
+	i, ev := newTestInterceptor(t, &fakeKnowledge{}, ledger.NewMemory(100, time.Minute, nil))
+	native := input("Bearer ok")
+	native.Native = true
+	served, _ := i.Admit(ctx, input("Bearer ok"))
+	served.Plan(ctx, []byte(onDemandBody))
+	served.Done(nil)
+
+	retry, p := i.Admit(ctx, native)
+	if p = retry.Plan(ctx, []byte(onDemandBody)); !p.Forward || bytes.Contains(p.Body, []byte("knowledge_delivery")) {
+		t.Fatalf("native, recorded before the flip: got %s %s; want forwarded stripped", action(p), p.Body)
+	}
+	retry.Done(nil)
+	other := strings.ReplaceAll(onDemandBody, `"t"`, `"t2"`)
+	other = strings.ReplaceAll(other, `"m"`, `"m2"`)
+	fresh, _ := i.Admit(ctx, native)
+	if p := fresh.Plan(ctx, []byte(other)); action(p) != "pass" || string(p.Body) != other {
+		t.Fatalf("native, new turn: got %s %s; want passed untouched", action(p), p.Body)
+	}
+	fresh.Done(nil)
+	back, _ := i.Admit(ctx, input("Bearer ok"))
+	if p := back.Plan(ctx, []byte(other)); action(p) != "pass" || string(p.Body) != other {
+		t.Fatalf("legacy retry of a turn passed while native: got %s %s %v; want passed untouched", action(p), p.Body, p.Err)
+	}
+	back.Done(nil)
+	// Counted: the two turns handled by the sidecar, not the native passes.
+	if want := "turn:on_demand:passed,turn:on_demand:passed"; ev.String() != want {
+		t.Errorf("events: got %q; want %q", ev, want)
 	}
 }

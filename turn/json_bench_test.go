@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/bailinghub/knowledge-sidecar/protocol"
-	"github.com/bailinghub/knowledge-sidecar/turn/turntest"
 	"strings"
 	"testing"
+
+	"github.com/bailinghub/knowledge-sidecar/internal/jsonscan"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
+	"github.com/bailinghub/knowledge-sidecar/turn/turntest"
 )
 
 // benchRequest builds a turn request of at least size bytes with the
@@ -69,7 +71,7 @@ func FuzzTurnScanString(f *testing.F) {
 		if len(in) == 0 || in[0] != '"' {
 			return
 		}
-		end, esc, err := scanString(in, 0)
+		end, esc, err := jsonscan.String(in, 0)
 		var s string
 		jerr := json.Unmarshal(in, &s)
 		if err == nil && jerr == nil {
@@ -84,8 +86,8 @@ func FuzzTurnScanString(f *testing.F) {
 			t.Fatalf("scanner rejects or cuts the valid string %q: end %d, %v", in, end, err)
 		}
 		if jerr == nil {
-			if got, ok := unquote(in[:end]); !ok || got != s {
-				t.Fatalf("unquote(%q) = %q, %v; encoding/json: %q", in[:end], got, ok, s)
+			if got, ok := jsonscan.Unquote(in[:end]); !ok || got != s {
+				t.Fatalf("jsonscan.Unquote(%q) = %q, %v; encoding/json: %q", in[:end], got, ok, s)
 			}
 		}
 	})

@@ -79,6 +79,14 @@ func FuzzTurnRequestSplice(f *testing.F) {
 		if err != nil {
 			return // refusals are FuzzParseTurnRequest's
 		}
+		// Cut in place (Turn.Plan's way), the body is the same.
+		cut, err := parseRequest(bytes.Clone(in), false)
+		if err == nil && cut.Mode != "" {
+			cut.cutInPlace()
+		}
+		if err != nil || !bytes.Equal(cut.Body, got.Body) {
+			t.Fatalf("%q: in place got %q, %v; want %q", in, cut.Body, err, got.Body)
+		}
 		if got.Mode == "" {
 			if len(got.Body) != len(in) || len(in) > 0 && &got.Body[0] != &in[0] {
 				t.Fatalf("%q: no mode, but the body is not the input slice", in)

@@ -5,13 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"math/rand/v2"
 	"reflect"
 	"runtime"
 	"strings"
 	"testing"
 
+	"github.com/bailinghub/knowledge-sidecar/internal/jsonscan"
+	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 	"github.com/bailinghub/knowledge-sidecar/turn/turntest"
 )
@@ -281,7 +282,7 @@ func TestTurnScannerAgreesWithEncodingJSON(t *testing.T) {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
 			b := []byte(in)
 			end, err := scanObject(b, 0, 1, nil)
-			got := err == nil && skipWS(b, end) == len(b)
+			got := err == nil && jsonscan.SkipWS(b, end) == len(b)
 			if want := json.Valid(b); got != want {
 				t.Fatalf("scanner valid = %v; json.Valid = %v for %.80q", got, want, in)
 			}
@@ -753,8 +754,8 @@ func TestJSONString(t *testing.T) {
 		"\"\xe6\"", "\"\xe6\\n\"", "\"ok \xff\xfe \xed\xa0\x80 \xe9\x80\"", "\"\\u00e9\xc3\"", "\"\xf0\x9f\x9a\x80\\t\"",
 	} {
 		b := []byte(`{"v":` + lit + `}`)
-		var m member
-		if _, err := scanObject(b, 0, 1, func(x member) { m = x }); err != nil {
+		var m jsonscan.Member
+		if _, err := scanObject(b, 0, 1, func(x jsonscan.Member) { m = x }); err != nil {
 			t.Fatalf("%q: scan: %v", lit, err)
 		}
 		var want string
@@ -766,8 +767,8 @@ func TestJSONString(t *testing.T) {
 		}
 	}
 	b := []byte(`{"v":7}`)
-	var m member
-	_, _ = scanObject(b, 0, 1, func(x member) { m = x })
+	var m jsonscan.Member
+	_, _ = scanObject(b, 0, 1, func(x jsonscan.Member) { m = x })
 	if got, ok := stringOf(b, m); ok {
 		t.Errorf("number: got %q, true; want not a string", got)
 	}

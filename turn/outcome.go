@@ -6,7 +6,8 @@ import (
 )
 
 // Outcome is how an intercepted turn ended: the turns_total{outcome} label
-// the edge counts it under (Turn.Counted). A closed set: Outcomes.
+// the edge counts it under (Turn.Done, Recorder.Turn). A closed set:
+// MetricLabels.Outcomes.
 type Outcome string
 
 const (
@@ -37,19 +38,12 @@ func CoreOutcome(status int) Outcome {
 	}
 }
 
-// Outcomes is every Outcome.
-var Outcomes = []Outcome{Passed, Rewritten, Rejected, Conflict, KnowledgeUnavailable, LedgerUnavailable, RateLimited,
-	DeliveryFailed, UpstreamError, CoreOutcome(100), CoreOutcome(200), CoreOutcome(300), CoreOutcome(400), CoreOutcome(500)}
-
 // Mode labels of a turn (turns_total{mode}) besides the delivery modes.
 const (
 	LabelAbsent  = "absent"  // no knowledge_delivery field
 	LabelInvalid = "invalid" // a field with a value that is no mode
 	LabelUnknown = "unknown" // decided before the field could be told
 )
-
-// Labels is every mode label.
-var Labels = []string{LabelAbsent, LabelInvalid, LabelUnknown, string(protocol.DeliveryInline), string(protocol.DeliveryOnDemand)}
 
 // Reasons and outcomes the turn side reports to its Recorder (the label
 // values of the edge's ledger and hints series).
@@ -69,10 +63,17 @@ const (
 	HintsOff = "off"
 )
 
-var (
-	// FailOpenReasons, ReleaseReasons and HintOutcomes are the closed sets
-	// of each.
-	FailOpenReasons = []string{FailOpenIdentity, FailOpenLedger}
-	ReleaseReasons  = []string{ReleaseRefused, ReleaseNotSent}
-	HintOutcomes    = []string{knowledge.HintsMinted, knowledge.HintsNone, knowledge.HintsFailed, HintsOff}
-)
+// MetricLabels are the closed label sets of what the Recorder is told, for
+// the edge to create every series up front: Turn's modes and outcomes,
+// FailOpen's reasons, Released's reasons, Hints's outcomes.
+var MetricLabels = struct {
+	Modes, Outcomes, FailOpen, Releases, Hints []string
+}{
+	Modes: []string{LabelAbsent, LabelInvalid, LabelUnknown, string(protocol.DeliveryInline), string(protocol.DeliveryOnDemand)},
+	Outcomes: []string{string(Passed), string(Rewritten), string(Rejected), string(Conflict), string(KnowledgeUnavailable),
+		string(LedgerUnavailable), string(RateLimited), string(DeliveryFailed), string(UpstreamError),
+		string(CoreOutcome(100)), string(CoreOutcome(200)), string(CoreOutcome(300)), string(CoreOutcome(400)), string(CoreOutcome(500))},
+	FailOpen: []string{FailOpenIdentity, FailOpenLedger},
+	Releases: []string{ReleaseRefused, ReleaseNotSent},
+	Hints:    []string{knowledge.HintsMinted, knowledge.HintsNone, knowledge.HintsFailed, HintsOff},
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts/jsstring"
+	"github.com/bailinghub/knowledge-sidecar/internal/jsonscan"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
@@ -39,6 +40,10 @@ type Request struct {
 	// separating comma) removed, every other byte unchanged. When Mode is ""
 	// it is the input slice itself.
 	Body []byte
+	// kd, kdPrev locate the field in Body until it is cut (cutInPlace):
+	// the member and the value end of the member before it (-1: none).
+	kd     jsonscan.Member
+	kdPrev int
 }
 
 // ParseRequest inspects a turn request body.
@@ -59,26 +64,30 @@ type Request struct {
 //     without the field: whether it is there cannot be told.
 //
 // body is never modified.
-func ParseRequest(body []byte) (Request, error) {
+func ParseRequest(body []byte) (Request, error) { return parseRequest(body, true) }
+
+// parseRequest is ParseRequest; with cut false the field is only located,
+// Body being body itself, until cutInPlace.
+func parseRequest(body []byte, cut bool) (Request, error) {
 	passthrough := Request{Body: body}
-	i := skipWS(body, 0)
+	i := jsonscan.SkipWS(body, 0)
 	if i >= len(body) || body[i] != '{' {
 		return passthrough, nil
 	}
 	var (
 		tr       Request
-		kd       member
+		kd       jsonscan.Member
 		kdCount  int
 		prevEnd  = -1 // value end of the member before the current one
 		kdPrev   = -1 // value end of the member before knowledge_delivery
-		convRaw  member
-		raw      member
-		msgRaw   member
+		convRaw  jsonscan.Member
+		raw      jsonscan.Member
+		msgRaw   jsonscan.Member
 		haveConv bool
 		haveTurn bool
 		haveMsg  bool
 	)
-	end, err := scanObject(body, i, 1, func(m member) {
+	end, err := scanObject(body, i, 1, func(m jsonscan.Member) {
 		switch {
 		case m.KeyIs(body, "knowledge_delivery"):
 			kdCount++
@@ -94,11 +103,11 @@ func ParseRequest(body []byte) (Request, error) {
 		}
 		prevEnd = m.ValEnd
 	})
-	if err == nil && skipWS(body, end) != len(body) {
-		err = errJSON
+	if err == nil && jsonscan.SkipWS(body, end) != len(body) {
+		err = jsonscan.ErrSyntax
 	}
 	if err != nil {
-		if errors.Is(err, errDeep) {
+		if errors.Is(err, jsonscan.ErrDeep) {
 			return Request{}, ErrTooDeep
 		}
 		if kdCount > 0 {
@@ -128,12 +137,20 @@ func ParseRequest(body []byte) (Request, error) {
 		return Request{}, ErrInvalidDelivery
 	}
 	tr.Mode = mode
-	tr.Body = removeMember(body, kd, kdPrev)
+	tr.Body, tr.kd, tr.kdPrev = body, kd, kdPrev
+	if cut {
+		tr.Body = removeMember(body, kd, kdPrev, false)
+	}
 	return tr, nil
 }
 
+// cutInPlace removes the located field from Body itself (its array's bytes
+// past the new end are left over), so a stripped turn costs no second
+// buffer. Only for a Request of parseRequest(body, false) with a Mode.
+func (r *Request) cutInPlace() { r.Body = removeMember(r.Body, r.kd, r.kdPrev, true) }
+
 // idValue decodes an id member's value: "" unless it is a JSON string.
-func idValue(b []byte, m member) string {
+func idValue(b []byte, m jsonscan.Member) string {
 	s, ok := stringOf(b, m)
 	if !ok {
 		return ""
@@ -141,10 +158,11 @@ func idValue(b []byte, m member) string {
 	return jsstring.Trim(s)
 }
 
-// removeMember returns a copy of b without member m. prevEnd is the value
-// end of the member before m, or -1 when m is the object's first member.
-// Requires b to be valid JSON (it was scanned).
-func removeMember(b []byte, m member, prevEnd int) []byte {
+// removeMember returns b without member m: a copy, or b itself cut
+// (inPlace). prevEnd is the value end of the member before m, or -1 when m
+// is the object's first member. Requires b to be valid JSON (it was
+// scanned).
+func removeMember(b []byte, m jsonscan.Member, prevEnd int, inPlace bool) []byte {
 	var from, to int
 	switch {
 	case prevEnd >= 0:
@@ -152,10 +170,14 @@ func removeMember(b []byte, m member, prevEnd int) []byte {
 		from, to = prevEnd, m.ValEnd
 	default:
 		from, to = m.KeyStart, m.ValEnd
-		if j := skipWS(b, m.ValEnd); j < len(b) && b[j] == ',' {
+		if j := jsonscan.SkipWS(b, m.ValEnd); j < len(b) && b[j] == ',' {
 			// First of several: drop through the comma and the blanks after it.
-			to = skipWS(b, j+1)
+			to = jsonscan.SkipWS(b, j+1)
 		}
+	}
+	if inPlace {
+		n := copy(b[from:], b[to:])
+		return b[:from+n]
 	}
 	out := make([]byte, 0, len(b)-(to-from))
 	out = append(out, b[:from]...)

@@ -1,8 +1,8 @@
 package turn
 
-// The byte-level JSON scanner under both turn directions (request.go,
-// answer.go): internal/jsonscan, under the names this package's code and
-// tests use.
+// What both turn directions (request.go, answer.go) add to
+// internal/jsonscan, which they call directly: member callbacks that skip
+// (or descend into) each value, and a member's value read.
 //
 // Both directions splice byte ranges instead of re-marshaling: the scanner
 // (same grammar and nesting limit as encoding/json.Valid) finds the exact
@@ -15,22 +15,11 @@ package turn
 
 import "github.com/bailinghub/knowledge-sidecar/internal/jsonscan"
 
-// errJSON marks invalid JSON inside the scanner; it never leaves this package.
-var errJSON = jsonscan.ErrSyntax
-
-// errDeep marks nesting beyond encoding/json's limit inside the scanner.
-var errDeep = jsonscan.ErrDeep
-
-// member locates one object member (jsonscan.Member).
-type member = jsonscan.Member
-
-func skipWS(b []byte, i int) int { return jsonscan.SkipWS(b, i) }
-
 // scanObject scans the object starting at b[i] == '{' at nesting depth
 // depth, calls fn (if not nil) for every member in order, and returns the
 // index just after the closing '}'. When a member's value is invalid, fn is
 // still called for it, with ValEnd == -1, before the error is returned.
-func scanObject(b []byte, i, depth int, fn func(member)) (int, error) {
+func scanObject(b []byte, i, depth int, fn func(jsonscan.Member)) (int, error) {
 	return scanMembers(b, i, depth, fn, nil, nil)
 }
 
@@ -38,11 +27,11 @@ func scanObject(b []byte, i, depth int, fn func(member)) (int, error) {
 // same pass: when into is not nil it is called (with the key fields of m set)
 // for every member whose value is an object, and when it answers true, sub
 // gets that object's members the way fn gets this object's.
-func scanMembers(b []byte, i, depth int, fn func(member), into func(member) bool, sub func(member)) (int, error) {
+func scanMembers(b []byte, i, depth int, fn func(jsonscan.Member), into func(jsonscan.Member) bool, sub func(jsonscan.Member)) (int, error) {
 	if fn == nil && into == nil {
 		return jsonscan.Object(b, i, depth, nil)
 	}
-	return jsonscan.Object(b, i, depth, func(m member) (int, error) {
+	return jsonscan.Object(b, i, depth, func(m jsonscan.Member) (int, error) {
 		var end int
 		var err error
 		if into != nil && m.ValStart < len(b) && b[m.ValStart] == '{' && into(m) {
@@ -63,25 +52,14 @@ func scanMembers(b []byte, i, depth int, fn func(member), into func(member) bool
 	})
 }
 
-// skipValue returns the index just after the value starting at b[i];
-// depth is the nesting depth of the container holding it.
-func skipValue(b []byte, i, depth int) (int, error) { return jsonscan.SkipValue(b, i, depth) }
-
-// scanString scans the string starting at b[i] == '"' and returns the
-// index after its closing quote and whether it contains escapes.
-func scanString(b []byte, i int) (int, bool, error) { return jsonscan.String(b, i) }
-
-// unquote decodes a scanned JSON string literal exactly as encoding/json
-// does (jsonscan.Unquote); ok is false when v is not a string literal.
-func unquote(v []byte) (string, bool) { return jsonscan.Unquote(v) }
-
 // valueBytes is member m's value (nil for a zero member).
-func valueBytes(b []byte, m member) []byte {
+func valueBytes(b []byte, m jsonscan.Member) []byte {
 	if m.ValEnd <= m.ValStart {
 		return nil
 	}
 	return b[m.ValStart:m.ValEnd]
 }
 
-// stringOf decodes member m's value if it is a JSON string (unquote).
-func stringOf(b []byte, m member) (string, bool) { return unquote(valueBytes(b, m)) }
+// stringOf decodes member m's value if it is a JSON string, exactly as
+// encoding/json does (jsonscan.Unquote).
+func stringOf(b []byte, m jsonscan.Member) (string, bool) { return jsonscan.Unquote(valueBytes(b, m)) }
