@@ -12,7 +12,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/bailinghub/knowledge-sidecar/hostclient"
-	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
@@ -55,7 +54,7 @@ const (
 type walked struct {
 	cursor string // the cursor that read it; "" for the chain's start
 	start  int    // its offset in the document (the walk starts at 0)
-	index  int    // its place among the call's reads, from 0 (knowledge.Shown)
+	index  int    // its place among the call's reads, from 0 (Shown)
 	raw    []byte
 	a      hostclient.ReadAnswer
 }
@@ -153,7 +152,7 @@ func nearWindow(ctx context.Context, c *caller, first map[string]any, p *passage
 	if ws >= from.end() {
 		s = cur
 	}
-	shown := knowledge.Shown{First: s.index, Skip: ws - s.start}
+	shown := Shown{First: s.index, Skip: ws - s.start}
 	we := ws + limit
 	var (
 		ans  = cur // the read whose cursor continues after the window
@@ -237,7 +236,7 @@ func readFrom(ctx context.Context, c *caller, first map[string]any, cursor strin
 // ended before the document did — that the rest cannot be reached through
 // this ref.
 func nearMiss(ctx context.Context, head, last *walked) *mcp.CallToolResult {
-	showed(ctx, knowledge.Shown{None: true})
+	showed(ctx, Shown{None: true})
 	a := &last.a
 	searched := "[searched bytes 0–" + thousands(int64(last.end())) + " of " + thousands(a.TotalContentBytes) + "] "
 	note := "Not found: near is not in " + "the document"
