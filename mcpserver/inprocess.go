@@ -39,7 +39,8 @@ type refuser interface {
 //	    result encoded by the SDK; JSON-RPC message encoded by the SDK.
 //	  refusal 7: the same up to the service, then its error body encoded by
 //	    the edge and decoded by the tool, result and message encoded.
-//	after (this backend, the refusal as a value):
+//	after (this backend, the refusal as a value; the arguments decoded once,
+//	for the schema, then copied into toolArgs, and sent as a protoRequest):
 //	  success 7: unchanged — the answer is encoded once by the service and
 //	    decoded once for the text rendering; structuredContent is that JSON
 //	    spliced with the note (withNote), not encoded again by us; the two

@@ -57,9 +57,9 @@ const (
 )
 
 // run is a tool's implementation: args passed the tool's input schema and
-// checkArgs. It returns a result (isError for every failure of the call) or
+// checkArgs, decoded. It returns a result (isError for every failure of the call) or
 // only the context's error when the call was cancelled.
-type run func(ctx context.Context, c *caller, args map[string]any) (*mcp.CallToolResult, error)
+type run func(ctx context.Context, c *caller, args *toolArgs) (*mcp.CallToolResult, error)
 
 // runs are the tools' implementations by name (ToolsFor has their definitions).
 var runs = map[string]run{
@@ -133,11 +133,11 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 		}
 		return toolError(protocol.CodeInvalidRequest, msg, ""), nil
 	}
-	obj := inst.(map[string]any) // the schema admits objects only
-	if msg := checkArgs(obj); msg != "" {
+	in := argsOf(inst.(map[string]any)) // the schema admits objects only
+	if msg := checkArgs(&in); msg != "" {
 		return toolError(protocol.CodeInvalidRequest, msg, ""), nil
 	}
-	if got, ok := obj["run_id"].(string); ok && h.c.runID != "" && !strings.EqualFold(got, h.c.runID) {
+	if got := in.RunID; got != "" && h.c.runID != "" && !strings.EqualFold(got, h.c.runID) {
 		return toolError(protocol.CodeInvalidRequest, "this server is bound to run "+h.c.runID+" (--run-id); omit run_id or pass that one", ""), nil
 	}
 	rec, recording := h.c.rec, h.c.rec != nil
@@ -146,7 +146,7 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 		shown = &shownSlot{}
 		ctx = context.WithValue(rec.Begin(ctx), shownKey{}, shown)
 	}
-	res, err := h.run(ctx, h.c, obj)
+	res, err := h.run(ctx, h.c, &in)
 	if err != nil || res == nil {
 		return res, err
 	}
@@ -221,9 +221,9 @@ type caller struct {
 // result of a protocol error, an unreachable service or an answer that is
 // not schema's; err only the context's error (the call was cancelled: the
 // SDK answers it). raw is the answer's body.
-func (c *caller) call(ctx context.Context, endpoint, schema string, body map[string]any, answer any) (raw []byte, fail *mcp.CallToolResult, err error) {
-	if _, ok := body["run_id"]; !ok && c.runID != "" {
-		body["run_id"] = c.runID
+func (c *caller) call(ctx context.Context, endpoint, schema string, body protoRequest, answer any) (raw []byte, fail *mcp.CallToolResult, err error) {
+	if body.RunID == "" {
+		body.RunID = c.runID
 	}
 	req, err := json.Marshal(body)
 	if err != nil {

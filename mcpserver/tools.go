@@ -216,17 +216,17 @@ var toolFacts = strings.NewReplacer(
 // units, where the schema's maxLength would count code points, so the tool
 // would send what the endpoint refuses), and near without cursor. It
 // returns the invalid_request refusal's message, or "".
-func checkArgs(args map[string]any) string {
-	if q, ok := args["query"].(string); ok {
-		if msg := jsstring.CheckQuery(q, protocol.MaxQueryUnits); msg != "" {
+func checkArgs(args *toolArgs) string {
+	if args.Query != "" {
+		if msg := jsstring.CheckQuery(args.Query, protocol.MaxQueryUnits); msg != "" {
 			return msg
 		}
 	}
-	if _, ok := args["near"]; ok {
-		if _, ok := args["cursor"]; ok {
+	if args.Near != "" {
+		if args.Cursor != "" {
 			return "near and cursor cannot be combined: near searches the ref's pages from the beginning; pass near with the ref alone, or the cursor without near"
 		}
-		if nearText(args["near"].(string)) == "" {
+		if nearText(args.Near) == "" {
 			return "near must contain text besides white space, Markdown marks and \"…\""
 		}
 	}
