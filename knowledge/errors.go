@@ -16,9 +16,9 @@ const (
 	maxRelayedMessageLen                    = 200
 )
 
-// Error is every failure the knowledge endpoints answer with. The proxy
-// writes {"error":Code,"message":Message} with Status and Cache-Control:
-// no-store. Message is one English sentence and never contains internal
+// Error is every failure the knowledge endpoints answer with, on the wire
+// as its Refusal: {"error":Code,"message":Message} with Status (the edge
+// adds Cache-Control: no-store). Message is one English sentence and never contains internal
 // addresses, SQL, credentials, tokens or document text; Err is the cause,
 // for logs only.
 type Error struct {
@@ -36,6 +36,18 @@ type Error struct {
 func (e *Error) RetryAfterSeconds() int {
 	secs := int((e.RetryAfter + time.Second - 1) / time.Second)
 	return max(secs, 1)
+}
+
+// Refusal is e as the knowledge endpoints answer it, the one wire form of
+// an Error: its status, code and message, and on a 429 the Retry-After
+// seconds. The edge writes it (proxy.writeErr); an MCP tool call answered
+// in process renders it as the tool error (mcpserver).
+func (e *Error) Refusal() protocol.Refusal {
+	r := protocol.Refusal{Status: e.Status, Code: e.Code, Message: e.Message}
+	if e.Status == 429 {
+		r.RetryAfter = e.RetryAfterSeconds()
+	}
+	return r
 }
 
 func (e *Error) Error() string {

@@ -19,27 +19,12 @@ import (
 // Optional fields may be null, which means the same as absent (so a host may
 // pass a previous next_cursor of null back verbatim).
 
-// CheckQuery applies SPEC §4's rules for a search query to q: not empty after
-// JavaScript's trim(), at most protocol.MaxQueryUnits UTF-16 units, no C0 control
-// character but tab, LF and CR. It returns nil or the 400 invalid_request
-// *Error the endpoint answers. The MCP tool (mcpserver) calls it before
-// sending, so it refuses exactly what the endpoint refuses, with the same
-// code and message (a JSON Schema maxLength counts code points and cannot
-// say this).
+// CheckQuery applies SPEC §4's rules for a search query to q
+// (jsstring.CheckQuery, the one definition the MCP tools share). It returns
+// nil or the 400 invalid_request *Error the endpoint answers.
 func CheckQuery(q string) *Error {
-	// Core counts and trims like JavaScript: emptiness after trim() (which
-	// also removes U+FEFF) and the length in UTF-16 code units, so a query a
-	// native Core accepts is accepted here and vice versa.
-	if jsstring.Trim(q) == "" {
-		return errInvalid("query must not be empty.")
-	}
-	if jsstring.UTF16Len(q) > protocol.MaxQueryUnits {
-		return errInvalid("query must not exceed " + strconv.Itoa(protocol.MaxQueryUnits) + " characters counted in UTF-16 code units (an emoji counts 2).")
-	}
-	for _, c := range q {
-		if c < 0x20 && c != '\t' && c != '\n' && c != '\r' {
-			return errInvalid("query contains disallowed control characters.")
-		}
+	if msg := jsstring.CheckQuery(q, protocol.MaxQueryUnits); msg != "" {
+		return errInvalid(msg)
 	}
 	return nil
 }

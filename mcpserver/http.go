@@ -24,12 +24,13 @@ const MaxHTTPBody = 64 << 10
 
 // HTTPOptions configure the remote endpoint's handler (NewHTTP).
 type HTTPOptions struct {
-	// Backend answers the tools' protocol requests; for the sidecar it is
-	// the knowledge service in process, reading the caller from the
-	// request's context.
-	Backend Backend
-	Version string
-	Logger  *slog.Logger
+	// Backend or Knowledge (exactly one) answers the tools' protocol
+	// requests; for the sidecar it is the knowledge service in process
+	// (Knowledge), reading the caller from the request's context.
+	Backend   Backend
+	Knowledge Knowledge
+	Version   string
+	Logger    *slog.Logger
 	// Tracer, when set, starts one SERVER span per MCP request (SPEC §10).
 	Tracer trace.Tracer
 	// TrustMeta says whether the request's params._meta.traceparent may
@@ -68,7 +69,7 @@ func NewHTTP(o HTTPOptions) (*HTTP, error) {
 	obs := &observer{tracer: o.Tracer, trustMeta: o.TrustMeta, count: o.Observe}
 	servers := map[string]*mcp.Server{}
 	for _, p := range []string{ProfileKnowledge, ProfileOpenAI} {
-		srv, err := New(Options{Backend: o.Backend, Version: o.Version, Logger: o.Logger, Profile: p})
+		srv, err := New(Options{Backend: o.Backend, Knowledge: o.Knowledge, Version: o.Version, Logger: o.Logger, Profile: p})
 		if err != nil {
 			return nil, err
 		}

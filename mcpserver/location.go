@@ -52,9 +52,9 @@ func (o *offsets) lookup(cursor string) (int64, bool) {
 	return at, ok
 }
 
-// pageStart is the offset of page a read with args answered, when known.
-func (o *offsets) pageStart(args map[string]any, a *hostclient.ReadAnswer) (int64, bool) {
-	cursor, _ := args["cursor"].(string)
+// pageStart is the offset of page a read with cursor ("" none) answered,
+// when known.
+func (o *offsets) pageStart(cursor string, a *hostclient.ReadAnswer) (int64, bool) {
 	switch {
 	case cursor == "":
 		return 0, true

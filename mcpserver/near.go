@@ -3,7 +3,6 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
-	"maps"
 	"strconv"
 	"strings"
 	"unicode"
@@ -12,7 +11,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/bailinghub/knowledge-sidecar/hostclient"
-	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
@@ -55,7 +53,7 @@ const (
 type walked struct {
 	cursor string // the cursor that read it; "" for the chain's start
 	start  int    // its offset in the document (the walk starts at 0)
-	index  int    // its place among the call's reads, from 0 (knowledge.Shown)
+	index  int    // its place among the call's reads, from 0 (Shown)
 	raw    []byte
 	a      hostclient.ReadAnswer
 }
@@ -72,14 +70,13 @@ type passage struct {
 }
 
 // nearRead is knowledge_read with near (want, as nearText made it).
-func nearRead(ctx context.Context, c *caller, args map[string]any, want string) (*mcp.CallToolResult, error) {
-	first := maps.Clone(args)
-	delete(first, "near")
+func nearRead(ctx context.Context, c *caller, args *toolArgs, want string) (*mcp.CallToolResult, error) {
+	first := args.request()
 	limit := NearWindowBytes
-	if m, ok := args["max_bytes"].(float64); ok {
-		limit = int(m)
+	if args.MaxBytes != 0 {
+		limit = int(args.MaxBytes)
 	} else {
-		first["max_bytes"] = protocol.ReadMaxBytes
+		first.MaxBytes = protocol.ReadMaxBytes
 	}
 	words := wordsOf(want)
 	var (
@@ -139,7 +136,7 @@ func nearRead(ctx context.Context, c *caller, args map[string]any, want string) 
 
 // nearWindow answers the passage p: the window from shortly before it, at
 // most limit bytes, with the cursor that continues where it ends.
-func nearWindow(ctx context.Context, c *caller, first map[string]any, p *passage, limit, nwords, reads int) (*mcp.CallToolResult, error) {
+func nearWindow(ctx context.Context, c *caller, first protoRequest, p *passage, limit, nwords, reads int) (*mcp.CallToolResult, error) {
 	cur, from := p.cur, p.cur
 	if p.prev != nil && p.start < p.prev.end() {
 		from = p.prev
@@ -153,7 +150,7 @@ func nearWindow(ctx context.Context, c *caller, first map[string]any, p *passage
 	if ws >= from.end() {
 		s = cur
 	}
-	shown := knowledge.Shown{First: s.index, Skip: ws - s.start}
+	shown := Shown{First: s.index, Skip: ws - s.start}
 	we := ws + limit
 	var (
 		ans  = cur // the read whose cursor continues after the window
@@ -219,13 +216,10 @@ func nearWindow(ctx context.Context, c *caller, first map[string]any, p *passage
 
 // readFrom reads the page at cursor (the chain's start when "") with
 // max_bytes n, as the read index of the call; start is its offset.
-func readFrom(ctx context.Context, c *caller, first map[string]any, cursor string, n, start, index int) (*walked, *mcp.CallToolResult, error) {
-	body := maps.Clone(first)
-	delete(body, "cursor")
-	if cursor != "" {
-		body["cursor"] = cursor
-	}
-	body["max_bytes"] = n
+func readFrom(ctx context.Context, c *caller, first protoRequest, cursor string, n, start, index int) (*walked, *mcp.CallToolResult, error) {
+	body := first
+	body.Cursor = cursor
+	body.MaxBytes = n
 	w := &walked{cursor: cursor, start: start, index: index}
 	raw, fail, err := c.call(ctx, hostclient.Read, protocol.ReadSchema, body, &w.a)
 	w.raw = raw
@@ -237,7 +231,7 @@ func readFrom(ctx context.Context, c *caller, first map[string]any, cursor strin
 // ended before the document did — that the rest cannot be reached through
 // this ref.
 func nearMiss(ctx context.Context, head, last *walked) *mcp.CallToolResult {
-	showed(ctx, knowledge.Shown{None: true})
+	showed(ctx, Shown{None: true})
 	a := &last.a
 	searched := "[searched bytes 0–" + thousands(int64(last.end())) + " of " + thousands(a.TotalContentBytes) + "] "
 	note := "Not found: near is not in " + "the document"
@@ -279,8 +273,8 @@ func withMembers(raw []byte, set map[string]any) json.RawMessage {
 // budget, the first page is held to the end of the request; each later one
 // while it is visited, or, when owned, until the visitor gives it back
 // (keep).
-func walkChain(ctx context.Context, c *caller, first map[string]any, owned bool, visit func(raw []byte, a *hostclient.ReadAnswer) bool) (*mcp.CallToolResult, error) {
-	body := maps.Clone(first)
+func walkChain(ctx context.Context, c *caller, first protoRequest, owned bool, visit func(raw []byte, a *hostclient.ReadAnswer) bool) (*mcp.CallToolResult, error) {
+	body := first
 	for page := range maxChainPages {
 		var a hostclient.ReadAnswer
 		raw, fail, err := c.call(ctx, hostclient.Read, protocol.ReadSchema, body, &a)
@@ -295,8 +289,8 @@ func walkChain(ctx context.Context, c *caller, first map[string]any, owned bool,
 			// one it holds itself.
 			leaseOf(ctx).give(pageCopies * int64(len(raw)))
 		}
-		body = maps.Clone(first)
-		body["cursor"] = *a.NextCursor
+		body = first
+		body.Cursor = *a.NextCursor
 	}
 	return nil, nil
 }

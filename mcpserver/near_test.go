@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
@@ -133,12 +132,12 @@ func TestReadNearMissPastBudget(t *testing.T) {
 // recChain is a chain that records what the result of each call showed.
 type recChain struct {
 	*chain
-	shown []*knowledge.Shown
+	shown []*Shown
 }
 
 func (r *recChain) Begin(ctx context.Context) context.Context { return ctx }
 
-func (r *recChain) End(_ context.Context, s *knowledge.Shown) error {
+func (r *recChain) End(_ context.Context, s *Shown) error {
 	r.shown = append(r.shown, s)
 	return nil
 }
@@ -171,7 +170,7 @@ func TestReadNearClosestAuditRange(t *testing.T) {
 	if len(c.bodies) != 5 || v["next_cursor"] != "c"+strconv.Itoa(end) {
 		t.Errorf("%d requests, next_cursor %v; want the 4-page walk and the third page read again, the cursor at c%d", len(c.bodies), v["next_cursor"], end)
 	}
-	want := knowledge.Shown{First: 1, Skip: start - protocol.ReadMaxBytes, Last: 2, Keep: end - 2*protocol.ReadMaxBytes}
+	want := Shown{First: 1, Skip: start - protocol.ReadMaxBytes, Last: 2, Keep: end - 2*protocol.ReadMaxBytes}
 	if len(c.shown) != 1 || c.shown[0] == nil || *c.shown[0] != want {
 		t.Errorf("shown %+v; want %+v", c.shown, want)
 	}

@@ -31,9 +31,9 @@ type openaiResult struct {
 // openaiSearch is search: one search request; its hints become results
 // whose id is the ref. A status that says nothing was searched is an error,
 // so that an outage never reads as "no results".
-func openaiSearch(ctx context.Context, c *caller, args map[string]any) (*mcp.CallToolResult, error) {
+func openaiSearch(ctx context.Context, c *caller, args *toolArgs) (*mcp.CallToolResult, error) {
 	var a hostclient.SearchAnswer
-	_, fail, err := c.call(ctx, hostclient.Search, protocol.SearchSchema, args, &a)
+	_, fail, err := c.call(ctx, hostclient.Search, protocol.SearchSchema, args.request(), &a)
 	if fail != nil || err != nil {
 		return fail, err
 	}
@@ -54,14 +54,14 @@ func openaiSearch(ctx context.Context, c *caller, args map[string]any) (*mcp.Cal
 
 // openaiFetch is fetch: the id's read chain to its end or to the chain
 // budget, in pages of the largest size.
-func openaiFetch(ctx context.Context, c *caller, args map[string]any) (*mcp.CallToolResult, error) {
-	id := args["id"].(string) // required by the schema
+func openaiFetch(ctx context.Context, c *caller, args *toolArgs) (*mcp.CallToolResult, error) {
+	id := args.ID // required by the schema
 	var (
 		text strings.Builder
 		last hostclient.ReadAnswer
 	)
 	refused := false
-	fail, err := walkChain(ctx, c, map[string]any{"ref": id, "max_bytes": protocol.ReadMaxBytes}, false, func(_ []byte, a *hostclient.ReadAnswer) bool {
+	fail, err := walkChain(ctx, c, protoRequest{Ref: id, MaxBytes: protocol.ReadMaxBytes}, false, func(_ []byte, a *hostclient.ReadAnswer) bool {
 		if text.Len() == 0 {
 			// The text grows once, to the most the chain can hold.
 			text.Grow(int(min(max(a.TotalContentBytes, 0), protocol.ReadChainMaxBytes)))

@@ -24,9 +24,9 @@ import (
 var ttlMinutes = strconv.Itoa(protocol.ReferenceTTLSeconds / 60)
 
 // knowledgeSearch is knowledge_search: one search request.
-func knowledgeSearch(ctx context.Context, c *caller, args map[string]any) (*mcp.CallToolResult, error) {
+func knowledgeSearch(ctx context.Context, c *caller, args *toolArgs) (*mcp.CallToolResult, error) {
 	var a hostclient.SearchAnswer
-	raw, fail, err := c.call(ctx, hostclient.Search, protocol.SearchSchema, args, &a)
+	raw, fail, err := c.call(ctx, hostclient.Search, protocol.SearchSchema, args.request(), &a)
 	if fail != nil || err != nil {
 		return fail, err
 	}
@@ -59,16 +59,16 @@ func searchNote(status string, hints int) string {
 
 // knowledgeRead is knowledge_read: one read request, or, with near, the
 // pages of the ref's chain up to the one holding the passage (near.go).
-func knowledgeRead(ctx context.Context, c *caller, args map[string]any) (*mcp.CallToolResult, error) {
-	if near, ok := args["near"].(string); ok {
-		return nearRead(ctx, c, args, nearText(near))
+func knowledgeRead(ctx context.Context, c *caller, args *toolArgs) (*mcp.CallToolResult, error) {
+	if args.Near != "" {
+		return nearRead(ctx, c, args, nearText(args.Near))
 	}
 	var a hostclient.ReadAnswer
-	raw, fail, err := c.call(ctx, hostclient.Read, protocol.ReadSchema, args, &a)
+	raw, fail, err := c.call(ctx, hostclient.Read, protocol.ReadSchema, args.request(), &a)
 	if fail != nil || err != nil {
 		return fail, err
 	}
-	start, known := c.pos.pageStart(args, &a)
+	start, known := c.pos.pageStart(args.Cursor, &a)
 	c.pos.issued(&a, start, known)
 	note := locationLine(start, known, len(a.Content), a.TotalContentBytes) + " " + readNote(&a)
 	return success(pageText(a.Title, "", a.Content, note), withNote(raw, note, nil)), nil

@@ -16,14 +16,12 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts/jsstring"
 	"github.com/bailinghub/knowledge-sidecar/hostclient"
-	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
-// Backend answers the protocol's requests for the tools: a
-// *hostclient.Client over HTTP (the stdio `mcp` command), or the sidecar's
-// own knowledge service in process (the /knowledge/mcp endpoint of `serve`).
-// endpoint is hostclient.Capabilities, Search or Read; an error is a
+// Backend answers the protocol's requests for the tools over HTTP: a
+// *hostclient.Client (the stdio `mcp` command); the sidecar's own knowledge
+// service is called in process through Knowledge instead. endpoint is hostclient.Capabilities, Search or Read; an error is a
 // transport failure (the answer could not be had at all), never a protocol
 // error, which comes back as a Response with its status and error body.
 type Backend interface {
@@ -32,8 +30,11 @@ type Backend interface {
 
 // Options configure the server.
 type Options struct {
-	Backend Backend
-	Version string
+	// Backend or Knowledge (exactly one) answers the tools' requests:
+	// over HTTP, or in process.
+	Backend   Backend
+	Knowledge Knowledge
+	Version   string
 	// Logger receives diagnostics (default: discard); never tokens, refs,
 	// queries or document text.
 	Logger *slog.Logger
@@ -56,9 +57,9 @@ const (
 )
 
 // run is a tool's implementation: args passed the tool's input schema and
-// checkArgs. It returns a result (isError for every failure of the call) or
+// checkArgs, decoded. It returns a result (isError for every failure of the call) or
 // only the context's error when the call was cancelled.
-type run func(ctx context.Context, c *caller, args map[string]any) (*mcp.CallToolResult, error)
+type run func(ctx context.Context, c *caller, args *toolArgs) (*mcp.CallToolResult, error)
 
 // runs are the tools' implementations by name (ToolsFor has their definitions).
 var runs = map[string]run{
@@ -70,8 +71,8 @@ var runs = map[string]run{
 
 // New builds the MCP server with the tools of o.Profile.
 func New(o Options) (*mcp.Server, error) {
-	if o.Backend == nil {
-		return nil, errors.New("mcpserver: no backend")
+	if (o.Backend == nil) == (o.Knowledge == nil) {
+		return nil, errors.New("mcpserver: want a Backend or a Knowledge")
 	}
 	defs := ToolsFor(o.Profile)
 	if defs == nil {
@@ -85,7 +86,12 @@ func New(o Options) (*mcp.Server, error) {
 		"Search with " + defs[0].Name + ", then read a result with " + defs[1].Name + "."
 	srv := mcp.NewServer(&mcp.Implementation{Name: "knowledge-sidecar", Title: "BailingHub knowledge", Version: o.Version},
 		&mcp.ServerOptions{Logger: sdkLogger(log), Instructions: instructions})
-	c := &caller{b: o.Backend, log: log, runID: o.RunID}
+	c := &caller{b: o.Backend, k: o.Knowledge, log: log, runID: o.RunID}
+	if r, ok := o.Knowledge.(Recorder); ok {
+		c.rec = r
+	} else if r, ok := o.Backend.(Recorder); ok {
+		c.rec = r
+	}
 	for _, def := range defs {
 		rs, err := def.resolve()
 		if err != nil {
@@ -127,20 +133,20 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 		}
 		return toolError(protocol.CodeInvalidRequest, msg, ""), nil
 	}
-	obj := inst.(map[string]any) // the schema admits objects only
-	if e := checkArgs(obj); e != nil {
-		return toolError(e.Code, e.Message, ""), nil
+	in := argsOf(inst.(map[string]any)) // the schema admits objects only
+	if msg := checkArgs(&in); msg != "" {
+		return toolError(protocol.CodeInvalidRequest, msg, ""), nil
 	}
-	if got, ok := obj["run_id"].(string); ok && h.c.runID != "" && !strings.EqualFold(got, h.c.runID) {
+	if got := in.RunID; got != "" && h.c.runID != "" && !strings.EqualFold(got, h.c.runID) {
 		return toolError(protocol.CodeInvalidRequest, "this server is bound to run "+h.c.runID+" (--run-id); omit run_id or pass that one", ""), nil
 	}
-	rec, recording := h.c.b.(Recorder)
+	rec, recording := h.c.rec, h.c.rec != nil
 	var shown *shownSlot
 	if recording {
 		shown = &shownSlot{}
 		ctx = context.WithValue(rec.Begin(ctx), shownKey{}, shown)
 	}
-	res, err := h.run(ctx, h.c, obj)
+	res, err := h.run(ctx, h.c, &in)
 	if err != nil || res == nil {
 		return res, err
 	}
@@ -149,10 +155,10 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 		res, refused = overloaded(), true
 	}
 	if recording {
-		var what *knowledge.Shown
+		var what *Shown
 		switch {
 		case refused: // the pages were read, none is shown
-			what = &knowledge.Shown{Refused: CodeOverloaded}
+			what = &Shown{Refused: CodeOverloaded}
 		case !res.IsError:
 			what = shown.what
 		}
@@ -163,24 +169,37 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 	return res, nil
 }
 
-// Recorder is an optional extension of Backend (the sidecar's knowledge
-// service in process): one tool call's requests are recorded as one
+// Recorder is an optional extension of Knowledge (the sidecar's knowledge
+// service in process) or of a Backend: one tool call's requests are recorded as one
 // disclosure (SPEC §11). Begin starts the record for the calls made with
 // the context it returns; End writes it, told what of the pages read the
 // result showed (nil: every page, or no read); an error means the result
 // must not be sent.
 type Recorder interface {
 	Begin(ctx context.Context) context.Context
-	End(ctx context.Context, shown *knowledge.Shown) error
+	End(ctx context.Context, shown *Shown) error
+}
+
+// Shown is what of a tool call's read pages its result showed: from byte
+// Skip of page First through the end of page Last (pages counted in the
+// order they were read, from 0) — or, with Keep, only its first Keep bytes
+// (a window that ends inside a page); with None, no page. Refused, when
+// set, is the error code of a result that showed none of the pages read
+// (refused after them: the answer budget's overloaded). The sidecar's
+// auditor takes it as Shown, the same fields.
+type Shown struct {
+	First, Skip, Last, Keep int
+	None                    bool
+	Refused                 protocol.ErrorCode
 }
 
 type shownKey struct{}
 
 // shownSlot is where a tool says what of its pages its result showed.
-type shownSlot struct{ what *knowledge.Shown }
+type shownSlot struct{ what *Shown }
 
 // showed records what of the tool call's reads its result showed.
-func showed(ctx context.Context, what knowledge.Shown) {
+func showed(ctx context.Context, what Shown) {
 	if s, ok := ctx.Value(shownKey{}).(*shownSlot); ok {
 		s.what = &what
 	}
@@ -188,7 +207,9 @@ func showed(ctx context.Context, what knowledge.Shown) {
 
 // caller sends the tools' requests to the Backend.
 type caller struct {
-	b     Backend
+	b     Backend   // Options.Backend, or nil
+	k     Knowledge // Options.Knowledge, or nil
+	rec   Recorder  // the one of them that records, or nil
 	log   *slog.Logger
 	runID string  // Options.RunID
 	pos   offsets // where the pages of the cursors returned start (location.go)
@@ -200,32 +221,25 @@ type caller struct {
 // result of a protocol error, an unreachable service or an answer that is
 // not schema's; err only the context's error (the call was cancelled: the
 // SDK answers it). raw is the answer's body.
-func (c *caller) call(ctx context.Context, endpoint, schema string, body map[string]any, answer any) (raw []byte, fail *mcp.CallToolResult, err error) {
-	if _, ok := body["run_id"]; !ok && c.runID != "" {
-		body["run_id"] = c.runID
+func (c *caller) call(ctx context.Context, endpoint, schema string, body protoRequest, answer any) (raw []byte, fail *mcp.CallToolResult, err error) {
+	if body.RunID == "" {
+		body.RunID = c.runID
 	}
 	req, err := json.Marshal(body)
 	if err != nil {
 		return nil, toolError(protocol.CodeInvalidRequest, "the arguments could not be encoded", ""), nil
 	}
-	res, err := c.b.Call(ctx, endpoint, req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, nil, ctx.Err()
-		}
-		c.log.Warn("knowledge call failed", "endpoint", endpoint, "err", err)
-		return nil, toolError(protocol.CodeUnavailable, "the knowledge service could not be reached", ""), nil
+	raw, fail, err = c.ask(ctx, endpoint, req)
+	if fail != nil || err != nil {
+		return nil, fail, err
 	}
-	if res.Status != http.StatusOK {
-		return nil, answerError(res), nil
-	}
-	if !leaseOf(ctx).take(pageCopies * int64(len(res.Body))) {
+	if !leaseOf(ctx).take(pageCopies * int64(len(raw))) {
 		return nil, overloaded(), nil
 	}
-	if len(res.Body) > hostclient.MaxBody || json.Unmarshal(res.Body, answer) != nil || schemaOf(answer) != schema {
+	if len(raw) > hostclient.MaxBody || json.Unmarshal(raw, answer) != nil || schemaOf(answer) != schema {
 		return nil, notProtocol(), nil
 	}
-	return res.Body, nil, nil
+	return raw, nil, nil
 }
 
 // schemaOf is the schema_version of a decoded answer.

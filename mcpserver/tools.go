@@ -12,7 +12,7 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 
-	"github.com/bailinghub/knowledge-sidecar/knowledge"
+	"github.com/bailinghub/knowledge-sidecar/corefacts/jsstring"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
@@ -211,27 +211,26 @@ var toolFacts = strings.NewReplacer(
 )
 
 // checkArgs applies the rules that a JSON Schema cannot state to arguments
-// that passed the schema: a search query through knowledge.CheckQuery, the
-// one definition of the query limit (UTF-16 code units, where the schema's
-// maxLength would count code points, so the tool would send what the
-// endpoint refuses), and near without cursor. It returns the invalid_request
-// refusal, or nil.
-func checkArgs(args map[string]any) *knowledge.Error {
-	if q, ok := args["query"].(string); ok {
-		if e := knowledge.CheckQuery(q); e != nil {
-			return e
+// that passed the schema: a search query through jsstring.CheckQuery, the
+// one definition of the query rule the endpoint applies too (UTF-16 code
+// units, where the schema's maxLength would count code points, so the tool
+// would send what the endpoint refuses), and near without cursor. It
+// returns the invalid_request refusal's message, or "".
+func checkArgs(args *toolArgs) string {
+	if args.Query != "" {
+		if msg := jsstring.CheckQuery(args.Query, protocol.MaxQueryUnits); msg != "" {
+			return msg
 		}
 	}
-	if _, ok := args["near"]; ok {
-		if _, ok := args["cursor"]; ok {
-			return &knowledge.Error{Status: 400, Code: protocol.CodeInvalidRequest,
-				Message: "near and cursor cannot be combined: near searches the ref's pages from the beginning; pass near with the ref alone, or the cursor without near"}
+	if args.Near != "" {
+		if args.Cursor != "" {
+			return "near and cursor cannot be combined: near searches the ref's pages from the beginning; pass near with the ref alone, or the cursor without near"
 		}
-		if nearText(args["near"].(string)) == "" {
-			return &knowledge.Error{Status: 400, Code: protocol.CodeInvalidRequest, Message: "near must contain text besides white space, Markdown marks and \"…\""}
+		if nearText(args.Near) == "" {
+			return "near must contain text besides white space, Markdown marks and \"…\""
 		}
 	}
-	return nil
+	return ""
 }
 
 // Tools returns the knowledge profile's two tool definitions, search first.

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -110,12 +109,9 @@ func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 		s.log.Error("unhandled edge error", slog.String("request_id", requestID(ctx)), slog.Any("error", err))
 		ee = errNotProxied
 	default:
-		ke := s.knowledgeError(ctx, err)
-		s.auditRefusal(r, ke.Status, ke.Code)
-		if ke.Status == http.StatusTooManyRequests {
-			w.Header().Set("Retry-After", strconv.Itoa(ke.RetryAfterSeconds()))
-		}
-		writeError(w, ke.Status, ke.Code, ke.Message)
+		ref := s.knowledgeError(ctx, err).Refusal()
+		s.auditRefusal(r, ref.Status, ref.Code)
+		writeRefusal(w, ref)
 		return
 	}
 	s.auditRefusal(r, ee.status, ee.code)
@@ -125,10 +121,7 @@ func (s *Server) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 	if ee.allow != "" {
 		w.Header().Set("Allow", ee.allow)
 	}
-	if ee.retryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(ee.retryAfter))
-	}
-	writeError(w, ee.status, ee.code, ee.message)
+	writeRefusal(w, protocol.Refusal{Status: ee.status, Code: ee.code, Message: ee.message, RetryAfter: ee.retryAfter})
 }
 
 // bodyFailure is the answer for a request whose own body failed, or nil.
@@ -144,17 +137,14 @@ func bodyFailure(st *reqState, ctx context.Context) error {
 	return nil
 }
 
-// errorBody is Core's Agent API error convention: {"error","message"}.
-type errorBody struct {
-	Error   string `json:"error"`
-	Message string `json:"message"`
-}
-
-// writeError writes a JSON error the way every sidecar-made answer is
-// written: Core's flat error body, no-store, never an address or a cause.
-func writeError(w http.ResponseWriter, status int, code protocol.ErrorCode, message string) {
-	body, _ := json.Marshal(errorBody{Error: string(code), Message: message})
-	writeJSON(w, status, body)
+// writeRefusal writes a JSON error the way every sidecar-made answer is
+// written: Core's flat error body (protocol.Refusal, the one wire form of a
+// knowledge error), its Retry-After, no-store, never an address or a cause.
+func writeRefusal(w http.ResponseWriter, r protocol.Refusal) {
+	if r.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(r.RetryAfter))
+	}
+	writeJSON(w, r.Status, r.Body())
 }
 
 // writeJSON writes a sidecar-made JSON answer with the headers SPEC §2 requires.

@@ -44,11 +44,11 @@ func TestWriteErr(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
 			s.writeErr(rec, httptest.NewRequest("GET", "/x", nil), tc.err)
-			var eb errorBody
+			var eb protocol.Refusal
 			if err := json.Unmarshal(rec.Body.Bytes(), &eb); err != nil {
 				t.Fatalf("body %q: %v", rec.Body, err)
 			}
-			if rec.Code != tc.status || eb.Error != tc.code || eb.Message == "" {
+			if rec.Code != tc.status || string(eb.Code) != tc.code || eb.Message == "" {
 				t.Errorf("got %d %s; want %d %s with a message", rec.Code, rec.Body, tc.status, tc.code)
 			}
 			if strings.Contains(rec.Body.String(), "10.0.0.7") {

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -16,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
-	"github.com/bailinghub/knowledge-sidecar/hostclient"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/mcpserver"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
@@ -25,7 +23,7 @@ import (
 // The remote MCP endpoint (SPEC §10): the edge applies the knowledge
 // endpoints' gates (rollout, native Core, identity) and hands the request to
 // mcpserver's stateless Streamable HTTP handler, whose tools call the
-// knowledge service in process (mcpBackend) with the identity the edge
+// knowledge service in process (mcpKnowledge) with the identity the edge
 // established — one look-up per HTTP request, as for search and read.
 
 const (
@@ -94,7 +92,7 @@ var (
 
 func (s *Server) newMCP(o MCPOptions) (*mcpserver.HTTP, error) {
 	return mcpserver.NewHTTP(mcpserver.HTTPOptions{
-		Backend:   mcpBackend{s},
+		Knowledge: mcpKnowledge{s},
 		Version:   s.version,
 		Logger:    s.log,
 		Tracer:    s.tracer,
@@ -251,49 +249,48 @@ func mcpCallOf(ctx context.Context) *mcpCall {
 	return &mcpCall{}
 }
 
-// mcpBackend is mcpserver's Backend in process: a tool's protocol request
-// goes to the knowledge service as the caller of the MCP request, and its
-// answer comes back as the endpoint would have written it.
-type mcpBackend struct{ s *Server }
+// mcpKnowledge is mcpserver's Knowledge in process: a tool's protocol
+// request goes to the knowledge service as the caller of the MCP request;
+// a failure comes back as the knowledge error it is answered with (its
+// Refusal is the tool error), a 5xx cause logged here as on every path.
+type mcpKnowledge struct{ s *Server }
 
-func (b mcpBackend) Call(ctx context.Context, endpoint string, body []byte) (*hostclient.Response, error) {
-	call := mcpCallOf(ctx)
+func (m mcpKnowledge) Search(ctx context.Context, body []byte) ([]byte, error) {
+	call, ctx := m.caller(ctx)
+	out, err := m.s.feat.k.Search(ctx, call.authorization, call.route, bytes.NewReader(body))
+	return out, m.fail(ctx, err)
+}
+
+func (m mcpKnowledge) Read(ctx context.Context, body []byte) ([]byte, error) {
+	call, ctx := m.caller(ctx)
+	out, err := m.s.feat.k.Read(ctx, call.authorization, call.route, bytes.NewReader(body))
+	return out, m.fail(ctx, err)
+}
+
+// caller is the MCP request's caller, and ctx naming the tool as the
+// endpoint its disclosures are recorded under.
+func (m mcpKnowledge) caller(ctx context.Context) (*mcpCall, context.Context) {
 	if tool := mcpserver.ToolName(ctx); tool != "" {
 		ctx = knowledge.WithEndpoint(ctx, knowledge.MCPEndpoint(tool))
 	}
-	k := b.s.feat.k
-	var out []byte
-	var err error
-	switch {
-	case endpoint == hostclient.Search:
-		out, err = k.Search(ctx, call.authorization, call.route, bytes.NewReader(body))
-	case endpoint == hostclient.Read:
-		out, err = k.Read(ctx, call.authorization, call.route, bytes.NewReader(body))
-	case endpoint == hostclient.Capabilities:
-		out, err = k.Capabilities(ctx, call.authorization, call.route)
-	default:
-		return nil, errors.New("proxy: no knowledge endpoint " + endpoint)
-	}
-	if err == nil {
-		return &hostclient.Response{Status: http.StatusOK, Header: http.Header{}, Body: out}, nil
-	}
-	ke := b.s.knowledgeError(ctx, err)
-	res := &hostclient.Response{Status: ke.Status, Header: http.Header{}}
-	if ke.Status == http.StatusTooManyRequests {
-		res.Header.Set("Retry-After", strconv.Itoa(ke.RetryAfterSeconds()))
-	}
-	res.Body, _ = json.Marshal(errorBody{Error: string(ke.Code), Message: ke.Message})
-	return res, nil
+	return mcpCallOf(ctx), ctx
 }
 
-// Begin and End make mcpBackend an mcpserver.Recorder: a tool call's
+func (m mcpKnowledge) fail(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	return m.s.knowledgeError(ctx, err)
+}
+
+// Begin and End make mcpKnowledge an mcpserver.Recorder: a tool call's
 // requests are audited as one event naming what its result showed.
-func (b mcpBackend) Begin(ctx context.Context) context.Context {
+func (m mcpKnowledge) Begin(ctx context.Context) context.Context {
 	return knowledge.WithDisclosureGroup(ctx)
 }
 
-func (b mcpBackend) End(ctx context.Context, shown *knowledge.Shown) error {
-	return b.s.feat.k.DiscloseGroup(ctx, shown)
+func (m mcpKnowledge) End(ctx context.Context, shown *mcpserver.Shown) error {
+	return m.s.feat.k.DiscloseGroup(ctx, (*knowledge.Shown)(shown))
 }
 
 // knowledgeError is err as the knowledge error it is answered with: a

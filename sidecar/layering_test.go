@@ -46,15 +46,16 @@ func TestLayering(t *testing.T) {
 			forbidden: []string{"github.com/labstack/echo/", "net/http/httputil"}},
 		// The edge reaches Core's adapters only through the decisions:
 		// proxy → knowledge, turn, native → coreclient, catalog.
-		{dir: "proxy", forbidden: []string{mod + "coreclient", mod + "catalog", mod + "breaker", mod + "sidecar"}},
+		{dir: "proxy", forbidden: []string{mod + "coreclient", mod + "catalog", mod + "breaker", mod + "sidecar", mod + "hostclient"}},
 		{dir: "audit", ours: []string{"corefacts/jsstring", "knowledge", "protocol", "telemetry"},
 			forbidden: []string{"github.com/labstack/echo/", "net/http/httputil"}},
 		// The checker is the independent oracle: its own copy of the wire
 		// facts (conformance/oracle.go), never package protocol's.
 		{dir: "conformance", ours: []string{"hostclient"}},
 		// The tools serve the stdio command and the remote endpoint alike:
-		// the edge hands them a Backend, they never reach back into it.
-		{dir: "mcpserver", forbidden: []string{mod + "proxy", mod + "coreclient", mod + "catalog", mod + "breaker",
+		// the edge hands them a Backend, they never reach back into it nor
+		// into the implementation behind it.
+		{dir: "mcpserver", forbidden: []string{mod + "knowledge", mod + "proxy", mod + "coreclient", mod + "catalog", mod + "breaker",
 			mod + "ledger", mod + "turn", mod + "sidecar", "github.com/labstack/echo/"}},
 		// The Redis the replicas share knows no ledger, limit or protocol;
 		// the ledger keeps its backends only and takes a client from it.
