@@ -10,7 +10,6 @@ package test
 import (
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -89,8 +88,7 @@ func TestUpgradeCoreMidSession(t *testing.T) {
 	legacy, native := w.Core, nativeTwin(t, w)
 	sw := &switchedCore{}
 	sw.cur.Store(legacy)
-	front := httptest.NewServer(sw)
-	t.Cleanup(front.Close)
+	front := newCoreTap(t, sw) // what reaches Core, byte for byte
 
 	const probeInterval = time.Minute
 	clock := testkit.NewRunningClock()
@@ -186,12 +184,28 @@ func TestUpgradeCoreMidSession(t *testing.T) {
 	if cont.Content != page2.Content || cont.Total != page2.Total {
 		t.Errorf("old cursor after the flip: a page other than before")
 	}
-	// Any other read goes to the native Core, byte for byte.
-	n := native.Calls(readPath)
-	foreign := call("read", map[string]any{"ref": "knowledge:1"})
-	if native.Calls(readPath) != n+1 || foreign.Error != "knowledge_reference_invalid" {
-		t.Errorf("foreign ref after the flip: got %d %s (native Core reads +%d); want the native Core's answer",
-			foreign.Status, foreign.Raw, native.Calls(readPath)-n)
+	// Any other read goes to the native Core, byte for byte: a foreign ref,
+	// and a body over the knowledge endpoints' 16 KiB limit (a sidecar ref
+	// in it or not: Core judges it, whole).
+	for _, tc := range []struct{ name, body string }{
+		{"foreign ref", `{ "ref" : "knowledge:1" }`},
+		{"over 16 KiB", `{"ref":"` + ref + `","pad":"` + strings.Repeat("x", 20<<10) + `"}`},
+	} {
+		n, seen := native.Calls(readPath), front.count()
+		r := send(t, c, "POST", ws+"/knowledge/read", w.TokenA, []byte(tc.body), nil)
+		var got []byte
+		for _, e := range front.since(seen) {
+			if e.Path == readPath {
+				got = e.ReqBody
+			}
+		}
+		if native.Calls(readPath) != n+1 || r.Status != 400 || !strings.Contains(string(r.Body), "knowledge_reference_invalid") {
+			t.Errorf("%s after the flip: got %d %s (native Core reads +%d); want the native Core's answer",
+				tc.name, r.Status, r.Body, native.Calls(readPath)-n)
+		}
+		if string(got) != tc.body {
+			t.Errorf("%s after the flip: Core received %d bytes; want the client's %d bytes as sent", tc.name, len(got), len(tc.body))
+		}
 	}
 
 	// Turns across the flip (turn4): turns the ledger holds are answered as
@@ -216,7 +230,7 @@ func TestUpgradeCoreMidSession(t *testing.T) {
 	sw.cur.Store(native)
 	clock.Advance(5*time.Minute + time.Second)
 	nativeSearch("native again")
-	n = native.Calls(readPath)
+	n := native.Calls(readPath)
 	expired := call("read", map[string]any{"ref": ref, "cursor": cursor, "max_bytes": 4096})
 	if native.Calls(readPath) != n+1 {
 		t.Errorf("expired sidecar ref after the flip: got %d %s; want it passed to the native Core", expired.Status, expired.Raw)
