@@ -28,14 +28,28 @@ func (s *Service) IssuedHere(body []byte) bool {
 	if json.Unmarshal(body, &v) != nil {
 		return false
 	}
+	cursor := ""
+	if v.Cursor != nil {
+		cursor = *v.Cursor
+		if cursor == "" {
+			return false // not a cursor: the read refuses it
+		}
+	}
+	return s.IssuedRef(v.Ref, cursor)
+}
+
+// IssuedRef is IssuedHere for a ref and a cursor given as strings (a tool
+// call's arguments; cursor "" when there is none): whether the ref, and the
+// cursor continuing it, are the sidecar's own and have not expired.
+func (s *Service) IssuedRef(ref, cursor string) bool {
 	now := s.now()
-	rc, err := s.keys.OpenRef(v.Ref)
+	rc, err := s.keys.OpenRef(ref)
 	if err != nil || expired(rc.Expiry, now) {
 		return false
 	}
-	if v.Cursor == nil {
+	if cursor == "" {
 		return true
 	}
-	cc, err := s.keys.OpenCursor(*v.Cursor)
-	return err == nil && !expired(cc.Expiry, now) && cc.RefDigest == RefDigest(v.Ref)
+	cc, err := s.keys.OpenCursor(cursor)
+	return err == nil && !expired(cc.Expiry, now) && cc.RefDigest == RefDigest(ref)
 }

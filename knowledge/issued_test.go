@@ -46,6 +46,7 @@ func TestIssuedHere(t *testing.T) {
 		{"tampered", `{"ref":"` + ref[:len(ref)-2] + "AA" + `"}`, false},
 		{"cursor as ref", `{"ref":"` + cursor + `"}`, false},
 		{"ref as cursor", `{"ref":"` + ref + `","cursor":"` + ref + `"}`, false},
+		{"empty cursor", `{"ref":"` + ref + `","cursor":""}`, false},
 		{"not JSON", `{"ref":"` + ref, false},
 		{"ref not a string", `{"ref":1,"x":"` + ref + `"}`, false},
 		{"too large", `{"ref":"` + ref + `","pad":"` + strings.Repeat("x", protocol.MaxRequestBytes) + `"}`, false},
@@ -53,6 +54,9 @@ func TestIssuedHere(t *testing.T) {
 		if got := e.svc.IssuedHere([]byte(tc.body)); got != tc.want {
 			t.Errorf("%s: IssuedHere %v; want %v", tc.name, got, tc.want)
 		}
+	}
+	if !e.svc.IssuedRef(ref, "") || !e.svc.IssuedRef(ref, cursor) || e.svc.IssuedRef(other, cursor) || e.svc.IssuedRef(foreign, "") {
+		t.Errorf("IssuedRef disagrees with IssuedHere")
 	}
 	// Served until it expires (valid through its expiry second), not after.
 	body := []byte(`{"ref":"` + ref + `","cursor":"` + cursor + `"}`)
