@@ -193,7 +193,8 @@ func (s *Server) search(c echo.Context) error {
 func (s *Server) read(c echo.Context) error {
 	key := routeKey(c)
 	if !s.decide(c, key) {
-		return s.passH(c)
+		// A chain the sidecar issued before a flip to native ends here.
+		return s.readAfterFlip(c, key)
 	}
 	r := c.Request()
 	buf := answerBuffers.Get().(*[]byte)

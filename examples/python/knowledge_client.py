@@ -5,7 +5,9 @@ It negotiates (capabilities: the v1 schema with supported: true), searches,
 reads the first hint page by page and, with --turn, starts an on_demand turn,
 assembles its knowledge by the echoed mode and status (assemble_turn) and
 reads its first same-run hint with the turn's run_id. What it caches is kept
-per (turn, account, authorization, route) and dropped when any changes; a late
+per (turn, account, authorization, route, capabilities declaration) and
+dropped when any changes — the declaration changes when the Core behind the
+route is upgraded to serve the protocol natively, or rolled back; a late
 answer for an old turn is ignored (KnowledgeCache). The tool-calling model is
 left out: this is what a host's tool handlers send. Usage:
 
@@ -80,9 +82,33 @@ def authorization_digest(token):
     return hashlib.sha256(token.encode("utf-8")).hexdigest()[:16]
 
 
+# The capabilities fields that declare what the host may rely on; a change in
+# any of them (a Core upgraded to a native version, a rollback, another
+# knowledge configuration) invalidates what was cached under the old one.
+DECLARATION_FIELDS = ("schema_version", "protocol", "supported", "route", "enabled",
+                      "knowledge_scope_revision", "delivery_modes", "limits")
+
+
+def capabilities_digest(caps):
+    """A digest of a capabilities answer's declaration (DECLARATION_FIELDS,
+    canonical JSON): equal answers give equal digests whatever their key
+    order or other fields; any change of a declared field changes it."""
+    decl = {k: caps.get(k) for k in DECLARATION_FIELDS} if isinstance(caps, dict) else None
+    canon = json.dumps(decl, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canon.encode("utf-8")).hexdigest()[:16]
+
+
+def cache_scope(turn, account, token, route, caps):
+    """The cache scope: (turn, account, authorization, route, capabilities
+    declaration) — the five triggers on which a host drops what it cached.
+    Ask capabilities again on each trigger and build the scope from that
+    answer, so a changed declaration drops the cache too."""
+    return (turn, account, authorization_digest(token), route, capabilities_digest(caps))
+
+
 class KnowledgeCache:
     """Hints and refs a host obtained, for one scope: (turn, account,
-    authorization, route). Entering another scope drops everything; an
+    authorization, route, capabilities declaration) — see cache_scope. Entering another scope drops everything; an
     answer for a scope that is no longer current (a late answer for an old
     turn) is ignored; only refs of the current scope's hints are read."""
 
@@ -196,7 +222,7 @@ def main(argv):
 
     cache = KnowledgeCache()
     account = "cli"  # the signed-in account a real host acts for
-    scope = (None, account, authorization_digest(token), args.route)
+    scope = cache_scope(None, account, token, args.route, caps)
     cache.enter(scope)
 
     try:
@@ -219,7 +245,10 @@ def main(argv):
                 "user_message_id": "m-" + ids[:12], "user_input": args.question, "knowledge_delivery": "on_demand"})
             run_id = turn["run_id"]
             # A new turn: nothing cached for the search above is used in it.
-            scope = (run_id, account, authorization_digest(token), args.route)
+            # The declaration is asked again: a Core upgraded (or rolled
+            # back) meanwhile declares otherwise, which drops the cache too.
+            caps = call(args.url, args.route, token, "GET", "knowledge/capabilities")
+            scope = cache_scope(run_id, account, token, args.route, caps)
             cache.enter(scope)
             source, items, note = assemble_turn(turn)
             if source == "inline":

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Unit tests of knowledge_client.py's host rules (standard library only):
 capabilities need supported: true, a turn is assembled by its echoed mode and
-status, and cached hints belong to one (turn, account, authorization, route).
+status, and cached hints belong to one (turn, account, authorization, route,
+capabilities declaration).
 Run: python3 examples/python/test_knowledge_client.py"""
 
 import os
@@ -67,8 +68,40 @@ class AssembleTurn(unittest.TestCase):
                     kc.assemble_turn(turn(block))
 
 
+CAPS = dict(V1, supported=True, route="orders", enabled=True, knowledge_scope_revision="a" * 64,
+            delivery_modes=["inline", "on_demand"], limits={"read_max_bytes": 32768, "reference_ttl_seconds": 300})
+
+
+class Declaration(unittest.TestCase):
+    def test_digest(self):
+        same = dict(reversed(list(CAPS.items())))  # another key order
+        same["x_extra"] = "not declared"
+        self.assertEqual(kc.capabilities_digest(same), kc.capabilities_digest(CAPS))
+        changes = [
+            ("scope revision (a native Core's own)", {"knowledge_scope_revision": "f" * 64}),
+            ("enabled", {"enabled": False}),
+            ("delivery modes", {"delivery_modes": ["inline"]}),
+            ("limits", {"limits": {"read_max_bytes": 16384, "reference_ttl_seconds": 300}}),
+            ("protocol", {"protocol": "bailing.agent-knowledge.v2"}),
+        ]
+        for name, change in changes:
+            with self.subTest(name):
+                self.assertNotEqual(kc.capabilities_digest(dict(CAPS, **change)), kc.capabilities_digest(CAPS))
+
+    def test_changed_declaration_drops_cache(self):
+        c = kc.KnowledgeCache()
+        before = kc.cache_scope("run-1", "alice", "bha_1", "orders", CAPS)
+        c.enter(before)
+        self.assertTrue(c.store(before, HINTS))
+        self.assertFalse(c.enter(kc.cache_scope("run-1", "alice", "bha_1", "orders", dict(CAPS))),
+                         "the same declaration dropped the cache")
+        upgraded = kc.cache_scope("run-1", "alice", "bha_1", "orders", dict(CAPS, knowledge_scope_revision="f" * 64))
+        self.assertTrue(c.enter(upgraded), "a changed declaration kept the cache")
+        self.assertFalse(c.allows(upgraded, "kr1.a"))
+
+
 class Cache(unittest.TestCase):
-    BASE = ("run-1", "alice", kc.authorization_digest("bha_1"), "orders")
+    BASE = kc.cache_scope("run-1", "alice", "bha_1", "orders", CAPS)
 
     def test_scope_change_drops(self):
         cases = [
@@ -76,7 +109,8 @@ class Cache(unittest.TestCase):
             ("turn", ("run-2",) + self.BASE[1:], True),
             ("account", self.BASE[:1] + ("bob",) + self.BASE[2:], True),
             ("authorization", self.BASE[:2] + (kc.authorization_digest("bha_2"),) + self.BASE[3:], True),
-            ("route", self.BASE[:3] + ("billing",), True),
+            ("route", self.BASE[:3] + ("billing",) + self.BASE[4:], True),
+            ("capabilities declaration", self.BASE[:4] + (kc.capabilities_digest(dict(CAPS, enabled=False)),), True),
         ]
         for name, nxt, dropped in cases:
             with self.subTest(name):

@@ -3,17 +3,44 @@ package toolloop
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"sync"
 )
 
 // Scope is what knowledge a host caches belongs to: hints and refs are
-// valid only for the turn, the account, the authorization and the workspace
-// they were obtained under. A change of any of the four drops them.
+// valid only for the turn, the account, the authorization, the workspace
+// and the capabilities declaration they were obtained under (the seed's
+// five triggers). A change of any of the five drops them.
 type Scope struct {
 	Turn          string // the current turn (its run_id, or the host's own turn id)
 	Account       string // the signed-in account the host acts for
 	Authorization string // AuthorizationDigest of the bearer token, never the token itself
 	Route         string // the workspace (route key)
+	// Declaration is DeclarationDigest of the last capabilities answer: it
+	// changes when the Core behind the route is upgraded to a native
+	// version or rolled back, or the knowledge configuration changes.
+	Declaration string
+}
+
+// declarationFields are the capabilities fields that declare what a host
+// may rely on.
+var declarationFields = []string{"schema_version", "protocol", "supported", "route", "enabled",
+	"knowledge_scope_revision", "delivery_modes", "limits"}
+
+// DeclarationDigest is what a Scope keeps of a capabilities answer: a
+// digest of its declared fields in a canonical encoding (key order and
+// other fields do not matter). A body that is no JSON object has the digest
+// of an empty declaration.
+func DeclarationDigest(capabilities []byte) string {
+	var all map[string]any
+	_ = json.Unmarshal(capabilities, &all)
+	decl := make(map[string]any, len(declarationFields))
+	for _, k := range declarationFields {
+		decl[k] = all[k]
+	}
+	canon, _ := json.Marshal(decl) // maps encode with sorted keys
+	sum := sha256.Sum256(canon)
+	return hex.EncodeToString(sum[:8])
 }
 
 // AuthorizationDigest is what a Scope keeps of a bearer token: a refresh

@@ -53,11 +53,19 @@ type Host struct {
 	Cache *Cache
 
 	own Cache
+	// declaration is DeclarationDigest of the last capabilities answer
+	// Negotiate read.
+	declaration string
 }
 
-// Scope is the host's current scope: its run, account, token and route.
+// Scope is the host's current scope: its run, account, token, route and the
+// capabilities declaration Negotiate last read. Call Negotiate again on the
+// other triggers (a new turn, account, token or workspace): a Core upgraded
+// to a native version (or rolled back) meanwhile declares otherwise, and
+// the next Answer drops the cache.
 func (h *Host) Scope() Scope {
-	return Scope{Turn: h.RunID, Account: h.Account, Authorization: AuthorizationDigest(h.Token), Route: h.Route}
+	return Scope{Turn: h.RunID, Account: h.Account, Authorization: AuthorizationDigest(h.Token), Route: h.Route,
+		Declaration: h.declaration}
 }
 
 func (h *Host) cache() *Cache {
@@ -112,6 +120,7 @@ func (h *Host) Negotiate(ctx context.Context) error {
 	}
 	switch {
 	case status == http.StatusOK && json.Unmarshal(body, &caps) == nil && caps.SchemaVersion == protocol.CapabilitiesSchema && caps.Supported:
+		h.declaration = DeclarationDigest(body)
 		return nil
 	case status == http.StatusOK, status == 404, status == 405, status == 501:
 		return ErrUnsupported
@@ -122,7 +131,8 @@ func (h *Host) Negotiate(ctx context.Context) error {
 
 // Answer runs the loop for one user question.
 func (h *Host) Answer(ctx context.Context, model Model, question string) (string, error) {
-	// Another turn, account, token or workspace than the cached hints': drop them.
+	// Another turn, account, token, workspace or capabilities declaration
+	// than the cached hints': drop them.
 	h.cache().Enter(h.Scope())
 	tools := mcpserver.Tools()
 	conv := []Message{

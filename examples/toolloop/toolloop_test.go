@@ -179,6 +179,7 @@ func TestCacheDropsOnScopeChange(t *testing.T) {
 		{"account", func(s Scope) Scope { s.Account = "bob"; return s }, true},
 		{"authorization", func(s Scope) Scope { s.Authorization = AuthorizationDigest("bha_2"); return s }, true},
 		{"route", func(s Scope) Scope { s.Route = "billing"; return s }, true},
+		{"declaration", func(s Scope) Scope { s.Declaration = DeclarationDigest([]byte(`{"enabled":false}`)); return s }, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -198,6 +199,53 @@ func TestCacheDropsOnScopeChange(t *testing.T) {
 				t.Errorf("hints of the old scope: got %d; want 0", got)
 			}
 		})
+	}
+}
+
+// TestDeclarationChangeDropsCache: the host negotiates again on a trigger;
+// when the Core behind the route was upgraded to a native version meanwhile
+// (its capabilities declare another scope revision), the next Answer drops
+// the hints cached under the old declaration; an identical declaration (in
+// another key order) keeps them.
+func TestDeclarationChangeDropsCache(t *testing.T) {
+	legacyCaps := `{"schema_version":"` + protocol.CapabilitiesSchema + `","protocol":"bailing.agent-knowledge.v1","supported":true,` +
+		`"route":"demo","enabled":true,"knowledge_scope_revision":"` + strings.Repeat("a", 64) + `","delivery_modes":["inline","on_demand"],"limits":{"read_max_bytes":32768}}`
+	reordered := `{"limits":{"read_max_bytes":32768},"supported":true,"schema_version":"` + protocol.CapabilitiesSchema +
+		`","protocol":"bailing.agent-knowledge.v1","route":"demo","enabled":true,"knowledge_scope_revision":"` + strings.Repeat("a", 64) +
+		`","delivery_modes":["inline","on_demand"],"x_extra":1}`
+	nativeCaps := strings.Replace(legacyCaps, strings.Repeat("a", 64), strings.Repeat("f", 64), 1)
+	var caps atomic.Value
+	caps.Store(legacyCaps)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(caps.Load().(string)))
+	}))
+	defer srv.Close()
+	h := &Host{BaseURL: srv.URL, Route: "demo", Token: "bha_t", RunID: "run-1", Cache: &Cache{}}
+	hint := []Hint{{Ref: "kr2.k.a", Title: "Refund policy"}}
+	for _, step := range []struct {
+		name, caps string
+		dropped    bool
+	}{
+		{"same declaration, another key order", reordered, false},
+		{"Core upgraded to a native version", nativeCaps, true},
+	} {
+		if err := h.Negotiate(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		h.Cache.Enter(h.Scope())
+		if !h.Cache.Store(h.Scope(), hint) {
+			t.Fatal("Store in the current scope: got false; want true")
+		}
+		caps.Store(step.caps)
+		if err := h.Negotiate(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if got := h.Cache.Enter(h.Scope()); got != step.dropped {
+			t.Errorf("%s: dropped %v; want %v", step.name, got, step.dropped)
+		}
+		if got := h.Cache.Allows(h.Scope(), hint[0].Ref); got == step.dropped {
+			t.Errorf("%s: cached ref allowed %v; want %v", step.name, got, !step.dropped)
+		}
 	}
 }
 
