@@ -104,17 +104,9 @@ func Object(b []byte, i, depth int, value func(Member) (int, error)) (int, error
 		if err != nil {
 			return 0, err
 		}
-		i = SkipWS(b, i)
-		if i >= len(b) {
-			return 0, ErrSyntax
-		}
-		switch b[i] {
-		case ',':
-			i = SkipWS(b, i+1)
-		case '}':
-			return i + 1, nil
-		default:
-			return 0, ErrSyntax
+		var done bool
+		if i, done, err = next(b, i, '}'); done || err != nil {
+			return i, err
 		}
 	}
 }
@@ -143,18 +135,27 @@ func Array(b []byte, i, depth int, elem func(int) (int, error)) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		i = SkipWS(b, i)
-		if i >= len(b) {
-			return 0, ErrSyntax
+		var done bool
+		if i, done, err = next(b, i, ']'); done || err != nil {
+			return i, err
 		}
-		switch b[i] {
-		case ',':
-			i = SkipWS(b, i+1)
-		case ']':
-			return i + 1, nil
-		default:
-			return 0, ErrSyntax
-		}
+	}
+}
+
+// next scans what follows a member or an element ending before b[i]: a
+// comma (more follows: the index of the next one's first byte) or the
+// container's closing byte (done: the index just after it).
+func next(b []byte, i int, closing byte) (j int, done bool, err error) {
+	i = SkipWS(b, i)
+	switch {
+	case i >= len(b):
+		return 0, false, ErrSyntax
+	case b[i] == ',':
+		return SkipWS(b, i+1), false, nil
+	case b[i] == closing:
+		return i + 1, true, nil
+	default:
+		return 0, false, ErrSyntax
 	}
 }
 
