@@ -6,7 +6,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bailinghub/knowledge-sidecar/protocol"
-	"github.com/bailinghub/knowledge-sidecar/telemetry"
 )
 
 // metrics are optional: every method is a no-op on a nil *metrics.
@@ -36,19 +35,28 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return nil, nil
 	}
-	requests, err := telemetry.NewCalls(reg, telemetry.CallsOpts{
-		Subsystem:    "knowledge",
-		TotalName:    "requests_total",
-		TotalHelp:    "Knowledge endpoint requests by endpoint and answer code (ok or error code).",
-		DurationName: "request_duration_seconds", DurationHelp: "Time spent answering knowledge endpoint requests.",
-		KeyLabel: "endpoint", OutcomeLabel: "code",
-		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
-		Keys:    endpointLabels, Outcomes: labels(codeLabels),
-	})
-	if err != nil {
+	m := &metrics{}
+	var err error
+	if m.requests, err = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "knowledge", Name: "requests_total",
+		Help: "Knowledge endpoint requests by endpoint and answer code (ok or error code).",
+	}, []string{"endpoint", "code"})); err != nil {
 		return nil, err
 	}
-	m := &metrics{requests: requests.Total, duration: requests.Duration}
+	if m.duration, err = register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: namespace, Subsystem: "knowledge", Name: "request_duration_seconds",
+		Help:    "Time spent answering knowledge endpoint requests.",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+	}, []string{"endpoint"})); err != nil {
+		return nil, err
+	}
+	// Pre-create the closed label sets so dashboards see zeros.
+	for _, e := range endpointLabels {
+		m.duration.WithLabelValues(e)
+		for _, c := range codeLabels {
+			m.requests.WithLabelValues(e, string(c))
+		}
+	}
 	if m.kbCalls, err = counterVec(reg, "search_kb_calls_total",
 		"Per-knowledge-base retrieval attempts during search by result.", "result", kbResultLabels); err != nil {
 		return nil, err
@@ -68,8 +76,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		"code", labels(taskCodes)); err != nil {
 		return nil, err
 	}
-	m.readBytes, err = telemetry.TryRegister(reg, prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: telemetry.Namespace, Subsystem: "knowledge", Name: "read_content_bytes_total",
+	m.readBytes, err = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "knowledge", Name: "read_content_bytes_total",
 		Help: "Document content bytes served by read pages.",
 	}))
 	if err != nil {
@@ -78,13 +86,33 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
+// namespace is telemetry.Namespace: knowledge imports only config,
+// corefacts and protocol of ours (sidecar/layering_test.go).
+const namespace = "knowledge_sidecar"
+
+// register registers c, or reuses an identical collector already registered
+// (two Services on one registry share their metrics): telemetry.TryRegister,
+// copied for the same reason as namespace.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing, nil
+			}
+		}
+		return c, err
+	}
+	return c, nil
+}
+
 // counterVec builds knowledge_sidecar_knowledge_<name>{label}, registers it
 // on reg (reusing an identical one: two Services on one registry share their
 // metrics) and creates the series of each closed label value at 0, so
 // dashboards see zeros.
 func counterVec(reg prometheus.Registerer, name, help, label string, values []string) (*prometheus.CounterVec, error) {
-	c, err := telemetry.TryRegister(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: telemetry.Namespace, Subsystem: "knowledge", Name: name, Help: help,
+	c, err := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "knowledge", Name: name, Help: help,
 	}, []string{label}))
 	if err != nil {
 		return nil, err

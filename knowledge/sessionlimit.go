@@ -9,8 +9,6 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
-
-	"github.com/bailinghub/knowledge-sidecar/telemetry"
 )
 
 // SharedLimiter is a per-session rate limit that several replicas draw from
@@ -60,7 +58,7 @@ func newLimiter(rps rate.Limit, burst int, now func() time.Time, shared SharedLi
 			Namespace: "knowledge_sidecar", Name: "rate_limit_fallback_total",
 			Help: "Rate-limit decisions taken by the replica's local bucket because the shared (Redis) bucket could not be reached.",
 		})
-		if l.fallback, err = telemetry.TryRegister(reg, c); err != nil {
+		if l.fallback, err = register(reg, c); err != nil {
 			return nil, err
 		}
 	}
