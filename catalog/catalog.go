@@ -102,25 +102,20 @@ func DefaultOptions() Options {
 // its own).
 func (o Options) withDefaults() Options {
 	d := DefaultOptions()
-	if o.MaxOpenConns <= 0 {
-		o.MaxOpenConns = d.MaxOpenConns
-	}
-	if o.MaxIdleConns <= 0 {
-		o.MaxIdleConns = d.MaxIdleConns
-	}
-	if o.ConnMaxLifetime <= 0 {
-		o.ConnMaxLifetime = d.ConnMaxLifetime
-	}
-	if o.QueryTimeout <= 0 {
-		o.QueryTimeout = d.QueryTimeout
-	}
-	if o.DocCacheEntries <= 0 {
-		o.DocCacheEntries = d.DocCacheEntries
-	}
-	if o.DocCacheBytes <= 0 {
-		o.DocCacheBytes = d.DocCacheBytes
-	}
+	positiveOr(&o.MaxOpenConns, d.MaxOpenConns)
+	positiveOr(&o.MaxIdleConns, d.MaxIdleConns)
+	positiveOr(&o.ConnMaxLifetime, d.ConnMaxLifetime)
+	positiveOr(&o.QueryTimeout, d.QueryTimeout)
+	positiveOr(&o.DocCacheEntries, d.DocCacheEntries)
+	positiveOr(&o.DocCacheBytes, d.DocCacheBytes)
 	return o
+}
+
+// positiveOr sets *v to d when it is not positive (a zero setting).
+func positiveOr[T int | int64 | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
 }
 
 // ErrInvalidDSN: the catalog DSN cannot be parsed. The message never repeats
@@ -256,24 +251,14 @@ func (c *SQLCatalog) CheckSchema(ctx context.Context) error {
 	found := map[string]bool{}
 	noTable := false
 	err := c.do(ctx, QuerySchema, func(ctx context.Context) error {
-		rows, err := c.db.QueryContext(ctx, fmt.Sprintf(q0Schema, placeholders(len(requiredMigrations))), anys(requiredMigrations)...)
+		err := c.eachString(ctx, fmt.Sprintf(q0Schema, placeholders(len(requiredMigrations))), anys(requiredMigrations),
+			func(f string) { found[strings.ToLower(f)] = true })
 		var me *mysql.MySQLError
 		if errors.As(err, &me) && me.Number == 1146 { // ER_NO_SUCH_TABLE
 			noTable = true
 			return nil
 		}
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var f string
-			if err := rows.Scan(&f); err != nil {
-				return err
-			}
-			found[strings.ToLower(f)] = true
-		}
-		return rows.Err()
+		return err
 	})
 	if err != nil {
 		return err

@@ -71,23 +71,13 @@ func (c *SQLCatalog) ReadyKBs(ctx context.Context, kbIDs []string) (map[string]b
 	ids := uniqueIDs(kbIDs)
 	for _, chunk := range chunks(ids) {
 		err := c.do(ctx, QueryReadyKBs, func(ctx context.Context) error {
-			rows, err := c.db.QueryContext(ctx, fmt.Sprintf(q9ReadyKBs, placeholders(len(chunk))), append(anys(chunk), corefacts.StatusReady)...)
-			if err != nil {
-				return err
-			}
-			defer rows.Close()
-			for rows.Next() {
-				var id string
-				if err := rows.Scan(&id); err != nil {
-					return err
-				}
+			return c.eachString(ctx, fmt.Sprintf(q9ReadyKBs, placeholders(len(chunk))), append(anys(chunk), corefacts.StatusReady), func(id string) {
 				for _, want := range kbIDs {
 					if corefacts.SameID(want, id) {
 						out[want] = true
 					}
 				}
-			}
-			return rows.Err()
+			})
 		})
 		if err != nil {
 			return nil, err

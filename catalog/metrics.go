@@ -39,36 +39,24 @@ var (
 // Label values come only from this package's constants.
 type Metrics struct {
 	breakers *breaker.Metrics
-	queries  *prometheus.CounterVec
-	duration *prometheus.HistogramVec
+	queries  telemetry.Calls
 }
 
 // NewMetrics builds the collectors and registers them on reg (nil:
 // unregistered). Registering twice on the same registry reuses them.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	m := &Metrics{
-		breakers: breaker.NewMetrics(reg),
-		queries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: telemetry.Namespace, Subsystem: "catalog", Name: "queries_total",
-			Help: "Catalog queries by query name and outcome.",
-		}, []string{"query", "outcome"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: telemetry.Namespace, Subsystem: "catalog", Name: "query_duration_seconds",
-			Help:    "Duration of catalog queries by query name.",
-			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
-		}, []string{"query"}),
+	queries, err := telemetry.NewCalls(reg, telemetry.CallsOpts{
+		Subsystem: "catalog",
+		TotalName: "queries_total", TotalHelp: "Catalog queries by query name and outcome.",
+		DurationName: "query_duration_seconds", DurationHelp: "Duration of catalog queries by query name.",
+		KeyLabel: "query", OutcomeLabel: "outcome",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		Keys:    catalogQueries, Outcomes: catalogOutcomes,
+	})
+	if err != nil {
+		panic(err) // a conflicting definition on reg: a programming error
 	}
-	if reg != nil {
-		m.queries = telemetry.Register(reg, m.queries)
-		m.duration = telemetry.Register(reg, m.duration)
-	}
-	for _, q := range catalogQueries {
-		m.duration.WithLabelValues(q)
-		for _, o := range catalogOutcomes {
-			m.queries.WithLabelValues(q, o)
-		}
-	}
-	return m
+	return &Metrics{breakers: breaker.NewMetrics(reg), queries: queries}
 }
 
 // Observe records one catalog query. query and outcome must come from the
@@ -77,8 +65,7 @@ func (m *Metrics) Observe(query, outcome string, d time.Duration) {
 	if m == nil {
 		return
 	}
-	m.queries.WithLabelValues(query, outcome).Inc()
-	m.duration.WithLabelValues(query).Observe(d.Seconds())
+	m.queries.Observe(query, outcome, d, "")
 }
 
 // breakerMetrics are the breaker gauges (nil without metrics).

@@ -75,6 +75,24 @@ func classify(parent context.Context, query string, err error) error {
 	return &CatalogError{Query: query, Reason: reason, err: err}
 }
 
+// eachString runs the query q with args and calls f with each row's one
+// string column.
+func (c *SQLCatalog) eachString(ctx context.Context, q string, args []any, f func(string)) error {
+	rows, err := c.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return err
+		}
+		f(s)
+	}
+	return rows.Err()
+}
+
 func outcomeOf(err error) string {
 	switch {
 	case err == nil:

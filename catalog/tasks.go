@@ -262,21 +262,12 @@ func (c *SQLCatalog) TaskPresence(ctx context.Context) (corefacts.TaskControlSta
 	visible, migrated := 0, false
 	err := c.do(ctx, QueryTaskPresence, func(ctx context.Context) error {
 		visible, migrated = 0, false
-		rows, err := c.db.QueryContext(ctx, fmt.Sprintf(qTaskPresence, placeholders(len(TaskTables))), anys(TaskTables)...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var name string
-			if err := rows.Scan(&name); err != nil {
-				return err
-			}
+		err := c.eachString(ctx, fmt.Sprintf(qTaskPresence, placeholders(len(TaskTables))), anys(TaskTables), func(name string) {
 			if slices.Contains(TaskTables, strings.ToLower(name)) {
 				visible++
 			}
-		}
-		if err := rows.Err(); err != nil {
+		})
+		if err != nil {
 			return err
 		}
 		var f string

@@ -443,6 +443,25 @@ func (m *mcpRun) searchAndRead(ctx context.Context) error {
 		}
 		return nil
 	}
+	hints, err := m.searchHints(ctx)
+	if err != nil || len(hints) == 0 {
+		return err
+	}
+	h := hints[0]
+	if more, err := m.readChain(ctx, h); err != nil || !more {
+		return err
+	}
+	if err := m.readNear(ctx, h); err != nil {
+		return err
+	}
+	return m.readTampered(ctx, h)
+}
+
+// searchHints searches each query until one returns hints (checks search
+// and standalone) and returns them; none when a check failed or the run
+// stopped, or when no query found a hint (the checks that need one are
+// skipped).
+func (m *mcpRun) searchHints(ctx context.Context) ([]mcpHint, error) {
 	queries := defaultQueries
 	if m.o.Query != "" {
 		queries = []string{m.o.Query}
@@ -451,10 +470,10 @@ func (m *mcpRun) searchAndRead(ctx context.Context) error {
 	for _, q := range queries {
 		t, err := m.call(ctx, cSearch, mcpSearchTool, map[string]any{"query": q})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if t == nil {
-			return nil
+			return nil, nil
 		}
 		text := t.text()
 		var sc struct {
@@ -472,7 +491,7 @@ func (m *mcpRun) searchAndRead(ctx context.Context) error {
 		}
 		m.check(cSearch, strings.Join(bad, "; "))
 		if len(bad) > 0 {
-			return nil
+			return nil, nil
 		}
 		if len(sc.Hints) > 0 {
 			hints = sc.Hints
@@ -494,11 +513,13 @@ func (m *mcpRun) searchAndRead(ctx context.Context) error {
 		for _, c := range []string{cStandalone, cRead, cLocation, cChain, cNear, cTamper} {
 			m.skipCheck(c, "no search returned a hint (give --query)")
 		}
-		return nil
 	}
-	h := hints[0]
+	return hints, nil
+}
 
-	// The chain, page by page, to its end.
+// readChain reads h's chain page by page to its end (checks read,
+// location and chain); false when the run cannot go on.
+func (m *mcpRun) readChain(ctx context.Context, h mcpHint) (bool, error) {
 	cursor := ""
 	total := 0
 	for page := 1; ; page++ {
@@ -508,16 +529,16 @@ func (m *mcpRun) searchAndRead(ctx context.Context) error {
 		}
 		t, err := m.call(ctx, cRead, mcpReadTool, args)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if t == nil {
-			return nil
+			return false, nil
 		}
 		var p mcpPage
 		text := t.text()
 		if t.IsError || json.Unmarshal(t.StructuredContent, &p) != nil {
 			m.check(cRead, fmt.Sprintf("page %d: %.160s", page, text))
-			return nil
+			return false, nil
 		}
 		var bad []string
 		if p.Content != "" && !strings.Contains(text, firstLine(p.Content)) {
@@ -549,8 +570,11 @@ func (m *mcpRun) searchAndRead(ctx context.Context) error {
 		}
 		cursor = *p.NextCursor
 	}
+	return true, nil
+}
 
-	// near: a passage of the hint's summary.
+// readNear reads h near a passage of its summary (check near).
+func (m *mcpRun) readNear(ctx context.Context, h mcpHint) error {
 	if _, ok := m.tools[mcpReadTool]; ok {
 		words := strings.Fields(h.Summary)
 		if len(words) < 4 {
@@ -573,8 +597,12 @@ func (m *mcpRun) searchAndRead(ctx context.Context) error {
 			}
 		}
 	}
+	return nil
+}
 
-	// A tampered ref: a tool error, never a JSON-RPC error.
+// readTampered reads a tampered ref: a tool error, never a JSON-RPC error
+// (check tamper).
+func (m *mcpRun) readTampered(ctx context.Context, h mcpHint) error {
 	_, a, err := m.rpc(ctx, cTamper, "tools/call", map[string]any{"name": mcpReadTool, "arguments": map[string]any{"ref": tamper(h.Ref)}})
 	if err != nil || a == nil {
 		return err

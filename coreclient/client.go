@@ -194,13 +194,7 @@ func (c *Client) Session(ctx context.Context, authorization string) (corefacts.S
 	}
 	var s corefacts.Session
 	err := c.call(ctx, c.identity, OpSession, func(ctx context.Context) error {
-		req, err := c.newRequest(ctx, http.MethodGet, "/agent-auth/v1/session", nil)
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Authorization", authorization)
-		req.Header.Set("Accept", "application/json")
-		status, body, err := c.do(req, identityBodyLimit)
+		status, body, err := c.get(ctx, "/agent-auth/v1/session", authorization, identityBodyLimit)
 		if err != nil {
 			return err
 		}
@@ -266,13 +260,7 @@ func (c *Client) SystemInfo(ctx context.Context, authorization string, route cor
 		return fmt.Errorf("coreclient: %s: %w", OpSystemInfo, corefacts.ErrEndpointAbsent)
 	}
 	return c.call(ctx, c.identity, OpSystemInfo, func(ctx context.Context) error {
-		req, err := c.newRequest(ctx, http.MethodGet, "/agent-api/v1/workspaces/"+route.String()+"/system-info", nil)
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Authorization", authorization)
-		req.Header.Set("Accept", "application/json")
-		status, body, err := c.do(req, identityBodyLimit)
+		status, body, err := c.get(ctx, "/agent-api/v1/workspaces/"+route.String()+"/system-info", authorization, identityBodyLimit)
 		if err != nil {
 			return err
 		}
@@ -505,6 +493,21 @@ func (c *Client) newRequest(ctx context.Context, method, path string, body io.Re
 		return nil, fmt.Errorf("%w: cannot build request", corefacts.ErrUnavailable)
 	}
 	return req, nil
+}
+
+// get sends GET base URL + path (see newRequest) asking for JSON, with the
+// caller's Authorization header verbatim when not empty, and reads at most
+// limit bytes of the answer (see do).
+func (c *Client) get(ctx context.Context, path, authorization string, limit int64) (int, []byte, error) {
+	req, err := c.newRequest(ctx, http.MethodGet, path, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	if authorization != "" {
+		req.Header.Set("Authorization", authorization)
+	}
+	req.Header.Set("Accept", "application/json")
+	return c.do(req, limit)
 }
 
 // do sends req and reads at most limit bytes of the answer. Transport errors

@@ -31,12 +31,7 @@ const probeKB = "ks-probe-no-such-kb"
 // ErrNotACore, a transport failure ErrUnavailable. No breaker, no retry.
 func (c *Client) ProbeCore(ctx context.Context) error {
 	return c.call(ctx, nil, OpProbe, func(ctx context.Context) error {
-		req, err := c.newRequest(ctx, http.MethodGet, "/agent-auth/v1/session", nil)
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Accept", "application/json")
-		status, body, err := c.do(req, identityBodyLimit)
+		status, body, err := c.get(ctx, "/agent-auth/v1/session", "", identityBodyLimit)
 		if err != nil {
 			return err
 		}

@@ -50,40 +50,27 @@ var (
 // Label values come only from constants of this package: never a path,
 // route, token, KB or document id.
 type Metrics struct {
-	breakers        *breaker.Metrics
-	requests        *prometheus.CounterVec
-	requestDuration *prometheus.HistogramVec
+	breakers *breaker.Metrics
+	requests telemetry.Calls
 }
-
-const namespace = telemetry.Namespace
 
 // NewMetrics builds the collectors and registers them on reg. A nil reg gives
 // working but unregistered collectors. Registering twice on the same registry
 // reuses the collectors already there.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	m := &Metrics{
-		breakers: breaker.NewMetrics(reg),
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: "core", Name: "requests_total",
-			Help: "Calls to Core by operation and outcome (open: refused by the breaker without a request).",
-		}, []string{"op", "outcome"}),
-		requestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: namespace, Subsystem: "core", Name: "request_duration_seconds",
-			Help:    "Duration of calls that reached Core, by operation.",
-			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
-		}, []string{"op"}),
+	requests, err := telemetry.NewCalls(reg, telemetry.CallsOpts{
+		Subsystem:    "core",
+		TotalName:    "requests_total",
+		TotalHelp:    "Calls to Core by operation and outcome (open: refused by the breaker without a request).",
+		DurationName: "request_duration_seconds", DurationHelp: "Duration of calls that reached Core, by operation.",
+		KeyLabel: "op", OutcomeLabel: "outcome",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		Keys:    requestOps, Outcomes: requestOutcomes,
+	})
+	if err != nil {
+		panic(err) // a conflicting definition on reg: a programming error
 	}
-	if reg != nil {
-		m.requests = telemetry.Register(reg, m.requests)
-		m.requestDuration = telemetry.Register(reg, m.requestDuration)
-	}
-	for _, op := range requestOps {
-		m.requestDuration.WithLabelValues(op)
-		for _, o := range requestOutcomes {
-			m.requests.WithLabelValues(op, o)
-		}
-	}
-	return m
+	return &Metrics{breakers: breaker.NewMetrics(reg), requests: requests}
 }
 
 // observeRequest records one Core call; d < 0 means no request was sent.
@@ -92,14 +79,7 @@ func (m *Metrics) observeRequest(op, outcome string, d time.Duration, traceID st
 	if m == nil {
 		return
 	}
-	m.requests.WithLabelValues(op, outcome).Inc()
-	switch {
-	case d < 0:
-	case traceID != "":
-		m.requestDuration.WithLabelValues(op).(prometheus.ExemplarObserver).ObserveWithExemplar(d.Seconds(), prometheus.Labels{"trace_id": traceID})
-	default:
-		m.requestDuration.WithLabelValues(op).Observe(d.Seconds())
-	}
+	m.requests.Observe(op, outcome, d, traceID)
 }
 
 // breakerMetrics are the breaker gauges (nil without metrics).

@@ -3,7 +3,6 @@ package coreclient
 import (
 	"context"
 	"fmt"
-	"net/http"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 )
@@ -22,18 +21,10 @@ func (c *Client) ProbeCapabilities(ctx context.Context, authorization string, ro
 		return 0, nil, errNoRouteKey()
 	}
 	err = c.call(ctx, nil, OpProbe, func(ctx context.Context) error {
-		req, err := c.newRequest(ctx, http.MethodGet, "/agent-api/v1/workspaces/"+route.String()+"/knowledge/capabilities", nil)
-		if err != nil {
-			return err
+		if authorization != "" && !headerValueOK(authorization) {
+			return fmt.Errorf("%w: malformed authorization header", corefacts.ErrUnauthorized)
 		}
-		if authorization != "" {
-			if !headerValueOK(authorization) {
-				return fmt.Errorf("%w: malformed authorization header", corefacts.ErrUnauthorized)
-			}
-			req.Header.Set("Authorization", authorization)
-		}
-		req.Header.Set("Accept", "application/json")
-		status, body, err = c.do(req, probeBodyLimit)
+		status, body, err = c.get(ctx, "/agent-api/v1/workspaces/"+route.String()+"/knowledge/capabilities", authorization, probeBodyLimit)
 		return err
 	})
 	if err != nil {

@@ -35,62 +35,20 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return nil, nil
 	}
-	m := &metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "knowledge_sidecar", Subsystem: "knowledge", Name: "requests_total",
-			Help: "Knowledge endpoint requests by endpoint and answer code (ok or error code).",
-		}, []string{"endpoint", "code"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: "knowledge_sidecar", Subsystem: "knowledge", Name: "request_duration_seconds",
-			Help:    "Time spent answering knowledge endpoint requests.",
-			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
-		}, []string{"endpoint"}),
-		kbCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "knowledge_sidecar", Subsystem: "knowledge", Name: "search_kb_calls_total",
-			Help: "Per-knowledge-base retrieval attempts during search by result.",
-		}, []string{"result"}),
-		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "knowledge_sidecar", Subsystem: "knowledge", Name: "search_hits_dropped_total",
-			Help: "Search hits or hints dropped by reason.",
-		}, []string{"reason"}),
-		truncated: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "knowledge_sidecar", Subsystem: "knowledge", Name: "truncated_responses_total",
-			Help: "Responses (and turn hint arrays, endpoint \"turn\") shortened to fit a byte budget, by endpoint.",
-		}, []string{"endpoint"}),
-		readBytes: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "knowledge_sidecar", Subsystem: "knowledge", Name: "read_content_bytes_total",
-			Help: "Document content bytes served by read pages.",
-		}),
-		taskDeny: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "knowledge_sidecar", Subsystem: "knowledge", Name: "task_denials_total",
-			Help: "Knowledge searches and reads refused by the managed-task rules (Core ≥ 0.8), by TASK_* code.",
-		}, []string{"code"}),
-	}
+	m := &metrics{}
 	var err error
-	m.requests, err = register(reg, m.requests)
-	if err != nil {
+	if m.requests, err = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "knowledge", Name: "requests_total",
+		Help: "Knowledge endpoint requests by endpoint and answer code (ok or error code).",
+	}, []string{"endpoint", "code"})); err != nil {
 		return nil, err
 	}
-	if m.duration, err = register(reg, m.duration); err != nil {
+	if m.duration, err = register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: namespace, Subsystem: "knowledge", Name: "request_duration_seconds",
+		Help:    "Time spent answering knowledge endpoint requests.",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+	}, []string{"endpoint"})); err != nil {
 		return nil, err
-	}
-	if m.kbCalls, err = register(reg, m.kbCalls); err != nil {
-		return nil, err
-	}
-	if m.dropped, err = register(reg, m.dropped); err != nil {
-		return nil, err
-	}
-	if m.truncated, err = register(reg, m.truncated); err != nil {
-		return nil, err
-	}
-	if m.readBytes, err = register(reg, m.readBytes); err != nil {
-		return nil, err
-	}
-	if m.taskDeny, err = register(reg, m.taskDeny); err != nil {
-		return nil, err
-	}
-	for _, c := range taskCodes {
-		m.taskDeny.WithLabelValues(string(c))
 	}
 	// Pre-create the closed label sets so dashboards see zeros.
 	for _, e := range endpointLabels {
@@ -99,21 +57,42 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			m.requests.WithLabelValues(e, string(c))
 		}
 	}
+	if m.kbCalls, err = counterVec(reg, "search_kb_calls_total",
+		"Per-knowledge-base retrieval attempts during search by result.", "result", kbResultLabels); err != nil {
+		return nil, err
+	}
+	if m.dropped, err = counterVec(reg, "search_hits_dropped_total",
+		"Search hits or hints dropped by reason.", "reason", dropReasonLabels); err != nil {
+		return nil, err
+	}
 	// Capabilities is never shortened; "turn" is same-run hints (TurnHintsFor).
-	for _, e := range []string{"search", "read", "turn"} {
-		m.truncated.WithLabelValues(e)
+	if m.truncated, err = counterVec(reg, "truncated_responses_total",
+		"Responses (and turn hint arrays, endpoint \"turn\") shortened to fit a byte budget, by endpoint.",
+		"endpoint", []string{"search", "read", "turn"}); err != nil {
+		return nil, err
 	}
-	for _, r := range kbResultLabels {
-		m.kbCalls.WithLabelValues(r)
+	if m.taskDeny, err = counterVec(reg, "task_denials_total",
+		"Knowledge searches and reads refused by the managed-task rules (Core ≥ 0.8), by TASK_* code.",
+		"code", labels(taskCodes)); err != nil {
+		return nil, err
 	}
-	for _, r := range dropReasonLabels {
-		m.dropped.WithLabelValues(r)
+	m.readBytes, err = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "knowledge", Name: "read_content_bytes_total",
+		Help: "Document content bytes served by read pages.",
+	}))
+	if err != nil {
+		return nil, err
 	}
 	return m, nil
 }
 
+// namespace is telemetry.Namespace: knowledge imports only config,
+// corefacts and protocol of ours (sidecar/layering_test.go).
+const namespace = "knowledge_sidecar"
+
 // register registers c, or reuses an identical collector already registered
-// (two Services on one registry share their metrics).
+// (two Services on one registry share their metrics): telemetry.TryRegister,
+// copied for the same reason as namespace.
 func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
 	if err := reg.Register(c); err != nil {
 		var are prometheus.AlreadyRegisteredError
@@ -125,6 +104,32 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 		return c, err
 	}
 	return c, nil
+}
+
+// counterVec builds knowledge_sidecar_knowledge_<name>{label}, registers it
+// on reg (reusing an identical one: two Services on one registry share their
+// metrics) and creates the series of each closed label value at 0, so
+// dashboards see zeros.
+func counterVec(reg prometheus.Registerer, name, help, label string, values []string) (*prometheus.CounterVec, error) {
+	c, err := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "knowledge", Name: name, Help: help,
+	}, []string{label}))
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range values {
+		c.WithLabelValues(v)
+	}
+	return c, nil
+}
+
+// labels are codes as label values.
+func labels[S ~string](codes []S) []string {
+	out := make([]string, len(codes))
+	for i, c := range codes {
+		out[i] = string(c)
+	}
+	return out
 }
 
 func (m *metrics) observe(endpoint string, err error, seconds float64) {

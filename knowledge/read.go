@@ -23,24 +23,15 @@ func (s *Service) Read(ctx context.Context, authorization string, route corefact
 // room for the page asked (max_bytes), so that a caller that writes the
 // answer out and reuses its buffer does not allocate a page per read. The
 // answer is never retained by the service.
-func (s *Service) ReadInto(ctx context.Context, dst []byte, authorization string, route corefacts.RouteKey, body io.Reader) (out []byte, err error) {
-	start := time.Now()
-	defer func() { s.m.observe("read", err, time.Since(start).Seconds()) }()
-	d := s.auditing(EndpointRead, route) // nil: audit off
-	if d != nil {
-		defer func() { out, err = s.disclose(ctx, d, out, err) }()
-	}
+func (s *Service) ReadInto(ctx context.Context, dst []byte, authorization string, route corefacts.RouteKey, body io.Reader) ([]byte, error) {
+	return s.answer(ctx, EndpointRead, route, authorization, body, func(d *Disclosure, sess corefacts.Session, raw []byte) ([]byte, error) {
+		return s.read(ctx, dst, d, authorization, route, sess, raw)
+	})
+}
 
-	// SPEC §2 order: identity → body → managed task → route → MAC → …
-	sess, err := s.identify(ctx, authorization)
-	if err != nil {
-		return nil, err
-	}
-	d.identified(sess)
-	raw, err := readBody(body)
-	if err != nil {
-		return nil, err
-	}
+// read is ReadInto after identity and body (SPEC §2 order: … → managed
+// task → route → MAC → expiry → binding → run → scope → document).
+func (s *Service) read(ctx context.Context, dst []byte, d *Disclosure, authorization string, route corefacts.RouteKey, sess corefacts.Session, raw []byte) ([]byte, error) {
 	req, err := parseRead(raw)
 	if err != nil {
 		return nil, err
@@ -60,70 +51,93 @@ func (s *Service) ReadInto(ctx context.Context, dst []byte, authorization string
 	if err != nil {
 		return nil, err
 	}
-	// Authenticity (the AEAD tag) of the ref, then of the cursor.
 	if refErr != nil {
 		return nil, errRefInvalid(refErr)
 	}
-	var cc CursorClaims
-	if req.hasCursor {
-		if cc, err = s.keys.OpenCursor(req.cursor); err != nil {
-			return nil, errRefInvalid(err)
-		}
+	cc, now, err := s.checkReadClaims(req, rc, a)
+	if err != nil {
+		return nil, err
 	}
-	// Expiry.
-	now := s.now()
-	if expired(rc.Expiry, now) || req.hasCursor && expired(cc.Expiry, now) {
-		return nil, errRefExpired()
-	}
-	// Binding.
-	if rc.Binding != s.binding(a, req.runID).Digest() {
-		return nil, errRefInvalid(errors.New("reference bound to another identity, route or run"))
-	}
-	if req.hasCursor && cc.RefDigest != RefDigest(req.ref) {
-		return nil, errRefInvalid(errors.New("cursor continues another reference"))
-	}
-	// Run.
 	if req.runID != "" && !runChecked {
 		if err := s.checkRun(ctx, req.runID, a); err != nil {
 			return nil, err
 		}
 	}
-	// Scope.
-	scope := ScopeRevision(a.route.Key, a.route.Knowledge)
-	if scope != rc.ScopeRevision || a.route.Knowledge == nil {
-		return nil, errScopeChanged()
-	}
-	// Document.
-	if !slices.Contains(a.route.Knowledge.KBIDs, rc.KBID) {
-		return nil, errKnowledgeChanged(errors.New("knowledge base not in route"))
-	}
-	fence := []string{rc.KBID}
-	kbs, err := s.kbRows(ctx, a, fence)
+	page, err := s.readDocument(ctx, a, req, rc)
 	if err != nil {
-		return nil, classifyCore(err, nil)
-	}
-	if !kbs[rc.KBID].Enabled {
-		return nil, errKnowledgeChanged(errors.New("knowledge base disabled or removed"))
-	}
-	doc, err := s.document(ctx, a, rc.DocID, fence)
-	if err != nil {
-		return nil, classifyCore(err, errKnowledgeChanged(nil))
-	}
-	if doc.Status != corefacts.StatusReady || doc.KBID != rc.KBID || doc.DocID != rc.DocID || docRevision(doc) != rc.DocRevision {
-		return nil, errKnowledgeChanged(errors.New("document not ready or revised"))
-	}
-	page := ReadPage{
-		Route: a.route.Key, RunID: req.runID, ScopeRevision: scope, Ref: req.ref,
-		Revision: rc.DocRevision, Title: doc.Title, Content: doc.Content,
+		return nil, err
 	}
 	if req.hasCursor {
 		off, served := cc.NextOffset, cc.Served
-		if off >= int64(len(doc.Content)) || served >= protocol.ReadChainMaxBytes ||
-			boundaryAtOrBefore(doc.Content, int(off)) != int(off) {
+		if off >= int64(len(page.Content)) || served >= protocol.ReadChainMaxBytes ||
+			boundaryAtOrBefore(page.Content, int(off)) != int(off) {
 			return nil, errRefInvalid(errors.New("cursor position does not fit the document"))
 		}
 		page.Offset, page.Served = int(off), int(served)
 	}
+	return s.writePage(dst, d, req, rc, page, now)
+}
+
+// checkReadClaims checks a read's opened ref against its cursor and the
+// admitted identity, in SPEC §2 order: the cursor's authenticity (the AEAD
+// tag; the ref's was checked when opened), expiry, binding. It returns the
+// cursor's claims (zero without a cursor) and the time the expiry was
+// checked at.
+func (s *Service) checkReadClaims(req readRequest, rc RefClaims, a admitted) (cc CursorClaims, now time.Time, err error) {
+	if req.hasCursor {
+		if cc, err = s.keys.OpenCursor(req.cursor); err != nil {
+			return cc, now, errRefInvalid(err)
+		}
+	}
+	now = s.now()
+	if expired(rc.Expiry, now) || req.hasCursor && expired(cc.Expiry, now) {
+		return cc, now, errRefExpired()
+	}
+	if rc.Binding != s.binding(a, req.runID).Digest() {
+		return cc, now, errRefInvalid(errors.New("reference bound to another identity, route or run"))
+	}
+	if req.hasCursor && cc.RefDigest != RefDigest(req.ref) {
+		return cc, now, errRefInvalid(errors.New("cursor continues another reference"))
+	}
+	return cc, now, nil
+}
+
+// readDocument checks the ref's scope revision, knowledge base and
+// document revision against the route and the catalog now, and returns the
+// page to serve from (at offset 0).
+func (s *Service) readDocument(ctx context.Context, a admitted, req readRequest, rc RefClaims) (ReadPage, error) {
+	scope := ScopeRevision(a.route.Key, a.route.Knowledge)
+	if scope != rc.ScopeRevision || a.route.Knowledge == nil {
+		return ReadPage{}, errScopeChanged()
+	}
+	if !slices.Contains(a.route.Knowledge.KBIDs, rc.KBID) {
+		return ReadPage{}, errKnowledgeChanged(errors.New("knowledge base not in route"))
+	}
+	fence := []string{rc.KBID}
+	kbs, err := s.kbRows(ctx, a, fence)
+	if err != nil {
+		return ReadPage{}, classifyCore(err, nil)
+	}
+	if !kbs[rc.KBID].Enabled {
+		return ReadPage{}, errKnowledgeChanged(errors.New("knowledge base disabled or removed"))
+	}
+	doc, err := s.document(ctx, a, rc.DocID, fence)
+	if err != nil {
+		return ReadPage{}, classifyCore(err, errKnowledgeChanged(nil))
+	}
+	if doc.Status != corefacts.StatusReady || doc.KBID != rc.KBID || doc.DocID != rc.DocID || docRevision(doc) != rc.DocRevision {
+		return ReadPage{}, errKnowledgeChanged(errors.New("document not ready or revised"))
+	}
+	return ReadPage{
+		Route: a.route.Key, RunID: req.runID, ScopeRevision: scope, Ref: req.ref,
+		Revision: rc.DocRevision, Title: doc.Title, Content: doc.Content,
+	}, nil
+}
+
+// writePage plans page within max_bytes, seals the next cursor when more
+// follows, writes the answer into dst's memory (see ReadInto) and records
+// it in the metrics and the disclosure.
+func (s *Service) writePage(dst []byte, d *Disclosure, req readRequest, rc RefClaims, page ReadPage, now time.Time) ([]byte, error) {
 	plan, ok := page.Plan(req.maxBytes, s.keys.cursorLen())
 	if !ok {
 		return nil, errInvalid("max_bytes is too small for this document; use a larger value.")
@@ -131,6 +145,7 @@ func (s *Service) ReadInto(ctx context.Context, dst []byte, authorization string
 	var cursor string
 	n := plan.End - page.Offset
 	if plan.More {
+		var err error
 		cursor, err = s.keys.SealCursor(CursorClaims{
 			Expiry:     now.Add(protocol.ReferenceTTL).Truncate(time.Second),
 			RefDigest:  RefDigest(req.ref),
@@ -144,7 +159,7 @@ func (s *Service) ReadInto(ctx context.Context, dst []byte, authorization string
 	if cap(dst) < req.maxBytes {
 		dst = make([]byte, 0, req.maxBytes)
 	}
-	out = page.AppendJSON(dst[:0], plan, cursor)
+	out := page.AppendJSON(dst[:0], plan, cursor)
 	s.m.served(n)
 	if plan.Truncated() {
 		s.m.truncate("read")

@@ -106,14 +106,7 @@ func (p *ReadPage) AppendJSON(b []byte, plan PagePlan, cursor string) []byte {
 }
 
 func (p *ReadPage) appendHead(b []byte) []byte {
-	b = append(b, `{"schema_version":"`+protocol.ReadSchema+`","route":`...)
-	b = AppendJSONString(b, p.Route)
-	if p.RunID != "" {
-		b = append(b, `,"run_id":`...)
-		b = AppendJSONString(b, p.RunID)
-	}
-	b = append(b, `,"knowledge_scope_revision":`...)
-	b = AppendJSONString(b, p.ScopeRevision)
+	b = appendAnswerHead(b, `{"schema_version":"`+protocol.ReadSchema+`","route":`, p.Route, p.RunID, p.ScopeRevision)
 	b = append(b, `,"ref":`...)
 	b = AppendJSONString(b, p.Ref)
 	b = append(b, `,"revision":`...)

@@ -2,6 +2,7 @@ package knowledge
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -9,8 +10,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
+	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/corefacts/jsstring"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
@@ -358,4 +361,28 @@ func parseRead(body []byte) (readRequest, error) {
 		return r, errInvalid("cursor must not be empty.")
 	}
 	return r, nil
+}
+
+// answer runs the frame search and read share: the endpoint's metrics, its
+// disclosure when the audit is on, and the first two steps of the SPEC §2
+// order (identity, then the body read whole); step does the rest with the
+// disclosure (nil when the audit is off), the session and the raw body.
+func (s *Service) answer(ctx context.Context, endpoint string, route corefacts.RouteKey, authorization string, body io.Reader,
+	step func(d *Disclosure, sess corefacts.Session, raw []byte) ([]byte, error)) (out []byte, err error) {
+	start := time.Now()
+	defer func() { s.m.observe(endpoint, err, time.Since(start).Seconds()) }()
+	d := s.auditing(endpoint, route) // nil: audit off
+	if d != nil {
+		defer func() { out, err = s.disclose(ctx, d, out, err) }()
+	}
+	sess, err := s.identify(ctx, authorization)
+	if err != nil {
+		return nil, err
+	}
+	d.identified(sess)
+	raw, err := readBody(body)
+	if err != nil {
+		return nil, err
+	}
+	return step(d, sess, raw)
 }

@@ -31,24 +31,15 @@ func (s *Service) Search(ctx context.Context, authorization string, route corefa
 
 // SearchInto is Search with the answer written into dst's memory when it
 // has room for protocol.SearchMaxBytes (see ReadInto).
-func (s *Service) SearchInto(ctx context.Context, dst []byte, authorization string, route corefacts.RouteKey, body io.Reader) (out []byte, err error) {
-	start := time.Now()
-	defer func() { s.m.observe("search", err, time.Since(start).Seconds()) }()
-	d := s.auditing(EndpointSearch, route) // nil: audit off
-	if d != nil {
-		defer func() { out, err = s.disclose(ctx, d, out, err) }()
-	}
+func (s *Service) SearchInto(ctx context.Context, dst []byte, authorization string, route corefacts.RouteKey, body io.Reader) ([]byte, error) {
+	return s.answer(ctx, EndpointSearch, route, authorization, body, func(d *Disclosure, sess corefacts.Session, raw []byte) ([]byte, error) {
+		return s.search(ctx, dst, d, authorization, route, sess, raw)
+	})
+}
 
-	// SPEC §2 order: identity → body → managed task → route → run.
-	sess, err := s.identify(ctx, authorization)
-	if err != nil {
-		return nil, err
-	}
-	d.identified(sess)
-	raw, err := readBody(body)
-	if err != nil {
-		return nil, err
-	}
+// search is SearchInto after identity and body (SPEC §2 order: … → managed
+// task → route → run).
+func (s *Service) search(ctx context.Context, dst []byte, d *Disclosure, authorization string, route corefacts.RouteKey, sess corefacts.Session, raw []byte) ([]byte, error) {
 	req, err := parseSearch(raw)
 	if err != nil {
 		return nil, err

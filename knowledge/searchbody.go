@@ -46,14 +46,7 @@ func (r *SearchBody) appendTo(dst []byte) []byte {
 // schema_version, route, run_id (only when set), knowledge_scope_revision,
 // trust, status, hints, truncated.
 func (r *SearchBody) AppendJSON(b []byte) []byte {
-	b = append(b, `{"schema_version":"`+protocol.SearchSchema+`","route":`...)
-	b = AppendJSONString(b, r.Route)
-	if r.RunID != "" {
-		b = append(b, `,"run_id":`...)
-		b = AppendJSONString(b, r.RunID)
-	}
-	b = append(b, `,"knowledge_scope_revision":`...)
-	b = AppendJSONString(b, r.ScopeRevision)
+	b = appendAnswerHead(b, `{"schema_version":"`+protocol.SearchSchema+`","route":`, r.Route, r.RunID, r.ScopeRevision)
 	b = append(b, `,"trust":"`+protocol.Trust+`","status":`...)
 	b = AppendJSONString(b, r.Status)
 	b = append(b, `,"hints":`...)
@@ -164,4 +157,18 @@ func shareRoom(need []int, room int) []int {
 		room -= give
 	}
 	return out
+}
+
+// appendAnswerHead appends the keys search and read answers begin with:
+// open (`{"schema_version":"…","route":`), then route, run_id (only when
+// set) and knowledge_scope_revision.
+func appendAnswerHead(b []byte, open, route, runID, scope string) []byte {
+	b = append(b, open...)
+	b = AppendJSONString(b, route)
+	if runID != "" {
+		b = append(b, `,"run_id":`...)
+		b = AppendJSONString(b, runID)
+	}
+	b = append(b, `,"knowledge_scope_revision":`...)
+	return AppendJSONString(b, scope)
 }

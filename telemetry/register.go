@@ -14,14 +14,23 @@ const Namespace = "knowledge_sidecar"
 // sharing the breaker gauges) may each ask for the same collectors. A
 // conflicting definition is a programming error: it panics.
 func Register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	c, err := TryRegister(reg, c)
+	if err != nil {
+		panic(err)
+	}
+	return c
+}
+
+// TryRegister is Register returning a conflicting definition as an error.
+func TryRegister[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
 	if err := reg.Register(c); err != nil {
 		var are prometheus.AlreadyRegisteredError
 		if errors.As(err, &are) {
 			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
+				return existing, nil
 			}
 		}
-		panic(err)
+		return c, err
 	}
-	return c
+	return c, nil
 }

@@ -237,6 +237,27 @@ func invalidRequest(w http.ResponseWriter, msg string) {
 	writeJSON(w, http.StatusBadRequest, errBody{Error: "invalid_request", Message: msg})
 }
 
+// turnRequest is a turn's body as Core validated it.
+type turnRequest struct {
+	fields      map[string]json.RawMessage
+	ids         map[string]string // client_conversation_id, client_turn_id, user_message_id (trimmed)
+	input       string
+	pageContext json.RawMessage // canonical; {} when absent
+	renderers   []string
+	mode        string // knowledge_delivery; "" when absent
+	taskBinding json.RawMessage
+}
+
+// turnRefusal is an error answer of the turn endpoint.
+type turnRefusal struct {
+	status int
+	body   errBody
+}
+
+func invalidTurn(msg string) *turnRefusal {
+	return &turnRefusal{http.StatusBadRequest, errBody{Error: "invalid_request", Message: msg}}
+}
+
 // serveTurn is POST /agent-api/v1/workspaces/:route/turns (CORE_FACTS §3).
 func (c *Core) serveTurn(w http.ResponseWriter, r *http.Request, name string, s corefacts.Session, body []byte, tooLarge bool) {
 	if tooLarge || len(body) > corefacts.TurnBodyMax {
@@ -255,6 +276,51 @@ func (c *Core) serveTurn(w http.ResponseWriter, r *http.Request, name string, s 
 	if c.writeGate(w, name, s) {
 		return
 	}
+	req, refused := c.parseTurn(fields)
+	if refused != nil {
+		writeJSON(w, refused.status, refused.body)
+		return
+	}
+	resp, ok := c.startTurn(name, s, req)
+	if !ok {
+		writeJSON(w, http.StatusConflict, errBody{Error: "turn_conflict", Message: turnConflictMsg})
+		return
+	}
+	c.writeTurn(w, r, resp)
+}
+
+// parseTurn checks a turn body's fields after the gate: declared fields,
+// ids, user_input, then the optional page_context, renderers,
+// knowledge_delivery and task_binding.
+func (c *Core) parseTurn(fields map[string]json.RawMessage) (turnRequest, *turnRefusal) {
+	req := turnRequest{fields: fields, ids: map[string]string{}}
+	if refused := c.checkDeclared(fields); refused != nil {
+		return req, refused
+	}
+	for _, k := range []string{"client_conversation_id", "client_turn_id", "user_message_id"} {
+		var v string
+		if json.Unmarshal(fields[k], &v) != nil || !stableID.MatchString(JSTrim(v)) {
+			return req, invalidTurn(k + " must be a 1..128 character stable identifier.")
+		}
+		req.ids[k] = JSTrim(v)
+	}
+	if json.Unmarshal(fields["user_input"], &req.input) != nil {
+		return req, invalidTurn("user_input must be a string.")
+	}
+	switch {
+	case len(utf16.Encode([]rune(req.input))) > userInputMax:
+		return req, invalidTurn("user_input must not exceed 64000 characters.")
+	case strings.ContainsFunc(req.input, func(r rune) bool { return (r < 0x20 && r != '\t' && r != '\n' && r != '\r') || r == 0x7f }):
+		return req, invalidTurn("user_input contains disallowed control characters.")
+	case JSTrim(req.input) == "":
+		return req, invalidTurn("user_input must not be empty.")
+	}
+	return req, parseTurnOptions(fields, &req)
+}
+
+// checkDeclared refuses a turn body with a field Core does not declare (for
+// the Core version the options stand for) or without a required one.
+func (c *Core) checkDeclared(fields map[string]json.RawMessage) *turnRefusal {
 	declared := map[string]bool{
 		"client_conversation_id": true, "client_turn_id": true, "user_message_id": true, "user_input": true,
 		"page_context": false, "renderers": false,
@@ -267,155 +333,76 @@ func (c *Core) serveTurn(w http.ResponseWriter, r *http.Request, name string, s 
 	}
 	for k := range fields {
 		if _, ok := declared[k]; !ok {
-			invalidRequest(w, msgUndeclared)
-			return
+			return invalidTurn(msgUndeclared)
 		}
 	}
 	for k, required := range declared {
 		if _, ok := fields[k]; required && !ok {
-			invalidRequest(w, msgUndeclared)
-			return
+			return invalidTurn(msgUndeclared)
 		}
 	}
-	ids := map[string]string{}
-	for _, k := range []string{"client_conversation_id", "client_turn_id", "user_message_id"} {
-		var v string
-		if json.Unmarshal(fields[k], &v) != nil || !stableID.MatchString(JSTrim(v)) {
-			invalidRequest(w, k+" must be a 1..128 character stable identifier.")
-			return
-		}
-		ids[k] = JSTrim(v)
-	}
-	var input string
-	if json.Unmarshal(fields["user_input"], &input) != nil {
-		invalidRequest(w, "user_input must be a string.")
-		return
-	}
-	switch {
-	case len(utf16.Encode([]rune(input))) > userInputMax:
-		invalidRequest(w, "user_input must not exceed 64000 characters.")
-		return
-	case strings.ContainsFunc(input, func(r rune) bool { return (r < 0x20 && r != '\t' && r != '\n' && r != '\r') || r == 0x7f }):
-		invalidRequest(w, "user_input contains disallowed control characters.")
-		return
-	case JSTrim(input) == "":
-		invalidRequest(w, "user_input must not be empty.")
-		return
-	}
-	pageContext := json.RawMessage(`{}`)
+	return nil
+}
+
+// parseTurnOptions reads the optional page_context, renderers,
+// knowledge_delivery and task_binding into req.
+func parseTurnOptions(fields map[string]json.RawMessage, req *turnRequest) *turnRefusal {
+	req.pageContext = json.RawMessage(`{}`)
 	if raw, ok := fields["page_context"]; ok {
 		var obj map[string]any
 		if t := jsonTrim(raw); len(t) == 0 || t[0] != '{' || json.Unmarshal(t, &obj) != nil {
-			invalidRequest(w, "page_context must be an object.")
-			return
+			return invalidTurn("page_context must be an object.")
 		}
 		canon, _ := json.Marshal(obj)
 		if len(canon) > pageContextMax {
-			writeJSON(w, http.StatusRequestEntityTooLarge, errBody{Error: "page_context_too_large", Message: "page_context exceeds 16 KiB."})
-			return
+			return &turnRefusal{http.StatusRequestEntityTooLarge, errBody{Error: "page_context_too_large", Message: "page_context exceeds 16 KiB."}}
 		}
-		pageContext = canon
+		req.pageContext = canon
 	}
-	renderers := []string{}
+	req.renderers = []string{}
 	if raw, ok := fields["renderers"]; ok {
-		if json.Unmarshal(raw, &renderers) != nil || renderers == nil || len(renderers) > maxRenderers || !validRenderers(renderers) {
-			invalidRequest(w, "renderers must be an array of at most 20 unique renderer identifiers.")
-			return
+		if json.Unmarshal(raw, &req.renderers) != nil || req.renderers == nil || len(req.renderers) > maxRenderers || !validRenderers(req.renderers) {
+			return invalidTurn("renderers must be an array of at most 20 unique renderer identifiers.")
 		}
 	}
-	mode := ""
 	if raw, ok := fields["knowledge_delivery"]; ok {
-		if json.Unmarshal(raw, &mode) != nil || (mode != "inline" && mode != "on_demand") {
-			invalidRequest(w, "knowledge_delivery must be inline or on_demand.")
-			return
+		if json.Unmarshal(raw, &req.mode) != nil || (req.mode != "inline" && req.mode != "on_demand") {
+			return invalidTurn("knowledge_delivery must be inline or on_demand.")
 		}
 	}
-	var taskBinding json.RawMessage
 	if raw, ok := fields["task_binding"]; ok {
 		var obj map[string]any
 		if json.Unmarshal(raw, &obj) != nil || obj == nil {
-			writeJSON(w, http.StatusBadRequest, errBody{Error: "TASK_INVALID_INPUT", Message: "The governed task operation could not be accepted."})
-			return
+			return &turnRefusal{http.StatusBadRequest, errBody{Error: "TASK_INVALID_INPUT", Message: "The governed task operation could not be accepted."}}
 		}
-		taskBinding, _ = json.Marshal(obj)
+		req.taskBinding, _ = json.Marshal(obj)
 	}
+	return nil
+}
 
-	hash := requestHash(name, ids, input, fields, pageContext, renderers, mode, taskBinding)
-	k1 := strings.Join([]string{s.SessionID, name, ids["client_conversation_id"], ids["client_turn_id"]}, "\x00")
-	k2 := strings.Join([]string{s.SessionID, name, ids["user_message_id"]}, "\x00")
-	conv := strings.Join([]string{s.SessionID, name, ids["client_conversation_id"]}, "\x00")
+// startTurn answers a valid turn: the frozen answer of a replay with the
+// same request hash, false for a conflicting replay, else a new run's
+// answer, frozen and recorded under both idempotency keys.
+func (c *Core) startTurn(name string, s corefacts.Session, req turnRequest) ([]byte, bool) {
+	hash := requestHash(name, req.ids, req.input, req.fields, req.pageContext, req.renderers, req.mode, req.taskBinding)
+	k1 := "t\x00" + strings.Join([]string{s.SessionID, name, req.ids["client_conversation_id"], req.ids["client_turn_id"]}, "\x00")
+	k2 := "m\x00" + strings.Join([]string{s.SessionID, name, req.ids["user_message_id"]}, "\x00")
+	conv := strings.Join([]string{s.SessionID, name, req.ids["client_conversation_id"]}, "\x00")
 
 	c.mu.Lock()
-	r1, r2 := c.turns["t\x00"+k1], c.turns["m\x00"+k2]
-	if r1 != nil || r2 != nil {
-		same := r1 == r2 && r1.hash == hash
-		var resp []byte
-		if same {
-			resp = r1.response
-		}
+	if r1, r2 := c.turns[k1], c.turns[k2]; r1 != nil || r2 != nil {
 		c.mu.Unlock()
-		if !same {
-			writeJSON(w, http.StatusConflict, errBody{Error: "turn_conflict", Message: turnConflictMsg})
-			return
+		if r1 == r2 && r1.hash == hash {
+			return r1.response, true
 		}
-		c.writeTurn(w, r, resp)
-		return
+		return nil, false
 	}
-	rt := c.routes[name]
 	thread, prior := c.thread(conv)
 	runID := newUUID()
-	resp := turnResponse{
-		SchemaVersion:      turnContextSchema,
-		RunID:              runID,
-		TaskBinding:        taskBinding,
-		ProfileRevision:    revision("profile", name),
-		CapabilityRevision: revision("capabilities", name),
-		ActiveTools:        []any{},
-	}
-	ctx := &resp.Context
-	ctx.Instructions = "You are the " + name + " assistant of the fake Core."
-	ctx.PageContext = pageContext
-	ctx.Renderers = renderers
-	ctx.Memory.Recent = prior
-	ctx.MemoryRefs = []memoryRef{{ThreadID: thread.id, PriorMessages: len(prior)}}
-	ctx.Knowledge, ctx.KnowledgeRefs = []knowledgeItem{}, []knowledgeRef{}
-	if mode != "on_demand" {
-		var items []TurnKnowledge
-		switch {
-		case rt != nil && rt.retrieval != nil:
-			items = c.retrieveLocked(*rt.retrieval, turnQuery(pageContext, input))
-		case rt != nil:
-			items = rt.knowledge
-		}
-		n := 0
-		for _, k := range items {
-			if c.embeddingsDownForLocked(k.DocID) {
-				continue // Core's searchMulti skipped the failing KB
-			}
-			n++
-			ref := "knowledge:" + strconv.Itoa(n)
-			ctx.Knowledge = append(ctx.Knowledge, knowledgeItem{Ref: ref, Title: cutUTF16(k.Title, knowledgeTitleMax), Content: cutUTF16(k.Content, knowledgeContentMx)})
-			ctx.KnowledgeRefs = append(ctx.KnowledgeRefs, knowledgeRef{Ref: ref, DocID: k.DocID, Title: cutUTF16(k.Title, knowledgeTitleMax), Score: k.Score})
-		}
-	}
-	ctx.Governance = governanceBlock{
-		Planner: "local_agent", Execution: "bailinghub_governed", Authorization: "server_revalidated",
-		KnowledgeTrust: "reference_only", ToolResultsTrust: "untrusted_data", MaxToolCalls: 5, Permission: "full",
-	}
-	if mode != "" {
-		resp.KnowledgeDelivery = &knowledgeDelivery{
-			SchemaVersion: protocol.DeliverySchema, Mode: mode, Protocol: protocol.Name,
-			KnowledgeScopeRevision: scopeRevision(name), Status: "ok", Hints: []any{},
-		}
-	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(resp)
-	frozen := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	frozen := encodeJSON(c.turnResponseLocked(name, runID, req, thread.id, prior))
 	rec := &turnRecord{hash: hash, response: frozen}
-	c.turns["t\x00"+k1], c.turns["m\x00"+k2] = rec, rec
-	thread.messages = append(thread.messages, memoryMessage{Role: "user", Content: input})
+	c.turns[k1], c.turns[k2] = rec, rec
+	thread.messages = append(thread.messages, memoryMessage{Role: "user", Content: req.input})
 	run := corefacts.Run{RunID: runID, SessionID: s.SessionID, ClientAppID: s.ClientAppID, RouteKey: name, Status: "context_ready"}
 	c.runs = append(c.runs, run)
 	onRun := c.opts.OnRun
@@ -424,7 +411,66 @@ func (c *Core) serveTurn(w http.ResponseWriter, r *http.Request, name string, s 
 	if onRun != nil {
 		onRun(run)
 	}
-	c.writeTurn(w, r, frozen)
+	return frozen, true
+}
+
+// turnResponseLocked builds a new run's turn context (c.mu held): the
+// thread's prior messages, the route's inline knowledge unless the delivery
+// is on_demand, and the delivery block when one was asked.
+func (c *Core) turnResponseLocked(name, runID string, req turnRequest, threadID int, prior []memoryMessage) turnResponse {
+	resp := turnResponse{
+		SchemaVersion:      turnContextSchema,
+		RunID:              runID,
+		TaskBinding:        req.taskBinding,
+		ProfileRevision:    revision("profile", name),
+		CapabilityRevision: revision("capabilities", name),
+		ActiveTools:        []any{},
+	}
+	ctx := &resp.Context
+	ctx.Instructions = "You are the " + name + " assistant of the fake Core."
+	ctx.PageContext = req.pageContext
+	ctx.Renderers = req.renderers
+	ctx.Memory.Recent = prior
+	ctx.MemoryRefs = []memoryRef{{ThreadID: threadID, PriorMessages: len(prior)}}
+	ctx.Knowledge, ctx.KnowledgeRefs = []knowledgeItem{}, []knowledgeRef{}
+	if req.mode != "on_demand" {
+		c.inlineKnowledgeLocked(ctx, name, req)
+	}
+	ctx.Governance = governanceBlock{
+		Planner: "local_agent", Execution: "bailinghub_governed", Authorization: "server_revalidated",
+		KnowledgeTrust: "reference_only", ToolResultsTrust: "untrusted_data", MaxToolCalls: 5, Permission: "full",
+	}
+	if req.mode != "" {
+		resp.KnowledgeDelivery = &knowledgeDelivery{
+			SchemaVersion: protocol.DeliverySchema, Mode: req.mode, Protocol: protocol.Name,
+			KnowledgeScopeRevision: scopeRevision(name), Status: "ok", Hints: []any{},
+		}
+	}
+	return resp
+}
+
+// inlineKnowledgeLocked fills ctx's knowledge as Core's turn does (c.mu
+// held): the route's retrieval for the turn's query, or its fixed items,
+// less those of a knowledge base whose embeddings are down.
+func (c *Core) inlineKnowledgeLocked(ctx *turnContext, name string, req turnRequest) {
+	rt := c.routes[name]
+	var items []TurnKnowledge
+	switch {
+	case rt != nil && rt.retrieval != nil:
+		items = c.retrieveLocked(*rt.retrieval, turnQuery(req.pageContext, req.input))
+	case rt != nil:
+		items = rt.knowledge
+	}
+	n := 0
+	for _, k := range items {
+		if c.embeddingsDownForLocked(k.DocID) {
+			continue // Core's searchMulti skipped the failing KB
+		}
+		n++
+		ref := "knowledge:" + strconv.Itoa(n)
+		ctx.Knowledge = append(ctx.Knowledge, knowledgeItem{Ref: ref, Title: cutUTF16(k.Title, knowledgeTitleMax), Content: cutUTF16(k.Content, knowledgeContentMx)})
+		ctx.KnowledgeRefs = append(ctx.KnowledgeRefs, knowledgeRef{Ref: ref, DocID: k.DocID, Title: cutUTF16(k.Title, knowledgeTitleMax), Score: k.Score})
+	}
 }
 
 // turnQuery is Core's queryWithPage: the page context's title, page_name,

@@ -166,16 +166,32 @@ func (c *Core) AddSession(token string, s corefacts.Session) {
 	if !ValidAccessToken(token) {
 		panic("fakecore: AddSession: token must look like Core's (bha_ prefix, ≥ 40 chars); use fakecore.Token")
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.sessions[token] = s
+	c.locked(func() { c.sessions[token] = s })
 }
 
 // RevokeSession makes token unknown (401 everywhere).
 func (c *Core) RevokeSession(token string) {
+	c.locked(func() { delete(c.sessions, token) })
+}
+
+// locked runs f holding c.mu.
+func (c *Core) locked(f func()) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.sessions, token)
+	f()
+}
+
+// editRoute runs f on route name, declared (allowed) first if unknown,
+// holding c.mu.
+func (c *Core) editRoute(name string, f func(*route)) {
+	c.locked(func() {
+		r := c.routes[name]
+		if r == nil {
+			r = &route{}
+			c.routes[name] = r
+		}
+		f(r)
+	})
 }
 
 // Gate codes system-info and turns answer for a route (CORE_FACTS §2).
@@ -209,14 +225,7 @@ func (c *Core) SetRoute(name, gate string) {
 	if _, ok := gates[gate]; gate != GateAllowed && !ok {
 		panic("fakecore: SetRoute: unknown gate code " + gate)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	r := c.routes[name]
-	if r == nil {
-		r = &route{}
-		c.routes[name] = r
-	}
-	r.gate = gate
+	c.editRoute(name, func(r *route) { r.gate = gate })
 }
 
 // TurnKnowledge is one item of a route's inline knowledge, returned by turns
@@ -231,14 +240,7 @@ type TurnKnowledge struct {
 // SetTurnKnowledge sets what turns on route return inline (declaring the
 // route as allowed if it is unknown).
 func (c *Core) SetTurnKnowledge(name string, items []TurnKnowledge) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	r := c.routes[name]
-	if r == nil {
-		r = &route{}
-		c.routes[name] = r
-	}
-	r.knowledge = append([]TurnKnowledge(nil), items...)
+	c.editRoute(name, func(r *route) { r.knowledge = append([]TurnKnowledge(nil), items...) })
 }
 
 // TurnRetrieval is a route's knowledge config for turns (inject "chunk"):
@@ -256,36 +258,23 @@ type TurnRetrieval struct {
 // the turn's input with the same ranking as /kb/search (declaring the route
 // as allowed if it is unknown). It replaces SetTurnKnowledge's fixed items.
 func (c *Core) SetTurnRetrieval(name string, r TurnRetrieval) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	rt := c.routes[name]
-	if rt == nil {
-		rt = &route{}
-		c.routes[name] = rt
-	}
 	r.KBIDs = append([]string(nil), r.KBIDs...)
-	rt.retrieval = &r
+	c.editRoute(name, func(rt *route) { rt.retrieval = &r })
 }
 
 // SetFault injects f for paths starting with prefix ("" = every path).
 func (c *Core) SetFault(prefix string, f Fault) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.faults[prefix] = f
+	c.locked(func() { c.faults[prefix] = f })
 }
 
 // ClearFault removes the fault of prefix.
 func (c *Core) ClearFault(prefix string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.faults, prefix)
+	c.locked(func() { delete(c.faults, prefix) })
 }
 
 // ClearFaults removes every fault.
 func (c *Core) ClearFaults() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.faults = map[string]Fault{}
+	c.locked(func() { c.faults = map[string]Fault{} })
 }
 
 // Calls counts requests received (faulted ones included) whose path starts with prefix.

@@ -73,12 +73,9 @@ func SkipWS(b []byte, i int) int {
 // it; its error ends the scan and is returned. A nil value skips every
 // value, which is how the scanner validates nested objects.
 func Object(b []byte, i, depth int, value func(Member) (int, error)) (int, error) {
-	if depth > maxDepth {
-		return 0, ErrDeep
-	}
-	i = SkipWS(b, i+1)
-	if i < len(b) && b[i] == '}' {
-		return i + 1, nil
+	i, done, err := open(b, i, depth, '}')
+	if done || err != nil {
+		return i, err
 	}
 	for {
 		if i >= len(b) || b[i] != '"' {
@@ -104,17 +101,9 @@ func Object(b []byte, i, depth int, value func(Member) (int, error)) (int, error
 		if err != nil {
 			return 0, err
 		}
-		i = SkipWS(b, i)
-		if i >= len(b) {
-			return 0, ErrSyntax
-		}
-		switch b[i] {
-		case ',':
-			i = SkipWS(b, i+1)
-		case '}':
-			return i + 1, nil
-		default:
-			return 0, ErrSyntax
+		var done bool
+		if i, done, err = next(b, i, '}'); done || err != nil {
+			return i, err
 		}
 	}
 }
@@ -126,15 +115,11 @@ func Object(b []byte, i, depth int, value func(Member) (int, error)) (int, error
 // held at depth depth, and returns the index just after it. A nil elem
 // skips the elements.
 func Array(b []byte, i, depth int, elem func(int) (int, error)) (int, error) {
-	if depth > maxDepth {
-		return 0, ErrDeep
-	}
-	i = SkipWS(b, i+1)
-	if i < len(b) && b[i] == ']' {
-		return i + 1, nil
+	i, done, err := open(b, i, depth, ']')
+	if done || err != nil {
+		return i, err
 	}
 	for {
-		var err error
 		if elem != nil {
 			i, err = elem(i)
 		} else {
@@ -143,18 +128,42 @@ func Array(b []byte, i, depth int, elem func(int) (int, error)) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		i = SkipWS(b, i)
-		if i >= len(b) {
-			return 0, ErrSyntax
+		var done bool
+		if i, done, err = next(b, i, ']'); done || err != nil {
+			return i, err
 		}
-		switch b[i] {
-		case ',':
-			i = SkipWS(b, i+1)
-		case ']':
-			return i + 1, nil
-		default:
-			return 0, ErrSyntax
-		}
+	}
+}
+
+// open scans the opening byte at b[i] of a container at nesting depth
+// depth: done with the index just after it when the container is empty
+// (its closing byte follows), else the index of its first member's or
+// element's first byte.
+func open(b []byte, i, depth int, closing byte) (j int, done bool, err error) {
+	if depth > maxDepth {
+		return 0, false, ErrDeep
+	}
+	i = SkipWS(b, i+1)
+	if i < len(b) && b[i] == closing {
+		return i + 1, true, nil
+	}
+	return i, false, nil
+}
+
+// next scans what follows a member or an element ending before b[i]: a
+// comma (more follows: the index of the next one's first byte) or the
+// container's closing byte (done: the index just after it).
+func next(b []byte, i int, closing byte) (j int, done bool, err error) {
+	i = SkipWS(b, i)
+	switch {
+	case i >= len(b):
+		return 0, false, ErrSyntax
+	case b[i] == ',':
+		return SkipWS(b, i+1), false, nil
+	case b[i] == closing:
+		return i + 1, true, nil
+	default:
+		return 0, false, ErrSyntax
 	}
 }
 

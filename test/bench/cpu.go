@@ -214,87 +214,100 @@ func runCPU(c config, exe, upURL, upAddr, dir string, sc, rp *child, auth http.H
 	}
 	var kb []namedSpec
 	if c.want("cpu") {
-		kbPath := "/agent-api/v1/workspaces/" + routeKB + "/knowledge/"
-		search := reqSpec{method: http.MethodPost, path: kbPath + "search", body: searchBody, header: auth, valid: validSearch}
-		// The same search as a tools/call on the remote MCP endpoint, in
-		// an initialize-era revision and in 2026-07-28.
-		mcpInit, mcpNew := mcpSearch(auth, mcpRevisionInit), mcpSearch(auth, mcpRevisionNew)
-		for _, rq := range []reqSpec{search, mcpInit, mcpNew} {
-			if _, err := answerLen(side, rq); err != nil {
-				return nil, nil, fmt.Errorf("cpu section: %w", err)
-			}
-		}
-		ref, err := searchRef(side, auth)
+		row, g, specs, err := cpuKnowledge(c, exe, upURL, dir, lean, side, extras, auth, logw)
 		if err != nil {
 			return nil, nil, err
 		}
-		rb := map[string]any{"ref": ref, "max_bytes": 32768}
-		if runID != "" {
-			rb["run_id"] = runID
-		}
-		readBody, _ := json.Marshal(rb)
-		read := reqSpec{method: http.MethodPost, path: kbPath + "read", body: readBody, header: auth}
-		turns := newTurnBodies()
-		turn := reqSpec{method: http.MethodPost, path: "/agent-api/v1/workspaces/" + routeTurn10 + "/turns", gen: turns.next, header: auth}
-		// The floor answers with bodies of the sidecar's sizes.
-		fc, err := spawn(exe, "floor", upURL, dir)
-		if err != nil {
-			return nil, nil, err
-		}
-		defer fc.stop()
-		fl := cpuEndpoint("floor", fc)
-		floorSearch, floorRead := search, read
-		floorSearch.valid = nil // the floor's answer is canned bytes
-		for _, p := range []*reqSpec{&floorSearch, &floorRead} {
-			n, err := answerLen(side, *p)
-			if err != nil {
-				return nil, nil, err
-			}
-			p.path = "/floor/" + p.path[strings.LastIndexByte(p.path, '/')+1:] + "?bytes=" + strconv.Itoa(n)
-			if _, err := answerLen(fl, *p); err != nil {
-				return nil, nil, fmt.Errorf("cpu section, floor: %w", err)
-			}
-		}
-		progress(logw, "cpu: search (REST and MCP), read 32 KiB, turn 10 KiB on_demand vs a lean pass-through, closed loop, %d connections", c.cpuKBConc)
-		ts := []target{
-			{"lean", lean, passLoads["1k"]}, {"sidecar pass-through", side, passLoads["1k"]},
-			{"search", side, search}, {mcpSearchName, side, mcpInit}, {mcpSearchNewName, side, mcpNew},
-			{"read 32 KiB", side, read}, {"turn 10 KiB on_demand", side, turn},
-			{"floor search", fl, floorSearch}, {"floor read 32 KiB", fl, floorRead},
-		}
-		for _, ep := range extras {
-			// The ref is sealed with the bench world's keys, which every
-			// sidecar child derives alike.
-			ts = append(ts, target{ep.name + " search", ep, search}, target{ep.name + " read 32 KiB", ep, read})
-		}
-		g := runGroup("cpu/knowledge", ts, 0, c.cpuKBConc, c.warm, c.cpuDur, c.pairs)
 		groups = append(groups, g)
-		row := cpuRowOf("knowledge", "lean", g)
-		res.Knowledge = &row
-		kb = []namedSpec{{"search", search}, {"mcp-search", mcpInit}, {"read", read}, {"turn-10k", turn}}
+		res.Knowledge, kb = row, specs
 	}
 	for _, ep := range append([]*endpoint{side}, extras...) {
 		res.MaxRSSMiB = append(res.MaxRSSMiB, namedNum{ep.name, maxRSS(ep)})
 	}
 	if c.profileDir != "" {
-		if err := os.MkdirAll(c.profileDir, 0o755); err != nil {
+		if err := cpuProfiles(c, lean, side, kb, logw); err != nil {
 			return nil, nil, err
-		}
-		for _, l := range []string{"1k", "64k"} {
-			path := filepath.Join(c.profileDir, "cpu-sidecar-passthrough-"+l+".pprof")
-			progress(logw, "cpu: profile %s", path)
-			profile(side, path, target{"sidecar", side, passLoads[l]}, 0, c.conc, c.profileDur)
-			path = filepath.Join(c.profileDir, "cpu-lean-passthrough-"+l+".pprof")
-			progress(logw, "cpu: profile %s", path)
-			profile(lean, path, target{"lean", lean, passLoads[l]}, 0, c.conc, c.profileDur)
-		}
-		for _, k := range kb {
-			path := filepath.Join(c.profileDir, "cpu-sidecar-"+k.name+".pprof")
-			progress(logw, "cpu: profile %s", path)
-			profile(side, path, target{"sidecar", side, k.spec}, 0, c.cpuKBConc, c.profileDur)
 		}
 	}
 	return res, groups, nil
+}
+
+// cpuKnowledge measures search (REST and MCP), read and an on_demand turn
+// through the sidecar (and the extra sidecars) next to the lean 1 KiB
+// pass-through and a floor child answering bodies of the same sizes. It
+// returns the round's row and group and the specs to profile.
+func cpuKnowledge(c config, exe, upURL, dir string, lean, side *endpoint, extras []*endpoint, auth http.Header, logw io.Writer) (*cpuRow, *group, []namedSpec, error) {
+	search := reqSpec{method: http.MethodPost, path: kbPath + "search", body: searchBody, header: auth, valid: validSearch}
+	// The same search as a tools/call on the remote MCP endpoint, in
+	// an initialize-era revision and in 2026-07-28.
+	mcpInit, mcpNew := mcpSearch(auth, mcpRevisionInit), mcpSearch(auth, mcpRevisionNew)
+	for _, rq := range []reqSpec{search, mcpInit, mcpNew} {
+		if _, err := answerLen(side, rq); err != nil {
+			return nil, nil, nil, fmt.Errorf("cpu section: %w", err)
+		}
+	}
+	read, err := readSpec(side, auth)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	turns := newTurnBodies()
+	turn := reqSpec{method: http.MethodPost, path: "/agent-api/v1/workspaces/" + routeTurn10 + "/turns", gen: turns.next, header: auth}
+	// The floor answers with bodies of the sidecar's sizes.
+	fc, err := spawn(exe, "floor", upURL, dir)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	defer fc.stop()
+	fl := cpuEndpoint("floor", fc)
+	floorSearch, floorRead := search, read
+	floorSearch.valid = nil // the floor's answer is canned bytes
+	for _, p := range []*reqSpec{&floorSearch, &floorRead} {
+		n, err := answerLen(side, *p)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		p.path = "/floor/" + p.path[strings.LastIndexByte(p.path, '/')+1:] + "?bytes=" + strconv.Itoa(n)
+		if _, err := answerLen(fl, *p); err != nil {
+			return nil, nil, nil, fmt.Errorf("cpu section, floor: %w", err)
+		}
+	}
+	progress(logw, "cpu: search (REST and MCP), read 32 KiB, turn 10 KiB on_demand vs a lean pass-through, closed loop, %d connections", c.cpuKBConc)
+	ts := []target{
+		{"lean", lean, passLoads["1k"]}, {"sidecar pass-through", side, passLoads["1k"]},
+		{"search", side, search}, {mcpSearchName, side, mcpInit}, {mcpSearchNewName, side, mcpNew},
+		{"read 32 KiB", side, read}, {"turn 10 KiB on_demand", side, turn},
+		{"floor search", fl, floorSearch}, {"floor read 32 KiB", fl, floorRead},
+	}
+	for _, ep := range extras {
+		// The ref is sealed with the bench world's keys, which every
+		// sidecar child derives alike.
+		ts = append(ts, target{ep.name + " search", ep, search}, target{ep.name + " read 32 KiB", ep, read})
+	}
+	g := runGroup("cpu/knowledge", ts, 0, c.cpuKBConc, c.warm, c.cpuDur, c.pairs)
+	row := cpuRowOf("knowledge", "lean", g)
+	return &row, g, []namedSpec{{"search", search}, {"mcp-search", mcpInit}, {"read", read}, {"turn-10k", turn}}, nil
+}
+
+// cpuProfiles writes CPU profiles of the sidecar and the lean proxy at
+// pass-through loads, and of the sidecar on the knowledge specs kb.
+func cpuProfiles(c config, lean, side *endpoint, kb []namedSpec, logw io.Writer) error {
+	if err := os.MkdirAll(c.profileDir, 0o755); err != nil {
+		return err
+	}
+	for _, l := range []string{"1k", "64k"} {
+		path := filepath.Join(c.profileDir, "cpu-sidecar-passthrough-"+l+".pprof")
+		progress(logw, "cpu: profile %s", path)
+		profile(side, path, target{"sidecar", side, passLoads[l]}, 0, c.conc, c.profileDur)
+		path = filepath.Join(c.profileDir, "cpu-lean-passthrough-"+l+".pprof")
+		progress(logw, "cpu: profile %s", path)
+		profile(lean, path, target{"lean", lean, passLoads[l]}, 0, c.conc, c.profileDur)
+	}
+	for _, k := range kb {
+		path := filepath.Join(c.profileDir, "cpu-sidecar-"+k.name+".pprof")
+		progress(logw, "cpu: profile %s", path)
+		profile(side, path, target{"sidecar", side, k.spec}, 0, c.cpuKBConc, c.profileDur)
+	}
+	return nil
 }
 
 func (x *cpuResult) evaluate(add func(target, measured string, ok bool)) {

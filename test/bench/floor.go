@@ -74,35 +74,33 @@ func newFloor(coreURL, dsn string) (http.Handler, func(), error) {
 }
 
 func (f *floor) search(w http.ResponseWriter, r *http.Request) {
-	ctx, auth := r.Context(), r.Header.Get("Authorization")
-	_, _ = io.Copy(io.Discard, r.Body)
-	if err := f.gates(ctx, auth); err != nil {
-		http.Error(w, err.Error(), http.StatusBadGateway)
-		return
-	}
-	if err := f.query(ctx, floorBundle, 5, benchKB, routeKB); err != nil {
-		http.Error(w, err.Error(), http.StatusBadGateway)
-		return
-	}
-	if err := f.call(ctx, http.MethodPost, "/kb/search", "Bearer "+benchService, f.payload); err != nil {
-		http.Error(w, err.Error(), http.StatusBadGateway)
-		return
-	}
-	if err := f.query(ctx, floorMeta, 6, 1, 2, 3, 4, 5, 6, benchKB); err != nil {
-		http.Error(w, err.Error(), http.StatusBadGateway)
-		return
-	}
-	f.answer(w, r)
+	f.serve(w, r, func(ctx context.Context) error {
+		if err := f.query(ctx, floorBundle, 5, benchKB, routeKB); err != nil {
+			return err
+		}
+		if err := f.call(ctx, http.MethodPost, "/kb/search", "Bearer "+benchService, f.payload); err != nil {
+			return err
+		}
+		return f.query(ctx, floorMeta, 6, 1, 2, 3, 4, 5, 6, benchKB)
+	})
 }
 
 func (f *floor) read(w http.ResponseWriter, r *http.Request) {
-	ctx, auth := r.Context(), r.Header.Get("Authorization")
+	f.serve(w, r, func(ctx context.Context) error {
+		return f.query(ctx, floorBundleDoc, 11, benchKB, 1, benchKB, routeKB)
+	})
+}
+
+// serve answers r as the sidecar would after its work: the body drained,
+// the gates asked, then work; 502 with the first error.
+func (f *floor) serve(w http.ResponseWriter, r *http.Request, work func(context.Context) error) {
+	ctx := r.Context()
 	_, _ = io.Copy(io.Discard, r.Body)
-	if err := f.gates(ctx, auth); err != nil {
-		http.Error(w, err.Error(), http.StatusBadGateway)
-		return
+	err := f.gates(ctx, r.Header.Get("Authorization"))
+	if err == nil {
+		err = work(ctx)
 	}
-	if err := f.query(ctx, floorBundleDoc, 11, benchKB, 1, benchKB, routeKB); err != nil {
+	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
 	}

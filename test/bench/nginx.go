@@ -111,15 +111,5 @@ func startNginx(dir, upstreamAddr string, workers int) (*nginxProc, string) {
 }
 
 func (n *nginxProc) stop() {
-	_ = n.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = n.cmd.Wait(); close(done) }()
-	t := time.NewTimer(5 * time.Second)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-		_ = n.cmd.Process.Kill()
-		<-done
-	}
+	stopProcess(n.cmd, func() { _ = n.cmd.Process.Signal(syscall.SIGTERM) })
 }

@@ -215,16 +215,20 @@ func spawnEnv(exe, role, name, upstream, dir string, env []string) (*child, erro
 
 // stop closes the child's stdin (it shuts down) and kills it if it has not
 // exited within 5 s.
-func (c *child) stop() {
-	_ = c.stdin.Close()
+func (c *child) stop() { stopProcess(c.cmd, func() { _ = c.stdin.Close() }) }
+
+// stopProcess asks cmd's process to exit and kills it if it has not
+// within 5 s.
+func stopProcess(cmd *exec.Cmd, ask func()) {
+	ask()
 	done := make(chan struct{})
-	go func() { _ = c.cmd.Wait(); close(done) }()
+	go func() { _ = cmd.Wait(); close(done) }()
 	t := time.NewTimer(5 * time.Second)
 	defer t.Stop()
 	select {
 	case <-done:
 	case <-t.C:
-		_ = c.cmd.Process.Kill()
+		_ = cmd.Process.Kill()
 		<-done
 	}
 }

@@ -37,10 +37,28 @@ var (
 	runID      string
 )
 
+// kbPath is the knowledge endpoints' path prefix on the bench's KB route.
+const kbPath = "/agent-api/v1/workspaces/" + routeKB + "/knowledge/"
+
+// readSpec is a read of the first hint of a fresh search through ep (refs
+// live 5 minutes: take one just before the read load), 32 KiB pages.
+func readSpec(ep *endpoint, auth http.Header) (reqSpec, error) {
+	ref, err := searchRef(ep, auth)
+	if err != nil {
+		return reqSpec{}, err
+	}
+	rb := map[string]any{"ref": ref, "max_bytes": 32768}
+	if runID != "" {
+		rb["run_id"] = runID
+	}
+	body, _ := json.Marshal(rb)
+	return reqSpec{method: http.MethodPost, path: kbPath + "read", body: body, header: auth}, nil
+}
+
 // searchRef searches once through the sidecar and returns the first hint's
 // ref, for the read load.
 func searchRef(ep *endpoint, h http.Header) (string, error) {
-	req, _ := http.NewRequest(http.MethodPost, ep.base+"/agent-api/v1/workspaces/"+routeKB+"/knowledge/search", bytes.NewReader(searchBody))
+	req, _ := http.NewRequest(http.MethodPost, ep.base+kbPath+"search", bytes.NewReader(searchBody))
 	req.Header = h.Clone()
 	resp, err := ep.client.Do(req)
 	if err != nil {
