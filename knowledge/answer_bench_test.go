@@ -1,0 +1,68 @@
+package knowledge
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
+)
+
+// BenchmarkAnswerBuffer is a whole search and a whole 32 KiB read
+// (BenchmarkServiceSearch, BenchmarkServiceRead) with the answer written
+// into a pooled buffer, as the proxy's handlers do (proxy answerBuffers,
+// "pooled"), and into a fresh one (Search, Read: "fresh"). It is also the
+// request the text benchmarks (BenchmarkStripSpace, BenchmarkPlainEnd)
+// are a share of.
+func BenchmarkAnswerBuffer(b *testing.B) {
+	svc := newBenchService(b)
+	ctx := context.Background()
+	out, err := svc.Search(ctx, tokA, testkit.RouteKey(routeKey), strings.NewReader(benchQuery))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ref, _, ok := strings.Cut(string(out[bytes.Index(out, []byte(`"ref":"`))+7:]), `"`)
+	if !ok {
+		b.Fatalf("no ref in %s", out)
+	}
+	read := `{"ref":"` + ref + `","max_bytes":32768}`
+	pool := sync.Pool{New: func() any { b := make([]byte, 0, protocol.ReadMaxBytes); return &b }}
+	for _, op := range []struct {
+		name string
+		body string
+		call func(context.Context, []byte, string, string, *strings.Reader) ([]byte, error)
+	}{
+		{"search", benchQuery, func(ctx context.Context, dst []byte, auth, route string, r *strings.Reader) ([]byte, error) {
+			return svc.SearchInto(ctx, dst, auth, testkit.RouteKey(route), r)
+		}},
+		{"read", read, func(ctx context.Context, dst []byte, auth, route string, r *strings.Reader) ([]byte, error) {
+			return svc.ReadInto(ctx, dst, auth, testkit.RouteKey(route), r)
+		}},
+	} {
+		for _, mode := range []string{"pooled", "fresh"} {
+			b.Run(op.name+"/"+mode, func(b *testing.B) {
+				b.ReportAllocs()
+				cpu0 := processCPU()
+				for b.Loop() {
+					var buf *[]byte
+					var dst []byte
+					if mode == "pooled" {
+						buf = pool.Get().(*[]byte)
+						dst = *buf
+					}
+					out, err := op.call(ctx, dst, tokA, routeKey, strings.NewReader(op.body))
+					if err != nil || len(out) < 100 {
+						b.Fatalf("got %v, %d bytes", err, len(out))
+					}
+					if buf != nil {
+						pool.Put(buf)
+					}
+				}
+				reportCPU(b, cpu0)
+			})
+		}
+	}
+}
