@@ -208,8 +208,8 @@ func (s *Server) read(c echo.Context) error {
 // collector run for them (knowledge.Service.ReadInto, SearchInto). net/http
 // has copied the answer into the connection's buffer or the socket when
 // Write returns. knowledge's BenchmarkAnswerBuffer: against a fresh buffer
-// it saves ~41 µs of an ~85 µs read (48 %, mostly collector work) and
-// ~9 µs of a ~62 µs search (14 %) (DESIGN 14 review, docs/performance.md).
+// it saves ~41 µs of an ~89 µs read (46 %, mostly collector work); for a
+// search the gain is within noise (DESIGN 14 review, docs/performance.md).
 var answerBuffers = sync.Pool{New: func() any { b := make([]byte, 0, protocol.ReadMaxBytes); return &b }}
 
 // reply writes a knowledge endpoint's success; an error goes back to the
