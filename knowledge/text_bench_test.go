@@ -9,8 +9,8 @@ import (
 
 // DESIGN 14 side-by-side benchmarks of speed-only text code: the fast
 // routine against its plain version, on the 32 KiB page texts of
-// jsonBenchTexts, reporting process CPU per operation; the request they sit
-// in is BenchmarkAnswerBuffer (docs/performance.md, "DESIGN 14 review").
+// jsonBenchTexts, reporting process CPU per operation; the request it sits
+// in is BenchmarkSearchNormalized (docs/performance.md, "DESIGN 14 review").
 
 // stripSpacePlain is stripSpace as the standard library writes it:
 // strings.Map drops each JavaScript whitespace rune, turns each invalid
