@@ -26,7 +26,10 @@ import (
 // handler can report an outcome (499) the response writer never saw. It is
 // that context too: the parent's, answering ctxKey with itself (Value), so
 // the state and its context are one allocation, not two as with
-// context.WithValue.
+// context.WithValue. BenchmarkReqStateContext: against context.WithValue
+// for the state and the two knowledge keys it saves ~0.5 µs and 6
+// allocations of a ~25 µs pass-through request (~2 %; DESIGN 14 review,
+// docs/performance.md).
 type reqState struct {
 	context.Context
 	id      string

@@ -202,7 +202,10 @@ func SkipValue(b []byte, i, depth int) (int, error) {
 //
 // Plain bytes (anything but '"', '\\' and controls) are skipped eight at a
 // time (plain8), then one at a time up to the next byte that needs a
-// decision; the byte-by-byte switch below only sees those.
+// decision; the byte-by-byte switch below only sees those. BenchmarkString:
+// ~43 µs saved per 256 KiB string against the byte loop alone, ~3 % of a
+// 256 KiB turn (under 1 % of a search or a 10 KiB turn; DESIGN 14 review,
+// docs/performance.md).
 func String(b []byte, i int) (int, bool, error) {
 	i++
 	esc := false
