@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
@@ -102,11 +100,11 @@ func TestScaleRateLimitFallback(t *testing.T) {
 	relay, l, rc := redisRelay(t)
 	rl := sharedLimiter(t, rc, testdb.RedisPrefix(t))
 	w := NewWorld(t, WorldOptions{})
-	reg := prometheus.NewRegistry()
 	var logs testkit.Buffer
 	log := slog.New(slog.NewJSONHandler(&logs, nil))
 	const rps, burst = 1.0, 3
-	sc := w.StartSidecar(t, FeatureOptions{Ledger: l, SharedLimiter: rl, RateLimit: rps, RateBurst: burst, Registerer: reg, Logger: log})
+	sc := w.StartSidecar(t, FeatureOptions{Ledger: l, SharedLimiter: rl, RateLimit: rps, RateBurst: burst, Logger: log})
+	reg := sc.Registry
 	c := newClient(t)
 	const fallback = "knowledge_sidecar_rate_limit_fallback_total"
 	if got := testkit.Metric(t, reg, fallback, nil); got != 0 {

@@ -40,9 +40,11 @@ var invalidDeliveries = []string{`"off"`, `"hint"`, `"full"`, `1`, `null`, `true
 
 // coreTap is an HTTP server in front of the fake Core that records the exact
 // bytes of every exchange, so a test can compare what the client sent with
-// what Core received and what Core answered with what the client got. The
-// sidecar's own Core client (identity, retrieval, probe) talks to the fake
-// directly; only proxied traffic crosses the tap.
+// what Core received and what Core answered with what the client got. Only
+// proxied traffic is recorded: the sidecar (built with the tap as core.url)
+// sends its own Core client's calls (identity, retrieval, probe) through it
+// too, and those, the only requests without the X-Forwarded-For every
+// proxied request carries, go straight to the fake.
 type coreTap struct {
 	URL  string
 	core http.Handler
@@ -78,6 +80,10 @@ func newCoreTap(t testing.TB, core http.Handler) *coreTap {
 }
 
 func (tp *coreTap) serve(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("X-Forwarded-For") == "" {
+		tp.core.ServeHTTP(w, r) // the sidecar's own Core client
+		return
+	}
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		return
