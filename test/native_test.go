@@ -81,8 +81,7 @@ func nativeDoc(route string) []byte {
 // (knowledge_delivery reaches Core).
 func TestNativeCoreTransparent(t *testing.T) {
 	w := NewWorld(t, WorldOptions{Core: fakecore.Options{Native: true}})
-	tap := newCoreTap(t, w.Core)
-	side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{})})
+	tap, side := w.startTapped(t, FeatureOptions{})
 	c := newClient(t)
 	route := testdb.RouteMulti
 	wantState(t, side, "unknown")
@@ -113,13 +112,7 @@ func TestNativeCoreTransparent(t *testing.T) {
 		{"turn_absent", "POST", "/turns", newTurn("native-absent").body("")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n := tap.count()
-			r := send(t, c, tc.method, side.WS(route)+tc.path, w.TokenA, tc.body, nil)
-			e := tap.oneSince(t, n)
-			if !bytes.Equal(e.ReqBody, tc.body) {
-				t.Errorf("Core received %q; want the client's bytes %q", e.ReqBody, tc.body)
-			}
-			checkRelayed(t, r, e)
+			tap.sendRelayed(t, c, tc.method, side.WS(route)+tc.path, w.TokenA, tc.body)
 		})
 	}
 	if got := testkit.Metric(t, side.Registry, "knowledge_sidecar_rollout_decisions_total", map[string]string{"decision": "native"}) - decisions; got != 7 {
@@ -134,8 +127,7 @@ func TestNativeCoreTransparent(t *testing.T) {
 // so the sidecar serves the protocol (and intercepts turns) itself.
 func TestNativeLegacyCoreServed(t *testing.T) {
 	w := NewWorld(t, WorldOptions{})
-	tap := newCoreTap(t, w.Core)
-	side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{})})
+	tap, side := w.startTapped(t, FeatureOptions{})
 	c := newClient(t)
 	route := testdb.RouteMulti
 
@@ -335,8 +327,7 @@ func TestNativeOverrides(t *testing.T) {
 	route := testdb.RouteMulti
 	t.Run("never", func(t *testing.T) {
 		w := NewWorld(t, WorldOptions{Core: fakecore.Options{Native: true}})
-		tap := newCoreTap(t, w.Core)
-		side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{NativeDetection: "never"})})
+		tap, side := w.startTapped(t, FeatureOptions{NativeDetection: "never"})
 		c := newClient(t)
 		wantState(t, side, "legacy")
 		r := send(t, c, "GET", side.WS(route)+"/knowledge/capabilities", w.TokenA, nil, nil)
@@ -354,8 +345,7 @@ func TestNativeOverrides(t *testing.T) {
 	})
 	t.Run("always", func(t *testing.T) {
 		w := NewWorld(t, WorldOptions{})
-		tap := newCoreTap(t, w.Core)
-		side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{NativeDetection: "always"})})
+		tap, side := w.startTapped(t, FeatureOptions{NativeDetection: "always"})
 		c := newClient(t)
 		wantState(t, side, "native")
 		for _, tc := range []struct {
@@ -369,13 +359,7 @@ func TestNativeOverrides(t *testing.T) {
 			{"turn", "POST", "/turns", newTurn("always").body(`"on_demand"`), 400}, // undeclared field
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				n := tap.count()
-				r := send(t, c, tc.method, side.WS(route)+tc.path, w.TokenA, tc.body, nil)
-				e := tap.oneSince(t, n)
-				if !bytes.Equal(e.ReqBody, tc.body) {
-					t.Errorf("Core received %q; want %q", e.ReqBody, tc.body)
-				}
-				checkRelayed(t, r, e)
+				r := tap.sendRelayed(t, c, tc.method, side.WS(route)+tc.path, w.TokenA, tc.body)
 				if r.Status != tc.status {
 					t.Errorf("got %d %s; want Core's %d", r.Status, r.Body, tc.status)
 				}
@@ -415,8 +399,7 @@ func TestNativeFirstRequestProbes(t *testing.T) {
 		w := NewWorld(t, WorldOptions{Core: fakecore.Options{Native: true}})
 		for _, fr := range firstRequests("native") {
 			t.Run(fr.name, func(t *testing.T) {
-				tap := newCoreTap(t, w.Core)
-				side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{})})
+				tap, side := w.startTapped(t, FeatureOptions{})
 				probes := w.Core.Calls(capsPath(route))
 				r := send(t, c, "POST", side.WS(route)+fr.path, w.TokenA, fr.body, nil)
 				if got := w.Core.Calls(capsPath(route)) - probes; got != 1 {
@@ -444,8 +427,7 @@ func TestNativeFirstRequestProbes(t *testing.T) {
 		w := NewWorld(t, WorldOptions{})
 		for _, fr := range firstRequests("legacy") {
 			t.Run(fr.name, func(t *testing.T) {
-				tap := newCoreTap(t, w.Core)
-				side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{})})
+				tap, side := w.startTapped(t, FeatureOptions{})
 				probes := w.Core.Calls(capsPath(route))
 				r := send(t, c, "POST", side.WS(route)+fr.path, w.TokenA, fr.body, nil)
 				if got := w.Core.Calls(capsPath(route)) - probes; got != 1 {
@@ -501,8 +483,7 @@ func TestNativeFirstRequestUndecided(t *testing.T) {
 		{name: "unreachable", fault: fakecore.Fault{Reset: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tap := newCoreTap(t, w.Core)
-			side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{})})
+			tap, side := w.startTapped(t, FeatureOptions{})
 			token := w.TokenA
 			if tc.token != "" {
 				token = tc.token

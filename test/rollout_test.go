@@ -71,8 +71,7 @@ func mustPolicy(t testing.TB, spec string) rollout.Policy {
 // same sidecar is served.
 func TestRolloutNotRolledOutIsPassThrough(t *testing.T) {
 	w := NewWorld(t, WorldOptions{})
-	tap := newCoreTap(t, w.Core)
-	side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{Rollout: "allow:" + testdb.RouteLegacy})})
+	tap, side := w.startTapped(t, FeatureOptions{Rollout: "allow:" + testdb.RouteLegacy})
 	c := newClient(t)
 	route := testdb.RouteMulti
 	before := decisions(t, side)
@@ -90,13 +89,7 @@ func TestRolloutNotRolledOutIsPassThrough(t *testing.T) {
 		{"turn_without_field", "POST", "/turns", newTurn("off-absent").body(""), 200, `"ref":"knowledge:1"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n := tap.count()
-			r := send(t, c, tc.method, side.WS(route)+tc.path, w.TokenA, tc.body, nil)
-			e := tap.oneSince(t, n)
-			if !bytes.Equal(e.ReqBody, tc.body) {
-				t.Errorf("Core received %q; want the client's bytes %q", e.ReqBody, tc.body)
-			}
-			checkRelayed(t, r, e)
+			r := tap.sendRelayed(t, c, tc.method, side.WS(route)+tc.path, w.TokenA, tc.body)
 			if r.Status != tc.status || !strings.Contains(string(r.Body), tc.contains) {
 				t.Errorf("got %d %s; want Core's %d with %s", r.Status, r.Body, tc.status, tc.contains)
 			}
@@ -190,8 +183,7 @@ func TestRolloutPolicies(t *testing.T) {
 // it made.
 func TestRolloutSwapKeepsConnections(t *testing.T) {
 	w := NewWorld(t, WorldOptions{})
-	tap := newCoreTap(t, w.Core)
-	side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{Rollout: "off"})})
+	tap, side := w.startTapped(t, FeatureOptions{Rollout: "off"})
 	route := testdb.RouteMulti
 
 	// One client, one connection: count dials and check reuse per request.

@@ -80,6 +80,7 @@ func raceSetups(t *testing.T) []raceSetup {
 	mk := func(name string, l1, l2 ledger.Ledger) {
 		w := NewWorld(t, WorldOptions{})
 		tap := newCoreTap(t, w.Core)
+		// wired by hand: the two replicas' ledgers are the race under test (no sidecar.Deps hook for a ledger)
 		s1 := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{Ledger: l1})})
 		s2 := s1
 		if l2 != nil {
@@ -206,8 +207,7 @@ func TestTurnRefusedAttemptFreeRace(t *testing.T) {
 // answered 409 turn_conflict itself).
 func TestTurnTaskRefusalReleases(t *testing.T) {
 	w := NewWorld(t, WorldOptions{})
-	tap := newCoreTap(t, w.Core)
-	side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{})})
+	tap, side := w.startTapped(t, FeatureOptions{})
 	c := newClient(t)
 	route := testdb.RouteMulti
 	taskRequired := []byte(`{"error":"TASK_REQUIRED","message":"This session must bind its turns to a governed task."}`)
@@ -273,8 +273,8 @@ func TestTurnOutageWhileOnDemandInFlight(t *testing.T) {
 		t.Run(outage, func(t *testing.T) {
 			relay, l, _ := redisRelay(t)
 			w := NewWorld(t, WorldOptions{})
-			tap := newCoreTap(t, w.Core)
-			side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{Ledger: l})})
+			// wired by hand: a ledger behind a relay the test cuts (no sidecar.Deps hook for a ledger)
+			tap, side := w.startTapped(t, FeatureOptions{Ledger: l})
 			c := newClient(t)
 			route := testdb.RouteMulti
 			ti := newTurn("outage-" + outage)

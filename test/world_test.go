@@ -339,3 +339,11 @@ func TestWorldSmoke(t *testing.T) {
 		t.Fatalf("read: got %d %s", code, body)
 	}
 }
+
+// startTapped runs a sidecar of the world whose Core is behind a coreTap,
+// which records the proxied traffic.
+func (w *World) startTapped(t testing.TB, o FeatureOptions) (*coreTap, *Sidecar) {
+	t.Helper()
+	tap := newCoreTap(t, w.Core)
+	return tap, StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, o)})
+}
