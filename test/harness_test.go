@@ -258,6 +258,17 @@ func startByHand(t testing.TB, core *url.URL, o SidecarOptions) (*proxy.Server, 
 	return srv, closeIdle
 }
 
+// metricByLabel returns the values of the series of name whose label has
+// each of values.
+func metricByLabel(t testing.TB, sc *Sidecar, name, label string, values ...string) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for _, v := range values {
+		out[v] = testkit.Metric(t, sc.Registry, name, map[string]string{label: v})
+	}
+	return out
+}
+
 func listenLocal(t testing.TB) net.Listener {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -326,6 +337,21 @@ func waitFor[T any](t testing.TB, ch <-chan T, what string) T {
 func drainClose(b io.ReadCloser) {
 	_, _ = io.Copy(io.Discard, b)
 	b.Close()
+}
+
+// doRead sends req and returns the response with its body read and closed.
+func doRead(t testing.TB, c *http.Client, req *http.Request) (*http.Response, []byte) {
+	t.Helper()
+	res, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatalf("%s %s: read: %v", req.Method, req.URL, err)
+	}
+	return res, b
 }
 
 func mustGet(t testing.TB, c *http.Client, u string) (int, string) {

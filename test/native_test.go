@@ -29,11 +29,7 @@ const coreNotFound = `{"error":"not_found"}`
 // protocolState returns the core_protocol_state gauge values.
 func protocolState(t testing.TB, sc *Sidecar) map[string]float64 {
 	t.Helper()
-	out := map[string]float64{}
-	for _, s := range []string{"unknown", "legacy", "native"} {
-		out[s] = testkit.Metric(t, sc.Registry, "knowledge_sidecar_core_protocol_state", map[string]string{"state": s})
-	}
-	return out
+	return metricByLabel(t, sc, "knowledge_sidecar_core_protocol_state", "state", "unknown", "legacy", "native")
 }
 
 func wantState(t testing.TB, sc *Sidecar, state string) {
@@ -228,29 +224,25 @@ func TestNativeProbeRelayed(t *testing.T) {
 
 	// An answer too large to be a capabilities document is not relayed
 	// and decides nothing, like a Core that cannot be reached.
-	t.Run("oversized_answer", func(t *testing.T) {
-		side := w.StartSidecar(t, FeatureOptions{})
-		w.Core.SetFault(capsPath(route), fakecore.Fault{Status: 200, Body: []byte(`{"pad":"` + strings.Repeat("x", 64<<10) + `"}`)})
-		r := send(t, c, "GET", side.WS(route)+"/knowledge/capabilities", w.TokenA, nil, nil)
-		w.Core.ClearFaults()
-		checkErrorJSON(t, r, http.StatusServiceUnavailable, "knowledge_unavailable")
-		wantState(t, side, "unknown")
-		r = send(t, c, "GET", side.WS(route)+"/knowledge/capabilities", w.TokenA, nil, nil)
-		servedCapabilities(t, r, route)
-		wantState(t, side, "legacy")
-	})
-
-	t.Run("core_unreachable", func(t *testing.T) {
-		side := w.StartSidecar(t, FeatureOptions{})
-		w.Core.SetFault(capsPath(route), fakecore.Fault{Reset: true})
-		r := send(t, c, "GET", side.WS(route)+"/knowledge/capabilities", w.TokenA, nil, nil)
-		w.Core.ClearFaults()
-		checkErrorJSON(t, r, http.StatusServiceUnavailable, "knowledge_unavailable")
-		wantState(t, side, "unknown")
-		r = send(t, c, "GET", side.WS(route)+"/knowledge/capabilities", w.TokenA, nil, nil)
-		servedCapabilities(t, r, route)
-		wantState(t, side, "legacy")
-	})
+	for _, tc := range []struct {
+		name  string
+		fault fakecore.Fault
+	}{
+		{"oversized_answer", fakecore.Fault{Status: 200, Body: []byte(`{"pad":"` + strings.Repeat("x", 64<<10) + `"}`)}},
+		{"core_unreachable", fakecore.Fault{Reset: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			side := w.StartSidecar(t, FeatureOptions{})
+			w.Core.SetFault(capsPath(route), tc.fault)
+			r := send(t, c, "GET", side.WS(route)+"/knowledge/capabilities", w.TokenA, nil, nil)
+			w.Core.ClearFaults()
+			checkErrorJSON(t, r, http.StatusServiceUnavailable, "knowledge_unavailable")
+			wantState(t, side, "unknown")
+			r = send(t, c, "GET", side.WS(route)+"/knowledge/capabilities", w.TokenA, nil, nil)
+			servedCapabilities(t, r, route)
+			wantState(t, side, "legacy")
+		})
+	}
 }
 
 // TestNativeProbeInterval: a verdict holds for the probe interval (on the

@@ -20,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/rollout"
 )
@@ -48,11 +47,7 @@ func rolledOut(t testing.TB, r turnResult) bool {
 
 func decisions(t testing.TB, sc *Sidecar) map[string]float64 {
 	t.Helper()
-	out := map[string]float64{}
-	for _, d := range []string{"enabled", "disabled", "native"} {
-		out[d] = testkit.Metric(t, sc.Registry, "knowledge_sidecar_rollout_decisions_total", map[string]string{"decision": d})
-	}
-	return out
+	return metricByLabel(t, sc, "knowledge_sidecar_rollout_decisions_total", "decision", "enabled", "disabled", "native")
 }
 
 func mustPolicy(t testing.TB, spec string) rollout.Policy {

@@ -285,15 +285,7 @@ func Call(t testing.TB, c *http.Client, method, url, token string, body any) (in
 	if r != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("%s %s: read: %v", method, url, err)
-	}
+	resp, raw := doRead(t, c, req)
 	return resp.StatusCode, resp.Header, raw
 }
 
