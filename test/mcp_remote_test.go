@@ -352,14 +352,7 @@ func TestMCPRemoteIdentityDown(t *testing.T) {
 	endpoint := sc.WS(testdb.RouteMulti) + "/knowledge/mcp"
 	code, body := callH(t, http.MethodPost, endpoint, kw.TokenA,
 		[]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"knowledge_search","arguments":{"query":"refund"}}}`), headers)
-	var rpc struct {
-		Result struct {
-			IsError bool `json:"isError"`
-			Content []struct {
-				Text string `json:"text"`
-			} `json:"content"`
-		} `json:"result"`
-	}
+	var rpc toolCallAnswer
 	if err := json.Unmarshal(body, &rpc); code != 200 || err != nil || !rpc.Result.IsError || len(rpc.Result.Content) != 1 ||
 		!strings.HasPrefix(rpc.Result.Content[0].Text, string(protocol.CodeUnavailable)+":") ||
 		!strings.Contains(rpc.Result.Content[0].Text, "temporarily unavailable") {
@@ -464,14 +457,7 @@ func TestMCPRemoteWalkCost(t *testing.T) {
 		args, _ := json.Marshal(map[string]any{"ref": h.Ref, "near": "a passage this document does not hold", "max_bytes": maxBytes})
 		code, body := callH(t, http.MethodPost, endpoint, kw.TokenA,
 			[]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"knowledge_read","arguments":`+string(args)+`}}`), headers)
-		var rpc struct {
-			Result struct {
-				IsError bool `json:"isError"`
-				Content []struct {
-					Text string `json:"text"`
-				} `json:"content"`
-			} `json:"result"`
-		}
+		var rpc toolCallAnswer
 		if err := json.Unmarshal(body, &rpc); code != 200 || err != nil || len(rpc.Result.Content) == 0 {
 			t.Fatalf("near read: %d %s", code, body)
 		}
@@ -613,4 +599,14 @@ func TestMCPRemoteReadLocation(t *testing.T) {
 		at += len(p.Content)
 		args = map[string]any{"ref": h.Ref, "cursor": *p.NextCursor, "max_bytes": 8192}
 	}
+}
+
+// toolCallAnswer is the part of a tools/call JSON-RPC answer the tests read.
+type toolCallAnswer struct {
+	Result struct {
+		IsError bool `json:"isError"`
+		Content []struct {
+			Text string `json:"text"`
+		} `json:"content"`
+	} `json:"result"`
 }

@@ -370,6 +370,20 @@ type firstRequest struct {
 	body       []byte
 }
 
+// sendFirst starts a sidecar of w behind a tap, sends fr as its first
+// request and checks that it probed Core once; it returns the probes
+// counted before.
+func sendFirst(t *testing.T, w *World, c *http.Client, route string, fr firstRequest) (*coreTap, *Sidecar, turnResult, int) {
+	t.Helper()
+	tap, side := w.startTapped(t, FeatureOptions{})
+	probes := w.Core.Calls(capsPath(route))
+	r := send(t, c, "POST", side.WS(route)+fr.path, w.TokenA, fr.body, nil)
+	if got := w.Core.Calls(capsPath(route)) - probes; got != 1 {
+		t.Errorf("probes: got %d; want 1", got)
+	}
+	return tap, side, r, probes
+}
+
 func firstRequests(tag string) []firstRequest {
 	return []firstRequest{
 		{"search", "/knowledge/search", []byte(`{"query": "refund window", "limit": 3}`)},
@@ -391,12 +405,7 @@ func TestNativeFirstRequestProbes(t *testing.T) {
 		w := NewWorld(t, WorldOptions{Core: fakecore.Options{Native: true}})
 		for _, fr := range firstRequests("native") {
 			t.Run(fr.name, func(t *testing.T) {
-				tap, side := w.startTapped(t, FeatureOptions{})
-				probes := w.Core.Calls(capsPath(route))
-				r := send(t, c, "POST", side.WS(route)+fr.path, w.TokenA, fr.body, nil)
-				if got := w.Core.Calls(capsPath(route)) - probes; got != 1 {
-					t.Errorf("probes: got %d; want 1", got)
-				}
+				tap, side, r, probes := sendFirst(t, w, c, route, fr)
 				e := tap.oneSince(t, 0)
 				if e.Path != "/agent-api/v1/workspaces/"+route+fr.path || !bytes.Equal(e.ReqBody, fr.body) {
 					t.Errorf("Core received %s %q; want the client's request as sent", e.Path, e.ReqBody)
@@ -419,12 +428,7 @@ func TestNativeFirstRequestProbes(t *testing.T) {
 		w := NewWorld(t, WorldOptions{})
 		for _, fr := range firstRequests("legacy") {
 			t.Run(fr.name, func(t *testing.T) {
-				tap, side := w.startTapped(t, FeatureOptions{})
-				probes := w.Core.Calls(capsPath(route))
-				r := send(t, c, "POST", side.WS(route)+fr.path, w.TokenA, fr.body, nil)
-				if got := w.Core.Calls(capsPath(route)) - probes; got != 1 {
-					t.Errorf("probes: got %d; want 1", got)
-				}
+				tap, side, r, probes := sendFirst(t, w, c, route, fr)
 				wantState(t, side, "legacy")
 				switch fr.name {
 				case "search":
