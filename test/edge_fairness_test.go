@@ -42,6 +42,28 @@ func dialFrom(t testing.TB, ip, addr string) net.Conn {
 // served counts the legitimate requests answered with want.
 type served struct{ ok, all int }
 
+// checkLegitServed sends 40 GETs from a legitimate client, each on a new
+// connection, and checks that at least 95 % are served.
+func checkLegitServed(t testing.TB, sc *Sidecar, what string) {
+	t.Helper()
+	c := newClient(t)
+	var s served
+	for i := range 40 {
+		res, err := c.Get(fmt.Sprintf("%s/legit/%d", sc.URL, i))
+		s.all++
+		if err != nil {
+			t.Logf("%s: legitimate request %d: %v", what, i, err)
+			continue
+		}
+		drainClose(res.Body)
+		if res.StatusCode == 200 {
+			s.ok++
+		}
+		c.Transport.(*http.Transport).CloseIdleConnections() // a new connection each time
+	}
+	s.check(t, what)
+}
+
 func (s served) check(t testing.TB, what string) {
 	t.Helper()
 	t.Logf("%s: %d of %d legitimate requests served", what, s.ok, s.all)
@@ -156,28 +178,7 @@ func TestOneClientCannotRefuseOthers(t *testing.T) {
 		}
 		io.WriteString(w, "ok")
 	})
-	var sc *Sidecar
-	legit := func(what string) {
-		t.Helper()
-		c := newClient(t)
-		var s served
-		for i := range 40 {
-			res, err := c.Get(fmt.Sprintf("%s/legit/%d", sc.URL, i))
-			s.all++
-			if err != nil {
-				t.Logf("%s: legitimate request %d: %v", what, i, err)
-				continue
-			}
-			drainClose(res.Body)
-			if res.StatusCode == 200 {
-				s.ok++
-			}
-			c.Transport.(*http.Transport).CloseIdleConnections() // a new connection each time
-		}
-		s.check(t, what)
-	}
-
-	sc = StartSidecar(t, SidecarOptions{CoreURL: u.URL})
+	sc := StartSidecar(t, SidecarOptions{CoreURL: u.URL})
 	const uploads = 520
 	for range uploads {
 		c := dialFrom(t, attackerAddr, sc.Addr)
@@ -188,7 +189,7 @@ func TestOneClientCannotRefuseOthers(t *testing.T) {
 		return testkit.Metric(t, sc.Registry, "knowledge_sidecar_client_share_rejections_total", share) > 0 &&
 			testkit.Metric(t, sc.Registry, "knowledge_sidecar_client_share_rejections_total", map[string]string{"limit": "in_flight"}) > 0
 	})
-	legit("during 520 slow uploads from one client")
+	checkLegitServed(t, sc, "during 520 slow uploads from one client")
 
 	sc = StartSidecar(t, SidecarOptions{CoreURL: u.URL})
 	const idle = 1024
@@ -206,7 +207,7 @@ func TestOneClientCannotRefuseOthers(t *testing.T) {
 			}
 		}
 	}
-	legit("during 1024 idle keep-alive connections from one client")
+	checkLegitServed(t, sc, "during 1024 idle keep-alive connections from one client")
 	// Each newer connection of the attacker's past its share took the
 	// place of its own oldest idle one.
 	closed := testkit.Metric(t, sc.Registry, "knowledge_sidecar_idle_connections_closed_total", nil)

@@ -44,22 +44,7 @@ func TestFourClientsCannotRefuseAFifth(t *testing.T) {
 			return testkit.Metric(t, sc.Registry, "knowledge_sidecar_overload_rejections_total", map[string]string{"limit": "connections"}) > 0 &&
 				testkit.Metric(t, sc.Registry, "knowledge_sidecar_overload_rejections_total", map[string]string{"limit": "in_flight"}) > 0
 		})
-		c := newClient(t)
-		var s served
-		for i := range 40 {
-			res, err := c.Get(fmt.Sprintf("%s/legit/%d", sc.URL, i))
-			s.all++
-			if err != nil {
-				t.Logf("legitimate request %d: %v", i, err)
-				continue
-			}
-			drainClose(res.Body)
-			if res.StatusCode == 200 {
-				s.ok++
-			}
-			c.Transport.(*http.Transport).CloseIdleConnections() // a new connection each time
-		}
-		s.check(t, "a fifth client during slow uploads from four addresses")
+		checkLegitServed(t, sc, "a fifth client during slow uploads from four addresses")
 	})
 
 	t.Run("idle connections of a client below its share are kept", func(t *testing.T) {

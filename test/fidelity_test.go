@@ -7,8 +7,6 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/bailinghub/knowledge-sidecar/breaker"
 	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
@@ -117,10 +115,8 @@ func TestFidelityStoredKBSpelling(t *testing.T) {
 // core_requests_total{op="kb_search",outcome="rate_limited"}.
 func TestFidelityCoreRateLimit(t *testing.T) {
 	kw := newKWorld(t, fakecore.Options{SystemInfo: true})
-	reg := prometheus.NewRegistry()
-	sc := kw.start(t, kopts{FeatureOptions: FeatureOptions{
-		Registerer: reg, Retrieval: breaker.Settings{Failures: 1},
-	}})
+	sc := kw.start(t, kopts{FeatureOptions: FeatureOptions{Retrieval: breaker.Settings{Failures: 1}}})
+	reg := sc.Registry
 	// A route over two KBs: with 3 calls a minute the first search is ok,
 	// the second gets one 429 (partial), the next ones two (unavailable).
 	kw.DB.Exec(t, `INSERT INTO bz_routes (route_key, enabled, knowledge, updated_at) VALUES ('fid-limit', 1, ?, UTC_TIMESTAMP())`,
@@ -169,8 +165,8 @@ func TestFidelityCoreRateLimit(t *testing.T) {
 // not failures.
 func TestFidelityEmbeddingsOutage(t *testing.T) {
 	kw := newKWorld(t, fakecore.Options{SystemInfo: true})
-	reg := prometheus.NewRegistry()
-	sc := kw.start(t, kopts{FeatureOptions: FeatureOptions{Registerer: reg}})
+	sc := kw.start(t, kopts{FeatureOptions: FeatureOptions{}})
+	reg := sc.Registry
 	kw.DB.Exec(t, `INSERT INTO bz_routes (route_key, enabled, knowledge, updated_at) VALUES ('fid-outage', 1, ?, UTC_TIMESTAMP())`,
 		`{"kb_ids":["`+testdb.KBFAQ+`","`+testdb.KBManuals+`"],"min_score":0.3}`)
 	kw.Core.SetRoute("fid-outage", fakecore.GateAllowed)

@@ -151,8 +151,7 @@ func pathVariants(route string) []string {
 // to one mode is never served in the other.
 func TestPathSpellingsNeverBypassInterception(t *testing.T) {
 	w := NewWorld(t, WorldOptions{Core: fakecore.Options{SystemInfo: true}})
-	tap := newCoreTap(t, w.Core)
-	side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{})})
+	tap, side := w.startTapped(t, FeatureOptions{})
 	c := newClient(t)
 	route := testdb.RouteMulti
 	host := side.Addr
@@ -510,8 +509,7 @@ func TestMalformedRequestLine(t *testing.T) {
 // with a field that might be there.
 func TestTurnTooDeep(t *testing.T) {
 	w := NewWorld(t, WorldOptions{})
-	tap := newCoreTap(t, w.Core)
-	side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{})})
+	tap, side := w.startTapped(t, FeatureOptions{})
 	c := newClient(t)
 	deep := strings.Repeat("[", 10001) + strings.Repeat("]", 10001)
 	ti := newTurn("deep")
@@ -529,8 +527,7 @@ func TestTurnTooDeep(t *testing.T) {
 // relayed (its 404), never a 503.
 func TestTurnOnUnknownRoute(t *testing.T) {
 	w := NewWorld(t, WorldOptions{})
-	tap := newCoreTap(t, w.Core)
-	side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{})})
+	tap, side := w.startTapped(t, FeatureOptions{})
 	c := newClient(t)
 	for _, route := range []string{"no-such-route", testdb.RouteDisabled} {
 		for _, mode := range []string{"inline", "on_demand"} {
@@ -558,8 +555,7 @@ func TestTurnOnUnknownRoute(t *testing.T) {
 // through to Core.
 func TestMethodNotAllowed(t *testing.T) {
 	w := NewWorld(t, WorldOptions{})
-	tap := newCoreTap(t, w.Core)
-	side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{Rollout: "allow:" + testdb.RouteMulti})})
+	tap, side := w.startTapped(t, FeatureOptions{Rollout: "allow:" + testdb.RouteMulti})
 	c := newClient(t)
 	for _, tc := range []struct{ method, path, allow string }{
 		{"GET", "/knowledge/search", "POST"},

@@ -39,37 +39,42 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 
 // SidecarOptions configure StartSidecar. Every zero value means the
 // production default from config.Defaults, so a test states only what it
-// changes.
+// changes. Each maps to the configuration field named.
 type SidecarOptions struct {
-	// CoreURL is the upstream (required), e.g. an httptest.Server's URL.
+	// CoreURL is the upstream (required; core.url), e.g. an httptest.Server's URL.
 	CoreURL string
-	// Transport replaces the pass-through transport; nil → proxy.NewTransport
-	// with TransportOptions.
+	// Transport replaces the pass-through transport; set, the sidecar is
+	// wired by hand (sidecar.Deps has no hook for it).
 	Transport http.RoundTripper
-	// TransportOptions: zero fields take the production defaults.
+	// TransportOptions: proxy.dial_timeout, proxy.response_header_timeout,
+	// proxy.max_idle_conns_per_host; zero fields take the defaults.
 	TransportOptions proxy.TransportOptions
-	TrustedProxies   []netip.Prefix
+	TrustedProxies   []netip.Prefix // proxy.trusted_proxies
 	// ClientAddressHeadersExtra: proxy.client_address_headers_extra.
 	ClientAddressHeadersExtra []string
-	// RewriteHost sends Core's own host as Host; false (the default, like
-	// preserve_host: true in production) forwards the client's Host.
+	// RewriteHost sends Core's own host as Host (proxy.preserve_host: false);
+	// false, the default, forwards the client's Host.
 	RewriteHost bool
-	Features    *proxy.Features
+	// Features turns the knowledge features on (World.Features); nil: a
+	// pure pass-through proxy.
+	Features *Features
 	// Serve: zero timeouts take the production defaults, except DrainDelay
 	// (default 0 here so stopping is quick) and ShutdownTimeout (default 10s).
 	// Listener, AdminListener and OnListening are the harness's own.
 	Serve  proxy.ServeOptions
 	Logger *slog.Logger
-	// BodyIdleTimeout: zero takes the production default.
+	// BodyIdleTimeout: proxy.body_idle_timeout; zero takes the default.
 	BodyIdleTimeout time.Duration
-	// Limits: zero fields take the production defaults.
+	// Limits: the proxy's bounds (proxy.body_min_rate, …, as
+	// sidecar.ProxyLimits maps them back); zero fields take the defaults,
+	// negative ones turn the bound off.
 	Limits proxy.Limits
 	// AdminAllowedHosts: admin_allowed_hosts.
 	AdminAllowedHosts []string
 }
 
-// Sidecar is a running sidecar: proxy.New + (*Server).Run on pre-bound
-// 127.0.0.1:0 listeners.
+// Sidecar is a running sidecar: sidecar.Build + (*proxy.Server).Run on
+// pre-bound 127.0.0.1:0 listeners.
 type Sidecar struct {
 	URL       string // http://127.0.0.1:port of the proxy listener
 	Addr      string // host:port of the proxy listener
@@ -105,68 +110,79 @@ func (s *Sidecar) Stop() error {
 	return s.Wait()
 }
 
-// StartSidecar starts a sidecar and registers its Stop with t.Cleanup.
+// sidecarConfig is the configuration and Deps of o, as `serve` would read
+// them from a file.
+func sidecarConfig(t testing.TB, o SidecarOptions) (config.Config, sidecar.Deps) {
+	t.Helper()
+	cfg := config.Defaults()
+	cfg.Core.URL = o.CoreURL
+	p := &cfg.Proxy
+	p.DialTimeout = cmp.Or(o.TransportOptions.DialTimeout, p.DialTimeout)
+	p.ResponseHeaderTimeout = cmp.Or(o.TransportOptions.ResponseHeaderTimeout, p.ResponseHeaderTimeout)
+	p.MaxIdleConnsPerHost = cmp.Or(o.TransportOptions.MaxIdleConnsPerHost, p.MaxIdleConnsPerHost)
+	for _, tp := range o.TrustedProxies {
+		p.TrustedProxies = append(p.TrustedProxies, tp.String())
+	}
+	p.ClientAddressHeadersExtra = o.ClientAddressHeadersExtra
+	p.PreserveHost = !o.RewriteHost
+	p.BodyIdleTimeout = cmp.Or(o.BodyIdleTimeout, p.BodyIdleTimeout)
+	l := o.Limits
+	if l.BodyMinRate != 0 {
+		p.BodyMinRate = max(l.BodyMinRate, 0) // 0: off
+	}
+	p.BodyMinRateWindow = cmp.Or(l.BodyMinRateWindow, p.BodyMinRateWindow)
+	p.BodyTimeout = cmp.Or(l.BodyTimeout, p.BodyTimeout)
+	p.MaxInFlight = cmp.Or(l.MaxInFlight, p.MaxInFlight)
+	p.TurnBodyBudget = cmp.Or(l.TurnBodyBudget, p.TurnBodyBudget)
+	p.MaxInFlightPerClient = cmp.Or(l.InFlightPerClient, p.MaxInFlightPerClient)
+	p.TurnBodyBudgetPerClient = cmp.Or(l.TurnBodyPerClient, p.TurnBodyBudgetPerClient)
+	cfg.AdminAllowedHosts = o.AdminAllowedHosts
+	deps := sidecar.Deps{Logger: o.Logger, Version: "test"}
+	if deps.Logger == nil {
+		deps.Logger = testLogger(t)
+	}
+	if o.Features != nil {
+		o.Features.configure(&cfg, &deps)
+	}
+	if err := cfg.Validate(sidecar.ExtraChecks...); err != nil {
+		t.Fatalf("StartSidecar: %v", err)
+	}
+	return cfg, deps
+}
+
+// StartSidecar starts a sidecar built by sidecar.Build, as `serve` builds
+// it, and registers its Stop with t.Cleanup.
 func StartSidecar(t testing.TB, o SidecarOptions) *Sidecar {
 	t.Helper()
 	core, err := url.Parse(o.CoreURL)
 	if err != nil || core.Host == "" {
 		t.Fatalf("StartSidecar: bad CoreURL %q", o.CoreURL)
 	}
+	var srv *proxy.Server
+	var done func()
+	if o.Transport != nil || o.Features.byHand() {
+		srv, done = startByHand(t, core, o)
+	} else {
+		cfg, deps := sidecarConfig(t, o)
+		app, err := sidecar.Build(context.Background(), cfg, deps)
+		if err != nil {
+			t.Fatalf("build: %v", err)
+		}
+		if o.Features != nil && o.Features.o.CatalogDSN == "" {
+			// The world's catalog must pass the schema check Build ran.
+			if got := testkit.Metric(t, app.Server.Registry(), "knowledge_sidecar_catalog_schema_ok", nil); got != 1 {
+				app.Close()
+				t.Fatalf("world: schema check: catalog_schema_ok %v; want 1", got)
+			}
+		}
+		srv, done = app.Server, app.Close
+	}
 	def := config.Defaults()
-	tr := o.Transport
-	closeIdle := func() {}
-	if tr == nil {
-		to := o.TransportOptions
-		if to.DialTimeout == 0 {
-			to.DialTimeout = def.Proxy.DialTimeout
-		}
-		if to.ResponseHeaderTimeout == 0 {
-			to.ResponseHeaderTimeout = def.Proxy.ResponseHeaderTimeout
-		}
-		if to.MaxIdleConnsPerHost == 0 {
-			to.MaxIdleConnsPerHost = def.Proxy.MaxIdleConnsPerHost
-		}
-		ht := proxy.NewTransport(to)
-		t.Cleanup(ht.CloseIdleConnections)
-		tr = ht
-		closeIdle = ht.CloseIdleConnections
-	}
-	log := o.Logger
-	if log == nil {
-		log = testLogger(t)
-	}
-	reg := prometheus.NewRegistry()
-	srv, err := proxy.New(proxy.Options{
-		CoreURL:         core,
-		Transport:       tr,
-		TrustedProxies:  o.TrustedProxies,
-		PreserveHost:    !o.RewriteHost,
-		Logger:          log,
-		Registry:        reg,
-		Version:         "test",
-		Features:        o.Features,
-		BodyIdleTimeout: cmp.Or(o.BodyIdleTimeout, def.Proxy.BodyIdleTimeout),
-		Limits:          o.Limits,
-
-		ClientAddressHeadersExtra: o.ClientAddressHeadersExtra,
-		AdminAllowedHosts:         o.AdminAllowedHosts,
-	})
-	if err != nil {
-		t.Fatalf("proxy.New: %v", err)
-	}
 	so := o.Serve
-	if so.ReadHeaderTimeout == 0 {
-		so.ReadHeaderTimeout = def.Proxy.ReadHeaderTimeout
-	}
-	if so.IdleTimeout == 0 {
-		so.IdleTimeout = def.Proxy.IdleTimeout
-	}
-	if so.MaxHeaderBytes == 0 {
-		so.MaxHeaderBytes = def.Proxy.MaxHeaderBytes
-	}
-	if so.ShutdownTimeout == 0 {
-		so.ShutdownTimeout = 10 * time.Second
-	}
+	so.ReadHeaderTimeout = cmp.Or(so.ReadHeaderTimeout, def.Proxy.ReadHeaderTimeout)
+	so.IdleTimeout = cmp.Or(so.IdleTimeout, def.Proxy.IdleTimeout)
+	so.MaxHeaderBytes = cmp.Or(so.MaxHeaderBytes, def.Proxy.MaxHeaderBytes)
+	so.ShutdownTimeout = cmp.Or(so.ShutdownTimeout, 10*time.Second)
 	ln := listenLocal(t)
 	aln := listenLocal(t)
 	so.Listener, so.AdminListener, so.OnListening = ln, aln, nil
@@ -178,14 +194,14 @@ func StartSidecar(t testing.TB, o SidecarOptions) *Sidecar {
 		AdminURL:  "http://" + aln.Addr().String(),
 		AdminAddr: aln.Addr().String(),
 		Server:    srv,
-		Registry:  reg,
+		Registry:  srv.Registry(),
 		Cancel:    cancel,
 		finished:  make(chan struct{}),
 		bound:     so.DrainDelay + so.ShutdownTimeout + 10*time.Second,
 	}
 	go func() {
 		s.runErr = srv.Run(ctx, so)
-		closeIdle() // the pass-through pool outlives Run otherwise
+		done() // the pools outlive Run otherwise
 		close(s.finished)
 	}()
 	t.Cleanup(func() {
@@ -194,6 +210,63 @@ func StartSidecar(t testing.TB, o SidecarOptions) *Sidecar {
 		}
 	})
 	return s
+}
+
+// startByHand builds the edge with proxy.New, for what sidecar.Build cannot
+// take (a given pass-through transport, ledger or shared rate limiter).
+func startByHand(t testing.TB, core *url.URL, o SidecarOptions) (*proxy.Server, func()) {
+	t.Helper()
+	def := config.Defaults()
+	tr := o.Transport
+	closeIdle := func() {}
+	if tr == nil {
+		to := o.TransportOptions
+		to.DialTimeout = cmp.Or(to.DialTimeout, def.Proxy.DialTimeout)
+		to.ResponseHeaderTimeout = cmp.Or(to.ResponseHeaderTimeout, def.Proxy.ResponseHeaderTimeout)
+		to.MaxIdleConnsPerHost = cmp.Or(to.MaxIdleConnsPerHost, def.Proxy.MaxIdleConnsPerHost)
+		ht := proxy.NewTransport(to)
+		t.Cleanup(ht.CloseIdleConnections)
+		tr, closeIdle = ht, ht.CloseIdleConnections
+	}
+	log := o.Logger
+	if log == nil {
+		log = testLogger(t)
+	}
+	reg := prometheus.NewRegistry()
+	var f *proxy.Features
+	if o.Features != nil {
+		f = o.Features.handFeatures(t, reg, log)
+	}
+	srv, err := proxy.New(proxy.Options{
+		CoreURL:         core,
+		Transport:       tr,
+		TrustedProxies:  o.TrustedProxies,
+		PreserveHost:    !o.RewriteHost,
+		Logger:          log,
+		Registry:        reg,
+		Version:         "test",
+		Features:        f,
+		BodyIdleTimeout: cmp.Or(o.BodyIdleTimeout, def.Proxy.BodyIdleTimeout),
+		Limits:          o.Limits,
+
+		ClientAddressHeadersExtra: o.ClientAddressHeadersExtra,
+		AdminAllowedHosts:         o.AdminAllowedHosts,
+	})
+	if err != nil {
+		t.Fatalf("proxy.New: %v", err)
+	}
+	return srv, closeIdle
+}
+
+// metricByLabel returns the values of the series of name whose label has
+// each of values.
+func metricByLabel(t testing.TB, sc *Sidecar, name, label string, values ...string) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for _, v := range values {
+		out[v] = testkit.Metric(t, sc.Registry, name, map[string]string{label: v})
+	}
+	return out
 }
 
 func listenLocal(t testing.TB) net.Listener {
@@ -264,6 +337,21 @@ func waitFor[T any](t testing.TB, ch <-chan T, what string) T {
 func drainClose(b io.ReadCloser) {
 	_, _ = io.Copy(io.Discard, b)
 	b.Close()
+}
+
+// doRead sends req and returns the response with its body read and closed.
+func doRead(t testing.TB, c *http.Client, req *http.Request) (*http.Response, []byte) {
+	t.Helper()
+	res, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatalf("%s %s: read: %v", req.Method, req.URL, err)
+	}
+	return res, b
 }
 
 func mustGet(t testing.TB, c *http.Client, u string) (int, string) {

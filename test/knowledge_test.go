@@ -25,9 +25,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
-	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
-	"github.com/bailinghub/knowledge-sidecar/proxy"
 )
 
 // End-to-end tests of the three knowledge endpoints through the edge: real
@@ -195,24 +193,15 @@ type kopts struct {
 // ksidecar is a running sidecar of a kworld.
 type ksidecar struct {
 	*Sidecar
-	svc *knowledge.Service
 }
 
-// features wires the world like `serve` does (World.Features), with the
-// kworld's logger.
-func (kw *kworld) features(t *testing.T, o kopts, log *slog.Logger) (*proxy.Features, *knowledge.Service) {
-	t.Helper()
-	o.Logger = log
-	f := kw.World.Features(t, o.FeatureOptions)
-	return f, f.Knowledge
-}
-
-// start runs a sidecar of the world.
+// start runs a sidecar of the world (World.Features), with the kworld's
+// logger.
 func (kw *kworld) start(t *testing.T, o kopts) *ksidecar {
 	t.Helper()
 	log := slog.New(slog.NewJSONHandler(kw.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	f, svc := kw.features(t, o, log)
-	sc := &ksidecar{Sidecar: StartSidecar(t, SidecarOptions{CoreURL: kw.CoreURL, Features: f, Logger: log}), svc: svc}
+	f := kw.World.Features(t, o.FeatureOptions)
+	sc := &ksidecar{Sidecar: StartSidecar(t, SidecarOptions{CoreURL: kw.CoreURL, Features: f, Logger: log})}
 	if (o.NativeDetection == "" || o.NativeDetection == "auto") && !o.NoSettle {
 		kw.call(t, "GET", sc.WS(testdb.RouteMulti)+"/knowledge/capabilities", kw.TokenA, nil)
 	}

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -178,14 +179,7 @@ func TestMCPRemoteHTTP(t *testing.T) {
 			}
 			req.Header.Set(hdr[i], hdr[i+1])
 		}
-		res, err := kw.c.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		var b bytes.Buffer
-		_, _ = b.ReadFrom(res.Body)
-		return res, b.Bytes()
+		return doRead(t, kw.c, req)
 	}
 
 	metaURL := sc.URL + "/.well-known/oauth-protected-resource/agent-api/v1/workspaces/" + route + "/knowledge/mcp"
@@ -358,14 +352,7 @@ func TestMCPRemoteIdentityDown(t *testing.T) {
 	endpoint := sc.WS(testdb.RouteMulti) + "/knowledge/mcp"
 	code, body := callH(t, http.MethodPost, endpoint, kw.TokenA,
 		[]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"knowledge_search","arguments":{"query":"refund"}}}`), headers)
-	var rpc struct {
-		Result struct {
-			IsError bool `json:"isError"`
-			Content []struct {
-				Text string `json:"text"`
-			} `json:"content"`
-		} `json:"result"`
-	}
+	var rpc toolCallAnswer
 	if err := json.Unmarshal(body, &rpc); code != 200 || err != nil || !rpc.Result.IsError || len(rpc.Result.Content) != 1 ||
 		!strings.HasPrefix(rpc.Result.Content[0].Text, string(protocol.CodeUnavailable)+":") ||
 		!strings.Contains(rpc.Result.Content[0].Text, "temporarily unavailable") {
@@ -423,14 +410,8 @@ func TestMCPRemoteAnswersAreJSONRPC(t *testing.T) {
 			for k, v := range tc.hdr {
 				req.Header.Set(k, v)
 			}
-			res, err := kw.c.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer res.Body.Close()
-			var b bytes.Buffer
-			_, _ = b.ReadFrom(res.Body)
-			body := b.String()
+			res, raw := doRead(t, kw.c, req)
+			body := string(raw)
 			if res.StatusCode != tc.status || !strings.HasPrefix(res.Header.Get("Content-Type"), "application/json") ||
 				res.Header.Get("Cache-Control") != "no-store" {
 				t.Fatalf("got %d %q Cache-Control %q: %s; want %d application/json no-store", res.StatusCode,
@@ -444,7 +425,7 @@ func TestMCPRemoteAnswersAreJSONRPC(t *testing.T) {
 					Code int `json:"code"`
 				} `json:"error"`
 			}
-			if err := json.Unmarshal(b.Bytes(), &rpc); err != nil || rpc.JSONRPC != "2.0" || string(rpc.ID) != tc.id {
+			if err := json.Unmarshal(raw, &rpc); err != nil || rpc.JSONRPC != "2.0" || string(rpc.ID) != tc.id {
 				t.Fatalf("got %s; want a JSON-RPC answer with id %s", body, tc.id)
 			}
 			switch {
@@ -476,14 +457,7 @@ func TestMCPRemoteWalkCost(t *testing.T) {
 		args, _ := json.Marshal(map[string]any{"ref": h.Ref, "near": "a passage this document does not hold", "max_bytes": maxBytes})
 		code, body := callH(t, http.MethodPost, endpoint, kw.TokenA,
 			[]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"knowledge_read","arguments":`+string(args)+`}}`), headers)
-		var rpc struct {
-			Result struct {
-				IsError bool `json:"isError"`
-				Content []struct {
-					Text string `json:"text"`
-				} `json:"content"`
-			} `json:"result"`
-		}
+		var rpc toolCallAnswer
 		if err := json.Unmarshal(body, &rpc); code != 200 || err != nil || len(rpc.Result.Content) == 0 {
 			t.Fatalf("near read: %d %s", code, body)
 		}
@@ -579,4 +553,60 @@ func TestMCPRemoteAuditOneEventPerCall(t *testing.T) {
 			t.Errorf("%s event range %v exhausted %v; want [%d, ≤%d) exhausted %v", want.endpoint, d.Range, d.BudgetExhausted, want.start, want.end, want.exhausted)
 		}
 	}
+}
+
+// TestMCPRemoteReadLocation: through the official SDK against the remote
+// MCP endpoint, each knowledge_read page of the 480,000-byte document says
+// which bytes it holds, "[bytes A–B of 480,000]", in its text and its note —
+// the first page, and the next one by the cursor the endpoint returned.
+func TestMCPRemoteReadLocation(t *testing.T) {
+	kw := newKWorld(t, fakecore.Options{SystemInfo: true})
+	sc := kw.start(t, kopts{})
+	content := testdb.BigDocContent()
+	_, h := kw.mustSearch(t, sc, testdb.RouteMulti, kw.TokenA, map[string]any{"query": testdb.BigDocUnit, "limit": 1}, testdb.DocBigTitle)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	cs := connectRemote(t, ctx, sc.WS(testdb.RouteMulti)+"/knowledge/mcp", kw.TokenA)
+	thousands := func(n int) string {
+		s := strconv.Itoa(n)
+		for i := len(s) - 3; i > 0; i -= 3 {
+			s = s[:i] + "," + s[i:]
+		}
+		return s
+	}
+	at := 0
+	args := map[string]any{"ref": h.Ref, "max_bytes": 8192}
+	for page := 1; page <= 2; page++ {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: protocol.ReadTool, Arguments: args})
+		if err != nil || res.IsError {
+			t.Fatalf("page %d: %v %+v", page, err, res)
+		}
+		var p struct {
+			Content    string  `json:"content"`
+			NextCursor *string `json:"next_cursor"`
+			Note       string  `json:"note"`
+			Total      int     `json:"total_content_bytes"`
+		}
+		raw, _ := json.Marshal(res.StructuredContent)
+		if err := json.Unmarshal(raw, &p); err != nil || p.NextCursor == nil || p.Content != content[at:at+len(p.Content)] || p.Total != len(content) {
+			t.Fatalf("page %d: %.200s", page, raw)
+		}
+		want := "[bytes " + thousands(at) + "–" + thousands(at+len(p.Content)) + " of " + thousands(len(content)) + "] "
+		text := res.Content[0].(*mcp.TextContent).Text
+		if !strings.HasPrefix(p.Note, want) || !strings.Contains(text, "\n---\n"+want) {
+			t.Errorf("page %d: note %.100q; want it to start with %q, in the text too", page, p.Note, want)
+		}
+		at += len(p.Content)
+		args = map[string]any{"ref": h.Ref, "cursor": *p.NextCursor, "max_bytes": 8192}
+	}
+}
+
+// toolCallAnswer is the part of a tools/call JSON-RPC answer the tests read.
+type toolCallAnswer struct {
+	Result struct {
+		IsError bool `json:"isError"`
+		Content []struct {
+			Text string `json:"text"`
+		} `json:"content"`
+	} `json:"result"`
 }

@@ -29,11 +29,7 @@ const coreNotFound = `{"error":"not_found"}`
 // protocolState returns the core_protocol_state gauge values.
 func protocolState(t testing.TB, sc *Sidecar) map[string]float64 {
 	t.Helper()
-	out := map[string]float64{}
-	for _, s := range []string{"unknown", "legacy", "native"} {
-		out[s] = testkit.Metric(t, sc.Registry, "knowledge_sidecar_core_protocol_state", map[string]string{"state": s})
-	}
-	return out
+	return metricByLabel(t, sc, "knowledge_sidecar_core_protocol_state", "state", "unknown", "legacy", "native")
 }
 
 func wantState(t testing.TB, sc *Sidecar, state string) {
@@ -81,8 +77,7 @@ func nativeDoc(route string) []byte {
 // (knowledge_delivery reaches Core).
 func TestNativeCoreTransparent(t *testing.T) {
 	w := NewWorld(t, WorldOptions{Core: fakecore.Options{Native: true}})
-	tap := newCoreTap(t, w.Core)
-	side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{})})
+	tap, side := w.startTapped(t, FeatureOptions{})
 	c := newClient(t)
 	route := testdb.RouteMulti
 	wantState(t, side, "unknown")
@@ -113,13 +108,7 @@ func TestNativeCoreTransparent(t *testing.T) {
 		{"turn_absent", "POST", "/turns", newTurn("native-absent").body("")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n := tap.count()
-			r := send(t, c, tc.method, side.WS(route)+tc.path, w.TokenA, tc.body, nil)
-			e := tap.oneSince(t, n)
-			if !bytes.Equal(e.ReqBody, tc.body) {
-				t.Errorf("Core received %q; want the client's bytes %q", e.ReqBody, tc.body)
-			}
-			checkRelayed(t, r, e)
+			tap.sendRelayed(t, c, tc.method, side.WS(route)+tc.path, w.TokenA, tc.body)
 		})
 	}
 	if got := testkit.Metric(t, side.Registry, "knowledge_sidecar_rollout_decisions_total", map[string]string{"decision": "native"}) - decisions; got != 7 {
@@ -134,8 +123,7 @@ func TestNativeCoreTransparent(t *testing.T) {
 // so the sidecar serves the protocol (and intercepts turns) itself.
 func TestNativeLegacyCoreServed(t *testing.T) {
 	w := NewWorld(t, WorldOptions{})
-	tap := newCoreTap(t, w.Core)
-	side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{})})
+	tap, side := w.startTapped(t, FeatureOptions{})
 	c := newClient(t)
 	route := testdb.RouteMulti
 
@@ -236,29 +224,25 @@ func TestNativeProbeRelayed(t *testing.T) {
 
 	// An answer too large to be a capabilities document is not relayed
 	// and decides nothing, like a Core that cannot be reached.
-	t.Run("oversized_answer", func(t *testing.T) {
-		side := w.StartSidecar(t, FeatureOptions{})
-		w.Core.SetFault(capsPath(route), fakecore.Fault{Status: 200, Body: []byte(`{"pad":"` + strings.Repeat("x", 64<<10) + `"}`)})
-		r := send(t, c, "GET", side.WS(route)+"/knowledge/capabilities", w.TokenA, nil, nil)
-		w.Core.ClearFaults()
-		checkErrorJSON(t, r, http.StatusServiceUnavailable, "knowledge_unavailable")
-		wantState(t, side, "unknown")
-		r = send(t, c, "GET", side.WS(route)+"/knowledge/capabilities", w.TokenA, nil, nil)
-		servedCapabilities(t, r, route)
-		wantState(t, side, "legacy")
-	})
-
-	t.Run("core_unreachable", func(t *testing.T) {
-		side := w.StartSidecar(t, FeatureOptions{})
-		w.Core.SetFault(capsPath(route), fakecore.Fault{Reset: true})
-		r := send(t, c, "GET", side.WS(route)+"/knowledge/capabilities", w.TokenA, nil, nil)
-		w.Core.ClearFaults()
-		checkErrorJSON(t, r, http.StatusServiceUnavailable, "knowledge_unavailable")
-		wantState(t, side, "unknown")
-		r = send(t, c, "GET", side.WS(route)+"/knowledge/capabilities", w.TokenA, nil, nil)
-		servedCapabilities(t, r, route)
-		wantState(t, side, "legacy")
-	})
+	for _, tc := range []struct {
+		name  string
+		fault fakecore.Fault
+	}{
+		{"oversized_answer", fakecore.Fault{Status: 200, Body: []byte(`{"pad":"` + strings.Repeat("x", 64<<10) + `"}`)}},
+		{"core_unreachable", fakecore.Fault{Reset: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			side := w.StartSidecar(t, FeatureOptions{})
+			w.Core.SetFault(capsPath(route), tc.fault)
+			r := send(t, c, "GET", side.WS(route)+"/knowledge/capabilities", w.TokenA, nil, nil)
+			w.Core.ClearFaults()
+			checkErrorJSON(t, r, http.StatusServiceUnavailable, "knowledge_unavailable")
+			wantState(t, side, "unknown")
+			r = send(t, c, "GET", side.WS(route)+"/knowledge/capabilities", w.TokenA, nil, nil)
+			servedCapabilities(t, r, route)
+			wantState(t, side, "legacy")
+		})
+	}
 }
 
 // TestNativeProbeInterval: a verdict holds for the probe interval (on the
@@ -335,8 +319,7 @@ func TestNativeOverrides(t *testing.T) {
 	route := testdb.RouteMulti
 	t.Run("never", func(t *testing.T) {
 		w := NewWorld(t, WorldOptions{Core: fakecore.Options{Native: true}})
-		tap := newCoreTap(t, w.Core)
-		side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{NativeDetection: "never"})})
+		tap, side := w.startTapped(t, FeatureOptions{NativeDetection: "never"})
 		c := newClient(t)
 		wantState(t, side, "legacy")
 		r := send(t, c, "GET", side.WS(route)+"/knowledge/capabilities", w.TokenA, nil, nil)
@@ -354,8 +337,7 @@ func TestNativeOverrides(t *testing.T) {
 	})
 	t.Run("always", func(t *testing.T) {
 		w := NewWorld(t, WorldOptions{})
-		tap := newCoreTap(t, w.Core)
-		side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{NativeDetection: "always"})})
+		tap, side := w.startTapped(t, FeatureOptions{NativeDetection: "always"})
 		c := newClient(t)
 		wantState(t, side, "native")
 		for _, tc := range []struct {
@@ -369,13 +351,7 @@ func TestNativeOverrides(t *testing.T) {
 			{"turn", "POST", "/turns", newTurn("always").body(`"on_demand"`), 400}, // undeclared field
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				n := tap.count()
-				r := send(t, c, tc.method, side.WS(route)+tc.path, w.TokenA, tc.body, nil)
-				e := tap.oneSince(t, n)
-				if !bytes.Equal(e.ReqBody, tc.body) {
-					t.Errorf("Core received %q; want %q", e.ReqBody, tc.body)
-				}
-				checkRelayed(t, r, e)
+				r := tap.sendRelayed(t, c, tc.method, side.WS(route)+tc.path, w.TokenA, tc.body)
 				if r.Status != tc.status {
 					t.Errorf("got %d %s; want Core's %d", r.Status, r.Body, tc.status)
 				}
@@ -392,6 +368,20 @@ func TestNativeOverrides(t *testing.T) {
 type firstRequest struct {
 	name, path string
 	body       []byte
+}
+
+// sendFirst starts a sidecar of w behind a tap, sends fr as its first
+// request and checks that it probed Core once; it returns the probes
+// counted before.
+func sendFirst(t *testing.T, w *World, c *http.Client, route string, fr firstRequest) (*coreTap, *Sidecar, turnResult, int) {
+	t.Helper()
+	tap, side := w.startTapped(t, FeatureOptions{})
+	probes := w.Core.Calls(capsPath(route))
+	r := send(t, c, "POST", side.WS(route)+fr.path, w.TokenA, fr.body, nil)
+	if got := w.Core.Calls(capsPath(route)) - probes; got != 1 {
+		t.Errorf("probes: got %d; want 1", got)
+	}
+	return tap, side, r, probes
 }
 
 func firstRequests(tag string) []firstRequest {
@@ -415,13 +405,7 @@ func TestNativeFirstRequestProbes(t *testing.T) {
 		w := NewWorld(t, WorldOptions{Core: fakecore.Options{Native: true}})
 		for _, fr := range firstRequests("native") {
 			t.Run(fr.name, func(t *testing.T) {
-				tap := newCoreTap(t, w.Core)
-				side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{})})
-				probes := w.Core.Calls(capsPath(route))
-				r := send(t, c, "POST", side.WS(route)+fr.path, w.TokenA, fr.body, nil)
-				if got := w.Core.Calls(capsPath(route)) - probes; got != 1 {
-					t.Errorf("probes: got %d; want 1", got)
-				}
+				tap, side, r, probes := sendFirst(t, w, c, route, fr)
 				e := tap.oneSince(t, 0)
 				if e.Path != "/agent-api/v1/workspaces/"+route+fr.path || !bytes.Equal(e.ReqBody, fr.body) {
 					t.Errorf("Core received %s %q; want the client's request as sent", e.Path, e.ReqBody)
@@ -444,13 +428,7 @@ func TestNativeFirstRequestProbes(t *testing.T) {
 		w := NewWorld(t, WorldOptions{})
 		for _, fr := range firstRequests("legacy") {
 			t.Run(fr.name, func(t *testing.T) {
-				tap := newCoreTap(t, w.Core)
-				side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{})})
-				probes := w.Core.Calls(capsPath(route))
-				r := send(t, c, "POST", side.WS(route)+fr.path, w.TokenA, fr.body, nil)
-				if got := w.Core.Calls(capsPath(route)) - probes; got != 1 {
-					t.Errorf("probes: got %d; want 1", got)
-				}
+				tap, side, r, probes := sendFirst(t, w, c, route, fr)
 				wantState(t, side, "legacy")
 				switch fr.name {
 				case "search":
@@ -501,8 +479,7 @@ func TestNativeFirstRequestUndecided(t *testing.T) {
 		{name: "unreachable", fault: fakecore.Fault{Reset: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tap := newCoreTap(t, w.Core)
-			side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{})})
+			tap, side := w.startTapped(t, FeatureOptions{})
 			token := w.TokenA
 			if tc.token != "" {
 				token = tc.token

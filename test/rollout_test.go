@@ -20,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/rollout"
 )
@@ -48,11 +47,7 @@ func rolledOut(t testing.TB, r turnResult) bool {
 
 func decisions(t testing.TB, sc *Sidecar) map[string]float64 {
 	t.Helper()
-	out := map[string]float64{}
-	for _, d := range []string{"enabled", "disabled", "native"} {
-		out[d] = testkit.Metric(t, sc.Registry, "knowledge_sidecar_rollout_decisions_total", map[string]string{"decision": d})
-	}
-	return out
+	return metricByLabel(t, sc, "knowledge_sidecar_rollout_decisions_total", "decision", "enabled", "disabled", "native")
 }
 
 func mustPolicy(t testing.TB, spec string) rollout.Policy {
@@ -71,8 +66,7 @@ func mustPolicy(t testing.TB, spec string) rollout.Policy {
 // same sidecar is served.
 func TestRolloutNotRolledOutIsPassThrough(t *testing.T) {
 	w := NewWorld(t, WorldOptions{})
-	tap := newCoreTap(t, w.Core)
-	side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{Rollout: "allow:" + testdb.RouteLegacy})})
+	tap, side := w.startTapped(t, FeatureOptions{Rollout: "allow:" + testdb.RouteLegacy})
 	c := newClient(t)
 	route := testdb.RouteMulti
 	before := decisions(t, side)
@@ -90,13 +84,7 @@ func TestRolloutNotRolledOutIsPassThrough(t *testing.T) {
 		{"turn_without_field", "POST", "/turns", newTurn("off-absent").body(""), 200, `"ref":"knowledge:1"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n := tap.count()
-			r := send(t, c, tc.method, side.WS(route)+tc.path, w.TokenA, tc.body, nil)
-			e := tap.oneSince(t, n)
-			if !bytes.Equal(e.ReqBody, tc.body) {
-				t.Errorf("Core received %q; want the client's bytes %q", e.ReqBody, tc.body)
-			}
-			checkRelayed(t, r, e)
+			r := tap.sendRelayed(t, c, tc.method, side.WS(route)+tc.path, w.TokenA, tc.body)
 			if r.Status != tc.status || !strings.Contains(string(r.Body), tc.contains) {
 				t.Errorf("got %d %s; want Core's %d with %s", r.Status, r.Body, tc.status, tc.contains)
 			}
@@ -190,8 +178,7 @@ func TestRolloutPolicies(t *testing.T) {
 // it made.
 func TestRolloutSwapKeepsConnections(t *testing.T) {
 	w := NewWorld(t, WorldOptions{})
-	tap := newCoreTap(t, w.Core)
-	side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{Rollout: "off"})})
+	tap, side := w.startTapped(t, FeatureOptions{Rollout: "off"})
 	route := testdb.RouteMulti
 
 	// One client, one connection: count dials and check reuse per request.

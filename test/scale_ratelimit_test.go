@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
@@ -64,6 +62,7 @@ func TestScaleSharedRateLimit(t *testing.T) {
 	rlB := sharedLimiter(t, nil, rl.KeyPrefix())
 	w := NewWorld(t, WorldOptions{})
 	const rps, burst = 1.0, 5
+	// wired by hand: shared rate limiters and ledgers under a per-test key prefix (no sidecar.Deps hook for either)
 	a := w.StartSidecar(t, FeatureOptions{Ledger: la, SharedLimiter: rl, RateLimit: rps, RateBurst: burst})
 	b := w.StartSidecar(t, FeatureOptions{Ledger: lb, SharedLimiter: rlB, RateLimit: rps, RateBurst: burst})
 	c := newClient(t)
@@ -102,11 +101,12 @@ func TestScaleRateLimitFallback(t *testing.T) {
 	relay, l, rc := redisRelay(t)
 	rl := sharedLimiter(t, rc, testdb.RedisPrefix(t))
 	w := NewWorld(t, WorldOptions{})
-	reg := prometheus.NewRegistry()
 	var logs testkit.Buffer
 	log := slog.New(slog.NewJSONHandler(&logs, nil))
 	const rps, burst = 1.0, 3
-	sc := w.StartSidecar(t, FeatureOptions{Ledger: l, SharedLimiter: rl, RateLimit: rps, RateBurst: burst, Registerer: reg, Logger: log})
+	// wired by hand: a shared rate limiter behind a relay the test cuts (no sidecar.Deps hook for it)
+	sc := w.StartSidecar(t, FeatureOptions{Ledger: l, SharedLimiter: rl, RateLimit: rps, RateBurst: burst, Logger: log})
+	reg := sc.Registry
 	c := newClient(t)
 	const fallback = "knowledge_sidecar_rate_limit_fallback_total"
 	if got := testkit.Metric(t, reg, fallback, nil); got != 0 {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
@@ -146,8 +145,8 @@ func wantTaskAnswer(t *testing.T, what string, r kresp, status int, code string)
 // first; the row's change to Core's tables then applies to all three.
 func TestTaskRules(t *testing.T) {
 	tw := newTaskWorld(t, fakecore.Options{SystemInfo: true})
-	reg := prometheus.NewRegistry()
-	sc := tw.start(t, kopts{FeatureOptions: FeatureOptions{Registerer: reg}})
+	sc := tw.start(t, kopts{FeatureOptions: FeatureOptions{}})
+	reg := sc.Registry
 
 	type row struct {
 		name string
@@ -307,8 +306,8 @@ func TestTaskPresence(t *testing.T) {
 	t.Run("partial tables", func(t *testing.T) {
 		kw := newKWorld(t, fakecore.Options{SystemInfo: true})
 		kw.DB.InstallTaskControl(t, "bz_agent_tasks", "bz_agent_task_runs", "bz_agent_task_enforcements")
-		reg := prometheus.NewRegistry()
-		sc := kw.start(t, kopts{FeatureOptions: FeatureOptions{Registerer: reg}})
+		sc := kw.start(t, kopts{FeatureOptions: FeatureOptions{}})
+		reg := sc.Registry
 		wantTaskAnswer(t, "search", search(t, kw, sc), 503, "TASK_UNAVAILABLE")
 		r, _ := kw.read(t, sc, testdb.RouteMulti, kw.TokenA, map[string]any{"ref": "kr2.x"})
 		wantTaskAnswer(t, "read", r, 503, "TASK_UNAVAILABLE")
@@ -327,8 +326,8 @@ func TestTaskPresence(t *testing.T) {
 	t.Run("absent, then migrated while running", func(t *testing.T) {
 		kw := newKWorld(t, fakecore.Options{SystemInfo: true})
 		clock := testkit.NewClock(time.Now().UTC())
-		reg := prometheus.NewRegistry()
-		sc := kw.start(t, kopts{FeatureOptions: FeatureOptions{Now: clock.Now, Registerer: reg}})
+		sc := kw.start(t, kopts{FeatureOptions: FeatureOptions{Now: clock.Now}})
+		reg := sc.Registry
 		if r := search(t, kw, sc); r.Status != 200 {
 			t.Fatalf("absent task tables: got %d %s; want 200", r.Status, clip(string(r.Body)))
 		}
@@ -421,8 +420,8 @@ func TestTaskTurnsForwardBinding(t *testing.T) {
 // a run_id still runs that query.
 func TestTaskCatalogStatements(t *testing.T) {
 	tw := newTaskWorld(t, fakecore.Options{SystemInfo: true})
-	reg := prometheus.NewRegistry()
-	sc := tw.start(t, kopts{FeatureOptions: FeatureOptions{Registerer: reg}})
+	sc := tw.start(t, kopts{FeatureOptions: FeatureOptions{}})
+	reg := sc.Registry
 	tk := tw.newTask(t)
 	is := tw.issue(t, sc, tk.Run)
 	count := func(query string) float64 {

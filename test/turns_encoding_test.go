@@ -46,8 +46,7 @@ func zlibBytes(t testing.TB, b []byte) []byte {
 
 func TestTurnEncodedBodies(t *testing.T) {
 	w := NewWorld(t, WorldOptions{})
-	tap := newCoreTap(t, w.Core)
-	side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{})})
+	tap, side := w.startTapped(t, FeatureOptions{})
 	c := newClient(t)
 	route := testdb.RouteMulti
 	rev := scopeRevision(t, c, side, route, w.TokenA)

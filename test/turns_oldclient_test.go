@@ -55,8 +55,8 @@ func TestTurnOldClientsSeeCore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tap := newCoreTap(t, w.Core)
-	side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{})})
+	tap, side := w.startTapped(t, FeatureOptions{})
+	// wired by hand: a ledger on a dead Redis with short timeouts (no sidecar.Deps hook for a ledger)
 	sideNoLedger := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{Ledger: deadRedis})})
 	c := newClient(t)
 	route := testdb.RouteMulti

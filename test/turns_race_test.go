@@ -68,6 +68,19 @@ func answerMode(r turnResult) string {
 	return v.KD.Mode
 }
 
+// raceTrials runs trial n times on each race set-up, with one client per
+// set-up and a fresh turn per trial (its id from name, the set-up and i).
+func raceTrials(t *testing.T, name string, n int, trial func(t *testing.T, su raceSetup, c *http.Client, i int, ti turnInput)) {
+	for _, su := range raceSetups(t) {
+		t.Run(su.name, func(t *testing.T) {
+			c := newClient(t)
+			for i := range n {
+				trial(t, su, c, i, newTurn(fmt.Sprintf("%s-%s-%d", name, su.name, i)))
+			}
+		})
+	}
+}
+
 type raceSetup struct {
 	name  string
 	w     *World
@@ -80,6 +93,7 @@ func raceSetups(t *testing.T) []raceSetup {
 	mk := func(name string, l1, l2 ledger.Ledger) {
 		w := NewWorld(t, WorldOptions{})
 		tap := newCoreTap(t, w.Core)
+		// wired by hand: the two replicas' ledgers are the race under test (no sidecar.Deps hook for a ledger)
 		s1 := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{Ledger: l1})})
 		s2 := s1
 		if l2 != nil {
@@ -104,51 +118,45 @@ func raceSetups(t *testing.T) []raceSetup {
 // served inline from B's frozen run). 50 trials per set-up.
 func TestTurnRefusedAttemptRace(t *testing.T) {
 	const trials = 50
-	for _, su := range raceSetups(t) {
-		t.Run(su.name, func(t *testing.T) {
-			c := newClient(t)
-			route := testdb.RouteMulti
-			for i := range trials {
-				ti := newTurn(fmt.Sprintf("refused-race-%s-%d", su.name, i))
-				held, release := holdMarked(su.tap)
-				aDone := make(chan turnResult, 1)
-				go func() {
-					r, err := trySend(c, "POST", turnsURL(su.sides[0], route), su.w.TokenA,
-						withUndeclared(ti.body(`"on_demand"`)), map[string]string{attemptHeader: "A"})
-					if err != nil {
-						t.Errorf("attempt A: %v", err)
-					}
-					aDone <- r
-				}()
-				waitFor(t, held, "attempt A in flight")
-				b := send(t, c, "POST", turnsURL(su.sides[1], route), su.w.TokenA, ti.body(`"on_demand"`), nil)
-				if answerMode(b) != "on_demand" {
-					t.Fatalf("trial %d: attempt B got %d %s; want 200 on_demand", i, b.Status, b.Body)
-				}
-				close(release)
-				if a := waitFor(t, aDone, "attempt A"); a.Status != 400 || !bytes.Contains(a.Body, []byte("undeclared")) {
-					t.Fatalf("trial %d: attempt A got %d %s; want Core's 400", i, a.Status, a.Body)
-				}
-				su.tap.setHold(nil)
-				n := su.tap.count()
-				for _, side := range su.sides {
-					for _, delivery := range []string{`"inline"`, ""} {
-						r := send(t, c, "POST", turnsURL(side, route), su.w.TokenA, ti.body(delivery), nil)
-						if r.Status != http.StatusConflict || string(r.Body) != turnConflictJSON {
-							t.Fatalf("trial %d: retry with %q: got %d %s (mode %q); want 409 turn_conflict — the turn is on_demand", i, delivery, r.Status, r.Body, answerMode(r))
-						}
-					}
-				}
-				if su.tap.count() != n {
-					t.Fatalf("trial %d: a mode switch reached Core", i)
-				}
-				again := send(t, c, "POST", turnsURL(su.sides[0], route), su.w.TokenA, ti.body(`"on_demand"`), nil)
-				if answerMode(again) != "on_demand" || runIDOf(t, again.Body) != runIDOf(t, b.Body) {
-					t.Fatalf("trial %d: on_demand retry: got %d %s; want B's run replayed", i, again.Status, again.Body)
+	raceTrials(t, "refused-race", trials, func(t *testing.T, su raceSetup, c *http.Client, i int, ti turnInput) {
+		route := testdb.RouteMulti
+		held, release := holdMarked(su.tap)
+		aDone := make(chan turnResult, 1)
+		go func() {
+			r, err := trySend(c, "POST", turnsURL(su.sides[0], route), su.w.TokenA,
+				withUndeclared(ti.body(`"on_demand"`)), map[string]string{attemptHeader: "A"})
+			if err != nil {
+				t.Errorf("attempt A: %v", err)
+			}
+			aDone <- r
+		}()
+		waitFor(t, held, "attempt A in flight")
+		b := send(t, c, "POST", turnsURL(su.sides[1], route), su.w.TokenA, ti.body(`"on_demand"`), nil)
+		if answerMode(b) != "on_demand" {
+			t.Fatalf("trial %d: attempt B got %d %s; want 200 on_demand", i, b.Status, b.Body)
+		}
+		close(release)
+		if a := waitFor(t, aDone, "attempt A"); a.Status != 400 || !bytes.Contains(a.Body, []byte("undeclared")) {
+			t.Fatalf("trial %d: attempt A got %d %s; want Core's 400", i, a.Status, a.Body)
+		}
+		su.tap.setHold(nil)
+		n := su.tap.count()
+		for _, side := range su.sides {
+			for _, delivery := range []string{`"inline"`, ""} {
+				r := send(t, c, "POST", turnsURL(side, route), su.w.TokenA, ti.body(delivery), nil)
+				if r.Status != http.StatusConflict || string(r.Body) != turnConflictJSON {
+					t.Fatalf("trial %d: retry with %q: got %d %s (mode %q); want 409 turn_conflict — the turn is on_demand", i, delivery, r.Status, r.Body, answerMode(r))
 				}
 			}
-		})
-	}
+		}
+		if su.tap.count() != n {
+			t.Fatalf("trial %d: a mode switch reached Core", i)
+		}
+		again := send(t, c, "POST", turnsURL(su.sides[0], route), su.w.TokenA, ti.body(`"on_demand"`), nil)
+		if answerMode(again) != "on_demand" || runIDOf(t, again.Body) != runIDOf(t, b.Body) {
+			t.Fatalf("trial %d: on_demand retry: got %d %s; want B's run replayed", i, again.Status, again.Body)
+		}
+	})
 }
 
 // TestTurnRefusedAttemptFreeRace: the same two attempts and an inline and
@@ -157,47 +165,41 @@ func TestTurnRefusedAttemptRace(t *testing.T) {
 // modes.
 func TestTurnRefusedAttemptFreeRace(t *testing.T) {
 	const trials = 50
-	for _, su := range raceSetups(t) {
-		t.Run(su.name, func(t *testing.T) {
-			c := newClient(t)
-			route := testdb.RouteMulti
-			for i := range trials {
-				ti := newTurn(fmt.Sprintf("free-race-%s-%d", su.name, i))
-				bodies := [][]byte{withUndeclared(ti.body(`"on_demand"`)), ti.body(`"on_demand"`), ti.body(`"inline"`), ti.body("")}
-				results := make([]turnResult, len(bodies))
-				start := make(chan struct{})
-				var wg sync.WaitGroup
-				for j, body := range bodies {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						<-start
-						r, err := trySend(c, "POST", turnsURL(su.sides[j%2], route), su.w.TokenA, body, nil)
-						if err != nil {
-							t.Errorf("attempt %d: %v", j, err)
-						}
-						results[j] = r
-					}()
+	raceTrials(t, "free-race", trials, func(t *testing.T, su raceSetup, c *http.Client, i int, ti turnInput) {
+		route := testdb.RouteMulti
+		bodies := [][]byte{withUndeclared(ti.body(`"on_demand"`)), ti.body(`"on_demand"`), ti.body(`"inline"`), ti.body("")}
+		results := make([]turnResult, len(bodies))
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for j, body := range bodies {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				r, err := trySend(c, "POST", turnsURL(su.sides[j%2], route), su.w.TokenA, body, nil)
+				if err != nil {
+					t.Errorf("attempt %d: %v", j, err)
 				}
-				close(start)
-				wg.Wait()
-				// And a late retry of each mode, after every attempt settled.
-				results = append(results,
-					send(t, c, "POST", turnsURL(su.sides[0], route), su.w.TokenA, ti.body(`"inline"`), nil),
-					send(t, c, "POST", turnsURL(su.sides[1], route), su.w.TokenA, ti.body(`"on_demand"`), nil),
-					send(t, c, "POST", turnsURL(su.sides[1], route), su.w.TokenA, ti.body(""), nil))
-				modes := map[string]bool{}
-				for _, r := range results {
-					if m := answerMode(r); m != "" {
-						modes[m] = true
-					}
-				}
-				if len(modes) > 1 {
-					t.Fatalf("trial %d: turn served in modes %v", i, modes)
-				}
+				results[j] = r
+			}()
+		}
+		close(start)
+		wg.Wait()
+		// And a late retry of each mode, after every attempt settled.
+		results = append(results,
+			send(t, c, "POST", turnsURL(su.sides[0], route), su.w.TokenA, ti.body(`"inline"`), nil),
+			send(t, c, "POST", turnsURL(su.sides[1], route), su.w.TokenA, ti.body(`"on_demand"`), nil),
+			send(t, c, "POST", turnsURL(su.sides[1], route), su.w.TokenA, ti.body(""), nil))
+		modes := map[string]bool{}
+		for _, r := range results {
+			if m := answerMode(r); m != "" {
+				modes[m] = true
 			}
-		})
-	}
+		}
+		if len(modes) > 1 {
+			t.Fatalf("trial %d: turn served in modes %v", i, modes)
+		}
+	})
 }
 
 // TestTurnTaskRefusalReleases: Core refuses an on_demand turn with its own
@@ -206,8 +208,7 @@ func TestTurnRefusedAttemptFreeRace(t *testing.T) {
 // answered 409 turn_conflict itself).
 func TestTurnTaskRefusalReleases(t *testing.T) {
 	w := NewWorld(t, WorldOptions{})
-	tap := newCoreTap(t, w.Core)
-	side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{})})
+	tap, side := w.startTapped(t, FeatureOptions{})
 	c := newClient(t)
 	route := testdb.RouteMulti
 	taskRequired := []byte(`{"error":"TASK_REQUIRED","message":"This session must bind its turns to a governed task."}`)
@@ -273,8 +274,8 @@ func TestTurnOutageWhileOnDemandInFlight(t *testing.T) {
 		t.Run(outage, func(t *testing.T) {
 			relay, l, _ := redisRelay(t)
 			w := NewWorld(t, WorldOptions{})
-			tap := newCoreTap(t, w.Core)
-			side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{Ledger: l})})
+			// wired by hand: a ledger behind a relay the test cuts (no sidecar.Deps hook for a ledger)
+			tap, side := w.startTapped(t, FeatureOptions{Ledger: l})
 			c := newClient(t)
 			route := testdb.RouteMulti
 			ti := newTurn("outage-" + outage)

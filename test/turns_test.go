@@ -40,9 +40,11 @@ var invalidDeliveries = []string{`"off"`, `"hint"`, `"full"`, `1`, `null`, `true
 
 // coreTap is an HTTP server in front of the fake Core that records the exact
 // bytes of every exchange, so a test can compare what the client sent with
-// what Core received and what Core answered with what the client got. The
-// sidecar's own Core client (identity, retrieval, probe) talks to the fake
-// directly; only proxied traffic crosses the tap.
+// what Core received and what Core answered with what the client got. Only
+// proxied traffic is recorded: the sidecar (built with the tap as core.url)
+// sends its own Core client's calls (identity, retrieval, probe) through it
+// too, and those, the only requests without the X-Forwarded-For every
+// proxied request carries, go straight to the fake.
 type coreTap struct {
 	URL  string
 	core http.Handler
@@ -78,6 +80,10 @@ func newCoreTap(t testing.TB, core http.Handler) *coreTap {
 }
 
 func (tp *coreTap) serve(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("X-Forwarded-For") == "" {
+		tp.core.ServeHTTP(w, r) // the sidecar's own Core client
+		return
+	}
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		return
@@ -369,6 +375,20 @@ func checkErrorJSON(t testing.TB, r turnResult, status int, code string) {
 }
 
 // checkRelayed checks that the client got exactly Core's answer.
+// sendRelayed sends a request that must pass through unchanged: Core
+// receives exactly the client's bytes and the client gets Core's answer.
+func (tp *coreTap) sendRelayed(t testing.TB, c *http.Client, method, url, token string, body []byte) turnResult {
+	t.Helper()
+	n := tp.count()
+	r := send(t, c, method, url, token, body, nil)
+	e := tp.oneSince(t, n)
+	if !bytes.Equal(e.ReqBody, body) {
+		t.Errorf("Core received %q; want the client's bytes %q", e.ReqBody, body)
+	}
+	checkRelayed(t, r, e)
+	return r
+}
+
 func checkRelayed(t testing.TB, r turnResult, e tapExchange) {
 	t.Helper()
 	if !e.Answered {
@@ -578,8 +598,7 @@ func TestTurnDeliveryStatusPerRoute(t *testing.T) {
 		AllowedRoutes: []string{testdb.RouteMulti, testdb.RouteLegacy, testdb.RouteNull},
 		ExpiresAt:     time.Now().Add(15 * time.Minute),
 	})
-	tap := newCoreTap(t, w.Core)
-	side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{})})
+	tap, side := w.startTapped(t, FeatureOptions{})
 	c := newClient(t)
 	for _, tc := range []struct{ route, status string }{
 		{testdb.RouteMulti, "partial"},
@@ -645,8 +664,7 @@ func TestTurnUnusableAnswer(t *testing.T) {
 // cannot decode fails on-demand delivery rather than leaking knowledge.
 func TestTurnCompressedDespiteIdentity(t *testing.T) {
 	w := NewWorld(t, WorldOptions{})
-	tap := newCoreTap(t, w.Core)
-	side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{})})
+	tap, side := w.startTapped(t, FeatureOptions{})
 	c := newClient(t)
 	route := testdb.RouteMulti
 	rev := scopeRevision(t, c, side, route, w.TokenA)
@@ -986,6 +1004,7 @@ func TestTurnLedgerSharedRedis(t *testing.T) {
 	la := sharedRedisLedger(t, prefix)
 	lb := sharedRedisLedger(t, prefix)
 	w := NewWorld(t, WorldOptions{})
+	// wired by hand: two Redis ledgers under a per-test key prefix (no sidecar.Deps hook for a ledger)
 	a := w.StartSidecar(t, FeatureOptions{Ledger: la})
 	b := w.StartSidecar(t, FeatureOptions{Ledger: lb})
 	c := newClient(t)
@@ -1054,6 +1073,7 @@ func TestTurnLedgerRedisDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := NewWorld(t, WorldOptions{})
+	// wired by hand: a ledger on a dead Redis with short timeouts (no sidecar.Deps hook for a ledger)
 	side := w.StartSidecar(t, FeatureOptions{Ledger: l})
 	c := newClient(t)
 	route := testdb.RouteMulti

@@ -2,6 +2,7 @@ package test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/breaker"
 	"github.com/bailinghub/knowledge-sidecar/catalog"
+	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
@@ -26,6 +28,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
 	"github.com/bailinghub/knowledge-sidecar/rollout"
+	"github.com/bailinghub/knowledge-sidecar/sidecar"
 )
 
 // World is a complete environment for end-to-end tests: a fresh MariaDB
@@ -106,35 +109,49 @@ func NewWorld(t testing.TB, o WorldOptions) *World {
 	return w
 }
 
-// FeatureOptions choose how a sidecar of the world runs its features.
+// FeatureOptions choose how a sidecar of the world runs its features. Each
+// maps to the configuration field named, except the two Build cannot take
+// (Ledger, SharedLimiter; see handFeatures).
 type FeatureOptions struct {
-	Rollout         string        // default "all"
-	NativeDetection string        // default "auto"
-	ProbeInterval   time.Duration // default 1m
-	Ledger          ledger.Ledger // default a fresh memory ledger
-	SigningKeys     string        // default: derived from the world's service token
-	Now             func() time.Time
-	RateLimit       float64 // default 1000 (tests are not about the limit unless they say so)
-	RateBurst       int     // default 1000
-	// SharedLimiter is the replicas' shared rate limit (default none: local buckets).
-	SharedLimiter knowledge.SharedLimiter
-	Registerer    prometheus.Registerer
-	// CoreTimeout and the breakers tune the Core client (zero: defaults).
+	Rollout         string           // rollout; default "all"
+	NativeDetection string           // native_detection; default "auto"
+	ProbeInterval   time.Duration    // probe_interval; default 1m
+	SigningKeys     string           // signing.keys; default: derived from the world's service token
+	Now             func() time.Time // sidecar.Deps.Now
+	RateLimit       float64          // rate_limit.rps; default 1000 (tests are not about the limit unless they say so)
+	RateBurst       int              // rate_limit.burst; default 1000
+	// CoreTimeout and the breakers: core.timeout, core.identity_breaker and
+	// core.retrieval_breaker (zero fields: defaults).
 	CoreTimeout         time.Duration
 	Identity, Retrieval breaker.Settings
-	// CatalogDSN replaces the world's read-only DSN; the schema check is
-	// then skipped (the catalog may be unreachable on purpose).
+	// CatalogDSN replaces the world's read-only DSN (catalog.dsn); the
+	// schema check is then not required to pass (the catalog may be
+	// unreachable on purpose).
 	CatalogDSN string
-	// Logger is the knowledge service's logger (default: the test log).
+	// Logger is the sidecar's logger (default: SidecarOptions.Logger, else
+	// the test log).
 	Logger *slog.Logger
-	// MCP configures the remote MCP endpoint.
+	// MCP configures the remote MCP endpoint: mcp.authorization_servers,
+	// mcp.scopes, mcp.public_url and proxy.mcp_answer_budget.
 	MCP proxy.MCPOptions
+
+	// Ledger replaces the turn ledger; set, the sidecar is wired by hand.
+	Ledger ledger.Ledger
+	// SharedLimiter is the replicas' shared rate limit (default none: local
+	// buckets); set, the sidecar is wired by hand.
+	SharedLimiter knowledge.SharedLimiter
 }
 
-// Features builds the knowledge features wired to the world, as `serve`
-// wires them: the real Core client against the fake Core and the real SQL
-// catalog against MariaDB.
-func (w *World) Features(t testing.TB, o FeatureOptions) *proxy.Features {
+// Features are a world's knowledge features for StartSidecar: the
+// configuration sidecar.Build reads (Core's token, the catalog DSN, …) and
+// its Deps, as `serve` builds them against the fake Core and MariaDB.
+type Features struct {
+	w *World
+	o FeatureOptions
+}
+
+// Features returns the world's features with o; StartSidecar builds them.
+func (w *World) Features(t testing.TB, o FeatureOptions) *Features {
 	t.Helper()
 	if o.Rollout == "" {
 		o.Rollout = "all"
@@ -145,47 +162,73 @@ func (w *World) Features(t testing.TB, o FeatureOptions) *proxy.Features {
 	if o.ProbeInterval == 0 {
 		o.ProbeInterval = time.Minute
 	}
-	if o.Ledger == nil {
-		o.Ledger = ledger.NewMemory(1000, time.Hour, time.Now)
-	}
 	if o.RateLimit == 0 {
 		o.RateLimit, o.RateBurst = 1000, 1000
 	}
-	if o.Registerer == nil {
-		o.Registerer = prometheus.NewRegistry()
+	return &Features{w: w, o: o}
+}
+
+// byHand reports whether the options need what sidecar.Build cannot take.
+func (f *Features) byHand() bool { return f != nil && (f.o.Ledger != nil || f.o.SharedLimiter != nil) }
+
+// configure sets the knowledge part of cfg and deps.
+func (f *Features) configure(cfg *config.Config, deps *sidecar.Deps) {
+	o := f.o
+	cfg.Core.Token = f.w.ServiceToken
+	cfg.Catalog.DSN = cmp.Or(o.CatalogDSN, f.w.DB.ReadOnlyDSN)
+	cfg.Catalog.QueryTimeout = 2 * time.Second
+	cfg.Signing.Keys = o.SigningKeys
+	cfg.Rollout, cfg.NativeDetection, cfg.ProbeInterval = o.Rollout, o.NativeDetection, o.ProbeInterval
+	cfg.RateLimit.RPS, cfg.RateLimit.Burst = o.RateLimit, o.RateBurst
+	cfg.Core.Timeout = cmp.Or(o.CoreTimeout, cfg.Core.Timeout)
+	cfg.Core.Identity = breakerConfig(o.Identity, cfg.Core.Identity)
+	cfg.Core.Retrieval = breakerConfig(o.Retrieval, cfg.Core.Retrieval)
+	cfg.MCP.AuthorizationServers, cfg.MCP.Scopes, cfg.MCP.PublicURL = o.MCP.AuthorizationServers, o.MCP.Scopes, o.MCP.PublicURL
+	cfg.Proxy.MCPAnswerBudget = cmp.Or(o.MCP.AnswerBudget, cfg.Proxy.MCPAnswerBudget)
+	deps.Now = o.Now
+	if o.Logger != nil {
+		deps.Logger = o.Logger
 	}
-	if o.Logger == nil {
-		o.Logger = testLogger(t)
+}
+
+// breakerConfig is def with the non-zero fields of s.
+func breakerConfig(s breaker.Settings, def config.Breaker) config.Breaker {
+	return config.Breaker{
+		Failures: cmp.Or(s.Failures, def.Failures), Window: cmp.Or(s.Window, def.Window),
+		OpenTimeout: cmp.Or(s.OpenTimeout, def.OpenTimeout), HalfOpenMax: cmp.Or(s.HalfOpenMax, def.HalfOpenMax),
+	}
+}
+
+// handFeatures wires the features by hand, for the options sidecar.Build
+// cannot take: a given turn ledger (a failing or Redis-topology one) and a
+// given shared rate limiter. sidecar.Deps has no hook for either.
+func (f *Features) handFeatures(t testing.TB, reg prometheus.Registerer, log *slog.Logger) *proxy.Features {
+	t.Helper()
+	w, o := f.w, f.o
+	if o.Ledger == nil {
+		o.Ledger = ledger.NewMemory(1000, time.Hour, time.Now)
+	}
+	if o.Logger != nil {
+		log = o.Logger
 	}
 	client, err := coreclient.NewClient(coreclient.Options{
-		BaseURL: w.CoreURL, ServiceToken: w.ServiceToken, Metrics: coreclient.NewMetrics(o.Registerer), ProbeInterval: o.ProbeInterval,
+		BaseURL: w.CoreURL, ServiceToken: w.ServiceToken, Metrics: coreclient.NewMetrics(reg), ProbeInterval: o.ProbeInterval,
 		Now: o.Now, Timeout: o.CoreTimeout, Identity: o.Identity, Retrieval: o.Retrieval,
 	})
 	if err != nil {
 		t.Fatalf("world: core client: %v", err)
 	}
-	dsn := o.CatalogDSN
-	if dsn == "" {
-		dsn = w.DB.ReadOnlyDSN
-	}
-	cat, err := catalog.Open(catalog.Options{DSN: dsn, Metrics: catalog.NewMetrics(o.Registerer), QueryTimeout: 2 * time.Second})
+	cat, err := catalog.Open(catalog.Options{DSN: w.DB.ReadOnlyDSN, Metrics: catalog.NewMetrics(reg), QueryTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatalf("world: catalog: %v", err)
 	}
 	t.Cleanup(func() { cat.Close() })
-	if o.CatalogDSN == "" {
-		if err := cat.CheckSchema(context.Background()); err != nil {
-			t.Fatalf("world: schema: %v", err)
-		}
+	if err := cat.CheckSchema(context.Background()); err != nil {
+		t.Fatalf("world: schema: %v", err)
 	}
-	// The catalog and task control (Core ≥ 0.8) go through the schema gate,
-	// as `serve` wires them: it probes the task tables (absent in the base
-	// fixtures).
-	gated := catalog.NewSchemaGate(cat, 0, o.Now, o.Registerer)
-	if o.CatalogDSN == "" {
-		if err := gated.Check(context.Background()); err != nil {
-			t.Fatalf("world: task presence: %v", err)
-		}
+	gated := catalog.NewSchemaGate(cat, 0, o.Now, reg)
+	if err := gated.Check(context.Background()); err != nil {
+		t.Fatalf("world: schema: %v", err)
 	}
 	keys, err := knowledge.NewKeyring(o.SigningKeys, w.ServiceToken)
 	if err != nil {
@@ -193,7 +236,7 @@ func (w *World) Features(t testing.TB, o FeatureOptions) *proxy.Features {
 	}
 	svc, err := knowledge.New(knowledge.Options{
 		Identity: client, Retriever: client, Catalog: gated, Tasks: gated, Keys: keys, Now: o.Now,
-		RateLimit: o.RateLimit, RateBurst: o.RateBurst, SharedLimiter: o.SharedLimiter, Logger: o.Logger, Registerer: o.Registerer,
+		RateLimit: o.RateLimit, RateBurst: o.RateBurst, SharedLimiter: o.SharedLimiter, Logger: log, Registerer: reg,
 	})
 	if err != nil {
 		t.Fatalf("world: knowledge: %v", err)
@@ -242,15 +285,7 @@ func Call(t testing.TB, c *http.Client, method, url, token string, body any) (in
 	if r != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("%s %s: read: %v", method, url, err)
-	}
+	resp, raw := doRead(t, c, req)
 	return resp.StatusCode, resp.Header, raw
 }
 
@@ -295,4 +330,12 @@ func TestWorldSmoke(t *testing.T) {
 	if code != 200 || !bytes.Contains(body, []byte(`"schema_version":"bailing.agent-knowledge-read.v1"`)) {
 		t.Fatalf("read: got %d %s", code, body)
 	}
+}
+
+// startTapped runs a sidecar of the world whose Core is behind a coreTap,
+// which records the proxied traffic.
+func (w *World) startTapped(t testing.TB, o FeatureOptions) (*coreTap, *Sidecar) {
+	t.Helper()
+	tap := newCoreTap(t, w.Core)
+	return tap, StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, o)})
 }
