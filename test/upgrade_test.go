@@ -208,9 +208,8 @@ func TestUpgradeCoreMidSession(t *testing.T) {
 		}
 	}
 
-	// Turns across the flip (turn4): turns the ledger holds are answered as
-	// recorded until their records expire; new turns reach the native Core.
-	// Their assertions go here, with a turn sent before sw.cur.Store(native).
+	// Turns across the flip: TestUpgradeTurnsMidSession (one Core flipped in
+	// place keeps the turns it recorded, as Core's database does).
 
 	// Rolled back: the sidecar serves every read again.
 	sw.cur.Store(legacy)

@@ -46,12 +46,12 @@ func (c *Core) serveAgentAPI(w http.ResponseWriter, r *http.Request, body []byte
 			Route         string `json:"route"`
 			CoreVersion   string `json:"core_version"`
 		}{"bailing.agent-system-info.v1", name, "0.7.0"})
-	case op == "knowledge/capabilities" && r.Method == http.MethodGet && c.opts.Native:
+	case op == "knowledge/capabilities" && r.Method == http.MethodGet && c.native.Load():
 		if c.writeGate(w, name, s) {
 			return
 		}
 		writeJSON(w, http.StatusOK, nativeCapabilities(name))
-	case op == "knowledge/search" && r.Method == http.MethodPost && c.opts.Native:
+	case op == "knowledge/search" && r.Method == http.MethodPost && c.native.Load():
 		if c.writeGate(w, name, s) {
 			return
 		}
@@ -60,7 +60,7 @@ func (c *Core) serveAgentAPI(w http.ResponseWriter, r *http.Request, body []byte
 			KnowledgeScopeRevision: scopeRevision(name), Trust: protocol.Trust,
 			Status: protocol.StatusOK, Hints: []any{},
 		})
-	case op == "knowledge/read" && r.Method == http.MethodPost && c.opts.Native:
+	case op == "knowledge/read" && r.Method == http.MethodPost && c.native.Load():
 		if c.writeGate(w, name, s) {
 			return
 		}
@@ -328,7 +328,7 @@ func (c *Core) checkDeclared(fields map[string]json.RawMessage) *turnRefusal {
 	if c.opts.TaskControl {
 		declared["task_binding"] = false
 	}
-	if c.opts.Native {
+	if c.native.Load() {
 		declared["knowledge_delivery"] = false
 	}
 	for k := range fields {

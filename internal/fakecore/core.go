@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
@@ -68,7 +69,8 @@ type Fault struct {
 // that answers Agent Auth, Agent API and /kb/search the way CORE_FACTS.md
 // describes. Safe for concurrent use.
 type Core struct {
-	opts Options
+	opts   Options
+	native atomic.Bool // Options.Native, then SetNative
 
 	mu       sync.Mutex
 	sessions map[string]corefacts.Session // by access token
@@ -128,7 +130,7 @@ func New(o Options) *Core {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Core{
+	c := &Core{
 		opts:     o,
 		sessions: map[string]corefacts.Session{},
 		routes:   map[string]*route{},
@@ -139,7 +141,15 @@ func New(o Options) *Core {
 		turns:    map[string]*turnRecord{},
 		closed:   make(chan struct{}),
 	}
+	c.native.Store(o.Native)
+	return c
 }
+
+// SetNative is the Core restarted as another version on the same database:
+// native (true) serves the knowledge protocol as Options.Native does, legacy
+// (false) does not; what it holds (sessions, routes, documents, the turns
+// it recorded) is kept, as Core keeps them in its database.
+func (c *Core) SetNative(on bool) { c.native.Store(on) }
 
 // Close ends every hanging or delayed request (they then return without an
 // answer). Call it before closing the httptest.Server, whose Close waits for
