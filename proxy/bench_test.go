@@ -25,6 +25,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
+	"github.com/bailinghub/knowledge-sidecar/native"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 	"github.com/bailinghub/knowledge-sidecar/rollout"
 	"github.com/bailinghub/knowledge-sidecar/turn"
@@ -150,9 +151,16 @@ func newBenchWorldWith(b testing.TB, rt http.RoundTripper) *benchWorld {
 	}
 	turns["hints"] = hintsTurnAnswer(cat)
 	u, _ := url.Parse(up.URL)
-	s, err := New(Options{CoreURL: u, Transport: rt, Features: &Features{
-		Knowledge: svc, Prober: client, Ledger: ledger.NewMemory(1<<16, time.Hour, time.Now), Rollout: pol,
-	}})
+	nd, err := native.New(native.Options{Prober: client, Interval: time.Minute})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ti, err := turn.NewInterceptor(turn.Options{Knowledge: svc, Ledger: ledger.NewMemory(1<<16, time.Hour, time.Now),
+		Recorder: turn.NewMetrics(nil, nil, nil)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := New(Options{CoreURL: u, Transport: rt, Features: &Features{Knowledge: svc, Native: nd, Turns: ti, Rollout: pol}})
 	if err != nil {
 		b.Fatal(err)
 	}

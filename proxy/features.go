@@ -18,7 +18,6 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/corelink"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
-	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/mcpserver"
 	"github.com/bailinghub/knowledge-sidecar/native"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
@@ -26,37 +25,49 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/turn"
 )
 
-// Features are the knowledge endpoints and turn interception.
+// Features are the knowledge endpoints and turn interception, built by the
+// caller (package sidecar assembles them): the edge holds them by the small
+// interfaces below and builds only its own HTTP parts (the turn and
+// capabilities ReverseProxies, the MCP endpoint's handler).
 type Features struct {
 	Knowledge *knowledge.Service
-	// Prober sends Core a capabilities probe with a caller's Authorization
-	// header: native detection for a search, read or turn that finds no
-	// verdict held (a capabilities request is itself forwarded, capsProbe).
-	Prober  native.Prober
-	Ledger  ledger.Ledger
+	// Native is the native-detection verdict (a *native.Detector).
+	Native Verdict
+	// Turns decides intercepted turns (a *turn.Interceptor).
+	Turns   Turns
 	Rollout rollout.Policy
-	// NativeDetection is one of native.Modes; "" is native.ModeAuto.
-	NativeDetection string
-	// ProbeInterval is how long a probe's verdict is kept. Default 60s.
-	ProbeInterval time.Duration
 	// ProbeTimeout bounds a capabilities request forwarded as the probe
-	// (config core.timeout, as for the Prober's calls). Default 3s.
+	// (config core.timeout, as for the detector's own probes). Default 3s.
 	ProbeTimeout time.Duration
-	Now          func() time.Time
 	// MCP configures the remote MCP endpoint (SPEC §10).
 	MCP MCPOptions
 	// OAuth, when set, is the sign-in front MCP hosts see (SPEC §12).
 	OAuth OAuth
-	// NoTurnHints turns same-run hints off (config turn_hints: false):
-	// on_demand turns then answer "hints": []. Default: hints on.
-	NoTurnHints bool
+}
+
+// Verdict is what the edge asks of native detection: the state as it
+// stands, a verdict that may probe first, and a forwarded capabilities
+// request as the probe (Claim, then Answer or Fail).
+type Verdict interface {
+	IsNative() bool
+	Native(ctx context.Context, authorization string, route corefacts.RouteKey) bool
+	Claim() (*native.Probe, bool)
+	Answer(p *native.Probe, status int, body []byte) native.Kind
+	Fail(p *native.Probe, err error)
+}
+
+// Turns is the turn feature as the edge drives it (turns.go): a turn's
+// four calls start at Admit; SetHints is the turn_hints reload.
+type Turns interface {
+	Admit(ctx context.Context, in turn.Input) (*turn.Turn, turn.Plan)
+	SetHints(on bool)
 }
 
 type features struct {
 	k       *knowledge.Service
 	rollout atomic.Pointer[rollout.Policy]
-	native  *native.Detector
-	turns   *turn.Interceptor // the turn feature's decisions (turns.go)
+	native  Verdict
+	turns   Turns // the turn feature's decisions (turns.go)
 	// turnProxy forwards intercepted turns; caps forwards capabilities
 	// requests as the probe.
 	turnProxy, caps *httputil.ReverseProxy
@@ -66,35 +77,20 @@ type features struct {
 }
 
 func newFeatures(f *Features, s *Server) (*features, error) {
-	if f.Knowledge == nil || f.Ledger == nil {
-		return nil, errors.New("proxy: features need a knowledge service and a ledger")
-	}
-	if f.Now == nil {
-		f.Now = time.Now
-	}
-	if f.ProbeInterval <= 0 {
-		f.ProbeInterval = corelink.ProbeInterval
+	if f.Knowledge == nil || f.Native == nil || f.Turns == nil {
+		return nil, errors.New("proxy: features need a knowledge service, native detection and a turn interceptor")
 	}
 	if f.ProbeTimeout <= 0 {
 		f.ProbeTimeout = corelink.Timeout
 	}
-	nd, err := native.New(native.Options{Mode: f.NativeDetection, Interval: f.ProbeInterval, Prober: f.Prober, Now: f.Now,
-		OnState: s.m.nativeState})
-	if err != nil {
-		return nil, err
-	}
-	ti, err := turn.NewInterceptor(turn.Options{Knowledge: f.Knowledge, Ledger: f.Ledger, Recorder: turnRecorder{s},
-		NoHints: f.NoTurnHints})
-	if err != nil {
-		return nil, err
-	}
-	ft := &features{k: f.Knowledge, native: nd, turns: ti}
+	ft := &features{k: f.Knowledge, native: f.Native, turns: f.Turns}
 	p := f.Rollout
 	ft.rollout.Store(&p)
 	ft.turnProxy = s.newTurnProxy()
-	ft.caps = s.newCapsProxy(f.ProbeTimeout, nd)
+	ft.caps = s.newCapsProxy(f.ProbeTimeout, f.Native)
 	ft.mcpOpts = f.MCP
 	ft.oauth = f.OAuth
+	var err error
 	if ft.mcp, err = s.newMCP(f.MCP); err != nil {
 		return nil, err
 	}
@@ -287,7 +283,7 @@ func (s *Server) capsProbe(c echo.Context, call *native.Probe) (answered bool, e
 // newCapsProxy is the pass-through ReverseProxy (same transport, same header
 // rules: the one relay path and hop-by-hop list) whose ModifyResponse reads
 // Core's capabilities answer to settle the probe d is waiting on.
-func (s *Server) newCapsProxy(timeout time.Duration, d *native.Detector) *httputil.ReverseProxy {
+func (s *Server) newCapsProxy(timeout time.Duration, d Verdict) *httputil.ReverseProxy {
 	rp := s.newPassthrough()
 	passRewrite := rp.Rewrite
 	rp.Rewrite = func(pr *httputil.ProxyRequest) {

@@ -8,8 +8,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bailinghub/knowledge-sidecar/mcpserver"
-	"github.com/bailinghub/knowledge-sidecar/native"
-	"github.com/bailinghub/knowledge-sidecar/turn"
 )
 
 // metrics are the edge's own series. Labels come from closed sets only:
@@ -20,18 +18,11 @@ type metrics struct {
 	inFlight       prometheus.Gauge
 	upstreamErrors *prometheus.CounterVec
 	ready          prometheus.Gauge
-	turns          *prometheus.CounterVec
-	ledgerConflict prometheus.Counter
-	ledgerErrors   prometheus.Counter
-	ledgerFailOpen *prometheus.CounterVec
 	rollout        *prometheus.CounterVec
-	native         *prometheus.GaugeVec
 	reloads        *prometheus.CounterVec
-	turnHints      *prometheus.CounterVec
 	mcpRequests    *prometheus.CounterVec
 	// mcpAnswerBudget is the bytes of proxy.mcp_answer_budget held.
 	mcpAnswerBudget prometheus.Gauge
-	ledgerReleases  *prometheus.CounterVec
 	// byHandler: the pre-resolved series of each handler label (read-only
 	// after newMetrics).
 	byHandler map[string]*handlerSeries
@@ -73,8 +64,8 @@ func (m *metrics) handler(name string) *handlerSeries {
 const namespace = "knowledge_sidecar"
 
 // Label values of the edge's metrics: closed sets, one constant each. The
-// turn feature's own (turns_total{mode,outcome}, ledger_fail_open_total,
-// ledger_releases_total, turn_hints_total) are package turn's.
+// turn feature's series are package turn's (turn.Metrics), the native
+// detector's package native's (native.StateMetric).
 type rolloutDecision string // rollout_decisions_total{decision}
 
 const (
@@ -91,17 +82,6 @@ var (
 	decisions     = []rolloutDecision{decisionEnabled, decisionDisabled, decisionNative, decisionInvalidRoute}
 	reloadResults = []string{"ok", "rejected"} // ObserveReload
 )
-
-// nativeState sets core_protocol_state to state (native.Options.OnState).
-func (m *metrics) nativeState(state native.State) {
-	for _, st := range native.States {
-		v := 0.0
-		if st == state {
-			v = 1
-		}
-		m.native.WithLabelValues(string(st)).Set(v)
-	}
-}
 
 func newMetrics(reg prometheus.Registerer, version string) *metrics {
 	m := &metrics{
@@ -124,41 +104,14 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 		ready: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "ready", Help: "1 while /readyz answers 200.",
 		}),
-		turns: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "turns_total",
-			Help: "Intercepted turns by knowledge delivery mode and outcome.",
-		}, []string{"mode", "outcome"}),
-		ledgerConflict: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Name: "ledger_conflicts_total",
-			Help: "Turn retries refused because the turn is bound to another delivery mode.",
-		}),
-		ledgerErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Name: "ledger_errors_total",
-			Help: "Turn-mode ledger backend failures.",
-		}),
-		ledgerFailOpen: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "ledger_fail_open_total",
-			Help: "Turns without knowledge_delivery forwarded unbound because identity or the ledger could not be reached (reason: identity, ledger).",
-		}, []string{"reason"}),
 		rollout: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "rollout_decisions_total",
 			Help: "Knowledge and turn requests by rollout decision (enabled, disabled, native, invalid_route).",
 		}, []string{"decision"}),
-		native: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "core_protocol_state",
-			Help: "1 for the current native-detection state of the Core (unknown, legacy, native).",
-		}, []string{"state"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "config_reloads_total",
 			Help: "SIGHUP configuration reloads by result (ok, rejected).",
 		}, []string{"result"}),
-	}
-	m.turnHints = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "turn_hints_total",
-		Help: "On-demand turns answered by same-run hints outcome (minted, none, failed, off).",
-	}, []string{"outcome"})
-	for _, o := range turn.MetricLabels.Hints {
-		m.turnHints.WithLabelValues(o)
 	}
 	m.byHandler = map[string]*handlerSeries{}
 	for _, name := range append(routeNames(), handlerPassthrough) {
@@ -167,26 +120,11 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 	for _, k := range upstreamKinds {
 		m.upstreamErrors.WithLabelValues(k)
 	}
-	for _, mode := range turn.MetricLabels.Modes {
-		for _, o := range turn.MetricLabels.Outcomes {
-			m.turns.WithLabelValues(mode, o)
-		}
-	}
-	for _, r := range turn.MetricLabels.FailOpen {
-		m.ledgerFailOpen.WithLabelValues(r)
-	}
 	for _, d := range decisions {
 		m.rollout.WithLabelValues(string(d))
 	}
 	for _, r := range reloadResults {
 		m.reloads.WithLabelValues(r)
-	}
-	m.ledgerReleases = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "ledger_releases_total",
-		Help: "Turn attempts whose share of the turn's ledger records was released, by reason (refused: Core answered 4xx; not_sent: Core never received the request).",
-	}, []string{"reason"})
-	for _, r := range turn.MetricLabels.Releases {
-		m.ledgerReleases.WithLabelValues(r)
 	}
 	m.mcpRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Name: "mcp_requests_total",
@@ -206,9 +144,8 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 	}, []string{"version", "goversion"})
 	build.WithLabelValues(version, runtime.Version()).Set(1)
 	if reg != nil {
-		reg.MustRegister(m.requests, m.duration, m.inFlight, m.upstreamErrors, m.ready, m.turns,
-			m.ledgerConflict, m.ledgerErrors, m.ledgerFailOpen, m.rollout, m.native, m.reloads, m.turnHints, build)
-		reg.MustRegister(m.ledgerReleases, m.mcpRequests, m.mcpAnswerBudget)
+		reg.MustRegister(m.requests, m.duration, m.inFlight, m.upstreamErrors, m.ready, m.rollout, m.reloads, build,
+			m.mcpRequests, m.mcpAnswerBudget)
 	}
 	return m
 }

@@ -93,6 +93,10 @@ func stateOf(ctx context.Context) *reqState {
 	return s
 }
 
+// RequestID is the id the edge gave the request ctx belongs to ("" outside
+// one): what the parts built beside the edge log with their warnings.
+func RequestID(ctx context.Context) string { return requestID(ctx) }
+
 func requestID(ctx context.Context) string {
 	if s := stateOf(ctx); s != nil {
 		return s.id

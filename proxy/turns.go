@@ -14,8 +14,6 @@ import (
 	"strconv"
 
 	"github.com/labstack/echo/v4"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
@@ -316,31 +314,3 @@ func readSized(r io.Reader, size, limit int64) ([]byte, error) {
 		}
 	}
 }
-
-// turnRecorder is what the edge counts, traces and logs of the turn side's
-// work (the Recorder of package turn).
-type turnRecorder struct{ s *Server }
-
-// FailOpen: ledger_fail_open_total, and an event on the request's span when
-// it is traced.
-func (r turnRecorder) FailOpen(ctx context.Context, reason string) {
-	r.s.m.ledgerFailOpen.WithLabelValues(reason).Inc()
-	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.AddEvent("ledger_fail_open", trace.WithAttributes(attribute.String("knowledge_sidecar.reason", reason)))
-	}
-}
-
-func (r turnRecorder) LedgerError() { r.s.m.ledgerErrors.Inc() }
-
-func (r turnRecorder) Released(reason string) { r.s.m.ledgerReleases.WithLabelValues(reason).Inc() }
-
-func (r turnRecorder) ReleaseFailed(ctx context.Context, err error) {
-	r.s.log.LogAttrs(ctx, slog.LevelWarn, "turn ledger release failed; it is retried until it succeeds or the record expires",
-		slog.String("request_id", requestID(ctx)), slog.Any("error", err))
-}
-
-func (r turnRecorder) Hints(outcome string) { r.s.m.turnHints.WithLabelValues(outcome).Inc() }
-
-func (r turnRecorder) Conflict() { r.s.m.ledgerConflict.Inc() }
-
-func (r turnRecorder) Turn(mode, outcome string) { r.s.m.turns.WithLabelValues(mode, outcome).Inc() }

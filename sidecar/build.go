@@ -35,10 +35,12 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/mcpauth"
+	"github.com/bailinghub/knowledge-sidecar/native"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
 	"github.com/bailinghub/knowledge-sidecar/rollout"
 	"github.com/bailinghub/knowledge-sidecar/sharedredis"
 	"github.com/bailinghub/knowledge-sidecar/telemetry"
+	"github.com/bailinghub/knowledge-sidecar/turn"
 )
 
 // ExtraChecks are the Validate checks that live in other packages.
@@ -480,18 +482,26 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 		// The 401 and the RFC 9728 document point hosts at the front.
 		mcpOpts.AuthorizationServers = []string{oa.Issuer()}
 	}
+	// The parts the edge holds by small interfaces: native detection (its
+	// verdict held for probe_interval) and the turn feature's decisions.
+	nd, err := native.New(native.Options{Mode: cfg.NativeDetection, Interval: cfg.ProbeInterval, Prober: client,
+		Now: deps.Now, OnState: native.StateMetric(reg)})
+	if err != nil {
+		return nil, err
+	}
+	ti, err := turn.NewInterceptor(turn.Options{Knowledge: svc, Ledger: led, Recorder: turn.NewMetrics(reg, log, proxy.RequestID),
+		NoHints: !cfg.TurnHints})
+	if err != nil {
+		return nil, err
+	}
 	return &proxy.Features{
-		Knowledge:       svc,
-		Prober:          client,
-		Ledger:          led,
-		Rollout:         pol,
-		NativeDetection: cfg.NativeDetection,
-		ProbeInterval:   cfg.ProbeInterval,
-		ProbeTimeout:    cfg.Core.Timeout,
-		NoTurnHints:     !cfg.TurnHints,
-		MCP:             mcpOpts,
-		OAuth:           front,
-		Now:             deps.Now,
+		Knowledge:    svc,
+		Native:       nd,
+		Turns:        ti,
+		Rollout:      pol,
+		ProbeTimeout: cfg.Core.Timeout,
+		MCP:          mcpOpts,
+		OAuth:        front,
 	}, nil
 }
 

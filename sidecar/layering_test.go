@@ -45,8 +45,11 @@ func TestLayering(t *testing.T) {
 		{dir: "native", ours: []string{"corefacts", "protocol"},
 			forbidden: []string{"github.com/labstack/echo/", "net/http/httputil"}},
 		// The edge reaches Core's adapters only through the decisions:
-		// proxy → knowledge, turn, native → coreclient, catalog.
-		{dir: "proxy", forbidden: []string{mod + "coreclient", mod + "catalog", mod + "breaker", mod + "sidecar", mod + "hostclient"}},
+		// proxy → knowledge, turn, native → coreclient, catalog. It is handed
+		// its parts built (package sidecar assembles them): no ledger, no
+		// host client, no configuration.
+		{dir: "proxy", forbidden: []string{mod + "coreclient", mod + "catalog", mod + "breaker", mod + "sidecar", mod + "hostclient",
+			mod + "ledger", mod + "config"}},
 		{dir: "audit", ours: []string{"corefacts/jsstring", "knowledge", "protocol", "telemetry"},
 			forbidden: []string{"github.com/labstack/echo/", "net/http/httputil"}},
 		// The checker is the independent oracle: its own copy of the wire

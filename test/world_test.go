@@ -26,9 +26,11 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
+	"github.com/bailinghub/knowledge-sidecar/native"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
 	"github.com/bailinghub/knowledge-sidecar/rollout"
 	"github.com/bailinghub/knowledge-sidecar/sidecar"
+	"github.com/bailinghub/knowledge-sidecar/turn"
 )
 
 // World is a complete environment for end-to-end tests: a fresh MariaDB
@@ -246,10 +248,16 @@ func (f *Features) handFeatures(t testing.TB, reg prometheus.Registerer, log *sl
 		t.Fatalf("world: rollout: %v", err)
 	}
 	t.Cleanup(func() { o.Ledger.Close() })
-	return &proxy.Features{
-		Knowledge: svc, Prober: client, Ledger: o.Ledger, Rollout: pol,
-		NativeDetection: o.NativeDetection, ProbeInterval: o.ProbeInterval, Now: o.Now, MCP: o.MCP,
+	nd, err := native.New(native.Options{Mode: o.NativeDetection, Interval: cmp.Or(o.ProbeInterval, time.Minute), Prober: client,
+		Now: o.Now, OnState: native.StateMetric(reg)})
+	if err != nil {
+		t.Fatalf("world: native: %v", err)
 	}
+	ti, err := turn.NewInterceptor(turn.Options{Knowledge: svc, Ledger: o.Ledger, Recorder: turn.NewMetrics(reg, log, proxy.RequestID)})
+	if err != nil {
+		t.Fatalf("world: turns: %v", err)
+	}
+	return &proxy.Features{Knowledge: svc, Native: nd, Turns: ti, Rollout: pol, MCP: o.MCP}
 }
 
 // StartSidecar runs a sidecar in front of the world's Core with features.
