@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -15,7 +14,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
-	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
@@ -36,7 +34,6 @@ func TestWriteErr(t *testing.T) {
 		{"upstream", errUpstream, 502, "upstream_unavailable", nil},
 		{"knowledge error", &knowledge.Error{Status: 404, Code: protocol.CodeRunNotFound, Message: "The run was not found."}, 404, "run_not_found", nil},
 		{"429 with Retry-After", &knowledge.Error{Status: 429, Code: protocol.CodeRateLimited, Message: "Too many.", RetryAfter: 1500 * time.Millisecond}, 429, "rate_limited", map[string]string{"Retry-After": "2"}},
-		{"wrapped ledger conflict", fmt.Errorf("reserve: %w", ledger.ErrConflict), 409, "turn_conflict", nil},
 		{"echo's own", echo.ErrNotFound, 502, "upstream_unavailable", nil},
 		{"anything else: knowledge unavailable", errors.New("dial tcp 10.0.0.7:6379: connection refused"), 503, "knowledge_unavailable", nil},
 	}
