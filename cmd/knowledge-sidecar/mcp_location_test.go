@@ -15,7 +15,11 @@ import (
 // the first page, the page a cursor of this server continues to, a near
 // hit ~74 KB in (a near miss shows no text and says which bytes it
 // searched); a cursor this server did not return gives the page's size and
-// the total.
+// the total. Both servers speak for one Agent Session, whose knowledge
+// requests share the demo's rate limit (burst 20, 10/s): each check reads
+// the text and the structured note of one result, so the test makes 15
+// requests (two capabilities probes, the search, twelve reads of which the
+// near walks take nine) and needs no refill, however fast it runs.
 func TestMCPReadLocation(t *testing.T) {
 	d := startSamples(t, nil)
 	args := []string{"--url", d.base, "--route", demoRoute, "--token-file", writeTokenFile(t, d.token)}
@@ -41,7 +45,8 @@ func TestMCPReadLocation(t *testing.T) {
 	// the text too) starts with where it is.
 	read := func(name string, p *mcpProc, args map[string]any, known bool) (content, cursor string) {
 		t.Helper()
-		v := validOutput(t, mcpserver.ProfileKnowledge, "knowledge_read", p.call(t, "knowledge_read", args))
+		res := p.call(t, "knowledge_read", args)
+		v := validOutput(t, mcpserver.ProfileKnowledge, "knowledge_read", res)
 		content, _ = v["content"].(string)
 		cursor, _ = v["next_cursor"].(string)
 		note, _ := v["note"].(string)
@@ -53,7 +58,7 @@ func TestMCPReadLocation(t *testing.T) {
 		if known {
 			want = "[bytes " + thousands(at) + "–" + thousands(at+len(content)) + " of " + thousands(total) + "] "
 		}
-		if !strings.HasPrefix(note, want) || !strings.Contains(text(p.call(t, "knowledge_read", args)), "\n---\n"+want) {
+		if !strings.HasPrefix(note, want) || !strings.Contains(text(res), "\n---\n"+want) {
 			t.Errorf("%s: note %.120q; want it to start with %q, in the text too", name, note, want)
 		}
 		if tb, _ := v["total_content_bytes"].(float64); int(tb) != total {
