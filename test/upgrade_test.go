@@ -11,6 +11,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -103,6 +104,9 @@ func TestUpgradeCoreMidSession(t *testing.T) {
 	cfg.Rollout = "all"
 	cfg.Ledger.Backend = "memory"
 	cfg.ProbeInterval = probeInterval
+	auditFile := filepath.Join(t.TempDir(), "audit.jsonl")
+	cfg.Audit.Enabled, cfg.Audit.File = true, auditFile
+	cfg.MCP.AuthorizationServers = []string{"https://auth.example"}
 	_, url := serveBuilt(t, cfg, sidecar.Deps{Now: clock.Now, SingleProcess: true})
 	ws := url + "/agent-api/v1/workspaces/" + testdb.RouteMulti
 	c := newClient(t)
@@ -177,6 +181,15 @@ func TestUpgradeCoreMidSession(t *testing.T) {
 		}
 		return a, res
 	}
+	text := func(res *mcp.CallToolResult) string {
+		if len(res.Content) == 0 {
+			return ""
+		}
+		if tc, ok := res.Content[0].(*mcp.TextContent); ok {
+			return tc.Text
+		}
+		return ""
+	}
 	coreCalls := func() int {
 		return legacy.Calls(searchPath) + native.Calls(searchPath) + legacy.Calls(readPath) + native.Calls(readPath)
 	}
@@ -202,11 +215,11 @@ func TestUpgradeCoreMidSession(t *testing.T) {
 	n := coreCalls()
 	mcpFound, res := tool("legacy Core", protocol.SearchTool, map[string]any{"query": testdb.BigDocUnit})
 	if res.IsError || len(mcpFound.Hints) == 0 || !strings.HasPrefix(mcpFound.Hints[0].Ref, "kr2.") {
-		t.Fatalf("MCP search, legacy Core: %+v %s; want the sidecar's hints", res.Content, mcpFound.Raw)
+		t.Fatalf("MCP search, legacy Core: %q %s; want the sidecar's hints", text(res), mcpFound.Raw)
 	}
 	mcpPage, res := tool("legacy Core", protocol.ReadTool, map[string]any{"ref": ref})
 	if res.IsError || mcpPage.Content == "" {
-		t.Fatalf("MCP read, legacy Core: %+v; want the sidecar's page", res.Content)
+		t.Fatalf("MCP read, legacy Core: %q; want the sidecar's page", text(res))
 	}
 	if got := coreCalls() - n; got != 0 {
 		t.Errorf("MCP session, legacy Core: Core's knowledge endpoints asked %d times; want the sidecar's answers", got)
@@ -220,26 +233,42 @@ func TestUpgradeCoreMidSession(t *testing.T) {
 
 	// The MCP endpoint keeps answering the same session: a new search is
 	// the native Core's answer, a read of the pre-flip ref continues from
-	// the sidecar, a foreign ref is the native Core's to judge.
+	// the sidecar, a foreign ref is the native Core's to judge. The audit
+	// records what the sidecar disclosed: the read of its own ref only.
+	audited := len(readAudit(t, auditFile))
 	n = native.Calls(searchPath)
 	if a, res := tool("native Core", protocol.SearchTool, map[string]any{"query": testdb.BigDocUnit}); res.IsError ||
 		len(a.Hints) != 0 || native.Calls(searchPath) != n+1 {
-		t.Errorf("MCP search after the flip: %+v %s (native Core searches +%d); want the native Core's answer",
-			res.Content, a.Raw, native.Calls(searchPath)-n)
+		t.Errorf("MCP search after the flip: %q %s (native Core searches +%d); want the native Core's answer",
+			text(res), a.Raw, native.Calls(searchPath)-n)
 	}
 	n = coreCalls()
 	if a, res := tool("native Core", protocol.ReadTool, map[string]any{"ref": ref}); res.IsError || a.Content != mcpPage.Content {
-		t.Errorf("MCP read of the pre-flip ref after the flip: %+v; want the sidecar's page as before", res.Content)
+		t.Errorf("MCP read of the pre-flip ref after the flip: %.200q; want the sidecar's page as before", text(res))
 	}
 	if got := coreCalls() - n; got != 0 {
 		t.Errorf("MCP read of the pre-flip ref after the flip reached Core %d times; want the sidecar's answer", got)
 	}
 	n = native.Calls(readPath)
 	_, res = tool("native Core", protocol.ReadTool, map[string]any{"ref": "knowledge:1"})
-	if !res.IsError || native.Calls(readPath) != n+1 ||
-		!strings.HasPrefix(res.Content[0].(*mcp.TextContent).Text, string(protocol.CodeReferenceInvalid)) {
-		t.Errorf("MCP read of a foreign ref after the flip: %+v (native Core reads +%d); want the native Core's refusal",
-			res.Content, native.Calls(readPath)-n)
+	if !res.IsError || native.Calls(readPath) != n+1 || !strings.HasPrefix(text(res), string(protocol.CodeReferenceInvalid)) {
+		t.Errorf("MCP read of a foreign ref after the flip: %.200q (native Core reads +%d); want the native Core's refusal",
+			text(res), native.Calls(readPath)-n)
+	}
+	if evs := readAudit(t, auditFile)[audited:]; len(evs) != 1 || evs[0].Endpoint != "mcp:"+protocol.ReadTool ||
+		evs[0].Status == "refused" || len(evs[0].Documents) == 0 {
+		t.Errorf("MCP tool calls after the flip audited %+v; want one event, the sidecar's read of its own ref", evs)
+	}
+	// The endpoint's RFC 9728 document and 401 challenge are still the sidecar's.
+	meta := send(t, c, "GET", url+"/.well-known/oauth-protected-resource/agent-api/v1/workspaces/"+testdb.RouteMulti+"/knowledge/mcp", "", nil, nil)
+	if meta.Status != 200 || !strings.Contains(string(meta.Body), "https://auth.example") {
+		t.Errorf("MCP metadata after the flip: %d %s; want the sidecar's document", meta.Status, meta.Body)
+	}
+	anon := send(t, c, "POST", ws+"/knowledge/mcp", "", []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`),
+		map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream"})
+	if anon.Status != 401 || !strings.Contains(anon.Header.Get("WWW-Authenticate"), "resource_metadata=") {
+		t.Errorf("MCP request without a bearer after the flip: %d %q; want the sidecar's 401 challenge",
+			anon.Status, anon.Header.Get("WWW-Authenticate"))
 	}
 
 	// The chain started before the flip continues through the sidecar.
