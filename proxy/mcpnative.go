@@ -55,6 +55,17 @@ func (s *Server) nativeMCP(c echo.Context, key corefacts.RouteKey) bool {
 		s.feat.rollout.Load().Enabled(c.Param("route")) && s.feat.native.IsNative()
 }
 
+// mcpWrongMethod answers the MCP endpoint asked with another method than
+// POST: 405 with Allow wherever the endpoint is the sidecar's (as
+// wrongMethod, and after a flip to native: nativeMCP), pass-through
+// otherwise.
+func (s *Server) mcpWrongMethod(c echo.Context) error {
+	if key := routeKey(c); !s.decide(c, key) && !s.nativeMCP(c, key) {
+		return s.passH(c)
+	}
+	return errMethodNotAllowed(http.MethodPost)
+}
+
 // askNative sends a tool's protocol request to the native Core as the MCP
 // request's caller. Core's refusal comes back as a refusal (its code,
 // message and Retry-After become the tool error); an answer that is no

@@ -259,7 +259,11 @@ func TestUpgradeCoreMidSession(t *testing.T) {
 		evs[0].Status == "refused" || len(evs[0].Documents) == 0 {
 		t.Errorf("MCP tool calls after the flip audited %+v; want one event, the sidecar's read of its own ref", evs)
 	}
-	// The endpoint's RFC 9728 document and 401 challenge are still the sidecar's.
+	// The endpoint's RFC 9728 document, its 401 challenge and its 405 are
+	// still the sidecar's.
+	if get := send(t, c, "GET", ws+"/knowledge/mcp", w.TokenA, nil, nil); get.Status != 405 || get.Header.Get("Allow") != "POST" {
+		t.Errorf("GET of the MCP endpoint after the flip: %d (Allow %q); want the sidecar's 405", get.Status, get.Header.Get("Allow"))
+	}
 	meta := send(t, c, "GET", url+"/.well-known/oauth-protected-resource/agent-api/v1/workspaces/"+testdb.RouteMulti+"/knowledge/mcp", "", nil, nil)
 	if meta.Status != 200 || !strings.Contains(string(meta.Body), "https://auth.example") {
 		t.Errorf("MCP metadata after the flip: %d %s; want the sidecar's document", meta.Status, meta.Body)
