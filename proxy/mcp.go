@@ -46,6 +46,11 @@ type MCPOptions struct {
 	// proxy.mcp_answer_budget; 0: its default, negative: no budget); one
 	// client address holds at most a quarter of it, but at least 8 MiB.
 	AnswerBudget int64
+	// Native, when set, keeps the endpoint answering on a rolled-out
+	// workspace whose Core is native: its tools then call Core's own
+	// knowledge endpoints through it (mcpnative.go). nil: such a request
+	// passes through to Core.
+	Native NativeKnowledge
 }
 
 // mcpShareFloor is the least share of the MCP answer budget one client
@@ -105,16 +110,21 @@ func (s *Server) newMCP(o MCPOptions) (*mcpserver.HTTP, error) {
 // mcp serves POST …/knowledge/mcp: rollout and native detection as for the
 // other knowledge endpoints, then identity (401 with its challenge), the
 // profile and the body (413), then the SDK's handler with the caller in the
-// context.
+// context. After a flip to a native Core the endpoint is still served
+// (nativeMCP), with the verdict in the caller.
 func (s *Server) mcp(c echo.Context) error {
 	key := routeKey(c)
+	native := false
 	if !s.decide(c, key) {
-		return s.passH(c)
+		if !s.nativeMCP(c, key) {
+			return s.passH(c)
+		}
+		native = true // served still, its tools asking the native Core
 	}
 	r := c.Request()
 	authz := r.Header.Get("Authorization")
 	call := &mcpCall{authorization: authz, route: key, traceTrusted: s.fw.traceTrusted(s.fw.isTrusted(r.RemoteAddr)),
-		client: s.fw.clientOf(r)}
+		client: s.fw.clientOf(r), native: native}
 	ctx := r.Context()
 	sess, err := s.feat.k.Authenticate(ctx, authz)
 	// The edge's own refusals below are audited; a tool call audits its
@@ -190,10 +200,11 @@ func quotedStringEscape(v string) string {
 
 // mcpMetadata serves the RFC 9728 document of a workspace's MCP endpoint
 // when authorization servers are configured; otherwise, and for a
-// workspace the sidecar does not serve, the request is Core's.
+// workspace whose MCP endpoint the sidecar does not serve (mcp), the
+// request is Core's.
 func (s *Server) mcpMetadata(c echo.Context) error {
 	key := routeKey(c)
-	if len(s.feat.mcpOpts.AuthorizationServers) == 0 || !s.decide(c, key) {
+	if len(s.feat.mcpOpts.AuthorizationServers) == 0 || !s.decide(c, key) && !s.nativeMCP(c, key) {
 		return s.passH(c)
 	}
 	r := c.Request()
@@ -240,6 +251,9 @@ type mcpCall struct {
 	route         corefacts.RouteKey
 	traceTrusted  bool
 	client        clientKey // the answer budget's share it takes from
+	// native: the Core was native when the request was decided; its tools
+	// ask Core's knowledge endpoints (mcpnative.go).
+	native bool
 }
 
 func mcpCallOf(ctx context.Context) *mcpCall {
@@ -250,19 +264,29 @@ func mcpCallOf(ctx context.Context) *mcpCall {
 }
 
 // mcpKnowledge is mcpserver's Knowledge in process: a tool's protocol
-// request goes to the knowledge service as the caller of the MCP request;
+// request goes to the knowledge service as the caller of the MCP request
+// (after a flip to native, to Core's endpoints: mcpnative.go);
 // a failure comes back as the knowledge error it is answered with (its
 // Refusal is the tool error), a 5xx cause logged here as on every path.
 type mcpKnowledge struct{ s *Server }
 
 func (m mcpKnowledge) Search(ctx context.Context, body []byte) ([]byte, error) {
 	call, ctx := m.caller(ctx)
+	if call.native {
+		return m.askNative(ctx, call, nativeSearch, body)
+	}
 	out, err := m.s.feat.k.Search(ctx, call.authorization, call.route, bytes.NewReader(body))
 	return out, m.fail(ctx, err)
 }
 
+// Read answers a read in process unless the request's Core is native and
+// the ref (and cursor) are not the sidecar's own: a chain the sidecar
+// issued before the flip ends here, as for a plain read (upgrade.go).
 func (m mcpKnowledge) Read(ctx context.Context, body []byte) ([]byte, error) {
 	call, ctx := m.caller(ctx)
+	if call.native && !m.s.feat.k.IssuedHere(body) {
+		return m.askNative(ctx, call, nativeRead, body)
+	}
 	out, err := m.s.feat.k.Read(ctx, call.authorization, call.route, bytes.NewReader(body))
 	return out, m.fail(ctx, err)
 }

@@ -64,7 +64,10 @@ const passDrainLimit = 256 << 10
 func (s *Server) register(e *echo.Echo) {
 	for _, rt := range routes {
 		other := s.passH
-		if rt.knowledge {
+		switch {
+		case rt.path == pathMCP:
+			other = s.mcpWrongMethod // the sidecar's after a flip too
+		case rt.knowledge:
 			other = s.wrongMethod(rt.method)
 		}
 		// Every method is claimed first, then the route's own method gets

@@ -456,7 +456,7 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 	pol, _ := rollout.Parse(cfg.Rollout)     // validated
 	a.rollout.Store(&pol)
 	mcpOpts := proxy.MCPOptions{AuthorizationServers: cfg.MCP.AuthorizationServers, Scopes: cfg.MCP.Scopes,
-		PublicURL: cfg.MCP.PublicURL, AnswerBudget: cfg.Proxy.MCPAnswerBudget}
+		PublicURL: cfg.MCP.PublicURL, AnswerBudget: cfg.Proxy.MCPAnswerBudget, Native: newNativeMCP(cfg, a.coreTLS)}
 	// oauth_requests_total exists (at 0) whether or not the front is on.
 	oauthRequests := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "knowledge_sidecar", Name: "oauth_requests_total",

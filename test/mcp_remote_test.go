@@ -269,22 +269,32 @@ func TestMCPRemoteAudit(t *testing.T) {
 }
 
 // TestMCPRemoteNativeCore: with a Core that serves the protocol natively
-// the MCP endpoint is Core's: the request, bearer and body, goes through
-// untouched and the sidecar asks Core's identity nothing for it.
+// the MCP endpoint is still the sidecar's (Core has none, SPEC §8.2):
+// nothing reaches Core's …/knowledge/mcp, and a tool's search is sent to
+// Core's native search endpoint with the host's bearer and the tool's
+// protocol request.
 func TestMCPRemoteNativeCore(t *testing.T) {
-	kw := newKWorld(t, fakecore.Options{SystemInfo: true})
+	kw := newKWorld(t, fakecore.Options{SystemInfo: true, Native: true})
 	sc := kw.start(t, kopts{FeatureOptions: FeatureOptions{NativeDetection: "always"}})
-	path := "/agent-api/v1/workspaces/" + testdb.RouteMulti + "/knowledge/mcp"
+	ws := "/agent-api/v1/workspaces/" + testdb.RouteMulti
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	mark := kw.rec.mark()
-	body := `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`
-	status, _, _ := Call(t, kw.c, "POST", sc.URL+path, kw.TokenA, json.RawMessage(body))
-	fwd := kw.rec.since(mark, path)
-	if status != http.StatusNotFound || len(fwd) != 1 || len(kw.rec.since(mark, "/agent-auth/")) != 0 {
-		t.Fatalf("native Core: %d, %d forwarded, identity asked %d times; want Core's 404, forwarded once, no identity call",
-			status, len(fwd), len(kw.rec.since(mark, "/agent-auth/")))
+	cs := connectRemote(t, ctx, sc.WS(testdb.RouteMulti)+"/knowledge/mcp", kw.TokenA)
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: protocol.SearchTool, Arguments: map[string]any{"query": refundQuery}})
+	if err != nil || res.IsError {
+		t.Fatalf("search through a native Core: %v %+v", err, res)
 	}
-	if string(fwd[0].Body) != body || fwd[0].Header.Get("Authorization") != "Bearer "+kw.TokenA {
-		t.Errorf("forwarded %q with %q; want the request as sent", fwd[0].Body, fwd[0].Header.Get("Authorization"))
+	if n := len(kw.rec.since(mark, ws+"/knowledge/mcp")); n != 0 {
+		t.Errorf("native Core: %d MCP requests forwarded to Core; want the sidecar to answer them", n)
+	}
+	fwd := kw.rec.since(mark, ws+"/knowledge/search")
+	if len(fwd) != 1 {
+		t.Fatalf("native Core: %d searches sent to Core; want the tool's one", len(fwd))
+	}
+	if fwd[0].Header.Get("Authorization") != "Bearer "+kw.TokenA || !strings.Contains(string(fwd[0].Body), refundQuery) {
+		t.Errorf("Core's search got %q with %q; want the tool's request with the host's bearer",
+			fwd[0].Body, fwd[0].Header.Get("Authorization"))
 	}
 }
 

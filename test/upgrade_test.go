@@ -8,18 +8,23 @@ package test
 // database and the same address (a switchable handler), and back.
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 	"github.com/bailinghub/knowledge-sidecar/sidecar"
 )
 
@@ -99,6 +104,9 @@ func TestUpgradeCoreMidSession(t *testing.T) {
 	cfg.Rollout = "all"
 	cfg.Ledger.Backend = "memory"
 	cfg.ProbeInterval = probeInterval
+	auditFile := filepath.Join(t.TempDir(), "audit.jsonl")
+	cfg.Audit.Enabled, cfg.Audit.File = true, auditFile
+	cfg.MCP.AuthorizationServers = []string{"https://auth.example"}
 	_, url := serveBuilt(t, cfg, sidecar.Deps{Now: clock.Now, SingleProcess: true})
 	ws := url + "/agent-api/v1/workspaces/" + testdb.RouteMulti
 	c := newClient(t)
@@ -151,6 +159,41 @@ func TestUpgradeCoreMidSession(t *testing.T) {
 		return a
 	}
 
+	// One MCP session of a host through the sidecar's remote endpoint,
+	// across the flip (SPEC §8.2): its tools' answers read as the
+	// protocol's JSON (structuredContent).
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	session := connectRemote(t, ctx, ws+"/knowledge/mcp", w.TokenA)
+	tool := func(step, name string, args map[string]any) (upgradeAnswer, *mcp.CallToolResult) {
+		t.Helper()
+		res, err := session.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+		if err != nil {
+			t.Fatalf("%s: %s: %v", step, name, err)
+		}
+		var a upgradeAnswer
+		if !res.IsError {
+			raw, _ := json.Marshal(res.StructuredContent)
+			a.Raw = string(raw)
+			if err := json.Unmarshal(raw, &a); err != nil {
+				t.Fatalf("%s: %s: %s: %v", step, name, raw, err)
+			}
+		}
+		return a, res
+	}
+	text := func(res *mcp.CallToolResult) string {
+		if len(res.Content) == 0 {
+			return ""
+		}
+		if tc, ok := res.Content[0].(*mcp.TextContent); ok {
+			return tc.Text
+		}
+		return ""
+	}
+	coreCalls := func() int {
+		return legacy.Calls(searchPath) + native.Calls(searchPath) + legacy.Calls(readPath) + native.Calls(readPath)
+	}
+
 	// Before the upgrade: the sidecar serves the protocol; a read chain starts.
 	before := sidecarSearch("legacy Core")
 	var ref string
@@ -168,12 +211,69 @@ func TestUpgradeCoreMidSession(t *testing.T) {
 	}
 	cursor := *page1.NextCursor
 	page2 := sidecarRead("legacy Core, page 2", map[string]any{"ref": ref, "cursor": cursor, "max_bytes": 4096})
+	// The MCP session searches and reads through the sidecar as well.
+	n := coreCalls()
+	mcpFound, res := tool("legacy Core", protocol.SearchTool, map[string]any{"query": testdb.BigDocUnit})
+	if res.IsError || len(mcpFound.Hints) == 0 || !strings.HasPrefix(mcpFound.Hints[0].Ref, "kr2.") {
+		t.Fatalf("MCP search, legacy Core: %q %s; want the sidecar's hints", text(res), mcpFound.Raw)
+	}
+	mcpPage, res := tool("legacy Core", protocol.ReadTool, map[string]any{"ref": ref})
+	if res.IsError || mcpPage.Content == "" {
+		t.Fatalf("MCP read, legacy Core: %q; want the sidecar's page", text(res))
+	}
+	if got := coreCalls() - n; got != 0 {
+		t.Errorf("MCP session, legacy Core: Core's knowledge endpoints asked %d times; want the sidecar's answers", got)
+	}
 
 	// Core restarts as a native version on the same database and address.
 	sw.cur.Store(native)
 	sidecarSearch("native Core, verdict still held") // probe_interval bounds how soon a flip is seen
 	clock.Advance(probeInterval)
 	nativeSearch("native Core, after probe_interval")
+
+	// The MCP endpoint keeps answering the same session: a new search is
+	// the native Core's answer, a read of the pre-flip ref continues from
+	// the sidecar, a foreign ref is the native Core's to judge. The audit
+	// records what the sidecar disclosed: the read of its own ref only.
+	audited := len(readAudit(t, auditFile))
+	n = native.Calls(searchPath)
+	if a, res := tool("native Core", protocol.SearchTool, map[string]any{"query": testdb.BigDocUnit}); res.IsError ||
+		len(a.Hints) != 0 || native.Calls(searchPath) != n+1 {
+		t.Errorf("MCP search after the flip: %q %s (native Core searches +%d); want the native Core's answer",
+			text(res), a.Raw, native.Calls(searchPath)-n)
+	}
+	n = coreCalls()
+	if a, res := tool("native Core", protocol.ReadTool, map[string]any{"ref": ref}); res.IsError || a.Content != mcpPage.Content {
+		t.Errorf("MCP read of the pre-flip ref after the flip: %.200q; want the sidecar's page as before", text(res))
+	}
+	if got := coreCalls() - n; got != 0 {
+		t.Errorf("MCP read of the pre-flip ref after the flip reached Core %d times; want the sidecar's answer", got)
+	}
+	n = native.Calls(readPath)
+	_, res = tool("native Core", protocol.ReadTool, map[string]any{"ref": "knowledge:1"})
+	if !res.IsError || native.Calls(readPath) != n+1 || !strings.HasPrefix(text(res), string(protocol.CodeReferenceInvalid)) {
+		t.Errorf("MCP read of a foreign ref after the flip: %.200q (native Core reads +%d); want the native Core's refusal",
+			text(res), native.Calls(readPath)-n)
+	}
+	if evs := readAudit(t, auditFile)[audited:]; len(evs) != 1 || evs[0].Endpoint != "mcp:"+protocol.ReadTool ||
+		evs[0].Status == "refused" || len(evs[0].Documents) == 0 {
+		t.Errorf("MCP tool calls after the flip audited %+v; want one event, the sidecar's read of its own ref", evs)
+	}
+	// The endpoint's RFC 9728 document, its 401 challenge and its 405 are
+	// still the sidecar's.
+	if get := send(t, c, "GET", ws+"/knowledge/mcp", w.TokenA, nil, nil); get.Status != 405 || get.Header.Get("Allow") != "POST" {
+		t.Errorf("GET of the MCP endpoint after the flip: %d (Allow %q); want the sidecar's 405", get.Status, get.Header.Get("Allow"))
+	}
+	meta := send(t, c, "GET", url+"/.well-known/oauth-protected-resource/agent-api/v1/workspaces/"+testdb.RouteMulti+"/knowledge/mcp", "", nil, nil)
+	if meta.Status != 200 || !strings.Contains(string(meta.Body), "https://auth.example") {
+		t.Errorf("MCP metadata after the flip: %d %s; want the sidecar's document", meta.Status, meta.Body)
+	}
+	anon := send(t, c, "POST", ws+"/knowledge/mcp", "", []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`),
+		map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream"})
+	if anon.Status != 401 || !strings.Contains(anon.Header.Get("WWW-Authenticate"), "resource_metadata=") {
+		t.Errorf("MCP request without a bearer after the flip: %d %q; want the sidecar's 401 challenge",
+			anon.Status, anon.Header.Get("WWW-Authenticate"))
+	}
 
 	// The chain started before the flip continues through the sidecar.
 	again := sidecarRead("native Core, old ref", map[string]any{"ref": ref, "max_bytes": 4096})
@@ -229,7 +329,7 @@ func TestUpgradeCoreMidSession(t *testing.T) {
 	sw.cur.Store(native)
 	clock.Advance(5*time.Minute + time.Second)
 	nativeSearch("native again")
-	n := native.Calls(readPath)
+	n = native.Calls(readPath)
 	expired := call("read", map[string]any{"ref": ref, "cursor": cursor, "max_bytes": 4096})
 	if native.Calls(readPath) != n+1 {
 		t.Errorf("expired sidecar ref after the flip: got %d %s; want it passed to the native Core", expired.Status, expired.Raw)
