@@ -27,7 +27,7 @@ import (
 func TestTurnRefusedAttemptsLeaveNoRecord(t *testing.T) {
 	w := NewWorld(t, WorldOptions{})
 	l := ledger.NewMemory(100_000, time.Hour, nil)
-	// wired by hand: the test reads the memory ledger (Len) (no sidecar.Deps hook for a ledger)
+	// sidecar.Deps hook: the test reads the memory ledger (Len)
 	side := w.StartSidecar(t, FeatureOptions{Ledger: l})
 	c := newClient(t)
 	route := testdb.RouteMulti
@@ -69,7 +69,7 @@ func TestTurnRefusedAttemptsLeaveNoRecord(t *testing.T) {
 func TestTurnSessionCannotEvictAnother(t *testing.T) {
 	w := NewWorld(t, WorldOptions{})
 	l := ledger.NewMemory(40, time.Hour, nil) // 10 records (5 turns) per session
-	// wired by hand: the test reads the memory ledger (SessionCap, Len) (no sidecar.Deps hook for a ledger)
+	// sidecar.Deps hook: the test reads the memory ledger (SessionCap, Len)
 	side := w.StartSidecar(t, FeatureOptions{Ledger: l})
 	c := newClient(t)
 	route := testdb.RouteMulti
@@ -118,7 +118,7 @@ func TestTurnClientAbort(t *testing.T) {
 		}
 		return base.RoundTrip(r)
 	})
-	// wired by hand: a pass-through transport that cancels mid-turn (no sidecar.Deps hook for the transport)
+	// sidecar.Deps hook: a pass-through transport that cancels mid-turn
 	side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Transport: tr, Features: w.Features(t, FeatureOptions{})})
 	c := newClient(t)
 	route := testdb.RouteMulti
@@ -177,7 +177,7 @@ func TestTurnClientAbort(t *testing.T) {
 func TestTurnRecordsRateLimited(t *testing.T) {
 	w := NewWorld(t, WorldOptions{})
 	l := ledger.NewMemory(1000, time.Hour, nil)
-	// wired by hand: the test reads the memory ledger (Len) (no sidecar.Deps hook for a ledger)
+	// sidecar.Deps hook: the test reads the memory ledger (Len)
 	side := w.StartSidecar(t, FeatureOptions{Ledger: l, RateLimit: 0.001, RateBurst: 2})
 	c := newClient(t)
 	route := testdb.RouteMulti

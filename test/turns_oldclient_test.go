@@ -56,7 +56,7 @@ func TestTurnOldClientsSeeCore(t *testing.T) {
 		t.Fatal(err)
 	}
 	tap, side := w.startTapped(t, FeatureOptions{})
-	// wired by hand: a ledger on a dead Redis with short timeouts (no sidecar.Deps hook for a ledger)
+	// sidecar.Deps hook: a ledger on a dead Redis with short timeouts
 	sideNoLedger := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{Ledger: deadRedis})})
 	c := newClient(t)
 	route := testdb.RouteMulti

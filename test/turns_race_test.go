@@ -93,7 +93,7 @@ func raceSetups(t *testing.T) []raceSetup {
 	mk := func(name string, l1, l2 ledger.Ledger) {
 		w := NewWorld(t, WorldOptions{})
 		tap := newCoreTap(t, w.Core)
-		// wired by hand: the two replicas' ledgers are the race under test (no sidecar.Deps hook for a ledger)
+		// sidecar.Deps hook: the two replicas' ledgers are the race under test
 		s1 := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{Ledger: l1})})
 		s2 := s1
 		if l2 != nil {
@@ -274,7 +274,7 @@ func TestTurnOutageWhileOnDemandInFlight(t *testing.T) {
 		t.Run(outage, func(t *testing.T) {
 			relay, l, _ := redisRelay(t)
 			w := NewWorld(t, WorldOptions{})
-			// wired by hand: a ledger behind a relay the test cuts (no sidecar.Deps hook for a ledger)
+			// sidecar.Deps hook: a ledger behind a relay the test cuts
 			tap, side := w.startTapped(t, FeatureOptions{Ledger: l})
 			c := newClient(t)
 			route := testdb.RouteMulti

@@ -1004,7 +1004,7 @@ func TestTurnLedgerSharedRedis(t *testing.T) {
 	la := sharedRedisLedger(t, prefix)
 	lb := sharedRedisLedger(t, prefix)
 	w := NewWorld(t, WorldOptions{})
-	// wired by hand: two Redis ledgers under a per-test key prefix (no sidecar.Deps hook for a ledger)
+	// sidecar.Deps hook: two Redis ledgers under a per-test key prefix
 	a := w.StartSidecar(t, FeatureOptions{Ledger: la})
 	b := w.StartSidecar(t, FeatureOptions{Ledger: lb})
 	c := newClient(t)
@@ -1073,7 +1073,7 @@ func TestTurnLedgerRedisDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := NewWorld(t, WorldOptions{})
-	// wired by hand: a ledger on a dead Redis with short timeouts (no sidecar.Deps hook for a ledger)
+	// sidecar.Deps hook: a ledger on a dead Redis with short timeouts
 	side := w.StartSidecar(t, FeatureOptions{Ledger: l})
 	c := newClient(t)
 	route := testdb.RouteMulti

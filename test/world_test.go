@@ -15,19 +15,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/bailinghub/knowledge-sidecar/breaker"
-	"github.com/bailinghub/knowledge-sidecar/catalog"
 	"github.com/bailinghub/knowledge-sidecar/config"
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
-	"github.com/bailinghub/knowledge-sidecar/rollout"
 	"github.com/bailinghub/knowledge-sidecar/sidecar"
 )
 
@@ -110,8 +105,7 @@ func NewWorld(t testing.TB, o WorldOptions) *World {
 }
 
 // FeatureOptions choose how a sidecar of the world runs its features. Each
-// maps to the configuration field named, except the two Build cannot take
-// (Ledger, SharedLimiter; see handFeatures).
+// maps to the configuration field named, or to the sidecar.Deps field named.
 type FeatureOptions struct {
 	Rollout         string           // rollout; default "all"
 	NativeDetection string           // native_detection; default "auto"
@@ -135,10 +129,11 @@ type FeatureOptions struct {
 	// mcp.scopes, mcp.public_url and proxy.mcp_answer_budget.
 	MCP proxy.MCPOptions
 
-	// Ledger replaces the turn ledger; set, the sidecar is wired by hand.
+	// Ledger replaces the turn ledger (sidecar.Deps.Ledger; default: the
+	// configured in-memory one); it is closed at test cleanup.
 	Ledger ledger.Ledger
-	// SharedLimiter is the replicas' shared rate limit (default none: local
-	// buckets); set, the sidecar is wired by hand.
+	// SharedLimiter is the replicas' shared rate limit
+	// (sidecar.Deps.SharedLimiter; default none: local buckets).
 	SharedLimiter knowledge.SharedLimiter
 }
 
@@ -168,9 +163,6 @@ func (w *World) Features(t testing.TB, o FeatureOptions) *Features {
 	return &Features{w: w, o: o}
 }
 
-// byHand reports whether the options need what sidecar.Build cannot take.
-func (f *Features) byHand() bool { return f != nil && (f.o.Ledger != nil || f.o.SharedLimiter != nil) }
-
 // configure sets the knowledge part of cfg and deps.
 func (f *Features) configure(cfg *config.Config, deps *sidecar.Deps) {
 	o := f.o
@@ -186,6 +178,7 @@ func (f *Features) configure(cfg *config.Config, deps *sidecar.Deps) {
 	cfg.MCP.AuthorizationServers, cfg.MCP.Scopes, cfg.MCP.PublicURL = o.MCP.AuthorizationServers, o.MCP.Scopes, o.MCP.PublicURL
 	cfg.Proxy.MCPAnswerBudget = cmp.Or(o.MCP.AnswerBudget, cfg.Proxy.MCPAnswerBudget)
 	deps.Now = o.Now
+	deps.Ledger, deps.SharedLimiter = o.Ledger, o.SharedLimiter
 	if o.Logger != nil {
 		deps.Logger = o.Logger
 	}
@@ -196,59 +189,6 @@ func breakerConfig(s breaker.Settings, def config.Breaker) config.Breaker {
 	return config.Breaker{
 		Failures: cmp.Or(s.Failures, def.Failures), Window: cmp.Or(s.Window, def.Window),
 		OpenTimeout: cmp.Or(s.OpenTimeout, def.OpenTimeout), HalfOpenMax: cmp.Or(s.HalfOpenMax, def.HalfOpenMax),
-	}
-}
-
-// handFeatures wires the features by hand, for the options sidecar.Build
-// cannot take: a given turn ledger (a failing or Redis-topology one) and a
-// given shared rate limiter. sidecar.Deps has no hook for either.
-func (f *Features) handFeatures(t testing.TB, reg prometheus.Registerer, log *slog.Logger) *proxy.Features {
-	t.Helper()
-	w, o := f.w, f.o
-	if o.Ledger == nil {
-		o.Ledger = ledger.NewMemory(1000, time.Hour, time.Now)
-	}
-	if o.Logger != nil {
-		log = o.Logger
-	}
-	client, err := coreclient.NewClient(coreclient.Options{
-		BaseURL: w.CoreURL, ServiceToken: w.ServiceToken, Metrics: coreclient.NewMetrics(reg), ProbeInterval: o.ProbeInterval,
-		Now: o.Now, Timeout: o.CoreTimeout, Identity: o.Identity, Retrieval: o.Retrieval,
-	})
-	if err != nil {
-		t.Fatalf("world: core client: %v", err)
-	}
-	cat, err := catalog.Open(catalog.Options{DSN: w.DB.ReadOnlyDSN, Metrics: catalog.NewMetrics(reg), QueryTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatalf("world: catalog: %v", err)
-	}
-	t.Cleanup(func() { cat.Close() })
-	if err := cat.CheckSchema(context.Background()); err != nil {
-		t.Fatalf("world: schema: %v", err)
-	}
-	gated := catalog.NewSchemaGate(cat, 0, o.Now, reg)
-	if err := gated.Check(context.Background()); err != nil {
-		t.Fatalf("world: schema: %v", err)
-	}
-	keys, err := knowledge.NewKeyring(o.SigningKeys, w.ServiceToken)
-	if err != nil {
-		t.Fatalf("world: keys: %v", err)
-	}
-	svc, err := knowledge.New(knowledge.Options{
-		Identity: client, Retriever: client, Catalog: gated, Tasks: gated, Keys: keys, Now: o.Now,
-		RateLimit: o.RateLimit, RateBurst: o.RateBurst, SharedLimiter: o.SharedLimiter, Logger: log, Registerer: reg,
-	})
-	if err != nil {
-		t.Fatalf("world: knowledge: %v", err)
-	}
-	pol, err := rollout.Parse(o.Rollout)
-	if err != nil {
-		t.Fatalf("world: rollout: %v", err)
-	}
-	t.Cleanup(func() { o.Ledger.Close() })
-	return &proxy.Features{
-		Knowledge: svc, Prober: client, Ledger: o.Ledger, Rollout: pol,
-		NativeDetection: o.NativeDetection, ProbeInterval: o.ProbeInterval, Now: o.Now, MCP: o.MCP,
 	}
 }
 
