@@ -533,9 +533,7 @@ func TestTurnOnUnknownRoute(t *testing.T) {
 		for _, mode := range []string{"inline", "on_demand"} {
 			t.Run(route+"/"+mode, func(t *testing.T) {
 				ti := newTurn(route + "-" + mode)
-				n := tap.count()
-				r := send(t, c, "POST", turnsURL(side, route), w.TokenA, ti.body(modeJSON(mode)), nil)
-				e := tap.oneSince(t, n)
+				r, e := tap.post(t, c, turnsURL(side, route), w.TokenA, ti.body(modeJSON(mode)), nil)
 				if bytes.Contains(e.ReqBody, []byte("knowledge_delivery")) {
 					t.Errorf("Core received the field: %s", e.ReqBody)
 				}

@@ -88,9 +88,7 @@ func TestTurnEncodedBodies(t *testing.T) {
 				if tc.label != "" {
 					hdr = map[string]string{"Content-Encoding": tc.label}
 				}
-				n := tap.count()
-				r := send(t, c, "POST", turnsURL(side, route), w.TokenA, sent, hdr)
-				e := tap.oneSince(t, n)
+				r, e := tap.post(t, c, turnsURL(side, route), w.TokenA, sent, hdr)
 				if !bytes.Equal(e.ReqBody, sent) || e.ReqHeader.Get("Content-Encoding") != tc.label {
 					t.Fatalf("Core received %d bytes (Content-Encoding %q); want the client's %d bytes and label %q",
 						len(e.ReqBody), e.ReqHeader.Get("Content-Encoding"), len(sent), tc.label)
@@ -125,9 +123,7 @@ func TestTurnEncodedBodies(t *testing.T) {
 		t.Run("labelled/"+label+"/absent", func(t *testing.T) {
 			sent := newTurn("lab-absent-" + label).body("")
 			hdr := map[string]string{"Content-Encoding": label}
-			n := tap.count()
-			r := send(t, c, "POST", turnsURL(side, route), w.TokenA, sent, hdr)
-			e := tap.oneSince(t, n)
+			r, e := tap.post(t, c, turnsURL(side, route), w.TokenA, sent, hdr)
 			if !bytes.Equal(e.ReqBody, sent) || e.ReqHeader.Get("Content-Encoding") != label {
 				t.Fatalf("Core received %q (Content-Encoding %q); want the client's bytes and header", e.ReqBody, e.ReqHeader.Get("Content-Encoding"))
 			}

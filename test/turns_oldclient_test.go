@@ -102,9 +102,7 @@ func TestTurnOldClientsSeeCore(t *testing.T) {
 				}
 				ti := newTurn("old-" + name)
 				sent := ti.body(field)
-				n := tap.count()
-				got := send(t, c, "POST", turnsURL(tc.side, tc.route), tc.token, sent, nil)
-				e := tap.oneSince(t, n)
+				got, e := tap.post(t, c, turnsURL(tc.side, tc.route), tc.token, sent, nil)
 				if e.Path != turnsPath(tc.route) || !bytes.Equal(e.ReqBody, sent) {
 					t.Fatalf("Core received %s %q; want the client's %s %q", e.Path, e.ReqBody, turnsPath(tc.route), sent)
 				}

@@ -221,9 +221,7 @@ func TestTurnTaskRefusalReleases(t *testing.T) {
 			if r.Status != 409 || !bytes.Equal(r.Body, taskRequired) {
 				t.Fatalf("on_demand: got %d %s; want Core's 409 TASK_REQUIRED", r.Status, r.Body)
 			}
-			n := tap.count()
-			r = send(t, c, "POST", turnsURL(side, route), w.TokenA, ti.body(next), nil)
-			e := tap.oneSince(t, n)
+			r, e := tap.post(t, c, turnsURL(side, route), w.TokenA, ti.body(next), nil)
 			if r.Status != 200 || e.Status != 200 {
 				t.Fatalf("the same ids, delivery %q: got %d %s; want Core's 200", next, r.Status, r.Body)
 			}

@@ -168,6 +168,15 @@ func (tp *coreTap) oneSince(t testing.TB, n int) tapExchange {
 	return got[0]
 }
 
+// post sends a POST of body through the sidecar at url and returns the
+// answer with the one exchange it caused with Core.
+func (tp *coreTap) post(t testing.TB, c *http.Client, url, token string, body []byte, hdr map[string]string) (turnResult, tapExchange) {
+	t.Helper()
+	n := tp.count()
+	r := send(t, c, "POST", url, token, body, hdr)
+	return r, tp.oneSince(t, n)
+}
+
 // --- requests ---
 
 // turnResult is a client's view of one answer.
@@ -480,10 +489,8 @@ func TestTurnMatrix(t *testing.T) {
 					sc.prepare(t, w, &ti)
 				}
 				defer w.Core.ClearFaults()
-				n := tap.count()
 				sent := ti.body("")
-				r := send(t, c, "POST", turnsURL(side, route), w.TokenA, sent, sc.hdr)
-				e := tap.oneSince(t, n)
+				r, e := tap.post(t, c, turnsURL(side, route), w.TokenA, sent, sc.hdr)
 				if !bytes.Equal(e.ReqBody, sent) {
 					t.Errorf("Core received %q; want the client's bytes %q", e.ReqBody, sent)
 				}
@@ -510,9 +517,7 @@ func TestTurnMatrix(t *testing.T) {
 						sc.prepare(t, w, &ti)
 					}
 					defer w.Core.ClearFaults()
-					n := tap.count()
-					r := send(t, c, "POST", turnsURL(side, route), w.TokenA, ti.body(modeJSON(mode)), sc.hdr)
-					e := tap.oneSince(t, n)
+					r, e := tap.post(t, c, turnsURL(side, route), w.TokenA, ti.body(modeJSON(mode)), sc.hdr)
 					if want := ti.body(""); !bytes.Equal(e.ReqBody, want) {
 						t.Errorf("Core received %q; want the body without the field %q", e.ReqBody, want)
 					}
@@ -544,7 +549,7 @@ func TestTurnMatrix(t *testing.T) {
 					}
 
 					// The ledger: switch the mode under the same ids.
-					n = tap.count()
+					n := tap.count()
 					calls := w.Core.Calls(turnsPath(route))
 					r2 := send(t, c, "POST", turnsURL(side, route), w.TokenA, ti.body(modeJSON(otherMode(mode))), sc.hdr)
 					if sc.kept {
@@ -608,10 +613,8 @@ func TestTurnDeliveryStatusPerRoute(t *testing.T) {
 		for _, mode := range []string{"on_demand", "inline"} {
 			t.Run(tc.route+"/"+mode, func(t *testing.T) {
 				rev := scopeRevision(t, c, side, tc.route, token)
-				n := tap.count()
 				ti := newTurn(tc.route + "-" + mode)
-				r := send(t, c, "POST", turnsURL(side, tc.route), token, ti.body(modeJSON(mode)), nil)
-				e := tap.oneSince(t, n)
+				r, e := tap.post(t, c, turnsURL(side, tc.route), token, ti.body(modeJSON(mode)), nil)
 				if r.Status != 200 {
 					t.Fatalf("got %d %s; want 200", r.Status, r.Body)
 				}
@@ -672,9 +675,7 @@ func TestTurnCompressedDespiteIdentity(t *testing.T) {
 	tap.setEncoding("gzip")
 	for _, mode := range []string{"inline", "on_demand"} {
 		t.Run("gzip/"+mode, func(t *testing.T) {
-			n := tap.count()
-			r := send(t, c, "POST", turnsURL(side, route), w.TokenA, newTurn("gz-"+mode).body(modeJSON(mode)), map[string]string{"Accept-Encoding": "gzip"})
-			e := tap.oneSince(t, n)
+			r, e := tap.post(t, c, turnsURL(side, route), w.TokenA, newTurn("gz-"+mode).body(modeJSON(mode)), map[string]string{"Accept-Encoding": "gzip"})
 			if e.RespHeader.Get("Content-Encoding") != "gzip" {
 				t.Fatalf("the tap did not compress")
 			}
