@@ -466,6 +466,44 @@ func TestDemoCommandErrors(t *testing.T) {
 	}
 }
 
+// runDemoBinary starts `bin demo` on free ports with args and reads its
+// walkthrough (trimmed lines, up to "Press Ctrl-C"); the rest of stdout is
+// drained. The process is killed at cleanup.
+func runDemoBinary(t *testing.T, bin string, args ...string) (*exec.Cmd, []string, *testkit.Buffer) {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"demo", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, args...)...)
+	stderr := new(testkit.Buffer)
+	cmd.Stderr = stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var walk []string
+	for sc := bufio.NewScanner(out); sc.Scan(); {
+		line := strings.TrimSpace(sc.Text())
+		walk = append(walk, line)
+		if strings.HasPrefix(line, "Press Ctrl-C") {
+			break
+		}
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	return cmd, walk, stderr
+}
+
+// walkthroughAddr is the sidecar's host:port the walkthrough names ("").
+func walkthroughAddr(walk []string) string {
+	for _, line := range walk {
+		if a, ok := strings.CutPrefix(line, "sidecar   http://"); ok {
+			return strings.Fields(a)[0]
+		}
+	}
+	return ""
+}
+
 // TestDemoLogLevel runs the demo binary with --log-level debug: the
 // sidecar's own request lines reach stderr (the default, warn, shows none),
 // and never the one-replica warning of the in-memory ledger.
@@ -479,29 +517,11 @@ func TestDemoLogLevel(t *testing.T) {
 		wantRequest bool
 	}{{"debug", true}, {"warn", false}} {
 		t.Run(tc.level, func(t *testing.T) {
-			cmd := exec.Command(bin, "demo", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", tc.level)
-			var stderr testkit.Buffer
-			cmd.Stderr = &stderr
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-			// The walkthrough's first line names the listener.
-			sc := bufio.NewScanner(out)
-			addr := ""
-			for addr == "" && sc.Scan() {
-				if a, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "sidecar   http://"); ok {
-					addr = strings.Fields(a)[0]
-				}
-			}
+			cmd, walk, stderr := runDemoBinary(t, bin, "--log-level", tc.level)
+			addr := walkthroughAddr(walk)
 			if addr == "" {
 				t.Fatalf("no walkthrough on stdout; stderr:\n%s", stderr.String())
 			}
-			go func() { _, _ = io.Copy(io.Discard, out) }()
 			res, err := http.Get("http://" + addr + "/agent-api/v1/unknown")
 			if err != nil {
 				t.Fatal(err)
@@ -730,35 +750,16 @@ func TestDemoAudit(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	file := filepath.Join(t.TempDir(), "it's audit.jsonl") // a quote the jq line must survive
-	cmd := exec.Command(bin, "demo", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--audit", file)
-	var stderr testkit.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	sc := bufio.NewScanner(out)
-	var addr, token, jqLine string
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if a, ok := strings.CutPrefix(line, "sidecar   http://"); ok {
-			addr = strings.Fields(a)[0]
-		}
+	cmd, walk, stderr := runDemoBinary(t, bin, "--audit", file)
+	addr, token, jqLine := walkthroughAddr(walk), "", ""
+	for _, line := range walk {
 		if tok, ok := strings.CutPrefix(line, "export TOKEN="); ok {
 			token = tok
 		}
 		if strings.HasPrefix(line, "jq -c ") {
 			jqLine = line
 		}
-		if strings.HasPrefix(line, "Press Ctrl-C") {
-			break
-		}
 	}
-	go func() { _, _ = io.Copy(io.Discard, out) }()
 	if addr == "" || token == "" || jqLine == "" {
 		t.Fatalf("walkthrough lacks the address, the token or the audit's jq line (addr %q, jq %q); stderr:\n%s", addr, jqLine, stderr.String())
 	}
