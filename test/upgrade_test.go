@@ -153,15 +153,7 @@ func TestUpgradeCoreMidSession(t *testing.T) {
 
 	// Before the upgrade: the sidecar serves the protocol; a read chain starts.
 	before := sidecarSearch("legacy Core")
-	var ref string
-	for _, h := range before.Hints {
-		if h.Title == testdb.DocBigTitle {
-			ref = h.Ref
-		}
-	}
-	if ref == "" {
-		t.Fatalf("no hint of %q in %s", testdb.DocBigTitle, before.Raw)
-	}
+	ref := hintRef(t, []byte(before.Raw), testdb.DocBigTitle)
 	page1 := sidecarRead("legacy Core, page 1", map[string]any{"ref": ref, "max_bytes": 4096})
 	if page1.NextCursor == nil {
 		t.Fatalf("page 1 has no next_cursor: %s", page1.Raw)

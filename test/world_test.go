@@ -18,6 +18,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/breaker"
 	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/hostclient"
 	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
@@ -231,6 +232,23 @@ func Call(t testing.TB, c *http.Client, method, url, token string, body any) (in
 
 // WS is the base URL of a workspace behind the sidecar.
 func (s *Sidecar) WS(route string) string { return s.URL + "/agent-api/v1/workspaces/" + route }
+
+// hintRef is the ref of the hint titled title in a search answer, failing
+// the test when there is none.
+func hintRef(t testing.TB, answer []byte, title string) string {
+	t.Helper()
+	var a hostclient.SearchAnswer
+	if err := json.Unmarshal(answer, &a); err != nil {
+		t.Fatalf("search answer: %v: %s", err, clip(string(answer)))
+	}
+	for _, h := range a.Hints {
+		if h.Title == title {
+			return h.Ref
+		}
+	}
+	t.Fatalf("no hint of %q in %s", title, clip(string(answer)))
+	return ""
+}
 
 func randomToken(t testing.TB, prefix string) string {
 	b := make([]byte, 32)
