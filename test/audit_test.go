@@ -93,8 +93,7 @@ func auditedWorld(t *testing.T) (w *World, file, url string) {
 // writing to file.
 func auditConfig(t testing.TB, w *World, file string) config.Config {
 	t.Helper()
-	cfg := config.Defaults()
-	cfg.Core.URL, cfg.Core.Token, cfg.Catalog.DSN, cfg.Rollout = w.CoreURL, w.ServiceToken, w.DB.ReadOnlyDSN, "all"
+	cfg := w.Config()
 	cfg.RateLimit.RPS, cfg.RateLimit.Burst = 1e6, 1e6
 	cfg.Audit.Enabled, cfg.Audit.File = true, file
 	return cfg

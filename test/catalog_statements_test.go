@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/hostclient"
 	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
@@ -36,8 +35,7 @@ func TestBuiltSidecarStatements(t *testing.T) {
 
 func testBuiltSidecarStatements(t *testing.T, systemInfo bool, wantSearch, wantRead float64) {
 	w := NewWorld(t, WorldOptions{Core: fakecore.Options{SystemInfo: systemInfo}})
-	cfg := config.Defaults()
-	cfg.Core.URL, cfg.Core.Token, cfg.Catalog.DSN, cfg.Rollout = w.CoreURL, w.ServiceToken, w.DB.ReadOnlyDSN, "all"
+	cfg := w.Config()
 	cfg.RateLimit.RPS, cfg.RateLimit.Burst = 1000, 1000
 	if err := cfg.Validate(sidecar.ExtraChecks...); err != nil {
 		t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/sharedredis"
@@ -165,8 +164,7 @@ func TestScaleBuildSharesRateLimit(t *testing.T) {
 	}
 	reset()
 	t.Cleanup(reset)
-	cfg := config.Defaults()
-	cfg.Core.URL, cfg.Core.Token, cfg.Catalog.DSN, cfg.Rollout = w.CoreURL, w.ServiceToken, w.DB.ReadOnlyDSN, "all"
+	cfg := w.Config()
 	cfg.Ledger.RedisURL = redisTestURL()
 	cfg.RateLimit.RPS, cfg.RateLimit.Burst = 1, 4
 	if err := cfg.Validate(sidecar.ExtraChecks...); err != nil {

@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
@@ -92,11 +91,8 @@ func TestUpgradeCoreMidSession(t *testing.T) {
 
 	const probeInterval = time.Minute
 	clock := testkit.NewRunningClock()
-	cfg := config.Defaults()
+	cfg := w.Config()
 	cfg.Core.URL = front.URL
-	cfg.Core.Token = w.ServiceToken
-	cfg.Catalog.DSN = w.DB.ReadOnlyDSN
-	cfg.Rollout = "all"
 	cfg.Ledger.Backend = "memory"
 	cfg.ProbeInterval = probeInterval
 	_, url := serveBuilt(t, cfg, sidecar.Deps{Now: clock.Now, SingleProcess: true})

@@ -233,6 +233,15 @@ func Call(t testing.TB, c *http.Client, method, url, token string, body any) (in
 // WS is the base URL of a workspace behind the sidecar.
 func (s *Sidecar) WS(route string) string { return s.URL + "/agent-api/v1/workspaces/" + route }
 
+// Config is the configuration `serve` would read for a sidecar in front of
+// the world: config.Defaults with its Core, token and catalog, rolled out
+// everywhere.
+func (w *World) Config() config.Config {
+	cfg := config.Defaults()
+	cfg.Core.URL, cfg.Core.Token, cfg.Catalog.DSN, cfg.Rollout = w.CoreURL, w.ServiceToken, w.DB.ReadOnlyDSN, "all"
+	return cfg
+}
+
 // hintRef is the ref of the hint titled title in a search answer, failing
 // the test when there is none.
 func hintRef(t testing.TB, answer []byte, title string) string {
