@@ -293,9 +293,7 @@ func failoverScenario(t *testing.T, mode, url string, waitReplicas int, lossy bo
 	var before []turnInput
 	for i := range 5 {
 		ti := newTurn(fmt.Sprintf("%s-before-%d", tag, i))
-		if r := send(t, c, "POST", turnsURL(sc, testdb.RouteMulti), w.TokenA, ti.body(modeJSON("on_demand")), nil); r.Status != 200 {
-			t.Fatalf("turn before the failover: %d %s", r.Status, r.Body)
-		}
+		mustTurn(t, c, sc, testdb.RouteMulti, w.TokenA, ti.body(modeJSON("on_demand")), "turn before the failover")
 		before = append(before, ti)
 	}
 	stop := make(chan struct{})

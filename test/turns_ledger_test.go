@@ -32,9 +32,7 @@ func TestTurnRefusedAttemptsLeaveNoRecord(t *testing.T) {
 	c := newClient(t)
 	route := testdb.RouteMulti
 	bound := newTurn("bound-msg")
-	if r := send(t, c, "POST", turnsURL(side, route), w.TokenA, bound.body(`"on_demand"`), nil); r.Status != 200 {
-		t.Fatalf("first turn: got %d %s", r.Status, r.Body)
-	}
+	mustTurn(t, c, side, route, w.TokenA, bound.body(`"on_demand"`), "first turn")
 	before, runs := l.Len(), w.Core.RunsCreated()
 	for i := range 40 {
 		ti := turnInput{Conv: bound.Conv, Turn: fmt.Sprint("fresh-", i), Msg: bound.Msg, Input: bound.Input}
@@ -74,13 +72,9 @@ func TestTurnSessionCannotEvictAnother(t *testing.T) {
 	c := newClient(t)
 	route := testdb.RouteMulti
 	victim := newTurn("victim")
-	if r := send(t, c, "POST", turnsURL(side, route), w.TokenB, victim.body(`"on_demand"`), nil); r.Status != 200 {
-		t.Fatalf("victim: got %d %s", r.Status, r.Body)
-	}
+	mustTurn(t, c, side, route, w.TokenB, victim.body(`"on_demand"`), "victim")
 	for i := range 30 { // 60 records: more than the whole ledger
-		if r := send(t, c, "POST", turnsURL(side, route), w.TokenA, newTurn(fmt.Sprint("flood-", i)).body(`"inline"`), nil); r.Status != 200 {
-			t.Fatalf("flood %d: got %d %s", i, r.Status, r.Body)
-		}
+		mustTurn(t, c, side, route, w.TokenA, newTurn(fmt.Sprint("flood-", i)).body(`"inline"`), fmt.Sprint("flood ", i))
 	}
 	calls := w.Core.Calls(turnsPath(route))
 	r := send(t, c, "POST", turnsURL(side, route), w.TokenB, victim.body(`"inline"`), nil)
@@ -182,9 +176,7 @@ func TestTurnRecordsRateLimited(t *testing.T) {
 	c := newClient(t)
 	route := testdb.RouteMulti
 	for i := range 2 {
-		if r := send(t, c, "POST", turnsURL(side, route), w.TokenA, newTurn(fmt.Sprint("limited-", i)).body(`"on_demand"`), nil); r.Status != 200 {
-			t.Fatalf("turn %d: got %d %s", i, r.Status, r.Body)
-		}
+		mustTurn(t, c, side, route, w.TokenA, newTurn(fmt.Sprint("limited-", i)).body(`"on_demand"`), fmt.Sprint("turn ", i))
 	}
 	records, calls := l.Len(), w.Core.Calls(turnsPath(route))
 	r := send(t, c, "POST", turnsURL(side, route), w.TokenA, newTurn("limited-over").body(`"inline"`), nil)

@@ -196,6 +196,17 @@ func send(t testing.TB, c *http.Client, method, url, token string, body []byte, 
 	return r
 }
 
+// mustTurn posts a turn through side to route and fails the test unless it
+// is answered 200; what names the turn in the failure.
+func mustTurn(t testing.TB, c *http.Client, side *Sidecar, route, token string, body []byte, what string) turnResult {
+	t.Helper()
+	r := send(t, c, "POST", turnsURL(side, route), token, body, nil)
+	if r.Status != 200 {
+		t.Fatalf("%s: got %d %s; want 200", what, r.Status, r.Body)
+	}
+	return r
+}
+
 // trySend is send for goroutines other than the test's: it returns the error.
 func trySend(c *http.Client, method, url, token string, body []byte, hdr map[string]string) (turnResult, error) {
 	var rd io.Reader
