@@ -207,6 +207,15 @@ func mustTurn(t testing.TB, c *http.Client, side *Sidecar, route, token string, 
 	return r
 }
 
+// wantRunsSince checks that Core created want runs since it had created
+// before.
+func wantRunsSince(t testing.TB, w *World, before, want int) {
+	t.Helper()
+	if got := w.Core.RunsCreated() - before; got != want {
+		t.Errorf("runs created: got %d; want %d", got, want)
+	}
+}
+
 // trySend is send for goroutines other than the test's: it returns the error.
 func trySend(c *http.Client, method, url, token string, body []byte, hdr map[string]string) (turnResult, error) {
 	var rd io.Reader
@@ -749,9 +758,7 @@ func TestTurnLostResponseRetry(t *testing.T) {
 			if !bytes.Equal(maskHintRefs(t, again.Body), maskHintRefs(t, first.Body)) {
 				t.Errorf("retry answer differs from the lost one:\n got %s\nwant %s", again.Body, first.Body)
 			}
-			if got := w.Core.RunsCreated() - runs; got != 1 {
-				t.Errorf("runs created: got %d; want 1", got)
-			}
+			wantRunsSince(t, w, runs, 1)
 			if got := w.Core.Calls(turnsPath(route)) - calls; got != 1 {
 				t.Errorf("the retry reached Core %d times; want 1", got)
 			}
@@ -822,9 +829,7 @@ func TestTurnLostResponseRetry(t *testing.T) {
 				} else if r.Status != 200 {
 					t.Fatalf("got %d %s; want 200 (same delivery)", r.Status, r.Body)
 				}
-				if got := w.Core.RunsCreated() - runs; got != 1 {
-					t.Errorf("runs created: got %d; want 1", got)
-				}
+				wantRunsSince(t, w, runs, 1)
 			})
 		}
 	})
@@ -842,9 +847,7 @@ func TestTurnLostResponseRetry(t *testing.T) {
 		if r.Status != 200 || !bytes.Contains(r.Body, []byte(`"mode":"inline"`)) {
 			t.Fatalf("other mode after a refusal: got %d %s; want 200 inline", r.Status, r.Body)
 		}
-		if got := w.Core.RunsCreated() - runs; got != 1 {
-			t.Errorf("runs created: got %d; want 1", got)
-		}
+		wantRunsSince(t, w, runs, 1)
 	})
 
 	t.Run("released_after_core_409", func(t *testing.T) {
@@ -962,9 +965,7 @@ func raceTurns(t *testing.T, w *World, sides []*Sidecar, tag string) {
 			t.Errorf("attempt %d (%s): got %d; want 200 exactly for the winning mode %s", i, mode, r.Status, winner)
 		}
 	}
-	if got := w.Core.RunsCreated() - runs; got != 1 {
-		t.Errorf("runs created: got %d; want 1", got)
-	}
+	wantRunsSince(t, w, runs, 1)
 }
 
 // --- shared Redis ledger ---
