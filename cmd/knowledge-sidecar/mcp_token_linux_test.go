@@ -149,16 +149,7 @@ func TestMCPTokenCommandKilledOnExit(t *testing.T) {
 		defer cancel()
 		_, _ = p.session.CallTool(ctx, &mcp.CallToolParams{Name: "knowledge_search", Arguments: map[string]any{"query": "refund"}})
 	}()
-	var child int
-	testkit.Eventually(t, 10*time.Second, "the hanging token command wrote its child's pid", func() bool {
-		raw, err := os.ReadFile(pidFile)
-		if err != nil || !bytes.HasSuffix(raw, []byte("\n")) {
-			return false
-		}
-		child, err = strconv.Atoi(strings.TrimSpace(string(raw)))
-		return err == nil
-	})
-	t.Cleanup(func() { _ = syscall.Kill(child, syscall.SIGKILL) })
+	child := testkit.ChildPID(t, pidFile, "the hanging token command wrote its child's pid")
 
 	if code := p.stop(t); code != 0 {
 		t.Errorf("exit code %d; want 0 (stderr: %s)", code, p.stderr)
