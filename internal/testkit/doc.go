@@ -1,7 +1,6 @@
 // Package testkit is the one set of test helpers the module's tests share:
 // a manual clock, a bounded Eventually, metric reading, a command child's
-// pid (ChildPID), a deterministic
-// document generator, and the handling of tests that need a real service
+// pid (ChildPID), a deterministic document generator, and the handling of tests that need a real service
 // (MariaDB, Redis) — a failure with CI=true, else a skip counted for one
 // loud line at the end of the package's run.
 //
