@@ -161,6 +161,23 @@ func lines(p string) int {
 	return bytes.Count(raw, []byte("\n"))
 }
 
+// openRefusing opens a refusing audit log at path on a clock standing at t0
+// (closed at cleanup) and writes one event with write.
+func openRefusing(t *testing.T, path string) (*Log, *testkit.Clock, func() error) {
+	t.Helper()
+	clk := testkit.NewClock(t0)
+	l, err := Open(Options{File: path, Refuse: true, Now: clk.Now, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	write := func() error { return l.Disclose(context.Background(), sample()) }
+	if err := write(); err != nil {
+		t.Fatal(err)
+	}
+	return l, clk, write
+}
+
 // refusedThenWritten checks that the next event is refused (the path is
 // looked at again at most once a second), and that a second later one is
 // written, alone, in a file at path; what names the situation.
@@ -184,16 +201,7 @@ func refusedThenWritten(t *testing.T, clk *testkit.Clock, write func() error, pa
 func TestReopen(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "a.jsonl")
-	clk := testkit.NewClock(t0)
-	l, err := Open(Options{File: path, Refuse: true, Now: clk.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	write := func() error { return l.Disclose(context.Background(), sample()) }
-	if err := write(); err != nil {
-		t.Fatal(err)
-	}
+	l, clk, write := openRefusing(t, path)
 	os.Rename(path, path+".1")
 	if err := write(); err != nil { // within the second: not looked at yet
 		t.Fatal(err)
@@ -237,17 +245,7 @@ func TestLostFile(t *testing.T) {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	clk := testkit.NewClock(t0)
-	reg := prometheus.NewRegistry()
-	l, err := Open(Options{File: path, Refuse: true, Now: clk.Now, Registerer: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	write := func() error { return l.Disclose(context.Background(), sample()) }
-	if err := write(); err != nil {
-		t.Fatal(err)
-	}
+	l, clk, write := openRefusing(t, path)
 
 	os.Remove(path)
 	clk.Advance(time.Second)
