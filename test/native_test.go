@@ -122,9 +122,7 @@ func TestNativeCoreTransparent(t *testing.T) {
 // TestNativeLegacyCoreServed: an old Core answers the probe 404 not_found,
 // so the sidecar serves the protocol (and intercepts turns) itself.
 func TestNativeLegacyCoreServed(t *testing.T) {
-	w := NewWorld(t, WorldOptions{})
-	tap, side := w.startTapped(t, FeatureOptions{})
-	c := newClient(t)
+	w, tap, side, c := tappedWorld(t)
 	route := testdb.RouteMulti
 
 	r := send(t, c, "GET", side.WS(route)+"/knowledge/capabilities", w.TokenA, nil, nil)

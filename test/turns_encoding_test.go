@@ -45,9 +45,7 @@ func zlibBytes(t testing.TB, b []byte) []byte {
 }
 
 func TestTurnEncodedBodies(t *testing.T) {
-	w := NewWorld(t, WorldOptions{})
-	tap, side := w.startTapped(t, FeatureOptions{})
-	c := newClient(t)
+	w, tap, side, c := tappedWorld(t)
 	route := testdb.RouteMulti
 	rev := scopeRevision(t, c, side, route, w.TokenA)
 	field := func(mode string) string {

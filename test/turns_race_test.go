@@ -207,9 +207,7 @@ func TestTurnRefusedAttemptFreeRace(t *testing.T) {
 // inline mode, then reach Core (before: the record stayed and the sidecar
 // answered 409 turn_conflict itself).
 func TestTurnTaskRefusalReleases(t *testing.T) {
-	w := NewWorld(t, WorldOptions{})
-	tap, side := w.startTapped(t, FeatureOptions{})
-	c := newClient(t)
+	w, tap, side, c := tappedWorld(t)
 	route := testdb.RouteMulti
 	taskRequired := []byte(`{"error":"TASK_REQUIRED","message":"This session must bind its turns to a governed task."}`)
 	for _, next := range []string{"", `"inline"`} {

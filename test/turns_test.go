@@ -686,9 +686,7 @@ func TestTurnUnusableAnswer(t *testing.T) {
 // no Content-Encoding and the right Content-Length. An encoding the sidecar
 // cannot decode fails on-demand delivery rather than leaking knowledge.
 func TestTurnCompressedDespiteIdentity(t *testing.T) {
-	w := NewWorld(t, WorldOptions{})
-	tap, side := w.startTapped(t, FeatureOptions{})
-	c := newClient(t)
+	w, tap, side, c := tappedWorld(t)
 	route := testdb.RouteMulti
 	rev := scopeRevision(t, c, side, route, w.TokenA)
 

@@ -299,6 +299,15 @@ func TestWorldSmoke(t *testing.T) {
 	}
 }
 
+// tappedWorld is a new world with a sidecar whose Core is behind a coreTap,
+// and a client.
+func tappedWorld(t testing.TB) (*World, *coreTap, *Sidecar, *http.Client) {
+	t.Helper()
+	w := NewWorld(t, WorldOptions{})
+	tap, side := w.startTapped(t, FeatureOptions{})
+	return w, tap, side, newClient(t)
+}
+
 // startTapped runs a sidecar of the world whose Core is behind a coreTap,
 // which records the proxied traffic.
 func (w *World) startTapped(t testing.TB, o FeatureOptions) (*coreTap, *Sidecar) {
