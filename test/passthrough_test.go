@@ -3,7 +3,6 @@ package test
 import (
 	"bufio"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -63,22 +62,9 @@ func patterned(n int) []byte {
 	return b
 }
 
-func gzipped(t testing.TB, p []byte) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	if _, err := zw.Write(p); err != nil {
-		t.Fatal(err)
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
-
 // diffUpstream answers by path; every branch records what it received.
 func diffUpstream(t *testing.T) (*upstream, []byte) {
-	gz := gzipped(t, bytes.Repeat([]byte("knowledge sidecar passes gzip through. "), 200))
+	gz := gzipBytes(t, bytes.Repeat([]byte("knowledge sidecar passes gzip through. "), 200))
 	big := patterned(3<<19 + 7) // 1.5 MiB + 7
 	u := startUpstream(t, func(u *upstream, w http.ResponseWriter, r *http.Request) {
 		body := u.readAndRecord(r)

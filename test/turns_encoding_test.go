@@ -13,28 +13,26 @@ import (
 	"bytes"
 	"compress/gzip"
 	"compress/zlib"
+	"io"
 	"testing"
 
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 )
 
+// gzipBytes is b gzip-compressed.
 func gzipBytes(t testing.TB, b []byte) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	if _, err := zw.Write(b); err != nil {
-		t.Fatal(err)
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	return compress(t, b, func(w io.Writer) io.WriteCloser { return gzip.NewWriter(w) })
 }
 
+// zlibBytes is b zlib-compressed (Content-Encoding: deflate).
 func zlibBytes(t testing.TB, b []byte) []byte {
+	return compress(t, b, func(w io.Writer) io.WriteCloser { return zlib.NewWriter(w) })
+}
+
+func compress(t testing.TB, b []byte, writer func(io.Writer) io.WriteCloser) []byte {
 	t.Helper()
 	var buf bytes.Buffer
-	zw := zlib.NewWriter(&buf)
+	zw := writer(&buf)
 	if _, err := zw.Write(b); err != nil {
 		t.Fatal(err)
 	}
