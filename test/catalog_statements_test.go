@@ -47,26 +47,7 @@ func testBuiltSidecarStatements(t *testing.T, systemInfo bool, wantSearch, wantR
 	// statements sums knowledge_sidecar_catalog_queries_total over every
 	// query name and outcome.
 	statements := func() map[string]float64 {
-		mfs, err := app.Server.Registry().Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := map[string]float64{}
-		for _, mf := range mfs {
-			if mf.GetName() != "knowledge_sidecar_catalog_queries_total" {
-				continue
-			}
-			for _, m := range mf.GetMetric() {
-				if v := m.GetCounter().GetValue(); v != 0 {
-					for _, l := range m.GetLabel() {
-						if l.GetName() == "query" {
-							n[l.GetValue()] += v
-						}
-					}
-				}
-			}
-		}
-		return n
+		return counterSeries(t, app.Server.Registry(), "knowledge_sidecar_catalog_queries_total", func(l map[string]string) string { return l["query"] })
 	}
 	// since is the statements run after before, by query name, with their sum.
 	since := func(before map[string]float64) (float64, map[string]float64) {

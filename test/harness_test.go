@@ -219,6 +219,30 @@ func metricByLabel(t testing.TB, sc *Sidecar, name, label string, values ...stri
 	return out
 }
 
+// counterSeries sums the series of the counter name by key, which names a
+// series by its labels.
+func counterSeries(t testing.TB, g prometheus.Gatherer, name string, key func(labels map[string]string) string) map[string]float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			out[key(labels)] += m.GetCounter().GetValue()
+		}
+	}
+	return out
+}
+
 func listenLocal(t testing.TB) net.Listener {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

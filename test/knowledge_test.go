@@ -76,18 +76,9 @@ func newKWorld(t *testing.T, o fakecore.Options) *kworld {
 	if cfg, err := mysql.ParseDSN(w.DB.ReadOnlyDSN); err == nil {
 		kw.secret = append(kw.secret, cfg.Passwd, cfg.User)
 	}
-	rows, err := w.DB.Admin.Query(`SELECT content FROM bz_kb_docs`)
-	if err != nil {
-		t.Fatalf("kworld: docs: %v", err)
-	}
-	for rows.Next() {
-		var content string
-		if err := rows.Scan(&content); err != nil {
-			t.Fatal(err)
-		}
+	for _, content := range queryStrings(t, w.DB.Admin, `SELECT content FROM bz_kb_docs`) {
 		kw.addPrivate(content)
 	}
-	rows.Close()
 	t.Cleanup(func() { kw.scanLogs(t) })
 	return kw
 }

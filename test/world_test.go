@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/base64"
 	"encoding/json"
 	"io"
@@ -71,18 +72,9 @@ func NewWorld(t testing.TB, o WorldOptions) *World {
 	if err := w.DB.IndexIn(context.Background(), w.Core); err != nil {
 		t.Fatalf("world: %v", err)
 	}
-	rows, err := db.Admin.Query(`SELECT route_key FROM bz_routes`)
-	if err != nil {
-		t.Fatalf("world: routes: %v", err)
-	}
-	for rows.Next() {
-		var key string
-		if err := rows.Scan(&key); err != nil {
-			t.Fatal(err)
-		}
+	for _, key := range queryStrings(t, db.Admin, `SELECT route_key FROM bz_routes`) {
 		w.Core.SetRoute(key, fakecore.GateAllowed)
 	}
-	rows.Close()
 	w.Core.SetTurnKnowledge(testdb.RouteMulti, []fakecore.TurnKnowledge{
 		{DocID: testdb.DocRefund, Title: testdb.DocRefundTitle, Content: testdb.DocRefundContent, Score: 0.82},
 	})
@@ -232,6 +224,28 @@ func Call(t testing.TB, c *http.Client, method, url, token string, body any) (in
 
 // WS is the base URL of a workspace behind the sidecar.
 func (s *Sidecar) WS(route string) string { return s.URL + "/agent-api/v1/workspaces/" + route }
+
+// queryStrings is the one string column of every row query returns.
+func queryStrings(t testing.TB, db *sql.DB, query string) []string {
+	t.Helper()
+	rows, err := db.Query(query)
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return out
+}
 
 // Config is the configuration `serve` would read for a sidecar in front of
 // the world: config.Defaults with its Core, token and catalog, rolled out
