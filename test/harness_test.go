@@ -328,6 +328,21 @@ func doRead(t testing.TB, c *http.Client, req *http.Request) (*http.Response, []
 	return res, b
 }
 
+// readOK reads the next response from br, its body drained, and fails the
+// test unless it is a 200; what names it.
+func readOK(t testing.TB, br *bufio.Reader, what string) *http.Response {
+	t.Helper()
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	drainClose(res.Body)
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("%s: got %d; want 200", what, res.StatusCode)
+	}
+	return res
+}
+
 func mustGet(t testing.TB, c *http.Client, u string) (int, string) {
 	t.Helper()
 	res, err := c.Get(u)

@@ -619,14 +619,7 @@ func TestWebSocket(t *testing.T) {
 			// stamped and forwarded like any other.
 			fmt.Fprintf(conn, "GET /after HTTP/1.1\r\nHost: ks.example\r\n\r\n")
 			conn.SetReadDeadline(time.Now().Add(15 * time.Second))
-			next, err := http.ReadResponse(br, nil)
-			if err != nil {
-				t.Fatalf("follow-up request: %v", err)
-			}
-			drainClose(next.Body)
-			if next.StatusCode != http.StatusOK {
-				t.Errorf("follow-up: got %d; want 200", next.StatusCode)
-			}
+			next := readOK(t, br, "follow-up request")
 			seen := u.requests()
 			if len(seen) != 2 || seen[1].RequestURI != "/after" {
 				t.Fatalf("upstream requests: got %d; want /ws-refused then /after", len(seen))
