@@ -370,20 +370,31 @@ func (d *runningDemo) demoMCPSearch(t *testing.T, query string) string {
 	return rpc.Result.Content[0].Text
 }
 
-// TestDemoDocsDir: --docs takes .md and .txt files, titled by a Markdown
-// file's top heading or else the file name.
-func TestDemoDocsDir(t *testing.T) {
+// docsDir is a new folder holding files (name, with / for subfolders →
+// content), for --docs.
+func docsDir(t *testing.T, files map[string]string) string {
+	t.Helper()
 	dir := t.TempDir()
-	files := map[string]string{
-		"guide.md":  "\n# Zebra Care Guide\n\nZebras need fresh water and open pasture.\n",
-		"notes.txt": "Giraffes sleep standing up for short periods.\n",
-		"image.png": "not a document",
-	}
 	for name, body := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return dir
+}
+
+// TestDemoDocsDir: --docs takes .md and .txt files, titled by a Markdown
+// file's top heading or else the file name.
+func TestDemoDocsDir(t *testing.T) {
+	dir := docsDir(t, map[string]string{
+		"guide.md":  "\n# Zebra Care Guide\n\nZebras need fresh water and open pasture.\n",
+		"notes.txt": "Giraffes sleep standing up for short periods.\n",
+		"image.png": "not a document",
+	})
 	if err := os.Mkdir(filepath.Join(dir, "sub.md"), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -603,19 +614,14 @@ func TestDemoAnswersFollowTheQuestion(t *testing.T) {
 // (blank lines aside) titles it; a heading further down, a "## " line, or
 // any heading in a .txt file leaves the file name.
 func TestDemoDocsTitleAtTop(t *testing.T) {
-	dir := t.TempDir()
-	for name, body := range map[string]string{
+	dir := docsDir(t, map[string]string{
 		"top.md":     "\uFEFF\n\n#  Packing rules \n\nBoxes are taped twice.\n",
 		"deep.md":    "Shipping takes three days.\n\n# Exceptions\n\nIslands take five.\n",
 		"sub.md":     "## Only a section\n\nText.\n",
 		"hashtag.md": "#nohashspace\n\nText.\n",
 		"top.txt":    "# Not a heading in plain text\n\nInvoices are monthly.\n",
 		"deep.txt":   "Invoices are monthly.\n# comment-like line\n",
-	} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 	docs, _, err := loadDocs(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -632,15 +638,10 @@ func TestDemoDocsTitleAtTop(t *testing.T) {
 // TestDemoOwnDocsTurnRanking: with --docs, a turn retrieves from the
 // question too, not the first documents of the folder.
 func TestDemoOwnDocsTurnRanking(t *testing.T) {
-	dir := t.TempDir()
-	for name, body := range map[string]string{
+	dir := docsDir(t, map[string]string{
 		"a-backup.md": "# Database backup procedure\n\nRun the nightly backup at 02:00 and verify the dump.\n",
 		"b-refund.md": "# Refund rules\n\nA refund is granted within 30 days of purchase.\n",
-	} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 	docs, _, err := loadDocs(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -673,24 +674,14 @@ func slicesContains(s []string, v string) bool {
 // note, keeps front matter out of the content (its title is the title), and
 // the walkthrough counts documents in good English.
 func TestDemoDocsLoader(t *testing.T) {
-	dir := t.TempDir()
-	files := map[string]string{
+	dir := docsDir(t, map[string]string{
 		"top.md":              "---\ntitle: \"Returns FAQ\"\nauthor: ops\n---\n# Heading not used\n\nReturns are accepted for 30 days.\n",
 		"sub/deeper/note.txt": "Parcels are insured up to 500 euros.\n",
 		"sub/empty.md":        " \n\n",
 		"sub/only-fm.md":      "---\ntitle: Nothing here\n---\n",
 		"sub/rule.md":         "---not front matter\nA line.\n",
 		".git/notes.md":       "# Hidden\n\nNot a document.\n",
-	}
-	for name, body := range files {
-		p := filepath.Join(dir, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 	docs, notes, err := loadDocs(dir)
 	if err != nil {
 		t.Fatal(err)
