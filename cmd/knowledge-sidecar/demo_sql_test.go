@@ -174,17 +174,7 @@ func (p *rehearsalProc) exists(t *testing.T) (database, user bool) {
 // stop sends SIGINT (Ctrl-C) and wants exit 0, bounded.
 func (p *rehearsalProc) stop(t *testing.T) {
 	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("demo --sql did not exit after SIGINT\n%s", p.stderr.String())
-	}
-	if p.exitErr != nil {
-		t.Fatalf("demo --sql exit after SIGINT: %v; want 0\n%s", p.exitErr, p.stderr.String())
-	}
+	signalExit(t, "demo --sql", p.cmd, syscall.SIGINT, 30*time.Second, p.done, &p.exitErr, p.stderr.String)
 }
 
 // TestDemoSQLRehearsal runs `demo --sql` end to end against the test
