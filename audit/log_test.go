@@ -161,22 +161,47 @@ func lines(p string) int {
 	return bytes.Count(raw, []byte("\n"))
 }
 
+// openRefusing opens a refusing audit log at path on a clock standing at t0
+// (closed at cleanup) and writes one event with write.
+func openRefusing(t *testing.T, path string) (*Log, *testkit.Clock, func() error) {
+	t.Helper()
+	clk := testkit.NewClock(t0)
+	l, err := Open(Options{File: path, Refuse: true, Now: clk.Now, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	write := func() error { return l.Disclose(context.Background(), sample()) }
+	if err := write(); err != nil {
+		t.Fatal(err)
+	}
+	return l, clk, write
+}
+
+// refusedThenWritten checks that the next event is refused (the path is
+// looked at again at most once a second), and that a second later one is
+// written, alone, in a file at path; what names the situation.
+func refusedThenWritten(t *testing.T, clk *testkit.Clock, write func() error, path, what string) {
+	t.Helper()
+	if err := write(); err == nil {
+		t.Errorf("%s, within the second of the last look: want the event refused", what)
+	}
+	clk.Advance(time.Second)
+	if err := write(); err != nil {
+		t.Fatalf("%s, a second later: %v", what, err)
+	}
+	if lines(path) != 1 {
+		t.Errorf("%s, a second later: %d lines; want 1", what, lines(path))
+	}
+}
+
 // TestReopen: after a rename (logrotate) Reopen sends events to a new file.
 // When the path cannot be opened and the old file was renamed away, the
 // file is lost: events fail (refused) until the path can be opened again.
 func TestReopen(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "a.jsonl")
-	clk := testkit.NewClock(t0)
-	l, err := Open(Options{File: path, Refuse: true, Now: clk.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	write := func() error { return l.Disclose(context.Background(), sample()) }
-	if err := write(); err != nil {
-		t.Fatal(err)
-	}
+	l, clk, write := openRefusing(t, path)
 	os.Rename(path, path+".1")
 	if err := write(); err != nil { // within the second: not looked at yet
 		t.Fatal(err)
@@ -205,16 +230,7 @@ func TestReopen(t *testing.T) {
 		t.Errorf("after a failed reopen: %d lines in the previous file; want 1 (nothing more)", lines(path+".2"))
 	}
 	os.Remove(path)
-	if err := write(); err == nil { // within the second of the failed reopen
-		t.Error("lost file, within the second: want the event refused")
-	}
-	clk.Advance(time.Second)
-	if err := write(); err != nil {
-		t.Fatalf("the path writable again: %v", err)
-	}
-	if lines(path) != 1 {
-		t.Errorf("new file: %d lines; want 1", lines(path))
-	}
+	refusedThenWritten(t, clk, write, path, "lost file after the failed reopen")
 }
 
 // TestLostFile is issue 39's finding 7f: the audit file's directory is
@@ -229,17 +245,7 @@ func TestLostFile(t *testing.T) {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	clk := testkit.NewClock(t0)
-	reg := prometheus.NewRegistry()
-	l, err := Open(Options{File: path, Refuse: true, Now: clk.Now, Registerer: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	write := func() error { return l.Disclose(context.Background(), sample()) }
-	if err := write(); err != nil {
-		t.Fatal(err)
-	}
+	l, clk, write := openRefusing(t, path)
 
 	os.Remove(path)
 	clk.Advance(time.Second)
@@ -269,16 +275,7 @@ func TestLostFile(t *testing.T) {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := write(); err == nil {
-		t.Error("directory back, within the second of the last look: want the event still refused")
-	}
-	clk.Advance(time.Second)
-	if err := write(); err != nil {
-		t.Fatalf("directory back: %v", err)
-	}
-	if lines(path) != 1 {
-		t.Errorf("directory back: %d lines; want 1", lines(path))
-	}
+	refusedThenWritten(t, clk, write, path, "directory back")
 }
 
 // tornWriter writes the first cut bytes of its first Write and fails (a

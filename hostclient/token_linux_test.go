@@ -170,17 +170,7 @@ func grandchildCommand(t *testing.T) (command string, pid func() int) {
 	command = "sleep 300 & echo $! > '" + pidFile + "'; wait"
 	pid = func() int {
 		t.Helper()
-		var n int
-		testkit.Eventually(t, 10*time.Second, "the token command wrote its child's pid", func() bool {
-			raw, err := os.ReadFile(pidFile)
-			if err != nil || !bytes.HasSuffix(raw, []byte("\n")) {
-				return false
-			}
-			n, err = strconv.Atoi(strings.TrimSpace(string(raw)))
-			return err == nil
-		})
-		t.Cleanup(func() { _ = syscall.Kill(n, syscall.SIGKILL) })
-		return n
+		return testkit.ChildPID(t, pidFile, "the token command wrote its child's pid")
 	}
 	return command, pid
 }

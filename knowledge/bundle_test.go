@@ -113,11 +113,7 @@ func TestBundledReadsAndSearches(t *testing.T) {
 	// The route gains a KB: the guess misses it, so the fresh list is read
 	// apart and the new KB is searched.
 	e.cat.edit(func(c *fakeCatalog) {
-		rt := c.routes[routeKey]
-		k := *rt.Knowledge
-		k.KBIDs = append(append([]string(nil), k.KBIDs...), "extra")
-		rt.Knowledge = &k
-		c.routes[routeKey] = rt
+		c.editKnowledge(func(k *corefacts.KnowledgeConfig) { k.KBIDs = append(append([]string(nil), k.KBIDs...), "extra") })
 		c.kbs["extra"] = true
 	})
 	m = e.mustOK("search", tokA, routeKey, `{"query":"退款"}`)

@@ -394,11 +394,7 @@ func TestCheckOrder(t *testing.T) {
 				r := c.runs[runA]
 				r.Status = "completed"
 				c.runs[runA] = r
-				rt := c.routes[routeKey]
-				k := *rt.Knowledge
-				k.TopK = 9
-				rt.Knowledge = &k
-				c.routes[routeKey] = rt
+				c.editKnowledge(func(k *corefacts.KnowledgeConfig) { k.TopK = 9 })
 			})
 		}, code: protocol.CodeRunNotActive},
 		{name: "scope before document", body: func(e *env) string {
@@ -406,11 +402,7 @@ func TestCheckOrder(t *testing.T) {
 		}, mutate: func(e *env) {
 			e.cat.edit(func(c *fakeCatalog) {
 				delete(c.docs, docRefund)
-				rt := c.routes[routeKey]
-				k := *rt.Knowledge
-				k.MaxDocs = 9
-				rt.Knowledge = &k
-				c.routes[routeKey] = rt
+				c.editKnowledge(func(k *corefacts.KnowledgeConfig) { k.MaxDocs = 9 })
 			})
 		}, code: protocol.CodeScopeChanged},
 	}

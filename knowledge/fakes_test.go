@@ -282,6 +282,16 @@ func (f *fakeCatalog) edit(fn func(c *fakeCatalog)) {
 	fn(f)
 }
 
+// editKnowledge changes a copy of routeKey's knowledge configuration with
+// fn (call it inside edit).
+func (f *fakeCatalog) editKnowledge(fn func(k *corefacts.KnowledgeConfig)) {
+	rt := f.routes[routeKey]
+	k := *rt.Knowledge
+	fn(&k)
+	rt.Knowledge = &k
+	f.routes[routeKey] = rt
+}
+
 func contains(list []string, s string) bool {
 	for _, x := range list {
 		if x == s {

@@ -14,6 +14,18 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
+// countedTurnHints calls TurnHintsFor for session A with run runA and
+// counts the catalog's metadata and document reads it made.
+func (e *env) countedTurnHints(d Delivery, items []TurnItem) (raw []byte, outcome string, meta, docs int) {
+	e.cat.mu.Lock()
+	e.cat.metaCalls, e.cat.docCalls = 0, 0
+	e.cat.mu.Unlock()
+	raw, outcome = e.svc.TurnHintsFor(context.Background(), sessionA, d, runA, items)
+	e.cat.mu.Lock()
+	defer e.cat.mu.Unlock()
+	return raw, outcome, e.cat.metaCalls, e.cat.docCalls
+}
+
 // turnHints takes routeKey's Delivery, as a turn is before it is
 // forwarded, calls TurnHintsFor for session A with run runA and decodes the
 // array strictly (exactly the six fields of a search hint).
@@ -330,13 +342,7 @@ func TestTurnHintsForReusesDelivery(t *testing.T) {
 	if err != nil || d.Status != protocol.StatusOK {
 		t.Fatalf("Delivery: %+v, %v", d, err)
 	}
-	e.cat.mu.Lock()
-	e.cat.metaCalls, e.cat.docCalls = 0, 0
-	e.cat.mu.Unlock()
-	raw, outcome := e.svc.TurnHintsFor(context.Background(), sessionA, d, runA, items)
-	e.cat.mu.Lock()
-	meta, docs := e.cat.metaCalls, e.cat.docCalls
-	e.cat.mu.Unlock()
+	raw, outcome, meta, docs := e.countedTurnHints(d, items)
 	if outcome != HintsMinted || !strings.Contains(string(raw), `"title":"退款规则"`) {
 		t.Fatalf("got %s %s; want the refund hint", outcome, raw)
 	}
@@ -384,13 +390,7 @@ func TestTurnHintsForStatus(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			e.cat.mu.Lock()
-			e.cat.metaCalls, e.cat.docCalls = 0, 0
-			e.cat.mu.Unlock()
-			raw, outcome := e.svc.TurnHintsFor(context.Background(), sessionA, d, runA, items)
-			e.cat.mu.Lock()
-			meta, docs := e.cat.metaCalls, e.cat.docCalls
-			e.cat.mu.Unlock()
+			raw, outcome, meta, docs := e.countedTurnHints(d, items)
 			if outcome != tc.want || string(raw) != "[]" {
 				t.Errorf("got %s %s; want %s []", outcome, raw, tc.want)
 			}

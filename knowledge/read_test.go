@@ -18,6 +18,16 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
+// setRefund gives the refund document content, and the FAQ search one hit
+// on it with the fragment hit.
+func (e *env) setRefund(content, hit string) corefacts.Document {
+	d := e.cat.docs[docRefund]
+	d.Content = content
+	e.cat.setDoc(d)
+	e.ret.hits["faq"] = []corefacts.Hit{{KBID: "faq", DocID: docRefund, Content: hit, Score: 0.9}}
+	return d
+}
+
 func (e *env) readPage(body string) (hostclient.ReadAnswer, []byte) {
 	e.t.Helper()
 	_, raw, ke := e.call("read", tokA, routeKey, body)
@@ -74,10 +84,7 @@ func TestReadChainThroughService(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
-			d := e.cat.docs[docRefund]
-			d.Content = tc.content
-			e.cat.setDoc(d)
-			e.ret.hits["faq"] = []corefacts.Hit{{KBID: "faq", DocID: docRefund, Content: "", Score: 0.9}}
+			e.setRefund(tc.content, "")
 			ref := e.refFor(tokA, routeKey, "", docRefund)
 			limit := protocol.ReadDefaultBytes
 			if tc.maxBytes != "" {
@@ -127,10 +134,7 @@ func TestReadChainThroughService(t *testing.T) {
 // the next page, with the cursor as well as without it.
 func TestReadNeverServesNewerBody(t *testing.T) {
 	e := newEnv(t)
-	d := e.cat.docs[docRefund]
-	d.Content = strings.Repeat("旧内容。", 4000)
-	e.cat.setDoc(d)
-	e.ret.hits["faq"] = []corefacts.Hit{{KBID: "faq", DocID: docRefund, Content: "旧内容。", Score: 0.9}}
+	d := e.setRefund(strings.Repeat("旧内容。", 4000), "旧内容。")
 	ref := e.refFor(tokA, routeKey, "", docRefund)
 	p, _ := e.readPage(`{"ref":"` + ref + `","max_bytes":4096}`)
 	if p.NextCursor == nil {
@@ -183,10 +187,7 @@ func TestReadCursorRules(t *testing.T) {
 
 func TestReadDefaultMaxBytes(t *testing.T) {
 	e := newEnv(t)
-	d := e.cat.docs[docRefund]
-	d.Content = strings.Repeat("x", 100000)
-	e.cat.setDoc(d)
-	e.ret.hits["faq"] = []corefacts.Hit{{KBID: "faq", DocID: docRefund, Content: "xxx", Score: 0.9}}
+	e.setRefund(strings.Repeat("x", 100000), "xxx")
 	_, raw := e.readPage(`{"ref":"` + e.refFor(tokA, routeKey, "", docRefund) + `"}`)
 	if len(raw) != protocol.ReadDefaultBytes {
 		t.Fatalf("page of an ASCII document is %d bytes; want exactly the default %d", len(raw), protocol.ReadDefaultBytes)

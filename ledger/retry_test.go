@@ -47,6 +47,20 @@ func newFlaky(t *testing.T, clock func() time.Time) (*flaky, *Retrying, *prometh
 	return f, r, reg
 }
 
+// owe reserves k on_demand, takes the backend down and fails its release:
+// r now owes the release.
+func owe(t *testing.T, f *flaky, r *Retrying, k Key) {
+	t.Helper()
+	res, err := r.Reserve(context.Background(), k, "on_demand")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.down.Store(true)
+	if err := r.Release(context.Background(), k, "on_demand", res); err == nil {
+		t.Fatal("release while the backend is down: no error")
+	}
+}
+
 // TestRetryingCorrectedRetryNeverConflicts: a refused attempt whose release
 // failed leaves a record; the corrected retry in the other mode makes the
 // owed release first and is reserved — or, while the backend still fails,
@@ -56,14 +70,7 @@ func TestRetryingCorrectedRetryNeverConflicts(t *testing.T) {
 	for _, corrected := range []Key{key("t1", "m1"), key("t1", "other-message"), key("other-turn", "m1")} {
 		f, r, _ := newFlaky(t, time.Now)
 		k := key("t1", "m1")
-		res, err := r.Reserve(ctx, k, "on_demand")
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.down.Store(true)
-		if err := r.Release(ctx, k, "on_demand", res); err == nil {
-			t.Fatal("release while the backend is down: no error")
-		}
+		owe(t, f, r, k)
 		if _, err := r.Reserve(ctx, corrected, "inline"); !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrConflict) {
 			t.Fatalf("corrected retry %+v while the release still fails: got %v; want ErrUnavailable", corrected, err)
 		}
@@ -88,14 +95,7 @@ func TestRetryingCorrectedRetryWaitsForTheLoop(t *testing.T) {
 	release := func() { once.Do(func() { close(f.hold) }) }
 	t.Cleanup(release) // before the ledger closes, which waits for the loop
 	k := key("t1", "m1")
-	res, err := r.Reserve(ctx, k, "on_demand")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.down.Store(true)
-	if err := r.Release(ctx, k, "on_demand", res); err == nil {
-		t.Fatal("release while the backend is down: no error")
-	}
+	owe(t, f, r, k)
 	f.holding.Store(true)
 	<-f.entered // the loop's retry is in flight
 	f.down.Store(false)
@@ -122,9 +122,7 @@ func TestRetryingRetriesInBackground(t *testing.T) {
 	ctx := context.Background()
 	f, r, reg := newFlaky(t, time.Now)
 	k := key("t1", "m1")
-	res, _ := r.Reserve(ctx, k, "on_demand")
-	f.down.Store(true)
-	_ = r.Release(ctx, k, "on_demand", res)
+	owe(t, f, r, k)
 	testkit.Eventually(t, 10*time.Second, "the retry loop trying again", func() bool { return f.releases.Load() >= 3 })
 	f.down.Store(false)
 	testkit.Eventually(t, 10*time.Second, "the retried release", func() bool { return r.Pending() == 0 })
@@ -148,9 +146,7 @@ func TestRetryingGivesUpAtExpiry(t *testing.T) {
 	clock := testkit.NewClock(time.Unix(1_700_000_000, 0))
 	f, r, reg := newFlaky(t, clock.Now)
 	k := key("t1", "m1")
-	res, _ := r.Reserve(ctx, k, "on_demand")
-	f.down.Store(true)
-	_ = r.Release(ctx, k, "on_demand", res)
+	owe(t, f, r, k)
 	clock.Advance(time.Hour)
 	if _, err := r.Reserve(ctx, key("t2", "m2"), "on_demand"); err != nil {
 		t.Fatal(err)

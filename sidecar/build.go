@@ -14,6 +14,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net/http"
 	"net/netip"
 	"net/url"
 	"reflect"
@@ -156,6 +157,16 @@ type Deps struct {
 	TracerProvider trace.TracerProvider
 	// AuditStdout replaces standard output for audit.file "-" (tests).
 	AuditStdout io.Writer
+	// Ledger replaces the turn ledger of ledger.* (tests: one they read, fail
+	// or share between replicas). Build uses it as given, neither wrapped in
+	// the retrying release nor closed: the caller owns it.
+	Ledger ledger.Ledger
+	// SharedLimiter replaces the Redis shared rate limit of
+	// rate_limit.backend (nil: the configured one, or none).
+	SharedLimiter knowledge.SharedLimiter
+	// Transport replaces the pass-through transport to Core of proxy.*
+	// (nil: proxy.NewTransport with the configured timeouts and core.ca_file).
+	Transport http.RoundTripper
 }
 
 // App is a built sidecar: the edge plus what must be closed after it.
@@ -309,14 +320,18 @@ func Build(ctx context.Context, cfg config.Config, deps Deps) (*App, error) {
 		p, _ := config.ParsePrefix(s) // validated
 		trusted = append(trusted, p)
 	}
-	opts := proxy.Options{
-		CoreURL: coreURL,
-		Transport: proxy.NewTransport(proxy.TransportOptions{
+	transport := deps.Transport
+	if transport == nil {
+		transport = proxy.NewTransport(proxy.TransportOptions{
 			DialTimeout:           cfg.Proxy.DialTimeout,
 			ResponseHeaderTimeout: cfg.Proxy.ResponseHeaderTimeout,
 			MaxIdleConnsPerHost:   cfg.Proxy.MaxIdleConnsPerHost,
 			TLSClientConfig:       a.coreTLS,
-		}),
+		})
+	}
+	opts := proxy.Options{
+		CoreURL:         coreURL,
+		Transport:       transport,
 		TrustedProxies:  trusted,
 		PreserveHost:    cfg.Proxy.PreserveHost,
 		Logger:          log,
@@ -402,8 +417,8 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 		}
 		cancel()
 	}
-	var shared knowledge.SharedLimiter
-	if cfg.RateLimitBackend() == "redis" {
+	shared := deps.SharedLimiter
+	if shared == nil && cfg.RateLimitBackend() == "redis" {
 		rl, err := rdb.Limiter("")
 		if err != nil {
 			return nil, err
@@ -432,28 +447,34 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 	if err != nil {
 		return nil, fmt.Errorf("knowledge: %w", err)
 	}
-	var backend ledger.Ledger
-	if cfg.LedgerBackend() == "redis" {
-		rl, err := ledger.NewRedis(rdb, ledger.RedisOptions{TTL: cfg.Ledger.TTL, WaitReplicas: cfg.Ledger.RedisWaitReplicas})
-		if err != nil {
-			return nil, err
-		}
-		backend = rl
-		ledger.RegisterEvictions(reg) // Redis evicts nothing before ledger.ttl: the series stay 0
+	var led ledger.Ledger
+	if deps.Ledger != nil {
+		led = deps.Ledger
 	} else {
-		mem := ledger.NewMemory(cfg.Ledger.MaxEntries, cfg.Ledger.TTL, time.Now)
-		mem.Register(reg)
-		backend = mem
-		if pol, _ := rollout.Parse(cfg.Rollout); !pol.EnablesNone() && !a.single {
-			warnMemoryLedger(log, pol)
+		var backend ledger.Ledger
+		if cfg.LedgerBackend() == "redis" {
+			rl, err := ledger.NewRedis(rdb, ledger.RedisOptions{TTL: cfg.Ledger.TTL, WaitReplicas: cfg.Ledger.RedisWaitReplicas})
+			if err != nil {
+				return nil, err
+			}
+			backend = rl
+			ledger.RegisterEvictions(reg) // Redis evicts nothing before ledger.ttl: the series stay 0
+		} else {
+			mem := ledger.NewMemory(cfg.Ledger.MaxEntries, cfg.Ledger.TTL, time.Now)
+			mem.Register(reg)
+			backend = mem
+			if pol, _ := rollout.Parse(cfg.Rollout); !pol.EnablesNone() && !a.single {
+				warnMemoryLedger(log, pol)
+			}
 		}
+		// A release that fails (Redis hung) is retried until it succeeds or its
+		// record expires, and never leaves a 409 behind (SPEC §7).
+		retrying := ledger.NewRetrying(backend, cfg.Ledger.TTL, time.Now)
+		retrying.Register(reg)
+		led = retrying
+		a.closers = append(a.closers, led.Close) // closes the backend too (rdb's own Close, registered above, is then a no-op)
 	}
-	// A release that fails (Redis hung) is retried until it succeeds or its
-	// record expires, and never leaves a 409 behind (SPEC §7).
-	led := ledger.NewRetrying(backend, cfg.Ledger.TTL, time.Now)
-	led.Register(reg)
-	a.closers = append(a.closers, led.Close) // closes the backend too (rdb's own Close, registered above, is then a no-op)
-	pol, _ := rollout.Parse(cfg.Rollout)     // validated
+	pol, _ := rollout.Parse(cfg.Rollout) // validated
 	a.rollout.Store(&pol)
 	mcpOpts := proxy.MCPOptions{AuthorizationServers: cfg.MCP.AuthorizationServers, Scopes: cfg.MCP.Scopes,
 		PublicURL: cfg.MCP.PublicURL, AnswerBudget: cfg.Proxy.MCPAnswerBudget, Native: newNativeMCP(cfg, a.coreTLS)}

@@ -79,12 +79,21 @@ func readAudit(t testing.TB, path string) []auditEvent {
 	return evs
 }
 
+// auditedWorld runs a sidecar of a new world, built as serve builds it,
+// auditing to a file: the world, the file and the sidecar's URL.
+func auditedWorld(t *testing.T) (w *World, file, url string) {
+	t.Helper()
+	w = NewWorld(t, WorldOptions{})
+	file = filepath.Join(t.TempDir(), "audit.jsonl")
+	_, url, _ = runBuilt(t, auditConfig(t, w, file), sidecar.Deps{})
+	return w, file, url
+}
+
 // auditConfig is a built sidecar's configuration for w with the audit on,
 // writing to file.
 func auditConfig(t testing.TB, w *World, file string) config.Config {
 	t.Helper()
-	cfg := config.Defaults()
-	cfg.Core.URL, cfg.Core.Token, cfg.Catalog.DSN, cfg.Rollout = w.CoreURL, w.ServiceToken, w.DB.ReadOnlyDSN, "all"
+	cfg := w.Config()
 	cfg.RateLimit.RPS, cfg.RateLimit.Burst = 1e6, 1e6
 	cfg.Audit.Enabled, cfg.Audit.File = true, file
 	return cfg
@@ -614,9 +623,7 @@ func TestAuditUnderLoad(t *testing.T) {
 // the answer's code and the resolved client address; an inline turn's
 // refusal and Core's own answers are not. Every event names the client.
 func TestAuditRefusals(t *testing.T) {
-	w := NewWorld(t, WorldOptions{})
-	file := filepath.Join(t.TempDir(), "audit.jsonl")
-	_, url, _ := runBuilt(t, auditConfig(t, w, file), sidecar.Deps{})
+	w, file, url := auditedWorld(t)
 	c := newClient(t)
 	ws := url + "/agent-api/v1/workspaces/" + testdb.RouteMulti
 	refused := "bha_" + strings.Repeat("r", 40) // Core knows no such token

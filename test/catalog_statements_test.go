@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/hostclient"
 	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
@@ -36,8 +35,7 @@ func TestBuiltSidecarStatements(t *testing.T) {
 
 func testBuiltSidecarStatements(t *testing.T, systemInfo bool, wantSearch, wantRead float64) {
 	w := NewWorld(t, WorldOptions{Core: fakecore.Options{SystemInfo: systemInfo}})
-	cfg := config.Defaults()
-	cfg.Core.URL, cfg.Core.Token, cfg.Catalog.DSN, cfg.Rollout = w.CoreURL, w.ServiceToken, w.DB.ReadOnlyDSN, "all"
+	cfg := w.Config()
 	cfg.RateLimit.RPS, cfg.RateLimit.Burst = 1000, 1000
 	if err := cfg.Validate(sidecar.ExtraChecks...); err != nil {
 		t.Fatal(err)
@@ -49,26 +47,7 @@ func testBuiltSidecarStatements(t *testing.T, systemInfo bool, wantSearch, wantR
 	// statements sums knowledge_sidecar_catalog_queries_total over every
 	// query name and outcome.
 	statements := func() map[string]float64 {
-		mfs, err := app.Server.Registry().Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := map[string]float64{}
-		for _, mf := range mfs {
-			if mf.GetName() != "knowledge_sidecar_catalog_queries_total" {
-				continue
-			}
-			for _, m := range mf.GetMetric() {
-				if v := m.GetCounter().GetValue(); v != 0 {
-					for _, l := range m.GetLabel() {
-						if l.GetName() == "query" {
-							n[l.GetValue()] += v
-						}
-					}
-				}
-			}
-		}
-		return n
+		return counterSeries(t, app.Server.Registry(), "knowledge_sidecar_catalog_queries_total", func(l map[string]string) string { return l["query"] })
 	}
 	// since is the statements run after before, by query name, with their sum.
 	since := func(before map[string]float64) (float64, map[string]float64) {

@@ -212,20 +212,11 @@ func TestBodyMinimumRate(t *testing.T) {
 		conn.send(t, head("/up", 100000)+strings.Repeat("x", 1000))
 		stop := make(chan struct{})
 		defer close(stop)
-		go func() { // one byte every 50 ms: 20 B/s, a hundredth of the rate
-			tick := time.NewTicker(50 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-tick.C:
-					if _, err := conn.Write([]byte("x")); err != nil {
-						return
-					}
-				}
-			}
-		}()
+		// One byte every 50 ms: 20 B/s, a hundredth of the rate.
+		go onEachTick(50*time.Millisecond, stop, func() bool {
+			_, err := conn.Write([]byte("x"))
+			return err == nil
+		})
 		start := time.Now()
 		res, body := conn.response(t)
 		if res.StatusCode != http.StatusRequestTimeout || errorCode(body) != "request_timeout" {

@@ -69,6 +69,17 @@ func openHostile(t *testing.T, addr string, head, body []byte) *hostile {
 
 // trickle writes one byte to every connection per tick until stop.
 func trickle(conns []*hostile, every time.Duration, stop <-chan struct{}) {
+	onEachTick(every, stop, func() bool {
+		for _, h := range conns {
+			_, _ = h.conn.Write([]byte("a"))
+		}
+		return true
+	})
+}
+
+// onEachTick calls fn once every period until stop is closed or fn
+// returns false.
+func onEachTick(every time.Duration, stop <-chan struct{}, fn func() bool) {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
@@ -76,8 +87,8 @@ func trickle(conns []*hostile, every time.Duration, stop <-chan struct{}) {
 		case <-stop:
 			return
 		case <-tick.C:
-			for _, h := range conns {
-				_, _ = h.conn.Write([]byte("a"))
+			if !fn() {
+				return
 			}
 		}
 	}

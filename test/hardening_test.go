@@ -508,9 +508,7 @@ func TestMalformedRequestLine(t *testing.T) {
 // be checked for knowledge_delivery, so it is refused, never forwarded
 // with a field that might be there.
 func TestTurnTooDeep(t *testing.T) {
-	w := NewWorld(t, WorldOptions{})
-	tap, side := w.startTapped(t, FeatureOptions{})
-	c := newClient(t)
+	w, tap, side, c := tappedWorld(t)
 	deep := strings.Repeat("[", 10001) + strings.Repeat("]", 10001)
 	ti := newTurn("deep")
 	body := []byte(`{"page_context":` + deep + `,` + string(ti.body(modeJSON("on_demand"))[1:]))
@@ -526,16 +524,12 @@ func TestTurnTooDeep(t *testing.T) {
 // has disabled is forwarded with the field stripped and Core's own answer
 // relayed (its 404), never a 503.
 func TestTurnOnUnknownRoute(t *testing.T) {
-	w := NewWorld(t, WorldOptions{})
-	tap, side := w.startTapped(t, FeatureOptions{})
-	c := newClient(t)
+	w, tap, side, c := tappedWorld(t)
 	for _, route := range []string{"no-such-route", testdb.RouteDisabled} {
 		for _, mode := range []string{"inline", "on_demand"} {
 			t.Run(route+"/"+mode, func(t *testing.T) {
 				ti := newTurn(route + "-" + mode)
-				n := tap.count()
-				r := send(t, c, "POST", turnsURL(side, route), w.TokenA, ti.body(modeJSON(mode)), nil)
-				e := tap.oneSince(t, n)
+				r, e := tap.post(t, c, turnsURL(side, route), w.TokenA, ti.body(modeJSON(mode)), nil)
 				if bytes.Contains(e.ReqBody, []byte("knowledge_delivery")) {
 					t.Errorf("Core received the field: %s", e.ReqBody)
 				}

@@ -43,8 +43,7 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 type SidecarOptions struct {
 	// CoreURL is the upstream (required; core.url), e.g. an httptest.Server's URL.
 	CoreURL string
-	// Transport replaces the pass-through transport; set, the sidecar is
-	// wired by hand (sidecar.Deps has no hook for it).
+	// Transport replaces the pass-through transport (sidecar.Deps.Transport).
 	Transport http.RoundTripper
 	// TransportOptions: proxy.dial_timeout, proxy.response_header_timeout,
 	// proxy.max_idle_conns_per_host; zero fields take the defaults.
@@ -137,7 +136,7 @@ func sidecarConfig(t testing.TB, o SidecarOptions) (config.Config, sidecar.Deps)
 	p.MaxInFlightPerClient = cmp.Or(l.InFlightPerClient, p.MaxInFlightPerClient)
 	p.TurnBodyBudgetPerClient = cmp.Or(l.TurnBodyPerClient, p.TurnBodyBudgetPerClient)
 	cfg.AdminAllowedHosts = o.AdminAllowedHosts
-	deps := sidecar.Deps{Logger: o.Logger, Version: "test"}
+	deps := sidecar.Deps{Logger: o.Logger, Version: "test", Transport: o.Transport}
 	if deps.Logger == nil {
 		deps.Logger = testLogger(t)
 	}
@@ -158,25 +157,22 @@ func StartSidecar(t testing.TB, o SidecarOptions) *Sidecar {
 	if err != nil || core.Host == "" {
 		t.Fatalf("StartSidecar: bad CoreURL %q", o.CoreURL)
 	}
-	var srv *proxy.Server
-	var done func()
-	if o.Transport != nil || o.Features.byHand() {
-		srv, done = startByHand(t, core, o)
-	} else {
-		cfg, deps := sidecarConfig(t, o)
-		app, err := sidecar.Build(context.Background(), cfg, deps)
-		if err != nil {
-			t.Fatalf("build: %v", err)
-		}
-		if o.Features != nil && o.Features.o.CatalogDSN == "" {
-			// The world's catalog must pass the schema check Build ran.
-			if got := testkit.Metric(t, app.Server.Registry(), "knowledge_sidecar_catalog_schema_ok", nil); got != 1 {
-				app.Close()
-				t.Fatalf("world: schema check: catalog_schema_ok %v; want 1", got)
-			}
-		}
-		srv, done = app.Server, app.Close
+	cfg, deps := sidecarConfig(t, o)
+	app, err := sidecar.Build(context.Background(), cfg, deps)
+	if err != nil {
+		t.Fatalf("build: %v", err)
 	}
+	if o.Features != nil && o.Features.o.CatalogDSN == "" {
+		// The world's catalog must pass the schema check Build ran.
+		if got := testkit.Metric(t, app.Server.Registry(), "knowledge_sidecar_catalog_schema_ok", nil); got != 1 {
+			app.Close()
+			t.Fatalf("world: schema check: catalog_schema_ok %v; want 1", got)
+		}
+	}
+	if o.Features != nil && o.Features.o.Ledger != nil {
+		t.Cleanup(func() { o.Features.o.Ledger.Close() }) // Build leaves a given ledger to its owner
+	}
+	srv := app.Server
 	def := config.Defaults()
 	so := o.Serve
 	so.ReadHeaderTimeout = cmp.Or(so.ReadHeaderTimeout, def.Proxy.ReadHeaderTimeout)
@@ -201,7 +197,7 @@ func StartSidecar(t testing.TB, o SidecarOptions) *Sidecar {
 	}
 	go func() {
 		s.runErr = srv.Run(ctx, so)
-		done() // the pools outlive Run otherwise
+		app.Close() // the pools outlive Run otherwise
 		close(s.finished)
 	}()
 	t.Cleanup(func() {
@@ -212,52 +208,6 @@ func StartSidecar(t testing.TB, o SidecarOptions) *Sidecar {
 	return s
 }
 
-// startByHand builds the edge with proxy.New, for what sidecar.Build cannot
-// take (a given pass-through transport, ledger or shared rate limiter).
-func startByHand(t testing.TB, core *url.URL, o SidecarOptions) (*proxy.Server, func()) {
-	t.Helper()
-	def := config.Defaults()
-	tr := o.Transport
-	closeIdle := func() {}
-	if tr == nil {
-		to := o.TransportOptions
-		to.DialTimeout = cmp.Or(to.DialTimeout, def.Proxy.DialTimeout)
-		to.ResponseHeaderTimeout = cmp.Or(to.ResponseHeaderTimeout, def.Proxy.ResponseHeaderTimeout)
-		to.MaxIdleConnsPerHost = cmp.Or(to.MaxIdleConnsPerHost, def.Proxy.MaxIdleConnsPerHost)
-		ht := proxy.NewTransport(to)
-		t.Cleanup(ht.CloseIdleConnections)
-		tr, closeIdle = ht, ht.CloseIdleConnections
-	}
-	log := o.Logger
-	if log == nil {
-		log = testLogger(t)
-	}
-	reg := prometheus.NewRegistry()
-	var f *proxy.Features
-	if o.Features != nil {
-		f = o.Features.handFeatures(t, reg, log)
-	}
-	srv, err := proxy.New(proxy.Options{
-		CoreURL:         core,
-		Transport:       tr,
-		TrustedProxies:  o.TrustedProxies,
-		PreserveHost:    !o.RewriteHost,
-		Logger:          log,
-		Registry:        reg,
-		Version:         "test",
-		Features:        f,
-		BodyIdleTimeout: cmp.Or(o.BodyIdleTimeout, def.Proxy.BodyIdleTimeout),
-		Limits:          o.Limits,
-
-		ClientAddressHeadersExtra: o.ClientAddressHeadersExtra,
-		AdminAllowedHosts:         o.AdminAllowedHosts,
-	})
-	if err != nil {
-		t.Fatalf("proxy.New: %v", err)
-	}
-	return srv, closeIdle
-}
-
 // metricByLabel returns the values of the series of name whose label has
 // each of values.
 func metricByLabel(t testing.TB, sc *Sidecar, name, label string, values ...string) map[string]float64 {
@@ -265,6 +215,30 @@ func metricByLabel(t testing.TB, sc *Sidecar, name, label string, values ...stri
 	out := map[string]float64{}
 	for _, v := range values {
 		out[v] = testkit.Metric(t, sc.Registry, name, map[string]string{label: v})
+	}
+	return out
+}
+
+// counterSeries sums the series of the counter name by key, which names a
+// series by its labels.
+func counterSeries(t testing.TB, g prometheus.Gatherer, name string, key func(labels map[string]string) string) map[string]float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			out[key(labels)] += m.GetCounter().GetValue()
+		}
 	}
 	return out
 }
@@ -352,6 +326,21 @@ func doRead(t testing.TB, c *http.Client, req *http.Request) (*http.Response, []
 		t.Fatalf("%s %s: read: %v", req.Method, req.URL, err)
 	}
 	return res, b
+}
+
+// readOK reads the next response from br, its body drained, and fails the
+// test unless it is a 200; what names it.
+func readOK(t testing.TB, br *bufio.Reader, what string) *http.Response {
+	t.Helper()
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	drainClose(res.Body)
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("%s: got %d; want 200", what, res.StatusCode)
+	}
+	return res
 }
 
 func mustGet(t testing.TB, c *http.Client, u string) (int, string) {

@@ -355,9 +355,7 @@ func TestTurnHintsMakeNoRetrievalCall(t *testing.T) {
 	if replay := send(t, c, "POST", turnsURL(side, route), w.TokenA, ti.body(`"on_demand"`), nil); replay.Status != 200 {
 		t.Fatalf("replay: got %d %s; want 200", replay.Status, replay.Body)
 	}
-	if r := send(t, c, "POST", turnsURL(side, route), w.TokenA, newTurn("no-search-inline").body(`"inline"`), nil); r.Status != 200 {
-		t.Fatalf("inline: got %d %s; want 200", r.Status, r.Body)
-	}
+	mustTurn(t, c, side, route, w.TokenA, newTurn("no-search-inline").body(`"inline"`), "inline")
 	if got := w.Core.Calls("/kb/search") - searches; got != 0 {
 		t.Fatalf("/kb/search calls during turns: got %d; want 0", got)
 	}

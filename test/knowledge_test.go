@@ -76,18 +76,9 @@ func newKWorld(t *testing.T, o fakecore.Options) *kworld {
 	if cfg, err := mysql.ParseDSN(w.DB.ReadOnlyDSN); err == nil {
 		kw.secret = append(kw.secret, cfg.Passwd, cfg.User)
 	}
-	rows, err := w.DB.Admin.Query(`SELECT content FROM bz_kb_docs`)
-	if err != nil {
-		t.Fatalf("kworld: docs: %v", err)
-	}
-	for rows.Next() {
-		var content string
-		if err := rows.Scan(&content); err != nil {
-			t.Fatal(err)
-		}
+	for _, content := range queryStrings(t, w.DB.Admin, `SELECT content FROM bz_kb_docs`) {
 		kw.addPrivate(content)
 	}
-	rows.Close()
 	t.Cleanup(func() { kw.scanLogs(t) })
 	return kw
 }
@@ -295,10 +286,8 @@ func strictDecode(t *testing.T, raw []byte, v any) {
 // query are registered as never-logged.
 func (kw *kworld) search(t *testing.T, sc *ksidecar, route, token string, req map[string]any) (kresp, hostclient.SearchAnswer) {
 	t.Helper()
-	r := kw.call(t, "POST", sc.WS(route)+"/knowledge/search", token, req)
-	var a hostclient.SearchAnswer
+	r, a := postKnowledge[hostclient.SearchAnswer](t, kw, sc, route, token, "search", req)
 	if r.Status == 200 {
-		strictDecode(t, r.Body, &a)
 		if q, ok := req["query"].(string); ok {
 			kw.addPrivate(q)
 		}
@@ -327,13 +316,21 @@ func (kw *kworld) mustSearch(t *testing.T, sc *ksidecar, route, token string, re
 
 func (kw *kworld) read(t *testing.T, sc *ksidecar, route, token string, req map[string]any) (kresp, hostclient.ReadAnswer) {
 	t.Helper()
-	r := kw.call(t, "POST", sc.WS(route)+"/knowledge/read", token, req)
-	var a hostclient.ReadAnswer
+	r, a := postKnowledge[hostclient.ReadAnswer](t, kw, sc, route, token, "read", req)
+	if r.Status == 200 && a.NextCursor != nil {
+		kw.addPrivate(*a.NextCursor)
+	}
+	return r, a
+}
+
+// postKnowledge posts req to route's knowledge endpoint; a 200 answer is
+// decoded strictly into A.
+func postKnowledge[A any](t *testing.T, kw *kworld, sc *ksidecar, route, token, endpoint string, req map[string]any) (kresp, A) {
+	t.Helper()
+	r := kw.call(t, "POST", sc.WS(route)+"/knowledge/"+endpoint, token, req)
+	var a A
 	if r.Status == 200 {
 		strictDecode(t, r.Body, &a)
-		if a.NextCursor != nil {
-			kw.addPrivate(*a.NextCursor)
-		}
 	}
 	return r, a
 }

@@ -37,7 +37,7 @@ func TestTurnReleaseFailsRedisPaused(t *testing.T) {
 			pause.Do(func() { _ = redis.Process.Signal(syscall.SIGSTOP) })
 		}
 	}
-	// wired by hand: a Retrying ledger over a Redis the test kills (no sidecar.Deps hook for a ledger)
+	// sidecar.Deps hook: a Retrying ledger over a Redis the test kills
 	side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{Ledger: led})})
 	c := newClient(t)
 

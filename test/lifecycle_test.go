@@ -15,7 +15,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
@@ -405,8 +404,8 @@ func TestCatalogLateAtStart(t *testing.T) {
 	fwd.setRefusing(true) // the catalog is not up yet
 	clock := testkit.NewClock(time.Now())
 
-	cfg := config.Defaults()
-	cfg.Core.URL, cfg.Core.Token, cfg.Catalog.DSN, cfg.Rollout = w.CoreURL, w.ServiceToken, fwd.dsn, "all"
+	cfg := w.Config()
+	cfg.Catalog.DSN = fwd.dsn
 	cfg.RateLimit.RPS, cfg.RateLimit.Burst = 1000, 1000
 	if err := cfg.Validate(sidecar.ExtraChecks...); err != nil {
 		t.Fatal(err)

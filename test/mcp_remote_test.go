@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/netip"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,7 +20,6 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
-	"github.com/bailinghub/knowledge-sidecar/sidecar"
 )
 
 // bearerRT adds the host's bearer to every request of an MCP client and
@@ -244,9 +242,7 @@ func TestMCPRemoteHTTP(t *testing.T) {
 // its tool's name (SPEC §11: mcp:<tool>), with the caller's session and the
 // documents its answer disclosed, and a refused read as refused.
 func TestMCPRemoteAudit(t *testing.T) {
-	w := NewWorld(t, WorldOptions{})
-	file := filepath.Join(t.TempDir(), "audit.jsonl")
-	_, url, _ := runBuilt(t, auditConfig(t, w, file), sidecar.Deps{})
+	w, file, url := auditedWorld(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	cs := connectRemote(t, ctx, url+"/agent-api/v1/workspaces/"+testdb.RouteMulti+"/knowledge/mcp", w.TokenA)
@@ -499,9 +495,7 @@ func TestMCPRemoteWalkCost(t *testing.T) {
 // near hit shows its window exactly (the page read again up to the window's
 // end); a fetch shows the chain from its start to the 128 KiB budget.
 func TestMCPRemoteAuditOneEventPerCall(t *testing.T) {
-	w := NewWorld(t, WorldOptions{})
-	file := filepath.Join(t.TempDir(), "audit.jsonl")
-	_, url, _ := runBuilt(t, auditConfig(t, w, file), sidecar.Deps{})
+	w, file, url := auditedWorld(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	endpoint := url + "/agent-api/v1/workspaces/" + testdb.RouteMulti + "/knowledge/mcp"

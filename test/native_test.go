@@ -122,9 +122,7 @@ func TestNativeCoreTransparent(t *testing.T) {
 // TestNativeLegacyCoreServed: an old Core answers the probe 404 not_found,
 // so the sidecar serves the protocol (and intercepts turns) itself.
 func TestNativeLegacyCoreServed(t *testing.T) {
-	w := NewWorld(t, WorldOptions{})
-	tap, side := w.startTapped(t, FeatureOptions{})
-	c := newClient(t)
+	w, tap, side, c := tappedWorld(t)
 	route := testdb.RouteMulti
 
 	r := send(t, c, "GET", side.WS(route)+"/knowledge/capabilities", w.TokenA, nil, nil)
@@ -147,9 +145,7 @@ func TestNativeLegacyCoreServed(t *testing.T) {
 	if ex := tap.since(0); len(ex) != 1 || ex[0].Method != "GET" || ex[0].Path != capsPath(route) {
 		t.Errorf("Core's proxied path got %d requests; want only the capabilities probe", len(ex))
 	}
-	n := tap.count()
-	r = send(t, c, "POST", turnsURL(side, route), w.TokenA, newTurn("legacy").body(`"on_demand"`), nil)
-	e := tap.oneSince(t, n)
+	r, e := tap.post(t, c, turnsURL(side, route), w.TokenA, newTurn("legacy").body(`"on_demand"`), nil)
 	if r.Status != 200 || bytes.Contains(e.ReqBody, []byte("knowledge_delivery")) || !bytes.Contains(r.Body, []byte(`"mode":"on_demand"`)) {
 		t.Errorf("turn: got %d %s (Core got %s); want an intercepted turn", r.Status, r.Body, e.ReqBody)
 	}

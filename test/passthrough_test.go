@@ -3,7 +3,6 @@ package test
 import (
 	"bufio"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -63,22 +62,9 @@ func patterned(n int) []byte {
 	return b
 }
 
-func gzipped(t testing.TB, p []byte) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	if _, err := zw.Write(p); err != nil {
-		t.Fatal(err)
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
-
 // diffUpstream answers by path; every branch records what it received.
 func diffUpstream(t *testing.T) (*upstream, []byte) {
-	gz := gzipped(t, bytes.Repeat([]byte("knowledge sidecar passes gzip through. "), 200))
+	gz := gzipBytes(t, bytes.Repeat([]byte("knowledge sidecar passes gzip through. "), 200))
 	big := patterned(3<<19 + 7) // 1.5 MiB + 7
 	u := startUpstream(t, func(u *upstream, w http.ResponseWriter, r *http.Request) {
 		body := u.readAndRecord(r)
@@ -633,14 +619,7 @@ func TestWebSocket(t *testing.T) {
 			// stamped and forwarded like any other.
 			fmt.Fprintf(conn, "GET /after HTTP/1.1\r\nHost: ks.example\r\n\r\n")
 			conn.SetReadDeadline(time.Now().Add(15 * time.Second))
-			next, err := http.ReadResponse(br, nil)
-			if err != nil {
-				t.Fatalf("follow-up request: %v", err)
-			}
-			drainClose(next.Body)
-			if next.StatusCode != http.StatusOK {
-				t.Errorf("follow-up: got %d; want 200", next.StatusCode)
-			}
+			next := readOK(t, br, "follow-up request")
 			seen := u.requests()
 			if len(seen) != 2 || seen[1].RequestURI != "/after" {
 				t.Fatalf("upstream requests: got %d; want /ws-refused then /after", len(seen))

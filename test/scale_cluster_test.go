@@ -152,7 +152,7 @@ func TestScaleTwoReplicasRace(t *testing.T) {
 			prefix := testdb.RedisPrefix(t)
 			deleteTopoKeys(t, rawTopo(t, tp.mode, url), prefix)
 			w := NewWorld(t, WorldOptions{})
-			// wired by hand: Redis Cluster/Sentinel ledgers under a per-test key prefix (no sidecar.Deps hook for a ledger)
+			// sidecar.Deps hook: Redis Cluster/Sentinel ledgers under a per-test key prefix
 			a := w.StartSidecar(t, FeatureOptions{Ledger: topoLedger(t, tp.mode, url, prefix)})
 			b := w.StartSidecar(t, FeatureOptions{Ledger: topoLedger(t, tp.mode, url, prefix)})
 			for round := range 3 {
@@ -284,7 +284,7 @@ func failoverScenario(t *testing.T, mode, url string, waitReplicas int, lossy bo
 	prefix := testdb.RedisPrefix(t)
 	deleteTopoKeys(t, rawTopo(t, mode, url), prefix)
 	w := NewWorld(t, WorldOptions{})
-	// wired by hand: a ledger with redis_wait_replicas under a per-test key prefix (no sidecar.Deps hook for a ledger)
+	// sidecar.Deps hook: a ledger with redis_wait_replicas under a per-test key prefix
 	sc := w.StartSidecar(t, FeatureOptions{Ledger: topoLedgerWait(t, mode, url, prefix, waitReplicas)})
 	c := newClient(t)
 	tag := mode + "-fo-" + randomToken(t, "")[:8]
@@ -293,9 +293,7 @@ func failoverScenario(t *testing.T, mode, url string, waitReplicas int, lossy bo
 	var before []turnInput
 	for i := range 5 {
 		ti := newTurn(fmt.Sprintf("%s-before-%d", tag, i))
-		if r := send(t, c, "POST", turnsURL(sc, testdb.RouteMulti), w.TokenA, ti.body(modeJSON("on_demand")), nil); r.Status != 200 {
-			t.Fatalf("turn before the failover: %d %s", r.Status, r.Body)
-		}
+		mustTurn(t, c, sc, testdb.RouteMulti, w.TokenA, ti.body(modeJSON("on_demand")), "turn before the failover")
 		before = append(before, ti)
 	}
 	stop := make(chan struct{})
@@ -476,7 +474,7 @@ func TestScaleClusterStoppedPrimary(t *testing.T) {
 	deleteTopoKeys(t, raw, prefix)
 	l := topoLedger(t, sharedredis.ModeCluster, url, prefix)
 	w := NewWorld(t, WorldOptions{})
-	// wired by hand: a Cluster ledger under a per-test key prefix (no sidecar.Deps hook for a ledger)
+	// sidecar.Deps hook: a Cluster ledger under a per-test key prefix
 	sc := w.StartSidecar(t, FeatureOptions{Ledger: l})
 	c := newClient(t)
 	ctx := t.Context()

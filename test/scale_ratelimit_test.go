@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/sharedredis"
@@ -62,7 +61,7 @@ func TestScaleSharedRateLimit(t *testing.T) {
 	rlB := sharedLimiter(t, nil, rl.KeyPrefix())
 	w := NewWorld(t, WorldOptions{})
 	const rps, burst = 1.0, 5
-	// wired by hand: shared rate limiters and ledgers under a per-test key prefix (no sidecar.Deps hook for either)
+	// sidecar.Deps hook: shared rate limiters and ledgers under a per-test key prefix
 	a := w.StartSidecar(t, FeatureOptions{Ledger: la, SharedLimiter: rl, RateLimit: rps, RateBurst: burst})
 	b := w.StartSidecar(t, FeatureOptions{Ledger: lb, SharedLimiter: rlB, RateLimit: rps, RateBurst: burst})
 	c := newClient(t)
@@ -104,7 +103,7 @@ func TestScaleRateLimitFallback(t *testing.T) {
 	var logs testkit.Buffer
 	log := slog.New(slog.NewJSONHandler(&logs, nil))
 	const rps, burst = 1.0, 3
-	// wired by hand: a shared rate limiter behind a relay the test cuts (no sidecar.Deps hook for it)
+	// sidecar.Deps hook: a shared rate limiter behind a relay the test cuts
 	sc := w.StartSidecar(t, FeatureOptions{Ledger: l, SharedLimiter: rl, RateLimit: rps, RateBurst: burst, Logger: log})
 	reg := sc.Registry
 	c := newClient(t)
@@ -165,8 +164,7 @@ func TestScaleBuildSharesRateLimit(t *testing.T) {
 	}
 	reset()
 	t.Cleanup(reset)
-	cfg := config.Defaults()
-	cfg.Core.URL, cfg.Core.Token, cfg.Catalog.DSN, cfg.Rollout = w.CoreURL, w.ServiceToken, w.DB.ReadOnlyDSN, "all"
+	cfg := w.Config()
 	cfg.Ledger.RedisURL = redisTestURL()
 	cfg.RateLimit.RPS, cfg.RateLimit.Burst = 1, 4
 	if err := cfg.Validate(sidecar.ExtraChecks...); err != nil {

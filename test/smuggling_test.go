@@ -164,14 +164,7 @@ func TestRequestSmuggling(t *testing.T) {
 		conn.SetDeadline(time.Now().Add(15 * time.Second))
 		io.WriteString(conn, "POST /early HTTP/1.1\r\n"+h+"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
 		br := bufio.NewReader(conn)
-		res, err := http.ReadResponse(br, nil)
-		if err != nil {
-			t.Fatalf("early answer: %v", err)
-		}
-		drainClose(res.Body)
-		if res.StatusCode != http.StatusOK {
-			t.Fatalf("early answer: got %d; want 200", res.StatusCode)
-		}
+		readOK(t, br, "early answer")
 		io.WriteString(conn, "zz\r\nGET /smuggled HTTP/1.1\r\n"+h+"\r\n"+sentinel)
 		var more []int
 		for {

@@ -43,24 +43,7 @@ func TestTracePrivacy(t *testing.T) {
 	secret = append(secret, query, testdb.BigDocUnit)
 	step("search", "POST", ws+"/knowledge/search", w.TokenA, []byte(`{"query":"`+query+`"}`), 200)
 	big := step("search big", "POST", ws+"/knowledge/search", w.TokenA, []byte(`{"query":"`+testdb.BigDocUnit+`"}`), 200)
-	var sr struct {
-		Hints []struct {
-			Ref   string `json:"ref"`
-			Title string `json:"title"`
-		} `json:"hints"`
-	}
-	if err := json.Unmarshal(big, &sr); err != nil || len(sr.Hints) == 0 {
-		t.Fatalf("search big: %s", clip(string(big)))
-	}
-	ref := ""
-	for _, h := range sr.Hints {
-		if h.Title == testdb.DocBigTitle {
-			ref = h.Ref
-		}
-	}
-	if ref == "" {
-		t.Fatalf("no hint of %s", testdb.DocBigTitle)
-	}
+	ref := hintRef(t, big, testdb.DocBigTitle)
 	var page struct {
 		Content    string  `json:"content"`
 		NextCursor *string `json:"next_cursor"`

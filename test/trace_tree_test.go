@@ -47,11 +47,7 @@ func startTracedWith(t *testing.T, w *World, sampler sdktrace.Sampler, tweak fun
 	ended := make(chan sdktrace.ReadOnlySpan, 256)
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithSpanProcessor(serverEnds{ended}), sdktrace.WithSampler(sampler))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	cfg := config.Defaults()
-	cfg.Core.URL = w.CoreURL
-	cfg.Core.Token = w.ServiceToken
-	cfg.Catalog.DSN = w.DB.ReadOnlyDSN
-	cfg.Rollout = "all"
+	cfg := w.Config()
 	cfg.Ledger.Backend = "redis"
 	cfg.Ledger.RedisURL = redisTestURL()
 	cfg.Log.Access = true

@@ -75,29 +75,7 @@ func TestTurnCountedOnce(t *testing.T) {
 // turnSeries is every turns_total series, "mode/outcome" → value.
 func turnSeries(t testing.TB, reg prometheus.Gatherer) map[string]float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != "knowledge_sidecar_turns_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			var mode, outcome string
-			for _, l := range m.GetLabel() {
-				switch l.GetName() {
-				case "mode":
-					mode = l.GetValue()
-				case "outcome":
-					outcome = l.GetValue()
-				}
-			}
-			out[mode+"/"+outcome] = m.GetCounter().GetValue()
-		}
-	}
-	return out
+	return counterSeries(t, reg, "knowledge_sidecar_turns_total", func(l map[string]string) string { return l["mode"] + "/" + l["outcome"] })
 }
 
 // maps1 is series with one more in key.

@@ -13,28 +13,26 @@ import (
 	"bytes"
 	"compress/gzip"
 	"compress/zlib"
+	"io"
 	"testing"
 
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 )
 
+// gzipBytes is b gzip-compressed.
 func gzipBytes(t testing.TB, b []byte) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	if _, err := zw.Write(b); err != nil {
-		t.Fatal(err)
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	return compress(t, b, func(w io.Writer) io.WriteCloser { return gzip.NewWriter(w) })
 }
 
+// zlibBytes is b zlib-compressed (Content-Encoding: deflate).
 func zlibBytes(t testing.TB, b []byte) []byte {
+	return compress(t, b, func(w io.Writer) io.WriteCloser { return zlib.NewWriter(w) })
+}
+
+func compress(t testing.TB, b []byte, writer func(io.Writer) io.WriteCloser) []byte {
 	t.Helper()
 	var buf bytes.Buffer
-	zw := zlib.NewWriter(&buf)
+	zw := writer(&buf)
 	if _, err := zw.Write(b); err != nil {
 		t.Fatal(err)
 	}
@@ -45,9 +43,7 @@ func zlibBytes(t testing.TB, b []byte) []byte {
 }
 
 func TestTurnEncodedBodies(t *testing.T) {
-	w := NewWorld(t, WorldOptions{})
-	tap, side := w.startTapped(t, FeatureOptions{})
-	c := newClient(t)
+	w, tap, side, c := tappedWorld(t)
 	route := testdb.RouteMulti
 	rev := scopeRevision(t, c, side, route, w.TokenA)
 	field := func(mode string) string {
@@ -88,9 +84,7 @@ func TestTurnEncodedBodies(t *testing.T) {
 				if tc.label != "" {
 					hdr = map[string]string{"Content-Encoding": tc.label}
 				}
-				n := tap.count()
-				r := send(t, c, "POST", turnsURL(side, route), w.TokenA, sent, hdr)
-				e := tap.oneSince(t, n)
+				r, e := tap.post(t, c, turnsURL(side, route), w.TokenA, sent, hdr)
 				if !bytes.Equal(e.ReqBody, sent) || e.ReqHeader.Get("Content-Encoding") != tc.label {
 					t.Fatalf("Core received %d bytes (Content-Encoding %q); want the client's %d bytes and label %q",
 						len(e.ReqBody), e.ReqHeader.Get("Content-Encoding"), len(sent), tc.label)
@@ -125,9 +119,7 @@ func TestTurnEncodedBodies(t *testing.T) {
 		t.Run("labelled/"+label+"/absent", func(t *testing.T) {
 			sent := newTurn("lab-absent-" + label).body("")
 			hdr := map[string]string{"Content-Encoding": label}
-			n := tap.count()
-			r := send(t, c, "POST", turnsURL(side, route), w.TokenA, sent, hdr)
-			e := tap.oneSince(t, n)
+			r, e := tap.post(t, c, turnsURL(side, route), w.TokenA, sent, hdr)
 			if !bytes.Equal(e.ReqBody, sent) || e.ReqHeader.Get("Content-Encoding") != label {
 				t.Fatalf("Core received %q (Content-Encoding %q); want the client's bytes and header", e.ReqBody, e.ReqHeader.Get("Content-Encoding"))
 			}

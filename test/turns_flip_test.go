@@ -2,6 +2,7 @@ package test
 
 import (
 	"bytes"
+	"net/http"
 	"testing"
 	"time"
 
@@ -32,37 +33,48 @@ func newFlipWorld(t *testing.T) flipWorld {
 	return flipWorld{w: w, tap: tap, legacy: side("never"), native: side("always")}
 }
 
+// turnThenRetry sends ti on_demand through from (it must succeed) and its
+// retry through to: the first answer, the retry's and the retry's exchange
+// with Core.
+func (f flipWorld) turnThenRetry(t *testing.T, c *http.Client, ti turnInput, from, to *Sidecar) (first, retry turnResult, e tapExchange) {
+	t.Helper()
+	first = send(t, c, "POST", turnsURL(from, testdb.RouteMulti), f.w.TokenA, ti.body(`"on_demand"`), nil)
+	if first.Status != 200 {
+		t.Fatalf("the first attempt: got %d %s; want 200", first.Status, first.Body)
+	}
+	retry, e = f.tap.post(t, c, turnsURL(to, testdb.RouteMulti), f.w.TokenA, ti.body(`"on_demand"`), nil)
+	return first, retry, e
+}
+
+// freshTurn sends a turn never seen on_demand through side and checks that
+// it is answered 200 and reached Core with the field want ("": stripped).
+func (f flipWorld) freshTurn(t *testing.T, c *http.Client, side *Sidecar, want string) (turnResult, tapExchange) {
+	t.Helper()
+	fresh := newTurn("fresh-after-flip")
+	r, e := f.tap.post(t, c, turnsURL(side, testdb.RouteMulti), f.w.TokenA, fresh.body(`"on_demand"`), nil)
+	if !bytes.Equal(e.ReqBody, fresh.body(want)) || r.Status != 200 {
+		t.Errorf("a new turn after the flip: Core got %s, client %d; want it with field %q, 200", e.ReqBody, r.Status, want)
+	}
+	return r, e
+}
+
 // TestTurnAcrossUpgrade: a turn served on_demand before the upgrade (the
 // field stripped, so Core holds it without) is handled as recorded when
 // retried after it: Core replays it and the host gets its first answer,
 // not Core's 409. A new turn goes to the native Core untouched.
 func TestTurnAcrossUpgrade(t *testing.T) {
 	f := newFlipWorld(t)
-	route := testdb.RouteMulti
 	c := newClient(t)
 	ti := newTurn("upgrade")
-	first := send(t, c, "POST", turnsURL(f.legacy, route), f.w.TokenA, ti.body(`"on_demand"`), nil)
-	if first.Status != 200 {
-		t.Fatalf("before the upgrade: got %d %s; want 200", first.Status, first.Body)
-	}
-	n := f.tap.count()
-	retry := send(t, c, "POST", turnsURL(f.native, route), f.w.TokenA, ti.body(`"on_demand"`), nil)
-	e := f.tap.oneSince(t, n)
+	_, retry, e := f.turnThenRetry(t, c, ti, f.legacy, f.native)
 	if !bytes.Equal(e.ReqBody, ti.body("")) {
 		t.Errorf("the retry reached Core as %s; want it stripped as recorded", e.ReqBody)
 	}
 	if retry.Status != 200 {
 		t.Fatalf("the retry after the upgrade: got %d %s; want 200", retry.Status, retry.Body)
 	}
-	checkRewrite(t, e.RespBody, retry.Body, "on_demand", "partial", scopeRevision(t, c, f.legacy, route, f.w.TokenA))
-
-	fresh := newTurn("after-upgrade")
-	n = f.tap.count()
-	r := send(t, c, "POST", turnsURL(f.native, route), f.w.TokenA, fresh.body(`"on_demand"`), nil)
-	e = f.tap.oneSince(t, n)
-	if !bytes.Equal(e.ReqBody, fresh.body(`"on_demand"`)) || r.Status != 200 {
-		t.Errorf("a new turn after the upgrade: Core got %s, client %d; want it untouched, 200", e.ReqBody, r.Status)
-	}
+	checkRewrite(t, e.RespBody, retry.Body, "on_demand", "partial", scopeRevision(t, c, f.legacy, testdb.RouteMulti, f.w.TokenA))
+	r, e := f.freshTurn(t, c, f.native, `"on_demand"`)
 	checkRelayed(t, r, e)
 }
 
@@ -72,16 +84,9 @@ func TestTurnAcrossUpgrade(t *testing.T) {
 // 409). A turn never seen before the rollback is intercepted as usual.
 func TestTurnAcrossRollback(t *testing.T) {
 	f := newFlipWorld(t)
-	route := testdb.RouteMulti
 	c := newClient(t)
 	ti := newTurn("rollback")
-	first := send(t, c, "POST", turnsURL(f.native, route), f.w.TokenA, ti.body(`"on_demand"`), nil)
-	if first.Status != 200 {
-		t.Fatalf("while native: got %d %s; want 200", first.Status, first.Body)
-	}
-	n := f.tap.count()
-	retry := send(t, c, "POST", turnsURL(f.legacy, route), f.w.TokenA, ti.body(`"on_demand"`), nil)
-	e := f.tap.oneSince(t, n)
+	first, retry, e := f.turnThenRetry(t, c, ti, f.native, f.legacy)
 	if !bytes.Equal(e.ReqBody, ti.body(`"on_demand"`)) {
 		t.Errorf("the retry reached Core as %s; want it untouched, as Core recorded it", e.ReqBody)
 	}
@@ -89,12 +94,5 @@ func TestTurnAcrossRollback(t *testing.T) {
 		t.Errorf("the retry after the rollback: got %d %s; want Core's replay of %s", retry.Status, retry.Body, first.Body)
 	}
 	checkRelayed(t, retry, e)
-
-	fresh := newTurn("after-rollback")
-	n = f.tap.count()
-	r := send(t, c, "POST", turnsURL(f.legacy, route), f.w.TokenA, fresh.body(`"on_demand"`), nil)
-	e = f.tap.oneSince(t, n)
-	if !bytes.Equal(e.ReqBody, fresh.body("")) || r.Status != 200 {
-		t.Errorf("a new turn after the rollback: Core got %s, client %d; want it stripped, 200", e.ReqBody, r.Status)
-	}
+	f.freshTurn(t, c, f.legacy, "")
 }

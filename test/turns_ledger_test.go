@@ -27,14 +27,12 @@ import (
 func TestTurnRefusedAttemptsLeaveNoRecord(t *testing.T) {
 	w := NewWorld(t, WorldOptions{})
 	l := ledger.NewMemory(100_000, time.Hour, nil)
-	// wired by hand: the test reads the memory ledger (Len) (no sidecar.Deps hook for a ledger)
+	// sidecar.Deps hook: the test reads the memory ledger (Len)
 	side := w.StartSidecar(t, FeatureOptions{Ledger: l})
 	c := newClient(t)
 	route := testdb.RouteMulti
 	bound := newTurn("bound-msg")
-	if r := send(t, c, "POST", turnsURL(side, route), w.TokenA, bound.body(`"on_demand"`), nil); r.Status != 200 {
-		t.Fatalf("first turn: got %d %s", r.Status, r.Body)
-	}
+	mustTurn(t, c, side, route, w.TokenA, bound.body(`"on_demand"`), "first turn")
 	before, runs := l.Len(), w.Core.RunsCreated()
 	for i := range 40 {
 		ti := turnInput{Conv: bound.Conv, Turn: fmt.Sprint("fresh-", i), Msg: bound.Msg, Input: bound.Input}
@@ -69,18 +67,14 @@ func TestTurnRefusedAttemptsLeaveNoRecord(t *testing.T) {
 func TestTurnSessionCannotEvictAnother(t *testing.T) {
 	w := NewWorld(t, WorldOptions{})
 	l := ledger.NewMemory(40, time.Hour, nil) // 10 records (5 turns) per session
-	// wired by hand: the test reads the memory ledger (SessionCap, Len) (no sidecar.Deps hook for a ledger)
+	// sidecar.Deps hook: the test reads the memory ledger (SessionCap, Len)
 	side := w.StartSidecar(t, FeatureOptions{Ledger: l})
 	c := newClient(t)
 	route := testdb.RouteMulti
 	victim := newTurn("victim")
-	if r := send(t, c, "POST", turnsURL(side, route), w.TokenB, victim.body(`"on_demand"`), nil); r.Status != 200 {
-		t.Fatalf("victim: got %d %s", r.Status, r.Body)
-	}
+	mustTurn(t, c, side, route, w.TokenB, victim.body(`"on_demand"`), "victim")
 	for i := range 30 { // 60 records: more than the whole ledger
-		if r := send(t, c, "POST", turnsURL(side, route), w.TokenA, newTurn(fmt.Sprint("flood-", i)).body(`"inline"`), nil); r.Status != 200 {
-			t.Fatalf("flood %d: got %d %s", i, r.Status, r.Body)
-		}
+		mustTurn(t, c, side, route, w.TokenA, newTurn(fmt.Sprint("flood-", i)).body(`"inline"`), fmt.Sprint("flood ", i))
 	}
 	calls := w.Core.Calls(turnsPath(route))
 	r := send(t, c, "POST", turnsURL(side, route), w.TokenB, victim.body(`"inline"`), nil)
@@ -118,7 +112,7 @@ func TestTurnClientAbort(t *testing.T) {
 		}
 		return base.RoundTrip(r)
 	})
-	// wired by hand: a pass-through transport that cancels mid-turn (no sidecar.Deps hook for the transport)
+	// sidecar.Deps hook: a pass-through transport that cancels mid-turn
 	side := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Transport: tr, Features: w.Features(t, FeatureOptions{})})
 	c := newClient(t)
 	route := testdb.RouteMulti
@@ -177,14 +171,12 @@ func TestTurnClientAbort(t *testing.T) {
 func TestTurnRecordsRateLimited(t *testing.T) {
 	w := NewWorld(t, WorldOptions{})
 	l := ledger.NewMemory(1000, time.Hour, nil)
-	// wired by hand: the test reads the memory ledger (Len) (no sidecar.Deps hook for a ledger)
+	// sidecar.Deps hook: the test reads the memory ledger (Len)
 	side := w.StartSidecar(t, FeatureOptions{Ledger: l, RateLimit: 0.001, RateBurst: 2})
 	c := newClient(t)
 	route := testdb.RouteMulti
 	for i := range 2 {
-		if r := send(t, c, "POST", turnsURL(side, route), w.TokenA, newTurn(fmt.Sprint("limited-", i)).body(`"on_demand"`), nil); r.Status != 200 {
-			t.Fatalf("turn %d: got %d %s", i, r.Status, r.Body)
-		}
+		mustTurn(t, c, side, route, w.TokenA, newTurn(fmt.Sprint("limited-", i)).body(`"on_demand"`), fmt.Sprint("turn ", i))
 	}
 	records, calls := l.Len(), w.Core.Calls(turnsPath(route))
 	r := send(t, c, "POST", turnsURL(side, route), w.TokenA, newTurn("limited-over").body(`"inline"`), nil)

@@ -56,7 +56,7 @@ func TestTurnOldClientsSeeCore(t *testing.T) {
 		t.Fatal(err)
 	}
 	tap, side := w.startTapped(t, FeatureOptions{})
-	// wired by hand: a ledger on a dead Redis with short timeouts (no sidecar.Deps hook for a ledger)
+	// sidecar.Deps hook: a ledger on a dead Redis with short timeouts
 	sideNoLedger := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{Ledger: deadRedis})})
 	c := newClient(t)
 	route := testdb.RouteMulti
@@ -102,9 +102,7 @@ func TestTurnOldClientsSeeCore(t *testing.T) {
 				}
 				ti := newTurn("old-" + name)
 				sent := ti.body(field)
-				n := tap.count()
-				got := send(t, c, "POST", turnsURL(tc.side, tc.route), tc.token, sent, nil)
-				e := tap.oneSince(t, n)
+				got, e := tap.post(t, c, turnsURL(tc.side, tc.route), tc.token, sent, nil)
 				if e.Path != turnsPath(tc.route) || !bytes.Equal(e.ReqBody, sent) {
 					t.Fatalf("Core received %s %q; want the client's %s %q", e.Path, e.ReqBody, turnsPath(tc.route), sent)
 				}
@@ -157,9 +155,7 @@ func TestTurnOldClientsSeeCore(t *testing.T) {
 	// The one answer the sidecar gives a field-less turn: the mode switch.
 	t.Run("mode_switch_is_409", func(t *testing.T) {
 		ti := newTurn("old-switch")
-		if r := send(t, c, "POST", turnsURL(side, route), w.TokenA, ti.body(`"on_demand"`), nil); r.Status != 200 {
-			t.Fatalf("on_demand: got %d %s", r.Status, r.Body)
-		}
+		mustTurn(t, c, side, route, w.TokenA, ti.body(`"on_demand"`), "on_demand")
 		n := tap.count()
 		r := send(t, c, "POST", turnsURL(side, route), w.TokenA, ti.body(""), nil)
 		if r.Status != http.StatusConflict || string(r.Body) != turnConflictJSON || tap.count() != n {

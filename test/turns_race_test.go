@@ -93,7 +93,7 @@ func raceSetups(t *testing.T) []raceSetup {
 	mk := func(name string, l1, l2 ledger.Ledger) {
 		w := NewWorld(t, WorldOptions{})
 		tap := newCoreTap(t, w.Core)
-		// wired by hand: the two replicas' ledgers are the race under test (no sidecar.Deps hook for a ledger)
+		// sidecar.Deps hook: the two replicas' ledgers are the race under test
 		s1 := StartSidecar(t, SidecarOptions{CoreURL: tap.URL, Features: w.Features(t, FeatureOptions{Ledger: l1})})
 		s2 := s1
 		if l2 != nil {
@@ -207,9 +207,7 @@ func TestTurnRefusedAttemptFreeRace(t *testing.T) {
 // inline mode, then reach Core (before: the record stayed and the sidecar
 // answered 409 turn_conflict itself).
 func TestTurnTaskRefusalReleases(t *testing.T) {
-	w := NewWorld(t, WorldOptions{})
-	tap, side := w.startTapped(t, FeatureOptions{})
-	c := newClient(t)
+	w, tap, side, c := tappedWorld(t)
 	route := testdb.RouteMulti
 	taskRequired := []byte(`{"error":"TASK_REQUIRED","message":"This session must bind its turns to a governed task."}`)
 	for _, next := range []string{"", `"inline"`} {
@@ -221,9 +219,7 @@ func TestTurnTaskRefusalReleases(t *testing.T) {
 			if r.Status != 409 || !bytes.Equal(r.Body, taskRequired) {
 				t.Fatalf("on_demand: got %d %s; want Core's 409 TASK_REQUIRED", r.Status, r.Body)
 			}
-			n := tap.count()
-			r = send(t, c, "POST", turnsURL(side, route), w.TokenA, ti.body(next), nil)
-			e := tap.oneSince(t, n)
+			r, e := tap.post(t, c, turnsURL(side, route), w.TokenA, ti.body(next), nil)
 			if r.Status != 200 || e.Status != 200 {
 				t.Fatalf("the same ids, delivery %q: got %d %s; want Core's 200", next, r.Status, r.Body)
 			}
@@ -274,7 +270,7 @@ func TestTurnOutageWhileOnDemandInFlight(t *testing.T) {
 		t.Run(outage, func(t *testing.T) {
 			relay, l, _ := redisRelay(t)
 			w := NewWorld(t, WorldOptions{})
-			// wired by hand: a ledger behind a relay the test cuts (no sidecar.Deps hook for a ledger)
+			// sidecar.Deps hook: a ledger behind a relay the test cuts
 			tap, side := w.startTapped(t, FeatureOptions{Ledger: l})
 			c := newClient(t)
 			route := testdb.RouteMulti

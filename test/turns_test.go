@@ -168,6 +168,15 @@ func (tp *coreTap) oneSince(t testing.TB, n int) tapExchange {
 	return got[0]
 }
 
+// post sends a POST of body through the sidecar at url and returns the
+// answer with the one exchange it caused with Core.
+func (tp *coreTap) post(t testing.TB, c *http.Client, url, token string, body []byte, hdr map[string]string) (turnResult, tapExchange) {
+	t.Helper()
+	n := tp.count()
+	r := send(t, c, "POST", url, token, body, hdr)
+	return r, tp.oneSince(t, n)
+}
+
 // --- requests ---
 
 // turnResult is a client's view of one answer.
@@ -185,6 +194,26 @@ func send(t testing.TB, c *http.Client, method, url, token string, body []byte, 
 		t.Fatalf("%s %s: %v", method, url, err)
 	}
 	return r
+}
+
+// mustTurn posts a turn through side to route and fails the test unless it
+// is answered 200; what names the turn in the failure.
+func mustTurn(t testing.TB, c *http.Client, side *Sidecar, route, token string, body []byte, what string) turnResult {
+	t.Helper()
+	r := send(t, c, "POST", turnsURL(side, route), token, body, nil)
+	if r.Status != 200 {
+		t.Fatalf("%s: got %d %s; want 200", what, r.Status, r.Body)
+	}
+	return r
+}
+
+// wantRunsSince checks that Core created want runs since it had created
+// before.
+func wantRunsSince(t testing.TB, w *World, before, want int) {
+	t.Helper()
+	if got := w.Core.RunsCreated() - before; got != want {
+		t.Errorf("runs created: got %d; want %d", got, want)
+	}
 }
 
 // trySend is send for goroutines other than the test's: it returns the error.
@@ -480,10 +509,8 @@ func TestTurnMatrix(t *testing.T) {
 					sc.prepare(t, w, &ti)
 				}
 				defer w.Core.ClearFaults()
-				n := tap.count()
 				sent := ti.body("")
-				r := send(t, c, "POST", turnsURL(side, route), w.TokenA, sent, sc.hdr)
-				e := tap.oneSince(t, n)
+				r, e := tap.post(t, c, turnsURL(side, route), w.TokenA, sent, sc.hdr)
 				if !bytes.Equal(e.ReqBody, sent) {
 					t.Errorf("Core received %q; want the client's bytes %q", e.ReqBody, sent)
 				}
@@ -510,9 +537,7 @@ func TestTurnMatrix(t *testing.T) {
 						sc.prepare(t, w, &ti)
 					}
 					defer w.Core.ClearFaults()
-					n := tap.count()
-					r := send(t, c, "POST", turnsURL(side, route), w.TokenA, ti.body(modeJSON(mode)), sc.hdr)
-					e := tap.oneSince(t, n)
+					r, e := tap.post(t, c, turnsURL(side, route), w.TokenA, ti.body(modeJSON(mode)), sc.hdr)
 					if want := ti.body(""); !bytes.Equal(e.ReqBody, want) {
 						t.Errorf("Core received %q; want the body without the field %q", e.ReqBody, want)
 					}
@@ -544,7 +569,7 @@ func TestTurnMatrix(t *testing.T) {
 					}
 
 					// The ledger: switch the mode under the same ids.
-					n = tap.count()
+					n := tap.count()
 					calls := w.Core.Calls(turnsPath(route))
 					r2 := send(t, c, "POST", turnsURL(side, route), w.TokenA, ti.body(modeJSON(otherMode(mode))), sc.hdr)
 					if sc.kept {
@@ -608,10 +633,8 @@ func TestTurnDeliveryStatusPerRoute(t *testing.T) {
 		for _, mode := range []string{"on_demand", "inline"} {
 			t.Run(tc.route+"/"+mode, func(t *testing.T) {
 				rev := scopeRevision(t, c, side, tc.route, token)
-				n := tap.count()
 				ti := newTurn(tc.route + "-" + mode)
-				r := send(t, c, "POST", turnsURL(side, tc.route), token, ti.body(modeJSON(mode)), nil)
-				e := tap.oneSince(t, n)
+				r, e := tap.post(t, c, turnsURL(side, tc.route), token, ti.body(modeJSON(mode)), nil)
 				if r.Status != 200 {
 					t.Fatalf("got %d %s; want 200", r.Status, r.Body)
 				}
@@ -663,18 +686,14 @@ func TestTurnUnusableAnswer(t *testing.T) {
 // no Content-Encoding and the right Content-Length. An encoding the sidecar
 // cannot decode fails on-demand delivery rather than leaking knowledge.
 func TestTurnCompressedDespiteIdentity(t *testing.T) {
-	w := NewWorld(t, WorldOptions{})
-	tap, side := w.startTapped(t, FeatureOptions{})
-	c := newClient(t)
+	w, tap, side, c := tappedWorld(t)
 	route := testdb.RouteMulti
 	rev := scopeRevision(t, c, side, route, w.TokenA)
 
 	tap.setEncoding("gzip")
 	for _, mode := range []string{"inline", "on_demand"} {
 		t.Run("gzip/"+mode, func(t *testing.T) {
-			n := tap.count()
-			r := send(t, c, "POST", turnsURL(side, route), w.TokenA, newTurn("gz-"+mode).body(modeJSON(mode)), map[string]string{"Accept-Encoding": "gzip"})
-			e := tap.oneSince(t, n)
+			r, e := tap.post(t, c, turnsURL(side, route), w.TokenA, newTurn("gz-"+mode).body(modeJSON(mode)), map[string]string{"Accept-Encoding": "gzip"})
 			if e.RespHeader.Get("Content-Encoding") != "gzip" {
 				t.Fatalf("the tap did not compress")
 			}
@@ -737,9 +756,7 @@ func TestTurnLostResponseRetry(t *testing.T) {
 			if !bytes.Equal(maskHintRefs(t, again.Body), maskHintRefs(t, first.Body)) {
 				t.Errorf("retry answer differs from the lost one:\n got %s\nwant %s", again.Body, first.Body)
 			}
-			if got := w.Core.RunsCreated() - runs; got != 1 {
-				t.Errorf("runs created: got %d; want 1", got)
-			}
+			wantRunsSince(t, w, runs, 1)
 			if got := w.Core.Calls(turnsPath(route)) - calls; got != 1 {
 				t.Errorf("the retry reached Core %d times; want 1", got)
 			}
@@ -810,9 +827,7 @@ func TestTurnLostResponseRetry(t *testing.T) {
 				} else if r.Status != 200 {
 					t.Fatalf("got %d %s; want 200 (same delivery)", r.Status, r.Body)
 				}
-				if got := w.Core.RunsCreated() - runs; got != 1 {
-					t.Errorf("runs created: got %d; want 1", got)
-				}
+				wantRunsSince(t, w, runs, 1)
 			})
 		}
 	})
@@ -830,9 +845,7 @@ func TestTurnLostResponseRetry(t *testing.T) {
 		if r.Status != 200 || !bytes.Contains(r.Body, []byte(`"mode":"inline"`)) {
 			t.Fatalf("other mode after a refusal: got %d %s; want 200 inline", r.Status, r.Body)
 		}
-		if got := w.Core.RunsCreated() - runs; got != 1 {
-			t.Errorf("runs created: got %d; want 1", got)
-		}
+		wantRunsSince(t, w, runs, 1)
 	})
 
 	t.Run("released_after_core_409", func(t *testing.T) {
@@ -950,9 +963,7 @@ func raceTurns(t *testing.T, w *World, sides []*Sidecar, tag string) {
 			t.Errorf("attempt %d (%s): got %d; want 200 exactly for the winning mode %s", i, mode, r.Status, winner)
 		}
 	}
-	if got := w.Core.RunsCreated() - runs; got != 1 {
-		t.Errorf("runs created: got %d; want 1", got)
-	}
+	wantRunsSince(t, w, runs, 1)
 }
 
 // --- shared Redis ledger ---
@@ -1004,7 +1015,7 @@ func TestTurnLedgerSharedRedis(t *testing.T) {
 	la := sharedRedisLedger(t, prefix)
 	lb := sharedRedisLedger(t, prefix)
 	w := NewWorld(t, WorldOptions{})
-	// wired by hand: two Redis ledgers under a per-test key prefix (no sidecar.Deps hook for a ledger)
+	// sidecar.Deps hook: two Redis ledgers under a per-test key prefix
 	a := w.StartSidecar(t, FeatureOptions{Ledger: la})
 	b := w.StartSidecar(t, FeatureOptions{Ledger: lb})
 	c := newClient(t)
@@ -1073,7 +1084,7 @@ func TestTurnLedgerRedisDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := NewWorld(t, WorldOptions{})
-	// wired by hand: a ledger on a dead Redis with short timeouts (no sidecar.Deps hook for a ledger)
+	// sidecar.Deps hook: a ledger on a dead Redis with short timeouts
 	side := w.StartSidecar(t, FeatureOptions{Ledger: l})
 	c := newClient(t)
 	route := testdb.RouteMulti

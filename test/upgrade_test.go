@@ -19,7 +19,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
@@ -97,11 +96,8 @@ func TestUpgradeCoreMidSession(t *testing.T) {
 
 	const probeInterval = time.Minute
 	clock := testkit.NewRunningClock()
-	cfg := config.Defaults()
+	cfg := w.Config()
 	cfg.Core.URL = front.URL
-	cfg.Core.Token = w.ServiceToken
-	cfg.Catalog.DSN = w.DB.ReadOnlyDSN
-	cfg.Rollout = "all"
 	cfg.Ledger.Backend = "memory"
 	cfg.ProbeInterval = probeInterval
 	auditFile := filepath.Join(t.TempDir(), "audit.jsonl")
@@ -196,15 +192,7 @@ func TestUpgradeCoreMidSession(t *testing.T) {
 
 	// Before the upgrade: the sidecar serves the protocol; a read chain starts.
 	before := sidecarSearch("legacy Core")
-	var ref string
-	for _, h := range before.Hints {
-		if h.Title == testdb.DocBigTitle {
-			ref = h.Ref
-		}
-	}
-	if ref == "" {
-		t.Fatalf("no hint of %q in %s", testdb.DocBigTitle, before.Raw)
-	}
+	ref := hintRef(t, []byte(before.Raw), testdb.DocBigTitle)
 	page1 := sidecarRead("legacy Core, page 1", map[string]any{"ref": ref, "max_bytes": 4096})
 	if page1.NextCursor == nil {
 		t.Fatalf("page 1 has no next_cursor: %s", page1.Raw)

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/base64"
 	"encoding/json"
 	"io"
@@ -15,22 +16,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/bailinghub/knowledge-sidecar/breaker"
-	"github.com/bailinghub/knowledge-sidecar/catalog"
 	"github.com/bailinghub/knowledge-sidecar/config"
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/hostclient"
 	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
-	"github.com/bailinghub/knowledge-sidecar/native"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
-	"github.com/bailinghub/knowledge-sidecar/rollout"
 	"github.com/bailinghub/knowledge-sidecar/sidecar"
-	"github.com/bailinghub/knowledge-sidecar/turn"
 )
 
 // World is a complete environment for end-to-end tests: a fresh MariaDB
@@ -77,18 +72,9 @@ func NewWorld(t testing.TB, o WorldOptions) *World {
 	if err := w.DB.IndexIn(context.Background(), w.Core); err != nil {
 		t.Fatalf("world: %v", err)
 	}
-	rows, err := db.Admin.Query(`SELECT route_key FROM bz_routes`)
-	if err != nil {
-		t.Fatalf("world: routes: %v", err)
-	}
-	for rows.Next() {
-		var key string
-		if err := rows.Scan(&key); err != nil {
-			t.Fatal(err)
-		}
+	for _, key := range queryStrings(t, db.Admin, `SELECT route_key FROM bz_routes`) {
 		w.Core.SetRoute(key, fakecore.GateAllowed)
 	}
-	rows.Close()
 	w.Core.SetTurnKnowledge(testdb.RouteMulti, []fakecore.TurnKnowledge{
 		{DocID: testdb.DocRefund, Title: testdb.DocRefundTitle, Content: testdb.DocRefundContent, Score: 0.82},
 	})
@@ -112,8 +98,7 @@ func NewWorld(t testing.TB, o WorldOptions) *World {
 }
 
 // FeatureOptions choose how a sidecar of the world runs its features. Each
-// maps to the configuration field named, except the two Build cannot take
-// (Ledger, SharedLimiter; see handFeatures).
+// maps to the configuration field named, or to the sidecar.Deps field named.
 type FeatureOptions struct {
 	Rollout         string           // rollout; default "all"
 	NativeDetection string           // native_detection; default "auto"
@@ -137,10 +122,11 @@ type FeatureOptions struct {
 	// mcp.scopes, mcp.public_url and proxy.mcp_answer_budget.
 	MCP proxy.MCPOptions
 
-	// Ledger replaces the turn ledger; set, the sidecar is wired by hand.
+	// Ledger replaces the turn ledger (sidecar.Deps.Ledger; default: the
+	// configured in-memory one); it is closed at test cleanup.
 	Ledger ledger.Ledger
-	// SharedLimiter is the replicas' shared rate limit (default none: local
-	// buckets); set, the sidecar is wired by hand.
+	// SharedLimiter is the replicas' shared rate limit
+	// (sidecar.Deps.SharedLimiter; default none: local buckets).
 	SharedLimiter knowledge.SharedLimiter
 }
 
@@ -170,9 +156,6 @@ func (w *World) Features(t testing.TB, o FeatureOptions) *Features {
 	return &Features{w: w, o: o}
 }
 
-// byHand reports whether the options need what sidecar.Build cannot take.
-func (f *Features) byHand() bool { return f != nil && (f.o.Ledger != nil || f.o.SharedLimiter != nil) }
-
 // configure sets the knowledge part of cfg and deps.
 func (f *Features) configure(cfg *config.Config, deps *sidecar.Deps) {
 	o := f.o
@@ -188,6 +171,7 @@ func (f *Features) configure(cfg *config.Config, deps *sidecar.Deps) {
 	cfg.MCP.AuthorizationServers, cfg.MCP.Scopes, cfg.MCP.PublicURL = o.MCP.AuthorizationServers, o.MCP.Scopes, o.MCP.PublicURL
 	cfg.Proxy.MCPAnswerBudget = cmp.Or(o.MCP.AnswerBudget, cfg.Proxy.MCPAnswerBudget)
 	deps.Now = o.Now
+	deps.Ledger, deps.SharedLimiter = o.Ledger, o.SharedLimiter
 	if o.Logger != nil {
 		deps.Logger = o.Logger
 	}
@@ -199,65 +183,6 @@ func breakerConfig(s breaker.Settings, def config.Breaker) config.Breaker {
 		Failures: cmp.Or(s.Failures, def.Failures), Window: cmp.Or(s.Window, def.Window),
 		OpenTimeout: cmp.Or(s.OpenTimeout, def.OpenTimeout), HalfOpenMax: cmp.Or(s.HalfOpenMax, def.HalfOpenMax),
 	}
-}
-
-// handFeatures wires the features by hand, for the options sidecar.Build
-// cannot take: a given turn ledger (a failing or Redis-topology one) and a
-// given shared rate limiter. sidecar.Deps has no hook for either.
-func (f *Features) handFeatures(t testing.TB, reg prometheus.Registerer, log *slog.Logger) *proxy.Features {
-	t.Helper()
-	w, o := f.w, f.o
-	if o.Ledger == nil {
-		o.Ledger = ledger.NewMemory(1000, time.Hour, time.Now)
-	}
-	if o.Logger != nil {
-		log = o.Logger
-	}
-	client, err := coreclient.NewClient(coreclient.Options{
-		BaseURL: w.CoreURL, ServiceToken: w.ServiceToken, Metrics: coreclient.NewMetrics(reg), ProbeInterval: o.ProbeInterval,
-		Now: o.Now, Timeout: o.CoreTimeout, Identity: o.Identity, Retrieval: o.Retrieval,
-	})
-	if err != nil {
-		t.Fatalf("world: core client: %v", err)
-	}
-	cat, err := catalog.Open(catalog.Options{DSN: w.DB.ReadOnlyDSN, Metrics: catalog.NewMetrics(reg), QueryTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatalf("world: catalog: %v", err)
-	}
-	t.Cleanup(func() { cat.Close() })
-	if err := cat.CheckSchema(context.Background()); err != nil {
-		t.Fatalf("world: schema: %v", err)
-	}
-	gated := catalog.NewSchemaGate(cat, 0, o.Now, reg)
-	if err := gated.Check(context.Background()); err != nil {
-		t.Fatalf("world: schema: %v", err)
-	}
-	keys, err := knowledge.NewKeyring(o.SigningKeys, w.ServiceToken)
-	if err != nil {
-		t.Fatalf("world: keys: %v", err)
-	}
-	svc, err := knowledge.New(knowledge.Options{
-		Identity: client, Retriever: client, Catalog: gated, Tasks: gated, Keys: keys, Now: o.Now,
-		RateLimit: o.RateLimit, RateBurst: o.RateBurst, SharedLimiter: o.SharedLimiter, Logger: log, Registerer: reg,
-	})
-	if err != nil {
-		t.Fatalf("world: knowledge: %v", err)
-	}
-	pol, err := rollout.Parse(o.Rollout)
-	if err != nil {
-		t.Fatalf("world: rollout: %v", err)
-	}
-	t.Cleanup(func() { o.Ledger.Close() })
-	nd, err := native.New(native.Options{Mode: o.NativeDetection, Interval: cmp.Or(o.ProbeInterval, time.Minute), Prober: client,
-		Now: o.Now, OnState: native.StateMetric(reg)})
-	if err != nil {
-		t.Fatalf("world: native: %v", err)
-	}
-	ti, err := turn.NewInterceptor(turn.Options{Knowledge: svc, Ledger: o.Ledger, Recorder: turn.NewMetrics(reg, log, proxy.RequestID)})
-	if err != nil {
-		t.Fatalf("world: turns: %v", err)
-	}
-	return &proxy.Features{Knowledge: svc, Native: nd, Turns: ti, Rollout: pol, MCP: o.MCP}
 }
 
 // StartSidecar runs a sidecar in front of the world's Core with features.
@@ -300,6 +225,54 @@ func Call(t testing.TB, c *http.Client, method, url, token string, body any) (in
 // WS is the base URL of a workspace behind the sidecar.
 func (s *Sidecar) WS(route string) string { return s.URL + "/agent-api/v1/workspaces/" + route }
 
+// queryStrings is the one string column of every row query returns.
+func queryStrings(t testing.TB, db *sql.DB, query string) []string {
+	t.Helper()
+	rows, err := db.Query(query)
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return out
+}
+
+// Config is the configuration `serve` would read for a sidecar in front of
+// the world: config.Defaults with its Core, token and catalog, rolled out
+// everywhere.
+func (w *World) Config() config.Config {
+	cfg := config.Defaults()
+	cfg.Core.URL, cfg.Core.Token, cfg.Catalog.DSN, cfg.Rollout = w.CoreURL, w.ServiceToken, w.DB.ReadOnlyDSN, "all"
+	return cfg
+}
+
+// hintRef is the ref of the hint titled title in a search answer, failing
+// the test when there is none.
+func hintRef(t testing.TB, answer []byte, title string) string {
+	t.Helper()
+	var a hostclient.SearchAnswer
+	if err := json.Unmarshal(answer, &a); err != nil {
+		t.Fatalf("search answer: %v: %s", err, clip(string(answer)))
+	}
+	for _, h := range a.Hints {
+		if h.Title == title {
+			return h.Ref
+		}
+	}
+	t.Fatalf("no hint of %q in %s", title, clip(string(answer)))
+	return ""
+}
+
 func randomToken(t testing.TB, prefix string) string {
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
@@ -338,6 +311,15 @@ func TestWorldSmoke(t *testing.T) {
 	if code != 200 || !bytes.Contains(body, []byte(`"schema_version":"bailing.agent-knowledge-read.v1"`)) {
 		t.Fatalf("read: got %d %s", code, body)
 	}
+}
+
+// tappedWorld is a new world with a sidecar whose Core is behind a coreTap,
+// and a client.
+func tappedWorld(t testing.TB) (*World, *coreTap, *Sidecar, *http.Client) {
+	t.Helper()
+	w := NewWorld(t, WorldOptions{})
+	tap, side := w.startTapped(t, FeatureOptions{})
+	return w, tap, side, newClient(t)
 }
 
 // startTapped runs a sidecar of the world whose Core is behind a coreTap,

@@ -174,17 +174,7 @@ func (p *rehearsalProc) exists(t *testing.T) (database, user bool) {
 // stop sends SIGINT (Ctrl-C) and wants exit 0, bounded.
 func (p *rehearsalProc) stop(t *testing.T) {
 	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("demo --sql did not exit after SIGINT\n%s", p.stderr.String())
-	}
-	if p.exitErr != nil {
-		t.Fatalf("demo --sql exit after SIGINT: %v; want 0\n%s", p.exitErr, p.stderr.String())
-	}
+	signalExit(t, "demo --sql", p.cmd, syscall.SIGINT, 30*time.Second, p.done, &p.exitErr, p.stderr.String)
 }
 
 // TestDemoSQLRehearsal runs `demo --sql` end to end against the test
@@ -259,17 +249,8 @@ func TestDemoSQLRehearsal(t *testing.T) {
 		t.Errorf("read: got %d %.300s; want the refund policy's first page", code, raw)
 	}
 	// A turn's run is recorded in the database, so its hint reads with the run.
-	code, raw := d.do(t, "POST", d.ws+"/turns", `{"client_conversation_id":"c1","client_turn_id":"t1","user_message_id":"m1","user_input":"Can I get a refund?","knowledge_delivery":"on_demand"}`)
-	var turn struct {
-		RunID    string `json:"run_id"`
-		Delivery struct {
-			Hints []demoHint `json:"hints"`
-		} `json:"knowledge_delivery"`
-	}
-	if code != 200 || json.Unmarshal(raw, &turn) != nil || len(turn.Delivery.Hints) == 0 {
-		t.Fatalf("on_demand turn: got %d %.300s; want hints", code, raw)
-	}
-	body, _ = json.Marshal(map[string]string{"ref": turn.Delivery.Hints[0].Ref, "run_id": turn.RunID})
+	runID, ref, _ := turnHint(t, d, "sql", "Can I get a refund?")
+	body, _ = json.Marshal(map[string]string{"ref": ref, "run_id": runID})
 	if code, raw := d.do(t, "POST", d.ws+"/knowledge/read", string(body)); code != 200 {
 		t.Errorf("reading the turn hint with its run: got %d %.300s; want 200", code, raw)
 	}

@@ -370,20 +370,31 @@ func (d *runningDemo) demoMCPSearch(t *testing.T, query string) string {
 	return rpc.Result.Content[0].Text
 }
 
-// TestDemoDocsDir: --docs takes .md and .txt files, titled by a Markdown
-// file's top heading or else the file name.
-func TestDemoDocsDir(t *testing.T) {
+// docsDir is a new folder holding files (name, with / for subfolders →
+// content), for --docs.
+func docsDir(t *testing.T, files map[string]string) string {
+	t.Helper()
 	dir := t.TempDir()
-	files := map[string]string{
-		"guide.md":  "\n# Zebra Care Guide\n\nZebras need fresh water and open pasture.\n",
-		"notes.txt": "Giraffes sleep standing up for short periods.\n",
-		"image.png": "not a document",
-	}
 	for name, body := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return dir
+}
+
+// TestDemoDocsDir: --docs takes .md and .txt files, titled by a Markdown
+// file's top heading or else the file name.
+func TestDemoDocsDir(t *testing.T) {
+	dir := docsDir(t, map[string]string{
+		"guide.md":  "\n# Zebra Care Guide\n\nZebras need fresh water and open pasture.\n",
+		"notes.txt": "Giraffes sleep standing up for short periods.\n",
+		"image.png": "not a document",
+	})
 	if err := os.Mkdir(filepath.Join(dir, "sub.md"), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -466,6 +477,44 @@ func TestDemoCommandErrors(t *testing.T) {
 	}
 }
 
+// runDemoBinary starts `bin demo` on free ports with args and reads its
+// walkthrough (trimmed lines, up to "Press Ctrl-C"); the rest of stdout is
+// drained. The process is killed at cleanup.
+func runDemoBinary(t *testing.T, bin string, args ...string) (*exec.Cmd, []string, *testkit.Buffer) {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"demo", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, args...)...)
+	stderr := new(testkit.Buffer)
+	cmd.Stderr = stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var walk []string
+	for sc := bufio.NewScanner(out); sc.Scan(); {
+		line := strings.TrimSpace(sc.Text())
+		walk = append(walk, line)
+		if strings.HasPrefix(line, "Press Ctrl-C") {
+			break
+		}
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	return cmd, walk, stderr
+}
+
+// walkthroughAddr is the sidecar's host:port the walkthrough names ("").
+func walkthroughAddr(walk []string) string {
+	for _, line := range walk {
+		if a, ok := strings.CutPrefix(line, "sidecar   http://"); ok {
+			return strings.Fields(a)[0]
+		}
+	}
+	return ""
+}
+
 // TestDemoLogLevel runs the demo binary with --log-level debug: the
 // sidecar's own request lines reach stderr (the default, warn, shows none),
 // and never the one-replica warning of the in-memory ledger.
@@ -479,29 +528,11 @@ func TestDemoLogLevel(t *testing.T) {
 		wantRequest bool
 	}{{"debug", true}, {"warn", false}} {
 		t.Run(tc.level, func(t *testing.T) {
-			cmd := exec.Command(bin, "demo", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-level", tc.level)
-			var stderr testkit.Buffer
-			cmd.Stderr = &stderr
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-			// The walkthrough's first line names the listener.
-			sc := bufio.NewScanner(out)
-			addr := ""
-			for addr == "" && sc.Scan() {
-				if a, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "sidecar   http://"); ok {
-					addr = strings.Fields(a)[0]
-				}
-			}
+			cmd, walk, stderr := runDemoBinary(t, bin, "--log-level", tc.level)
+			addr := walkthroughAddr(walk)
 			if addr == "" {
 				t.Fatalf("no walkthrough on stdout; stderr:\n%s", stderr.String())
 			}
-			go func() { _, _ = io.Copy(io.Discard, out) }()
 			res, err := http.Get("http://" + addr + "/agent-api/v1/unknown")
 			if err != nil {
 				t.Fatal(err)
@@ -583,19 +614,14 @@ func TestDemoAnswersFollowTheQuestion(t *testing.T) {
 // (blank lines aside) titles it; a heading further down, a "## " line, or
 // any heading in a .txt file leaves the file name.
 func TestDemoDocsTitleAtTop(t *testing.T) {
-	dir := t.TempDir()
-	for name, body := range map[string]string{
+	dir := docsDir(t, map[string]string{
 		"top.md":     "\uFEFF\n\n#  Packing rules \n\nBoxes are taped twice.\n",
 		"deep.md":    "Shipping takes three days.\n\n# Exceptions\n\nIslands take five.\n",
 		"sub.md":     "## Only a section\n\nText.\n",
 		"hashtag.md": "#nohashspace\n\nText.\n",
 		"top.txt":    "# Not a heading in plain text\n\nInvoices are monthly.\n",
 		"deep.txt":   "Invoices are monthly.\n# comment-like line\n",
-	} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 	docs, _, err := loadDocs(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -612,15 +638,10 @@ func TestDemoDocsTitleAtTop(t *testing.T) {
 // TestDemoOwnDocsTurnRanking: with --docs, a turn retrieves from the
 // question too, not the first documents of the folder.
 func TestDemoOwnDocsTurnRanking(t *testing.T) {
-	dir := t.TempDir()
-	for name, body := range map[string]string{
+	dir := docsDir(t, map[string]string{
 		"a-backup.md": "# Database backup procedure\n\nRun the nightly backup at 02:00 and verify the dump.\n",
 		"b-refund.md": "# Refund rules\n\nA refund is granted within 30 days of purchase.\n",
-	} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 	docs, _, err := loadDocs(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -653,24 +674,14 @@ func slicesContains(s []string, v string) bool {
 // note, keeps front matter out of the content (its title is the title), and
 // the walkthrough counts documents in good English.
 func TestDemoDocsLoader(t *testing.T) {
-	dir := t.TempDir()
-	files := map[string]string{
+	dir := docsDir(t, map[string]string{
 		"top.md":              "---\ntitle: \"Returns FAQ\"\nauthor: ops\n---\n# Heading not used\n\nReturns are accepted for 30 days.\n",
 		"sub/deeper/note.txt": "Parcels are insured up to 500 euros.\n",
 		"sub/empty.md":        " \n\n",
 		"sub/only-fm.md":      "---\ntitle: Nothing here\n---\n",
 		"sub/rule.md":         "---not front matter\nA line.\n",
 		".git/notes.md":       "# Hidden\n\nNot a document.\n",
-	}
-	for name, body := range files {
-		p := filepath.Join(dir, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 	docs, notes, err := loadDocs(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -730,35 +741,16 @@ func TestDemoAudit(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	file := filepath.Join(t.TempDir(), "it's audit.jsonl") // a quote the jq line must survive
-	cmd := exec.Command(bin, "demo", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--audit", file)
-	var stderr testkit.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	sc := bufio.NewScanner(out)
-	var addr, token, jqLine string
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if a, ok := strings.CutPrefix(line, "sidecar   http://"); ok {
-			addr = strings.Fields(a)[0]
-		}
+	cmd, walk, stderr := runDemoBinary(t, bin, "--audit", file)
+	addr, token, jqLine := walkthroughAddr(walk), "", ""
+	for _, line := range walk {
 		if tok, ok := strings.CutPrefix(line, "export TOKEN="); ok {
 			token = tok
 		}
 		if strings.HasPrefix(line, "jq -c ") {
 			jqLine = line
 		}
-		if strings.HasPrefix(line, "Press Ctrl-C") {
-			break
-		}
 	}
-	go func() { _, _ = io.Copy(io.Discard, out) }()
 	if addr == "" || token == "" || jqLine == "" {
 		t.Fatalf("walkthrough lacks the address, the token or the audit's jq line (addr %q, jq %q); stderr:\n%s", addr, jqLine, stderr.String())
 	}

@@ -20,6 +20,16 @@ func runCLI(args ...string) (code int, stdout, stderr string) {
 	return code, o.String(), e.String()
 }
 
+// writeFile writes body to dir/name (0600) and returns its path.
+func writeFile(t *testing.T, dir, name, body string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 func TestCommands(t *testing.T) {
 	cases := []struct {
 		name       string
@@ -106,13 +116,7 @@ func TestCheckConfig(t *testing.T) {
 	)
 	secrets := []string{coreToken, dsnPass, keySecret, redisPass}
 	dir := t.TempDir()
-	write := func(name, body string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := func(name, body string) string { return writeFile(t, dir, name, body) }
 	unknownKey := write("unknown.yaml", "core:\n  url: http://core:8000\n  tokn: x\n")
 	secretInFile := write("secret.yaml", "core:\n  url: http://core:8000\n  token: "+coreToken+"\nrollout: \"off\"\n")
 	emptyFile := write("empty.yaml", "# nothing yet\n")

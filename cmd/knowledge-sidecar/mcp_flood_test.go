@@ -116,14 +116,7 @@ func TestMCPFloodMemoryBound(t *testing.T) {
 						url, call = ws+"/knowledge/mcp", `{"name":"knowledge_read","arguments":{"ref":"`+ref+`","near":"no such passage anywhere zyxw"}}`
 					}
 					code, body, err := post(url, tokens[s], `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":`+call+`}`, true)
-					var rpc struct {
-						Result struct {
-							IsError bool `json:"isError"`
-							Content []struct {
-								Text string `json:"text"`
-							} `json:"content"`
-						} `json:"result"`
-					}
+					var rpc toolCallAnswer
 					switch {
 					case err != nil || code != 200 || json.Unmarshal(body, &rpc) != nil || len(rpc.Result.Content) == 0:
 						errs <- fmt.Sprintf("%d %v %.300s", code, err, body)

@@ -128,9 +128,7 @@ func TestMCPReadNear(t *testing.T) {
 			t.Errorf("got isError %v %q; want an invalid_request tool error without structured content", res.IsError, got)
 		}
 	})
-	if code := p.stop(t); code != 0 {
-		t.Errorf("exit code %d; want 0", code)
-	}
+	p.stopClean(t)
 	if s := p.stderr.String(); strings.Contains(s, "procedure 75") || strings.Contains(s, ref) {
 		t.Errorf("stderr shows document text or a ref: %q", s)
 	}
@@ -192,9 +190,7 @@ func TestMCPOpenAIProfile(t *testing.T) {
 	if got := text(res); !res.IsError || !strings.HasPrefix(got, "knowledge_reference_invalid: ") || res.StructuredContent != nil {
 		t.Errorf("forged id: isError %v %q; want knowledge_reference_invalid without structured content", res.IsError, got)
 	}
-	if code := p.stop(t); code != 0 {
-		t.Errorf("exit code %d; want 0", code)
-	}
+	p.stopClean(t)
 }
 
 // TestHostsDocShowsWhatTheModelSees: the example results of docs/hosts.md

@@ -75,6 +75,15 @@ func (p *mcpProc) stop(t *testing.T) int {
 	}
 }
 
+// stopClean stops the server (stdin closed) and fails the test unless it
+// exited 0.
+func (p *mcpProc) stopClean(t *testing.T) {
+	t.Helper()
+	if code := p.stop(t); code != 0 {
+		t.Errorf("exit code %d after stdin closed; want 0 (stderr: %s)", code, p.stderr)
+	}
+}
+
 func (p *mcpProc) call(t *testing.T, tool string, args map[string]any) *mcp.CallToolResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -263,9 +272,7 @@ func TestMCPAgainstDemo(t *testing.T) {
 		}
 	})
 
-	if code := p.stop(t); code != 0 {
-		t.Errorf("exit code %d after stdin closed; want 0 (stderr: %s)", code, p.stderr)
-	}
+	p.stopClean(t)
 	sc := bufio.NewScanner(strings.NewReader(p.stdout.String()))
 	sc.Buffer(nil, 1<<20)
 	lines := 0
@@ -310,9 +317,7 @@ func TestMCPWrongToken(t *testing.T) {
 			t.Errorf("%s: %d requests; want 1 (the environment's token cannot change: no retry)", tool, n)
 		}
 	}
-	if code := p.stop(t); code != 0 {
-		t.Errorf("exit code %d; want 0", code)
-	}
+	p.stopClean(t)
 }
 
 // startSamples runs the demo with its built-in documents and the given
@@ -541,9 +546,7 @@ func TestMCPTokenFileRotation(t *testing.T) {
 		t.Errorf("after an in-place rewrite: %d requests %v; want the old token's 401, then the new one's 200", len(got), got)
 	}
 
-	if code := p.stop(t); code != 0 {
-		t.Errorf("exit code %d; want 0", code)
-	}
+	p.stopClean(t)
 	for _, tok := range []string{d.token, second, third} {
 		if strings.Contains(p.stderr.String(), tok) || strings.Contains(p.stdout.String(), tok) {
 			t.Error("stderr or stdout shows a token")
@@ -606,9 +609,7 @@ func TestMCPTokenCommand(t *testing.T) {
 	if got := seen.since(i); len(got) != 1 || cmd.runs() != 2 {
 		t.Errorf("the next call: %v after %d runs; want one request, no new run", got, cmd.runs())
 	}
-	if code := p.stop(t); code != 0 {
-		t.Errorf("exit code %d; want 0", code)
-	}
+	p.stopClean(t)
 	if strings.Contains(p.stderr.String(), d.token) || strings.Contains(p.stderr.String(), second) {
 		t.Error("stderr shows a token")
 	}
@@ -638,9 +639,7 @@ func TestMCPTokenStillBad(t *testing.T) {
 			t.Errorf("%s: %d requests (%v), %d command runs; want exactly one retry with a new token and one run", tool, len(got), got, cmd.runs()-runs)
 		}
 	}
-	if code := p.stop(t); code != 0 {
-		t.Errorf("exit code %d; want 0", code)
-	}
+	p.stopClean(t)
 }
 
 // toolCallAnswer is a JSON-RPC answer to a tools/call, as the tests read it.

@@ -117,9 +117,7 @@ func TestMCPTokenFileBad(t *testing.T) {
 	if got := seen.since(n); len(got) != 1 || got[0].token != second {
 		t.Errorf("after a good file came back: %d requests; want one with its token", len(got))
 	}
-	if code := p.stop(t); code != 0 {
-		t.Errorf("exit code %d; want 0", code)
-	}
+	p.stopClean(t)
 	if strings.Contains(p.stderr.String(), d.token) || strings.Contains(p.stderr.String(), second) {
 		t.Error("stderr shows a token")
 	}
@@ -149,20 +147,9 @@ func TestMCPTokenCommandKilledOnExit(t *testing.T) {
 		defer cancel()
 		_, _ = p.session.CallTool(ctx, &mcp.CallToolParams{Name: "knowledge_search", Arguments: map[string]any{"query": "refund"}})
 	}()
-	var child int
-	testkit.Eventually(t, 10*time.Second, "the hanging token command wrote its child's pid", func() bool {
-		raw, err := os.ReadFile(pidFile)
-		if err != nil || !bytes.HasSuffix(raw, []byte("\n")) {
-			return false
-		}
-		child, err = strconv.Atoi(strings.TrimSpace(string(raw)))
-		return err == nil
-	})
-	t.Cleanup(func() { _ = syscall.Kill(child, syscall.SIGKILL) })
+	child := testkit.ChildPID(t, pidFile, "the hanging token command wrote its child's pid")
 
-	if code := p.stop(t); code != 0 {
-		t.Errorf("exit code %d; want 0 (stderr: %s)", code, p.stderr)
-	}
+	p.stopClean(t)
 	testkit.Eventually(t, 5*time.Second, "the token command's child is gone after mcp exited", func() bool { return testkit.ProcessGone(child) })
 	<-called
 }

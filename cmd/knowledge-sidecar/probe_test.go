@@ -1,6 +1,7 @@
 package main
 
 import (
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -45,6 +46,15 @@ func parseProbe(out string) map[string]string {
 // fresh MariaDB catalog with the read-only user and the test Redis, then
 // breaks one dependency per case: every line's verdict and the exit code are
 // checked, and no secret may appear in the output.
+// overlay is a copy of m with the key, value pairs kv set.
+func overlay(m map[string]string, kv ...string) map[string]string {
+	out := maps.Clone(m)
+	for i := 0; i+1 < len(kv); i += 2 {
+		out[kv[i]] = kv[i+1]
+	}
+	return out
+}
+
 func TestCheckConfigProbe(t *testing.T) {
 	const serviceToken = "svc_probe-test-service-token-0123456789abcdef"
 	good := testdb.New(t)
@@ -122,30 +132,12 @@ func TestCheckConfigProbe(t *testing.T) {
 		"core.url": coreURL, "core.token": serviceToken, "catalog.dsn": good.ReadOnlyDSN,
 		"KNOWLEDGE_SIDECAR_LEDGER_REDIS_URL": redisURL, "rollout": "all",
 	}
-	with := func(kv ...string) map[string]string {
-		m := map[string]string{}
-		for k, v := range base {
-			m[k] = v
-		}
-		for i := 0; i+1 < len(kv); i += 2 {
-			m[kv[i]] = kv[i+1]
-		}
-		return m
-	}
+	with := func(kv ...string) map[string]string { return overlay(base, kv...) }
 	allOK := map[string]string{
 		"core": "ok", "core-token": "ok", "system-info": "skip", "catalog": "ok", "catalog-schema": "ok",
 		"catalog-grants": "ok", "task-control": "ok", "redis": "ok", "signing-keys": "ok", "mcp-oauth": "skip",
 	}
-	except := func(kv ...string) map[string]string {
-		m := map[string]string{}
-		for k, v := range allOK {
-			m[k] = v
-		}
-		for i := 0; i+1 < len(kv); i += 2 {
-			m[kv[i]] = kv[i+1]
-		}
-		return m
-	}
+	except := func(kv ...string) map[string]string { return overlay(allOK, kv...) }
 	const wrongToken = "svc_wrong-token-wrong-token-wrong-token-0000"
 	type probeCase struct {
 		name string

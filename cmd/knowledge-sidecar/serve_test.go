@@ -226,16 +226,24 @@ func startServeWith(t *testing.T, bin string, env []string, stdout *os.File) *se
 // (bounded).
 func (p *serveProc) terminate(t *testing.T) {
 	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	signalExit(t, "serve", p.cmd, syscall.SIGTERM, 20*time.Second, p.done, &p.exitErr, p.logs)
+}
+
+// signalExit sends sig to the process of cmd (what names it) and fails the
+// test unless done closes within bound and *exitErr is then nil; logs is
+// what it printed.
+func signalExit(t *testing.T, what string, cmd *exec.Cmd, sig os.Signal, bound time.Duration, done <-chan struct{}, exitErr *error, logs func() string) {
+	t.Helper()
+	if err := cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-p.done:
-	case <-time.After(20 * time.Second):
-		t.Fatalf("serve did not exit after SIGTERM\n%s", p.logs())
+	case <-done:
+	case <-time.After(bound):
+		t.Fatalf("%s did not exit after %v\n%s", what, sig, logs())
 	}
-	if p.exitErr != nil {
-		t.Fatalf("exit after SIGTERM: %v; want 0\n%s", p.exitErr, p.logs())
+	if *exitErr != nil {
+		t.Fatalf("%s exit after %v: %v; want 0\n%s", what, sig, *exitErr, logs())
 	}
 }
 

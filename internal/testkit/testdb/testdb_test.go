@@ -39,31 +39,29 @@ func TestFixturesMatchConstants(t *testing.T) {
 		t.Errorf("multi-byte doc: got %q / %q; want %q / %q", title, content, testdb.DocMultiByteTitle, testdb.DocMultiByteContent)
 	}
 
-	exists := []struct{ table, column, id string }{
-		{"bz_routes", "route_key", testdb.RouteNull}, {"bz_routes", "route_key", testdb.RouteLegacy},
-		{"bz_routes", "route_key", testdb.RouteMulti}, {"bz_routes", "route_key", testdb.RouteEmptyKBIDs},
-		{"bz_routes", "route_key", testdb.RouteDisabled}, {"bz_routes", "route_key", testdb.RouteAudience},
-		{"bz_routes", "route_key", testdb.RouteAudienceOff}, {"bz_routes", "route_key", testdb.RouteCaseStored},
-		{"bz_routes", "route_key", testdb.RouteQuirky},
-		{"bz_kb_bases", "kb_id", testdb.KBFAQ}, {"bz_kb_bases", "kb_id", testdb.KBManuals},
-		{"bz_kb_bases", "kb_id", testdb.KBDisabled}, {"bz_kb_bases", "kb_id", testdb.KBOther},
-		{"bz_agent_sessions", "session_id", testdb.SessionA}, {"bz_agent_sessions", "session_id", testdb.SessionB},
-		{"bz_clients", "app_id", testdb.AppA}, {"bz_clients", "app_id", testdb.AppB},
-		{"bz_clients", "app_id", testdb.AppStar}, {"bz_clients", "app_id", testdb.AppDisabled},
-		{"bz_clients", "app_id", testdb.AppNoURL}, {"bz_clients", "app_id", testdb.AppNullRoutes},
-		{"bz_clients", "app_id", testdb.AppCaseStored},
-		{"bz_agent_client_runs", "run_id", testdb.RunActive}, {"bz_agent_client_runs", "run_id", testdb.RunCompleted},
-		{"bz_agent_client_runs", "run_id", testdb.RunForeign}, {"bz_agent_client_runs", "run_id", testdb.RunPreparing},
+	exists := []struct {
+		table, column string
+		ids           []string
+	}{
+		{"bz_routes", "route_key", []string{testdb.RouteNull, testdb.RouteLegacy, testdb.RouteMulti, testdb.RouteEmptyKBIDs,
+			testdb.RouteDisabled, testdb.RouteAudience, testdb.RouteAudienceOff, testdb.RouteCaseStored, testdb.RouteQuirky}},
+		{"bz_kb_bases", "kb_id", []string{testdb.KBFAQ, testdb.KBManuals, testdb.KBDisabled, testdb.KBOther}},
+		{"bz_agent_sessions", "session_id", []string{testdb.SessionA, testdb.SessionB}},
+		{"bz_clients", "app_id", []string{testdb.AppA, testdb.AppB, testdb.AppStar, testdb.AppDisabled,
+			testdb.AppNoURL, testdb.AppNullRoutes, testdb.AppCaseStored}},
+		{"bz_agent_client_runs", "run_id", []string{testdb.RunActive, testdb.RunCompleted, testdb.RunForeign, testdb.RunPreparing}},
 	}
 	for _, e := range exists {
-		var n int
-		// Identifiers come from the table above, never from input.
-		q := "SELECT COUNT(*) FROM " + e.table + " WHERE BINARY " + e.column + " = ?"
-		if err := db.Admin.QueryRowContext(ctx, q, e.id).Scan(&n); err != nil {
-			t.Fatalf("%s %s: %v", e.table, e.id, err)
-		}
-		if n != 1 {
-			t.Errorf("%s %q rows: got %d; want 1", e.table, e.id, n)
+		for _, id := range e.ids {
+			var n int
+			// Identifiers come from the table above, never from input.
+			q := "SELECT COUNT(*) FROM " + e.table + " WHERE BINARY " + e.column + " = ?"
+			if err := db.Admin.QueryRowContext(ctx, q, id).Scan(&n); err != nil {
+				t.Fatalf("%s %s: %v", e.table, id, err)
+			}
+			if n != 1 {
+				t.Errorf("%s %q rows: got %d; want 1", e.table, id, n)
+			}
 		}
 	}
 	for _, f := range testdb.RequiredMigrations {
