@@ -18,7 +18,6 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/corelink"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
-	"github.com/bailinghub/knowledge-sidecar/mcpserver"
 	"github.com/bailinghub/knowledge-sidecar/native"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 	"github.com/bailinghub/knowledge-sidecar/rollout"
@@ -28,7 +27,7 @@ import (
 // Features are the knowledge endpoints and turn interception, built by the
 // caller (package sidecar assembles them): the edge holds them by the small
 // interfaces below and builds only its own HTTP parts (the turn and
-// capabilities ReverseProxies, the MCP endpoint's handler).
+// capabilities ReverseProxies).
 type Features struct {
 	Knowledge *knowledge.Service
 	// Native is the native-detection verdict (a *native.Detector).
@@ -39,8 +38,10 @@ type Features struct {
 	// ProbeTimeout bounds a capabilities request forwarded as the probe
 	// (config core.timeout, as for the detector's own probes). Default 3s.
 	ProbeTimeout time.Duration
-	// MCP configures the remote MCP endpoint (SPEC §10).
-	MCP MCPOptions
+	// MCP configures the remote MCP endpoint (SPEC §10); MCPHandler serves
+	// it (an *mcpserver.HTTP). nil: the endpoint is Core's.
+	MCP        MCPOptions
+	MCPHandler MCPHandler
 	// OAuth, when set, is the sign-in front MCP hosts see (SPEC §12).
 	OAuth OAuth
 }
@@ -71,7 +72,7 @@ type features struct {
 	// turnProxy forwards intercepted turns; caps forwards capabilities
 	// requests as the probe.
 	turnProxy, caps *httputil.ReverseProxy
-	mcp             *mcpserver.HTTP // the remote MCP endpoint's SDK handler (mcp.go)
+	mcp             MCPHandler // the remote MCP endpoint's handler (mcp.go); nil: Core's
 	mcpOpts         MCPOptions
 	oauth           OAuth // nil: off
 }
@@ -88,12 +89,8 @@ func newFeatures(f *Features, s *Server) (*features, error) {
 	ft.rollout.Store(&p)
 	ft.turnProxy = s.newTurnProxy()
 	ft.caps = s.newCapsProxy(f.ProbeTimeout, f.Native)
-	ft.mcpOpts = f.MCP
+	ft.mcp, ft.mcpOpts = f.MCPHandler, f.MCP
 	ft.oauth = f.OAuth
-	var err error
-	if ft.mcp, err = s.newMCP(f.MCP); err != nil {
-		return nil, err
-	}
 	return ft, nil
 }
 

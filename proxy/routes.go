@@ -7,7 +7,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/bailinghub/knowledge-sidecar/mcpauth"
-	"github.com/bailinghub/knowledge-sidecar/mcpserver"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
@@ -47,7 +46,7 @@ var routes = []route{
 	{http.MethodPost, pathSearch, "search", (*Server).search, true, protocol.MaxRequestBytes},
 	{http.MethodPost, pathRead, "read", (*Server).read, true, protocol.MaxRequestBytes},
 	{http.MethodPost, pathTurns, "turns", (*Server).turns, false, passDrainLimit},
-	{http.MethodPost, pathMCP, "mcp", (*Server).mcp, true, mcpserver.MaxHTTPBody},
+	{http.MethodPost, pathMCP, "mcp", (*Server).mcp, true, protocol.MaxMCPBody},
 	{http.MethodGet, pathMCPMetadata, "mcp_metadata", (*Server).mcpMetadata, true, protocol.MaxRequestBytes},
 	{http.MethodGet, mcpauth.PathMetadata, "oauth_metadata", (*Server).oauthMetadata, false, mcpauth.MaxBody},
 	{http.MethodPost, mcpauth.PathRegister, "oauth_register", (*Server).oauthRegister, false, mcpauth.MaxBody},

@@ -36,6 +36,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/mcpauth"
+	"github.com/bailinghub/knowledge-sidecar/mcpserver"
 	"github.com/bailinghub/knowledge-sidecar/native"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
 	"github.com/bailinghub/knowledge-sidecar/rollout"
@@ -476,32 +477,9 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 	}
 	pol, _ := rollout.Parse(cfg.Rollout) // validated
 	a.rollout.Store(&pol)
-	mcpOpts := proxy.MCPOptions{AuthorizationServers: cfg.MCP.AuthorizationServers, Scopes: cfg.MCP.Scopes,
-		PublicURL: cfg.MCP.PublicURL, AnswerBudget: cfg.Proxy.MCPAnswerBudget, Native: newNativeMCP(cfg, a.coreTLS)}
-	// oauth_requests_total exists (at 0) whether or not the front is on.
-	oauthRequests := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "knowledge_sidecar", Name: "oauth_requests_total",
-		Help: "Requests of the OAuth front MCP hosts sign in through (SPEC §12), by endpoint and outcome.",
-	}, []string{"endpoint", "outcome"})
-	for _, e := range mcpauth.Endpoints {
-		for _, o := range mcpauth.Outcomes {
-			oauthRequests.WithLabelValues(e, o)
-		}
-	}
-	reg.MustRegister(oauthRequests)
-	var front proxy.OAuth // nil unless configured: a typed nil would turn the front on
-	if id := cfg.MCP.OAuth.ClientAppID; id != "" {
-		oa, err := mcpauth.New(mcpauth.Options{
-			Core: client, ClientAppID: id, DeviceLabel: cfg.MCP.OAuth.DeviceLabel, Issuer: cfg.MCP.PublicURL,
-			Served:  func(route string) bool { return a.rollout.Load().Enabled(route) },
-			Observe: func(endpoint, outcome string) { oauthRequests.WithLabelValues(endpoint, outcome).Inc() },
-		})
-		if err != nil {
-			return nil, fmt.Errorf("mcp oauth: %w", err)
-		}
-		front = oa
-		// The 401 and the RFC 9728 document point hosts at the front.
-		mcpOpts.AuthorizationServers = []string{oa.Issuer()}
+	mcpOpts, mcpH, front, err := a.buildMCP(cfg, deps, svc, client, reg, log)
+	if err != nil {
+		return nil, err
 	}
 	// The parts the edge holds by small interfaces: native detection (its
 	// verdict held for probe_interval) and the turn feature's decisions.
@@ -522,8 +500,58 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 		Rollout:      pol,
 		ProbeTimeout: cfg.Core.Timeout,
 		MCP:          mcpOpts,
+		MCPHandler:   mcpH,
 		OAuth:        front,
 	}, nil
+}
+
+// buildMCP builds the remote MCP endpoint (SPEC §10): its options, its
+// handler — mcpserver's, its tools answered in process by svc or, after a
+// flip, by the native Core (mcp.go) — and the OAuth front hosts sign in
+// through when mcp.oauth is configured (SPEC §12; nil otherwise).
+func (a *App) buildMCP(cfg config.Config, deps Deps, svc *knowledge.Service, client *coreclient.Client,
+	reg prometheus.Registerer, log *slog.Logger) (proxy.MCPOptions, proxy.MCPHandler, proxy.OAuth, error) {
+	native := newNativeMCP(cfg, a.coreTLS)
+	opts := proxy.MCPOptions{AuthorizationServers: cfg.MCP.AuthorizationServers, Scopes: cfg.MCP.Scopes,
+		PublicURL: cfg.MCP.PublicURL, Native: native != nil}
+	h, err := mcpserver.NewHTTP(mcpserver.HTTPOptions{
+		Knowledge: &mcpBackend{k: svc, native: native, log: log},
+		Version:   deps.Version,
+		Logger:    log,
+		Tracer:    telemetry.Tracer(a.tp),
+		TrustMeta: func(ctx context.Context) bool { return proxy.MCPCallOf(ctx).TraceTrusted },
+		Observe:   mcpserver.RequestCounter(reg),
+		Budget:    proxy.NewMCPBudget(cfg.Proxy.MCPAnswerBudget, reg),
+	})
+	if err != nil {
+		return opts, nil, nil, err
+	}
+	// oauth_requests_total exists (at 0) whether or not the front is on.
+	oauthRequests := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "knowledge_sidecar", Name: "oauth_requests_total",
+		Help: "Requests of the OAuth front MCP hosts sign in through (SPEC §12), by endpoint and outcome.",
+	}, []string{"endpoint", "outcome"})
+	for _, e := range mcpauth.Endpoints {
+		for _, o := range mcpauth.Outcomes {
+			oauthRequests.WithLabelValues(e, o)
+		}
+	}
+	reg.MustRegister(oauthRequests)
+	var front proxy.OAuth // nil unless configured: a typed nil would turn the front on
+	if id := cfg.MCP.OAuth.ClientAppID; id != "" {
+		oa, err := mcpauth.New(mcpauth.Options{
+			Core: client, ClientAppID: id, DeviceLabel: cfg.MCP.OAuth.DeviceLabel, Issuer: cfg.MCP.PublicURL,
+			Served:  func(route string) bool { return a.rollout.Load().Enabled(route) },
+			Observe: func(endpoint, outcome string) { oauthRequests.WithLabelValues(endpoint, outcome).Inc() },
+		})
+		if err != nil {
+			return opts, nil, nil, fmt.Errorf("mcp oauth: %w", err)
+		}
+		front = oa
+		// The 401 and the RFC 9728 document point hosts at the front.
+		opts.AuthorizationServers = []string{oa.Issuer()}
+	}
+	return opts, h, front, nil
 }
 
 // buildAudit opens the disclosure audit's sink (SPEC §11) when
