@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"log/slog"
 	"net/http"
 	"strings"
 
@@ -25,36 +24,6 @@ import (
 // caller in the context (MCPCallOf): the identity the edge established —
 // one look-up per HTTP request, as for search and read — and the client
 // whose share of the answer budget (NewMCPBudget) its tool calls take.
-
-const (
-	pathMCP = "/agent-api/v1/workspaces/:route/knowledge/mcp"
-	// pathMCPMetadata is the RFC 9728 Protected Resource Metadata document
-	// of pathMCP: the well-known prefix before the resource's path.
-	pathMCPMetadata = "/.well-known/oauth-protected-resource" + pathMCP
-)
-
-// MCPOptions configure the remote MCP endpoint (config mcp.*).
-type MCPOptions struct {
-	// AuthorizationServers, when set, are named in the metadata document,
-	// and a 401 points hosts at that document.
-	AuthorizationServers []string
-	Scopes               []string
-	// PublicURL is scheme://host as hosts reach the sidecar; "" takes the
-	// request's own.
-	PublicURL string
-	// Native keeps the endpoint answering on a rolled-out workspace whose
-	// Core is native (mcpnative.go): the handler's tools then call Core's
-	// own knowledge endpoints (MCPCall.Native). false: such a request
-	// passes through to Core.
-	Native bool
-}
-
-// MCPHandler serves a remote MCP request the edge admitted: body is the
-// request's body, read within protocol.MaxMCPBody; the caller is in the
-// request's context (MCPCallOf). An *mcpserver.HTTP is one.
-type MCPHandler interface {
-	Serve(w http.ResponseWriter, r *http.Request, body []byte)
-}
 
 // mcpShareFloor is the least share of the MCP answer budget one client
 // address has: room for a few answers of a whole read chain.
@@ -292,16 +261,4 @@ func MCPCallOf(ctx context.Context) *MCPCall {
 		return c
 	}
 	return &MCPCall{}
-}
-
-// knowledgeError is err as the knowledge error it is answered with: a
-// ledger or catalog failure is 503 knowledge_unavailable. A 5xx cause is
-// logged here, never sent.
-func (s *Server) knowledgeError(ctx context.Context, err error) *knowledge.Error {
-	ke := knowledge.AsError(err)
-	if ke.Status >= 500 {
-		s.log.LogAttrs(ctx, slog.LevelWarn, "knowledge request failed", slog.String("request_id", requestID(ctx)),
-			slog.String("code", string(ke.Code)), slog.Any("cause", ke.Err))
-	}
-	return ke
 }

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/config"
-	"github.com/bailinghub/knowledge-sidecar/coreclient"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/hostclient"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
@@ -153,14 +152,7 @@ const nativeCallTimeout = 30 * time.Second
 // they name the method, Core's host and a reason, never the bearer or the
 // body.
 func newNativeMCP(cfg config.Config, tlsCfg *tls.Config) func(context.Context, *proxy.MCPCall, string, []byte) (*hostclient.Response, error) {
-	t := coreclient.NewTransport(coreclient.TransportOptions{
-		DialTimeout:           cfg.Proxy.DialTimeout,
-		ResponseHeaderTimeout: cfg.Proxy.ResponseHeaderTimeout,
-		MaxIdleConnsPerHost:   cfg.Proxy.MaxIdleConnsPerHost,
-	})
-	if tlsCfg != nil {
-		t.TLSClientConfig = tlsCfg.Clone()
-	}
+	t := coreTransport(cfg, tlsCfg, cfg.Proxy.ResponseHeaderTimeout)
 	// No token of its own: every call sends its caller's Authorization.
 	c, err := hostclient.New(cfg.Core.URL, "", "", &http.Client{Transport: t, Timeout: nativeCallTimeout})
 	if err != nil {
