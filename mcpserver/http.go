@@ -51,7 +51,7 @@ type HTTPOptions struct {
 // answers, no SSE; a batch is refused. The profile is the request's
 // ?profile= (ProfileKnowledge when absent). The edge in front of it owns
 // everything HTTP about the request — the method, the gates, the profile's
-// validity (ValidProfile), reading the body within MaxHTTPBody — and hands
+// validity (protocol.ValidMCPProfile), reading the body within MaxHTTPBody — and hands
 // over the body it read (Serve).
 //
 // The SDK's DNS-rebinding guard (403 to a loopback connection whose Host is
@@ -88,9 +88,6 @@ func NewHTTP(o HTTPOptions) (*HTTP, error) {
 	})
 	return &HTTP{sdk: h, obs: obs, budget: o.Budget}, nil
 }
-
-// ValidProfile reports whether p names a profile ("" is the default).
-func ValidProfile(p string) bool { return protocol.ValidMCPProfile(p) }
 
 func profileOf(r *http.Request) string {
 	if p := r.URL.Query().Get("profile"); p != "" {
