@@ -37,7 +37,7 @@ func BenchmarkSearchNormalized(b *testing.B) {
 			ctx := context.Background()
 			dst := make([]byte, 0, protocol.ReadMaxBytes)
 			b.ReportAllocs()
-			cpu0 := processCPU()
+			cpu0 := testkit.ProcessCPU(b)
 			for b.Loop() {
 				svc.rechecks.lru.Purge()
 				out, err := svc.SearchInto(ctx, dst, tokA, testkit.RouteKey(routeKey), strings.NewReader(benchQuery))
@@ -83,7 +83,7 @@ func BenchmarkAnswerBuffer(b *testing.B) {
 		for _, mode := range []string{"pooled", "fresh"} {
 			b.Run(op.name+"/"+mode, func(b *testing.B) {
 				b.ReportAllocs()
-				cpu0 := processCPU()
+				cpu0 := testkit.ProcessCPU(b)
 				for b.Loop() {
 					var buf *[]byte
 					var dst []byte

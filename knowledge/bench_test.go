@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 	"unicode"
@@ -594,13 +593,6 @@ func catalogStatements(b *testing.B, g prometheus.Gatherer) float64 {
 	return n
 }
 
-// processCPU is this process's user + system time (getrusage).
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // BenchmarkServiceSQL is a whole search and a whole 32 KiB read over the SQL
 // catalog on MariaDB (the fakes of BenchmarkServiceSearch for identity and
 // Core): the sidecar's CPU per operation (cpu-µs/op, getrusage: the
@@ -636,11 +628,11 @@ func BenchmarkServiceSQL(b *testing.B) {
 	}{{"search", func() { search() }}, {"read", read}} {
 		b.Run(op.name, func(b *testing.B) {
 			b.ReportAllocs()
-			q0, c0 := catalogStatements(b, reg), processCPU()
+			q0, c0 := catalogStatements(b, reg), testkit.ProcessCPU(b)
 			for b.Loop() {
 				op.fn()
 			}
-			b.ReportMetric(float64((processCPU()-c0).Microseconds())/float64(b.N), "cpu-µs/op")
+			b.ReportMetric(float64((testkit.ProcessCPU(b)-c0).Microseconds())/float64(b.N), "cpu-µs/op")
 			b.ReportMetric((catalogStatements(b, reg)-q0)/float64(b.N), "statements/op")
 		})
 	}

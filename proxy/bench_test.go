@@ -13,7 +13,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"testing/iotest"
 	"time"
@@ -290,7 +289,7 @@ func BenchmarkTurnHints(b *testing.B) {
 			target := "/agent-api/v1/workspaces/" + benchRouteOn + "/turns?size=hints"
 			b.ReportAllocs()
 			seq := 0
-			cpu0 := processCPU(b)
+			cpu0 := testkit.ProcessCPU(b)
 			for b.Loop() {
 				seq++
 				req := w.onDemandTurn(target, name+strconv.Itoa(seq))
@@ -300,7 +299,7 @@ func BenchmarkTurnHints(b *testing.B) {
 					b.Fatalf("got %d; want 200", rw.code)
 				}
 			}
-			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-µs/op")
+			b.ReportMetric(float64(testkit.ProcessCPU(b)-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-µs/op")
 		})
 	}
 }
@@ -329,7 +328,7 @@ func BenchmarkTurnRewriteHints(b *testing.B) {
 		b.Run(name+"/10KiB", func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
-			cpu0 := processCPU(b)
+			cpu0 := testkit.ProcessCPU(b)
 			for b.Loop() {
 				rep, err := turn.ReadReply(body, protocol.DeliveryOnDemand)
 				if err != nil {
@@ -347,7 +346,7 @@ func BenchmarkTurnRewriteHints(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-µs/op")
+			b.ReportMetric(float64(testkit.ProcessCPU(b)-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-µs/op")
 		})
 	}
 }
@@ -375,15 +374,6 @@ func TestBenchTurnHintsAnswer(t *testing.T) {
 			t.Errorf("turn_hints %v: got %d with %d hints (%.200s); want 200 with %d", tc.on, rec.Code, len(v.D.Hints), rec.Body.Bytes(), tc.want)
 		}
 	}
-}
-
-// processCPU is the process's user+system CPU time so far.
-func processCPU(b testing.TB) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // onDemandTurn is an on_demand turn request of the bench session to target,
@@ -481,14 +471,14 @@ func BenchmarkSearch(b *testing.B) {
 				b.Fatalf("got %d %s; want 200 with a successful search", rec.Code, rec.Body.Bytes())
 			}
 			b.ReportAllocs()
-			cpu0 := processCPU(b)
+			cpu0 := testkit.ProcessCPU(b)
 			for b.Loop() {
 				do()
 				if rec.Code != http.StatusOK {
 					b.Fatalf("got %d; want 200", rec.Code)
 				}
 			}
-			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-µs/op")
+			b.ReportMetric(float64(testkit.ProcessCPU(b)-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-µs/op")
 		})
 	}
 }

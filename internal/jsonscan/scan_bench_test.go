@@ -2,9 +2,9 @@ package jsonscan
 
 import (
 	"strings"
-	"syscall"
 	"testing"
-	"time"
+
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 )
 
 // DESIGN 14 side-by-side benchmark of String's eight-byte skipping (plain8)
@@ -29,30 +29,40 @@ func stringPlain(b []byte, i int) (int, bool, error) {
 			return i + 1, esc, nil
 		case c == '\\':
 			esc = true
-			if i+1 >= len(b) {
+			n := escapeLenPlain(b[i+1:])
+			if n == 0 {
 				return 0, false, ErrSyntax
 			}
-			switch b[i+1] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				i += 2
-			case 'u':
-				if i+6 > len(b) {
-					return 0, false, ErrSyntax
-				}
-				for _, h := range b[i+2 : i+6] {
-					if !isHex(h) {
-						return 0, false, ErrSyntax
-					}
-				}
-				i += 6
-			default:
-				return 0, false, ErrSyntax
-			}
+			i += 1 + n
 		default: // c < 0x20
 			return 0, false, ErrSyntax
 		}
 	}
 	return 0, false, ErrSyntax
+}
+
+// escapeLenPlain is the length of the valid escape that e, the bytes after
+// a backslash, starts with (a letter, or u and four hex digits); 0 when it
+// starts with none.
+func escapeLenPlain(e []byte) int {
+	if len(e) == 0 {
+		return 0
+	}
+	switch e[0] {
+	case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+		return 1
+	case 'u':
+		if len(e) < 5 {
+			return 0
+		}
+		for _, h := range e[1:5] {
+			if !isHex(h) {
+				return 0
+			}
+		}
+		return 5
+	}
+	return 0
 }
 
 // benchAnswers are the JSON bodies String scans in a request: a 4 KiB Core
@@ -128,7 +138,7 @@ func BenchmarkString(b *testing.B) {
 		}{{"fast", String}, {"plain", stringPlain}} {
 			b.Run(a.name+"/"+f.name, func(b *testing.B) {
 				b.SetBytes(int64(len(a.body)))
-				cpu0 := processCPU()
+				cpu0 := testkit.ProcessCPU(b)
 				for b.Loop() {
 					for _, i := range starts {
 						if _, _, err := f.fn(a.body, i); err != nil {
@@ -136,16 +146,8 @@ func BenchmarkString(b *testing.B) {
 						}
 					}
 				}
-				b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+				b.ReportMetric(float64(testkit.ProcessCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
 			})
 		}
 	}
-}
-
-// processCPU is the process's user + system time (getrusage): steadier
-// than wall time on a shared machine.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
