@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bailinghub/knowledge-sidecar/hostclient"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
 	"github.com/bailinghub/knowledge-sidecar/sidecar"
@@ -203,18 +204,12 @@ func TestDemoWalkthrough(t *testing.T) {
 			}
 			body, _ := json.Marshal(req)
 			code, raw := d.do(t, "POST", d.ws+"/knowledge/read", string(body))
-			var p struct {
-				Content         string  `json:"content"`
-				NextCursor      *string `json:"next_cursor"`
-				Truncated       bool    `json:"truncated"`
-				BudgetExhausted bool    `json:"budget_exhausted"`
-				Total           int     `json:"total_content_bytes"`
-			}
+			var p hostclient.ReadAnswer
 			if code != 200 || json.Unmarshal(raw, &p) != nil {
 				t.Fatalf("page %d: got %d %.200s", page, code, raw)
 			}
-			if len(raw) > 32768 || p.Total != len(content) {
-				t.Errorf("page %d: %d bytes, total_content_bytes %d; want ≤ 32768 and %d", page, len(raw), p.Total, len(content))
+			if len(raw) > 32768 || p.TotalContentBytes != int64(len(content)) {
+				t.Errorf("page %d: %d bytes, total_content_bytes %d; want ≤ 32768 and %d", page, len(raw), p.TotalContentBytes, len(content))
 			}
 			got.WriteString(p.Content)
 			if p.NextCursor == nil {
