@@ -358,7 +358,7 @@ func (d *runningDemo) demoMCPSearch(t *testing.T, query string) string {
 		t.Fatal(err)
 	}
 	defer res.Body.Close()
-	var rpc toolCallAnswer
+	var rpc testkit.ToolCallAnswer
 	if err := json.NewDecoder(res.Body).Decode(&rpc); err != nil || res.StatusCode != 200 || rpc.Result.IsError || len(rpc.Result.Content) != 1 {
 		t.Fatalf("MCP tools/call: %d %v %+v; want 200 with one text item", res.StatusCode, err, rpc)
 	}

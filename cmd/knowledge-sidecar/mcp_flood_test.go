@@ -16,6 +16,7 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 )
 
@@ -116,7 +117,7 @@ func TestMCPFloodMemoryBound(t *testing.T) {
 						url, call = ws+"/knowledge/mcp", `{"name":"knowledge_read","arguments":{"ref":"`+ref+`","near":"no such passage anywhere zyxw"}}`
 					}
 					code, body, err := post(url, tokens[s], `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":`+call+`}`, true)
-					var rpc toolCallAnswer
+					var rpc testkit.ToolCallAnswer
 					switch {
 					case err != nil || code != 200 || json.Unmarshal(body, &rpc) != nil || len(rpc.Result.Content) == 0:
 						errs <- fmt.Sprintf("%d %v %.300s", code, err, body)

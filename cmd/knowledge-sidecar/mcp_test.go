@@ -408,8 +408,8 @@ func TestMCPAnswersBeforeExit(t *testing.T) {
 	code := cmdMCP([]string{"--url", closed, "--route", "demo"}, io.NopCloser(strings.NewReader(in)), &stdout, &stderr)
 	var answered bool
 	for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
-		var msg toolCallAnswer
-		if json.Unmarshal([]byte(line), &msg) == nil && msg.ID == 2 && msg.Result.IsError &&
+		var msg testkit.ToolCallAnswer
+		if json.Unmarshal([]byte(line), &msg) == nil && string(msg.ID) == "2" && msg.Result.IsError &&
 			len(msg.Result.Content) == 1 && strings.HasPrefix(msg.Result.Content[0].Text, "knowledge_unavailable: ") {
 			answered = true
 		}
@@ -640,15 +640,4 @@ func TestMCPTokenStillBad(t *testing.T) {
 		}
 	}
 	p.stopClean(t)
-}
-
-// toolCallAnswer is a JSON-RPC answer to a tools/call, as the tests read it.
-type toolCallAnswer struct {
-	ID     int `json:"id"`
-	Result struct {
-		IsError bool `json:"isError"`
-		Content []struct {
-			Text string `json:"text"`
-		} `json:"content"`
-	} `json:"result"`
 }
