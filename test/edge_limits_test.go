@@ -26,6 +26,18 @@ func startConnCapped(t *testing.T, coreURL string, max int) *Sidecar {
 	return StartSidecar(t, SidecarOptions{CoreURL: coreURL, Serve: proxy.ServeOptions{MaxConnections: max, MaxConnectionsPerClient: -1}})
 }
 
+// dialEach dials n raw connections to addr, one after the other, each made
+// ready (i its index) before the next is dialled.
+func dialEach(t testing.TB, addr string, n int, ready func(i int, c *rawConn)) []*rawConn {
+	t.Helper()
+	conns := make([]*rawConn, n)
+	for i := range conns {
+		conns[i] = dialRaw(t, addr)
+		ready(i, conns[i])
+	}
+	return conns
+}
+
 // rawGet is a plain GET of a pass-through path.
 const rawGet = "GET /x HTTP/1.1\r\nHost: ks\r\n\r\n"
 
@@ -59,13 +71,10 @@ func TestConnectionCap(t *testing.T) {
 	const max = 3
 	sc := startConnCapped(t, u.URL, max)
 	// Every connection busy with a held request: none is idle.
-	var open []*rawConn
-	for range max {
-		c := dialRaw(t, sc.Addr)
+	open := dialEach(t, sc.Addr, max, func(_ int, c *rawConn) {
 		c.send(t, "GET /hold HTTP/1.1\r\nHost: ks\r\n\r\n")
 		waitFor(t, entered, "held request")
-		open = append(open, c)
-	}
+	})
 	over := dialRaw(t, sc.Addr)
 	over.send(t, rawGet)
 	res, body := over.response(t)
@@ -100,15 +109,12 @@ func TestConnectionCapClosesIdleFirst(t *testing.T) {
 	u := startUpstream(t, func(u *upstream, w http.ResponseWriter, r *http.Request) { u.readAndRecord(r) })
 	const max = 3
 	sc := startConnCapped(t, u.URL, max)
-	var idle []*rawConn
-	for range max {
-		c := dialRaw(t, sc.Addr)
+	idle := dialEach(t, sc.Addr, max, func(i int, c *rawConn) {
 		c.getOK(t, "within the cap")
-		idle = append(idle, c)
 		// The server marks a connection idle a moment after its answer
 		// went out: wait, so that idle[0] is the oldest idle one, then idle[1].
-		testkit.WaitMetric(t, sc.Registry, "knowledge_sidecar_idle_connections", nil, float64(len(idle)))
-	}
+		testkit.WaitMetric(t, sc.Registry, "knowledge_sidecar_idle_connections", nil, float64(i+1))
+	})
 	for range 2 { // two newcomers: the two oldest idle connections go
 		testkit.WaitMetric(t, sc.Registry, "knowledge_sidecar_idle_connections", nil, max)
 		dialRaw(t, sc.Addr).getOK(t, "a newcomer while every place is idle")
