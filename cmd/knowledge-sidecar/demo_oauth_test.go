@@ -20,10 +20,7 @@ import (
 // through the demo's business consent page — shown, then approved with its
 // button — and calls a tool with the token it got.
 func TestDemoSignIn(t *testing.T) {
-	docs, _, err := loadDocs("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	docs, _ := mustLoadDocs(t, "")
 	w, err := startDemoWorld(docs, randomToken("bha_"), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -159,10 +160,7 @@ func (d *runningDemo) search(t *testing.T, query string, limit int) []demoHint {
 
 // TestDemoWalkthrough performs the printed walkthrough's steps over HTTP.
 func TestDemoWalkthrough(t *testing.T) {
-	docs, _, err := loadDocs("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	docs, _ := mustLoadDocs(t, "")
 	d := startDemo(t, docs, false)
 	if !strings.Contains(d.text, d.ws) || !strings.Contains(d.text, d.token) || !strings.Contains(d.text, "Refund policy") {
 		t.Errorf("walkthrough does not show the workspace URL, the token and the documents:\n%s", d.text)
@@ -382,6 +380,17 @@ func docsDir(t *testing.T, files map[string]string) string {
 	return dir
 }
 
+// mustLoadDocs is loadDocs(dir) ("" for the built-in documents), failing
+// the test on an error.
+func mustLoadDocs(t *testing.T, dir string) (docs []demoDoc, notes []string) {
+	t.Helper()
+	docs, notes, err := loadDocs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return docs, notes
+}
+
 // TestDemoDocsDir: --docs takes .md and .txt files, titled by a Markdown
 // file's top heading or else the file name.
 func TestDemoDocsDir(t *testing.T) {
@@ -393,10 +402,7 @@ func TestDemoDocsDir(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(dir, "sub.md"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	docs, _, err := loadDocs(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	docs, _ := mustLoadDocs(t, dir)
 	var titles []string
 	for _, doc := range docs {
 		titles = append(titles, doc.title)
@@ -555,10 +561,7 @@ func TestDemoLogLevel(t *testing.T) {
 // rank by the question (stop-words ignored), so "Can I get a refund?" finds
 // the refund policy first, and a shipping question finds the shipping page.
 func TestDemoAnswersFollowTheQuestion(t *testing.T) {
-	docs, _, err := loadDocs("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	docs, _ := mustLoadDocs(t, "")
 	d := startDemo(t, docs, false)
 	for _, tc := range []struct{ query, want string }{
 		{"Can I get a refund?", "Refund policy"},
@@ -592,7 +595,7 @@ func TestDemoAnswersFollowTheQuestion(t *testing.T) {
 		return titles, res.Delivery.Hints
 	}
 	inline, _ := turn("1", "Can I get a refund?", "inline")
-	if len(inline) == 0 || inline[0] != "Refund policy" || slicesContains(inline, "Operations handbook") {
+	if len(inline) == 0 || inline[0] != "Refund policy" || slices.Contains(inline, "Operations handbook") {
 		t.Errorf("inline knowledge for a refund question: %q; want the refund policy first, no operations handbook", inline)
 	}
 	_, hints := turn("2", "Can I get a refund?", "on_demand")
@@ -617,10 +620,7 @@ func TestDemoDocsTitleAtTop(t *testing.T) {
 		"top.txt":    "# Not a heading in plain text\n\nInvoices are monthly.\n",
 		"deep.txt":   "Invoices are monthly.\n# comment-like line\n",
 	})
-	docs, _, err := loadDocs(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	docs, _ := mustLoadDocs(t, dir)
 	var titles []string
 	for _, d := range docs {
 		titles = append(titles, d.title)
@@ -637,10 +637,7 @@ func TestDemoOwnDocsTurnRanking(t *testing.T) {
 		"a-backup.md": "# Database backup procedure\n\nRun the nightly backup at 02:00 and verify the dump.\n",
 		"b-refund.md": "# Refund rules\n\nA refund is granted within 30 days of purchase.\n",
 	})
-	docs, _, err := loadDocs(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	docs, _ := mustLoadDocs(t, dir)
 	d := startDemo(t, docs, true)
 	code, raw := d.do(t, "POST", d.ws+"/turns", `{"client_conversation_id":"c1","client_turn_id":"t1","user_message_id":"m1","user_input":"Can I get a refund?"}`)
 	var res struct {
@@ -656,15 +653,6 @@ func TestDemoOwnDocsTurnRanking(t *testing.T) {
 	}
 }
 
-func slicesContains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
 // TestDemoDocsLoader: --docs reads subfolders, skips empty files with a
 // note, keeps front matter out of the content (its title is the title), and
 // the walkthrough counts documents in good English.
@@ -677,10 +665,7 @@ func TestDemoDocsLoader(t *testing.T) {
 		"sub/rule.md":         "---not front matter\nA line.\n",
 		".git/notes.md":       "# Hidden\n\nNot a document.\n",
 	})
-	docs, notes, err := loadDocs(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	docs, notes := mustLoadDocs(t, dir)
 	got := map[string]string{}
 	for _, d := range docs {
 		got[d.title] = d.content

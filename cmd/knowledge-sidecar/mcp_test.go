@@ -324,10 +324,7 @@ func TestMCPWrongToken(t *testing.T) {
 // knowledge clock (nil: time.Now).
 func startSamples(t *testing.T, now func() time.Time) *runningDemo {
 	t.Helper()
-	docs, _, err := loadDocs("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	docs, _ := mustLoadDocs(t, "")
 	return startDemoClock(t, docs, false, now)
 }
 
