@@ -58,15 +58,7 @@ func BenchmarkSearchNormalized(b *testing.B) {
 func BenchmarkAnswerBuffer(b *testing.B) {
 	svc := newBenchService(b)
 	ctx := context.Background()
-	out, err := svc.Search(ctx, tokA, testkit.RouteKey(routeKey), strings.NewReader(benchQuery))
-	if err != nil {
-		b.Fatal(err)
-	}
-	ref, _, ok := strings.Cut(string(out[bytes.Index(out, []byte(`"ref":"`))+7:]), `"`)
-	if !ok {
-		b.Fatalf("no ref in %s", out)
-	}
-	read := `{"ref":"` + ref + `","max_bytes":32768}`
+	read := benchReadBody(b, svc)
 	pool := sync.Pool{New: func() any { b := make([]byte, 0, protocol.ReadMaxBytes); return &b }}
 	for _, op := range []struct {
 		name string

@@ -293,23 +293,27 @@ func BenchmarkServiceSearch(b *testing.B) {
 	}
 }
 
+// benchReadBody is the body of a 32 KiB read of the first hint of svc's
+// search for benchQuery.
+func benchReadBody(b *testing.B, svc *Service) string {
+	b.Helper()
+	out, err := svc.Search(context.Background(), tokA, testkit.RouteKey(routeKey), strings.NewReader(benchQuery))
+	var res struct {
+		Hints []struct{ Ref string } `json:"hints"`
+	}
+	if err != nil || json.Unmarshal(out, &res) != nil || len(res.Hints) == 0 {
+		b.Fatalf("got %v, %s; want hints", err, out)
+	}
+	return `{"ref":"` + res.Hints[0].Ref + `","max_bytes":32768}`
+}
+
 // BenchmarkServiceRead is one whole 32 KiB read (identity, route gate, route
 // row, ref and binding checks, KB flag, document, page) with zero-latency
 // fakes.
 func BenchmarkServiceRead(b *testing.B) {
 	svc := newBenchService(b)
 	ctx := context.Background()
-	out, err := svc.Search(ctx, tokA, testkit.RouteKey(routeKey), strings.NewReader(benchQuery))
-	if err != nil {
-		b.Fatal(err)
-	}
-	var res struct {
-		Hints []struct{ Ref string } `json:"hints"`
-	}
-	if err := json.Unmarshal(out, &res); err != nil || len(res.Hints) == 0 {
-		b.Fatalf("got %v, %s; want hints", err, out)
-	}
-	body := `{"ref":"` + res.Hints[0].Ref + `","max_bytes":32768}`
+	body := benchReadBody(b, svc)
 	b.ReportAllocs()
 	for b.Loop() {
 		out, err := svc.Read(ctx, tokA, testkit.RouteKey(routeKey), strings.NewReader(body))
@@ -608,13 +612,7 @@ func BenchmarkServiceSQL(b *testing.B) {
 		}
 		return out
 	}
-	var res struct {
-		Hints []struct{ Ref string } `json:"hints"`
-	}
-	if err := json.Unmarshal(search(), &res); err != nil || len(res.Hints) == 0 {
-		b.Fatalf("got %v; want hints", err)
-	}
-	readBody := `{"ref":"` + res.Hints[0].Ref + `","max_bytes":32768}`
+	readBody := benchReadBody(b, svc)
 	read := func() {
 		out, err := svc.Read(ctx, tokA, testkit.RouteKey(routeKey), strings.NewReader(readBody))
 		if err != nil || len(out) < protocol.ReadMaxBytes/2 {
