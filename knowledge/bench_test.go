@@ -582,19 +582,7 @@ func newSQLBenchService(b *testing.B) (*Service, *prometheus.Registry) {
 // catalogStatements sums knowledge_sidecar_catalog_queries_total.
 func catalogStatements(b *testing.B, g prometheus.Gatherer) float64 {
 	b.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var n float64
-	for _, mf := range mfs {
-		if mf.GetName() == "knowledge_sidecar_catalog_queries_total" {
-			for _, m := range mf.GetMetric() {
-				n += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return n
+	return testkit.MetricSum(b, g, "knowledge_sidecar_catalog_queries_total", nil)
 }
 
 // BenchmarkServiceSQL is a whole search and a whole 32 KiB read over the SQL
