@@ -348,13 +348,7 @@ func TestMCPStartup(t *testing.T) {
 	}
 	closed := closedURL(t)
 
-	cases := []struct {
-		name   string
-		args   []string
-		token  string
-		want   int
-		stderr string
-	}{
+	cases := []cliCase{
 		{"404 unsupported", []string{"--url", status(404), "--route", "demo"}, "bha_x", 1, "does not support"},
 		{"405 unsupported", []string{"--url", status(405), "--route", "demo"}, "bha_x", 1, "does not support"},
 		{"501 unsupported", []string{"--url", status(501), "--route", "demo"}, "bha_x", 1, "does not support"},
@@ -375,20 +369,14 @@ func TestMCPStartup(t *testing.T) {
 		{"token command prints nothing", []string{"--url", closed, "--route", "demo", "--token-command", "true"}, "bha_x", 2, "printed no token"},
 		{"token command serves", []string{"--url", closed, "--route", "demo", "--token-command", "echo bha_from-command"}, "", 0, `"detail":"the knowledge service could not be reached"`},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Setenv(tokenEnv, tc.token)
-			var stdout, stderr bytes.Buffer
-			// stdin is already closed: a server that serves exits 0 at once.
-			code := cmdMCP(tc.args, io.NopCloser(strings.NewReader("")), &stdout, &stderr)
-			if code != tc.want || !strings.Contains(stderr.String(), tc.stderr) {
-				t.Errorf("got exit %d, stderr %q; want %d with %q", code, stderr.String(), tc.want, tc.stderr)
-			}
-			if stdout.Len() != 0 {
-				t.Errorf("stdout %q; want nothing but JSON-RPC (none here)", stdout.String())
-			}
-		})
-	}
+	runCLICases(t, cases, func(args []string, stdout, stderr io.Writer) int {
+		// stdin is already closed: a server that serves exits 0 at once.
+		return cmdMCP(args, io.NopCloser(strings.NewReader("")), stdout, stderr)
+	}, func(t *testing.T, stdout string) {
+		if stdout != "" {
+			t.Errorf("stdout %q; want nothing but JSON-RPC (none here)", stdout)
+		}
+	})
 }
 
 // TestMCPAnswersBeforeExit: a host that writes a call and closes stdin still
