@@ -224,7 +224,7 @@ func Open(o Options) (*SQLCatalog, error) {
 	return &SQLCatalog{
 		db:      db,
 		opts:    o,
-		breaker: breaker.New(breaker.FamilyCatalog, o.Breaker, o.Metrics.breakerMetrics()),
+		breaker: breaker.New(breaker.FamilyCatalog, o.Breaker, o.Metrics.Breakers()),
 		cache:   newDocCache(o.DocCacheEntries, o.DocCacheBytes),
 		tracer:  telemetry.Tracer(o.TracerProvider),
 	}, nil

@@ -1,8 +1,6 @@
 package catalog
 
 import (
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bailinghub/knowledge-sidecar/breaker"
@@ -28,7 +26,7 @@ var (
 	catalogOutcomes = []string{OutcomeOK, OutcomeNotFound, OutcomeUnavailable, OutcomeOpen, OutcomeCanceled, OutcomeQueryError}
 )
 
-// Metrics holds the catalog's collectors, with the gauges of its breaker
+// Metrics are the catalog's collectors, with the gauges of its breaker
 // (package breaker). All methods are safe on a nil *Metrics.
 //
 // Series (namespace knowledge_sidecar):
@@ -37,15 +35,12 @@ var (
 //	catalog_query_duration_seconds{query}         histogram
 //
 // Label values come only from this package's constants.
-type Metrics struct {
-	breakers *breaker.Metrics
-	queries  telemetry.Calls
-}
+type Metrics = breaker.CallMetrics
 
 // NewMetrics builds the collectors and registers them on reg (nil:
 // unregistered). Registering twice on the same registry reuses them.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	queries, err := telemetry.NewCalls(reg, telemetry.CallsOpts{
+	return breaker.NewCallMetrics(reg, telemetry.CallsOpts{
 		Subsystem: "catalog",
 		TotalName: "queries_total", TotalHelp: "Catalog queries by query name and outcome.",
 		DurationName: "query_duration_seconds", DurationHelp: "Duration of catalog queries by query name.",
@@ -53,25 +48,4 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		Keys:    catalogQueries, Outcomes: catalogOutcomes,
 	})
-	if err != nil {
-		panic(err) // a conflicting definition on reg: a programming error
-	}
-	return &Metrics{breakers: breaker.NewMetrics(reg), queries: queries}
-}
-
-// Observe records one catalog query. query and outcome must come from the
-// closed sets of this package.
-func (m *Metrics) Observe(query, outcome string, d time.Duration) {
-	if m == nil {
-		return
-	}
-	m.queries.Observe(query, outcome, d, "")
-}
-
-// breakerMetrics are the breaker gauges (nil without metrics).
-func (m *Metrics) breakerMetrics() *breaker.Metrics {
-	if m == nil {
-		return nil
-	}
-	return m.breakers
 }

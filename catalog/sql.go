@@ -40,7 +40,7 @@ func (c *SQLCatalog) do(ctx context.Context, query string, fn func(context.Conte
 		breaker.MarkRefused(ctx, c.breaker)
 	}
 	if c.opts.Metrics != nil {
-		c.opts.Metrics.Observe(query, outcomeOf(err), time.Since(start))
+		c.opts.Metrics.Observe(query, outcomeOf(err), time.Since(start), "")
 	}
 	return err
 }

@@ -112,8 +112,8 @@ func NewClient(o Options) (*Client, error) {
 	// redirect bookkeeping — a copy of every request's headers — would be
 	// pure cost.
 	c.rt = rt
-	c.identity = breaker.New(breaker.FamilyIdentity, o.Identity, o.Metrics.breakerMetrics())
-	c.retrieval = breaker.New(breaker.FamilyRetrieval, o.Retrieval, o.Metrics.breakerMetrics())
+	c.identity = breaker.New(breaker.FamilyIdentity, o.Identity, o.Metrics.Breakers())
+	c.retrieval = breaker.New(breaker.FamilyRetrieval, o.Retrieval, o.Metrics.Breakers())
 	return c, nil
 }
 
@@ -444,11 +444,11 @@ func (c *Client) call(ctx context.Context, b *breaker.Breaker, op string, fn fun
 		}
 	}
 	if err == nil {
-		c.metrics.observeRequest(op, OutcomeOK, d, tid)
+		c.metrics.Observe(op, OutcomeOK, d, tid)
 		return nil
 	}
 	if errors.Is(err, corefacts.ErrBreakerOpen) {
-		c.metrics.observeRequest(op, OutcomeOpen, -1, tid)
+		c.metrics.Observe(op, OutcomeOpen, -1, tid)
 		if c.tracer != nil {
 			breaker.MarkRefused(ctx, b)
 		}
@@ -458,21 +458,21 @@ func (c *Client) call(ctx context.Context, b *breaker.Breaker, op string, fn fun
 	switch {
 	case errors.Is(err, corefacts.ErrUnavailable) && ctx.Err() != nil:
 		// The caller gave up: not Core's fault; keep both sentinels.
-		c.metrics.observeRequest(op, OutcomeCanceled, d, tid)
+		c.metrics.Observe(op, OutcomeCanceled, d, tid)
 		return fmt.Errorf("coreclient: %s: %w: %w", op, corefacts.ErrUnavailable, ctx.Err())
 	case errors.Is(err, corefacts.ErrRequestRefused):
-		c.metrics.observeRequest(op, OutcomeClientError, d, tid)
+		c.metrics.Observe(op, OutcomeClientError, d, tid)
 	case errors.Is(err, corefacts.ErrUnauthorized):
-		c.metrics.observeRequest(op, OutcomeUnauthorized, d, tid)
+		c.metrics.Observe(op, OutcomeUnauthorized, d, tid)
 	case errors.Is(err, corefacts.ErrRateLimited):
-		c.metrics.observeRequest(op, OutcomeRateLimited, d, tid)
+		c.metrics.Observe(op, OutcomeRateLimited, d, tid)
 	case errors.As(err, &ce), errors.Is(err, corefacts.ErrNotFound), errors.Is(err, corefacts.ErrEndpointAbsent):
-		c.metrics.observeRequest(op, OutcomeClientError, d, tid)
+		c.metrics.Observe(op, OutcomeClientError, d, tid)
 		if ce != nil {
 			return err // relayed as is
 		}
 	default:
-		c.metrics.observeRequest(op, OutcomeUnavailable, d, tid)
+		c.metrics.Observe(op, OutcomeUnavailable, d, tid)
 	}
 	return fmt.Errorf("coreclient: %s: %w", op, err)
 }

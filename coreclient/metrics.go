@@ -1,8 +1,6 @@
 package coreclient
 
 import (
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bailinghub/knowledge-sidecar/breaker"
@@ -37,7 +35,7 @@ var (
 	requestOutcomes = []string{OutcomeOK, OutcomeClientError, OutcomeUnauthorized, OutcomeRateLimited, OutcomeUnavailable, OutcomeOpen, OutcomeCanceled}
 )
 
-// Metrics holds the Prometheus collectors of package coreclient, with the
+// Metrics are the Prometheus collectors of package coreclient, with the
 // breaker gauges of its two breakers (package breaker). All methods are safe
 // on a nil *Metrics (they do nothing), so callers may pass nil to run
 // without metrics.
@@ -49,16 +47,13 @@ var (
 //
 // Label values come only from constants of this package: never a path,
 // route, token, KB or document id.
-type Metrics struct {
-	breakers *breaker.Metrics
-	requests telemetry.Calls
-}
+type Metrics = breaker.CallMetrics
 
 // NewMetrics builds the collectors and registers them on reg. A nil reg gives
 // working but unregistered collectors. Registering twice on the same registry
 // reuses the collectors already there.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	requests, err := telemetry.NewCalls(reg, telemetry.CallsOpts{
+	return breaker.NewCallMetrics(reg, telemetry.CallsOpts{
 		Subsystem:    "core",
 		TotalName:    "requests_total",
 		TotalHelp:    "Calls to Core by operation and outcome (open: refused by the breaker without a request).",
@@ -67,25 +62,4 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		Keys:    requestOps, Outcomes: requestOutcomes,
 	})
-	if err != nil {
-		panic(err) // a conflicting definition on reg: a programming error
-	}
-	return &Metrics{breakers: breaker.NewMetrics(reg), requests: requests}
-}
-
-// observeRequest records one Core call; d < 0 means no request was sent.
-// traceID, when not empty, is the duration's exemplar (a sampled request).
-func (m *Metrics) observeRequest(op, outcome string, d time.Duration, traceID string) {
-	if m == nil {
-		return
-	}
-	m.requests.Observe(op, outcome, d, traceID)
-}
-
-// breakerMetrics are the breaker gauges (nil without metrics).
-func (m *Metrics) breakerMetrics() *breaker.Metrics {
-	if m == nil {
-		return nil
-	}
-	return m.breakers
 }

@@ -110,6 +110,21 @@ func (d *searchDecoder) at(i int) byte {
 	return 0
 }
 
+// nullOr checks how the value at b[i] begins: a null is skipped (null is
+// true, end is after it), which leaves the field as it was; a value that
+// begins with open is the caller's to decode (null false, err nil);
+// anything else is errSearchAnswer.
+func (d *searchDecoder) nullOr(i, depth int, open byte) (end int, null bool, err error) {
+	switch d.at(i) {
+	case 'n':
+		end, err = jsonscan.SkipValue(d.b, i, depth)
+		return end, true, err
+	case open:
+		return 0, false, nil
+	}
+	return 0, false, errSearchAnswer
+}
+
 // hits decodes the array of hits the way encoding/json decodes into a
 // slice (see the top of this file).
 func (d *searchDecoder) hits(i, depth int, dst *[]searchHit) (int, error) {
@@ -118,12 +133,8 @@ func (d *searchDecoder) hits(i, depth int, dst *[]searchHit) (int, error) {
 
 // hit decodes one hit, keeping the fields the object does not set.
 func (d *searchDecoder) hit(i, depth int, h *searchHit) (int, error) {
-	switch d.at(i) {
-	case 'n':
-		return jsonscan.SkipValue(d.b, i, depth)
-	case '{':
-	default:
-		return 0, errSearchAnswer
+	if end, null, err := d.nullOr(i, depth, '{'); null || err != nil {
+		return end, err
 	}
 	return jsonscan.Object(d.b, i, depth+1, func(m jsonscan.Member) (int, error) {
 		j, depth := m.ValStart, depth+1
@@ -212,12 +223,8 @@ func truncate[T any](s []T, n int) []T {
 // str decodes a string; null leaves *dst. rep, when not nil, is looked
 // up first and remembers the value.
 func (d *searchDecoder) str(i, depth int, dst *string, rep *repeats) (int, error) {
-	switch d.at(i) {
-	case 'n':
-		return jsonscan.SkipValue(d.b, i, depth)
-	case '"':
-	default:
-		return 0, errSearchAnswer
+	if end, null, err := d.nullOr(i, depth, '"'); null || err != nil {
+		return end, err
 	}
 	end, esc, err := jsonscan.String(d.b, i)
 	if err != nil {

@@ -85,6 +85,12 @@ func plainEnd(s string, i int) int {
 	return max(j, i+1)
 }
 
+// appendStringMember appends key, the literal before a member's value
+// (such as `,"ref":`), then s as a JSON string.
+func appendStringMember(b []byte, key, s string) []byte {
+	return AppendJSONString(append(b, key...), s)
+}
+
 // AppendJSONString appends s to dst as a JSON string literal, quotes
 // included, using the escaping rules above.
 func AppendJSONString(dst []byte, s string) []byte {

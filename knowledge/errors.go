@@ -87,6 +87,16 @@ func errUnavailable(cause error) *Error {
 // Unavailable is the 503 knowledge_unavailable answer; cause is for logs.
 func Unavailable(cause error) *Error { return errUnavailable(cause) }
 
+// AsError is err as the knowledge error it is answered with: the *Error in
+// its chain, else (a ledger or catalog failure) Unavailable(err).
+func AsError(err error) *Error {
+	var ke *Error
+	if errors.As(err, &ke) {
+		return ke
+	}
+	return Unavailable(err)
+}
+
 // RouteUnavailable is the 404 route_unavailable answer (an unknown,
 // disabled or malformed route).
 func RouteUnavailable() *Error { return errRouteUnavailable(nil) }

@@ -107,12 +107,9 @@ func (p *ReadPage) AppendJSON(b []byte, plan PagePlan, cursor string) []byte {
 
 func (p *ReadPage) appendHead(b []byte) []byte {
 	b = appendAnswerHead(b, `{"schema_version":"`+protocol.ReadSchema+`","route":`, p.Route, p.RunID, p.ScopeRevision)
-	b = append(b, `,"ref":`...)
-	b = AppendJSONString(b, p.Ref)
-	b = append(b, `,"revision":`...)
-	b = AppendJSONString(b, p.Revision)
-	b = append(b, `,"title":`...)
-	b = AppendJSONString(b, p.Title)
+	b = appendStringMember(b, `,"ref":`, p.Ref)
+	b = appendStringMember(b, `,"revision":`, p.Revision)
+	b = appendStringMember(b, `,"title":`, p.Title)
 	return append(b, `,"content":`...)
 }
 

@@ -34,14 +34,11 @@ func ScopeRevision(route string, k *corefacts.KnowledgeConfig) string {
 func canonicalScope(route string, k *corefacts.KnowledgeConfig) []byte {
 	b := make([]byte, 0, 256)
 	if k == nil {
-		b = append(b, `{"knowledge":null,"protocol":`...)
-		b = AppendJSONString(b, protocol.Name)
-		b = append(b, `,"route":`...)
-		b = AppendJSONString(b, route)
+		b = appendStringMember(b, `{"knowledge":null,"protocol":`, protocol.Name)
+		b = appendStringMember(b, `,"route":`, route)
 		return append(b, '}')
 	}
-	b = append(b, `{"inject":`...)
-	b = AppendJSONString(b, k.Inject)
+	b = appendStringMember(b, `{"inject":`, k.Inject)
 	b = append(b, `,"kb_ids":[`...)
 	for i, id := range k.KBIDs {
 		if i > 0 {
@@ -55,10 +52,8 @@ func canonicalScope(route string, k *corefacts.KnowledgeConfig) []byte {
 	b = strconv.AppendFloat(b, k.MinScore, 'f', -1, 64)
 	b = append(b, `,"page_boost":`...)
 	b = appendBool(b, k.PageBoost)
-	b = append(b, `,"protocol":`...)
-	b = AppendJSONString(b, protocol.Name)
-	b = append(b, `,"route":`...)
-	b = AppendJSONString(b, route)
+	b = appendStringMember(b, `,"protocol":`, protocol.Name)
+	b = appendStringMember(b, `,"route":`, route)
 	b = append(b, `,"top_k":`...)
 	b = strconv.AppendInt(b, int64(k.TopK), 10)
 	return append(b, '}')

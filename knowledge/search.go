@@ -425,24 +425,28 @@ func uniqueStrings(in []string) []string {
 	return out
 }
 
-// errorClass names an error's class for logs without its text.
+// errorClasses names, in order, the classes errorClass tells apart: the
+// first whose error err wraps wins.
+var errorClasses = []struct {
+	err   error
+	class string
+}{
+	{corefacts.ErrBreakerOpen, "breaker_open"},
+	{context.DeadlineExceeded, "timeout"},
+	{context.Canceled, "canceled"},
+	{corefacts.ErrUnavailable, "unavailable"},
+	{corefacts.ErrRequestRefused, "refused"},
+	{corefacts.ErrUnauthorized, "unauthorized"},
+	{corefacts.ErrRateLimited, "rate_limited"},
+}
+
+// errorClass names an error's class for logs without its text ("other"
+// when none of errorClasses matches).
 func errorClass(err error) string {
-	switch {
-	case errors.Is(err, corefacts.ErrBreakerOpen):
-		return "breaker_open"
-	case errors.Is(err, context.DeadlineExceeded):
-		return "timeout"
-	case errors.Is(err, context.Canceled):
-		return "canceled"
-	case errors.Is(err, corefacts.ErrUnavailable):
-		return "unavailable"
-	case errors.Is(err, corefacts.ErrRequestRefused):
-		return "refused"
-	case errors.Is(err, corefacts.ErrUnauthorized):
-		return "unauthorized"
-	case errors.Is(err, corefacts.ErrRateLimited):
-		return "rate_limited"
-	default:
-		return "other"
+	for _, c := range errorClasses {
+		if errors.Is(err, c.err) {
+			return c.class
+		}
 	}
+	return "other"
 }

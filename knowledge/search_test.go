@@ -672,3 +672,28 @@ func TestSearchSilentFailure(t *testing.T) {
 		t.Fatalf("got %+v; want 503 knowledge_unavailable", ke)
 	}
 }
+
+// TestErrorClass: a wrapped error takes the first class its chain matches
+// (a breaker refusal that is also a timeout is breaker_open); anything else,
+// nil included, is other.
+func TestErrorClass(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("core: %w", corefacts.ErrBreakerOpen), "breaker_open"},
+		{fmt.Errorf("%w: %w", corefacts.ErrBreakerOpen, context.DeadlineExceeded), "breaker_open"},
+		{fmt.Errorf("x: %w", context.DeadlineExceeded), "timeout"},
+		{context.Canceled, "canceled"},
+		{fmt.Errorf("x: %w", corefacts.ErrUnavailable), "unavailable"},
+		{corefacts.ErrRequestRefused, "refused"},
+		{corefacts.ErrUnauthorized, "unauthorized"},
+		{corefacts.ErrRateLimited, "rate_limited"},
+		{fmt.Errorf("plain"), "other"},
+		{nil, "other"},
+	} {
+		if got := errorClass(tc.err); got != tc.want {
+			t.Errorf("errorClass(%v) = %q; want %q", tc.err, got, tc.want)
+		}
+	}
+}

@@ -57,18 +57,13 @@ func (r *SearchBody) AppendJSON(b []byte) []byte {
 }
 
 func (h *Hint) appendJSON(b []byte) []byte {
-	b = append(b, `{"ref":`...)
-	b = AppendJSONString(b, h.Ref)
-	b = append(b, `,"title":`...)
-	b = AppendJSONString(b, h.Title)
-	b = append(b, `,"summary":`...)
-	b = AppendJSONString(b, h.Summary)
-	b = append(b, `,"revision":`...)
-	b = AppendJSONString(b, h.Revision)
+	b = appendStringMember(b, `{"ref":`, h.Ref)
+	b = appendStringMember(b, `,"title":`, h.Title)
+	b = appendStringMember(b, `,"summary":`, h.Summary)
+	b = appendStringMember(b, `,"revision":`, h.Revision)
 	b = append(b, `,"score":`...)
 	b = appendJSONFloat(b, h.Score)
-	b = append(b, `,"expires_at":`...)
-	b = AppendJSONString(b, h.ExpiresAt.UTC().Format(time.RFC3339))
+	b = appendStringMember(b, `,"expires_at":`, h.ExpiresAt.UTC().Format(time.RFC3339))
 	return append(b, '}')
 }
 
@@ -166,9 +161,7 @@ func appendAnswerHead(b []byte, open, route, runID, scope string) []byte {
 	b = append(b, open...)
 	b = AppendJSONString(b, route)
 	if runID != "" {
-		b = append(b, `,"run_id":`...)
-		b = AppendJSONString(b, runID)
+		b = appendStringMember(b, `,"run_id":`, runID)
 	}
-	b = append(b, `,"knowledge_scope_revision":`...)
-	return AppendJSONString(b, scope)
+	return appendStringMember(b, `,"knowledge_scope_revision":`, scope)
 }

@@ -91,9 +91,11 @@ const (
 	kindSession = "session"
 )
 
-// tupleHash is SHA-256 over the length-prefixed encoding of the domain, the
-// kind and every part, so no two different tuples share an encoding.
-func tupleHash(kind string, parts ...string) [sha256.Size]byte {
+// TupleHash is SHA-256 over the length-prefixed encoding of the ledger's
+// domain, the kind and every part, so no two different tuples share an
+// encoding. Beside the records' keys here, it keys the turn interceptor's
+// in-flight set (package turn), under kinds of its own.
+func TupleHash(kind string, parts ...string) [sha256.Size]byte {
 	h := sha256.New()
 	writeLP(h, hashDomain)
 	writeLP(h, kind)
@@ -114,20 +116,20 @@ func writeLP(h hash.Hash, s string) {
 
 // turnHash and messageHash are the two record identities of a turn.
 func (k Key) turnHash() [sha256.Size]byte {
-	return tupleHash(kindTurn, k.SessionID, k.Route, k.ConversationID, k.TurnID)
+	return TupleHash(kindTurn, k.SessionID, k.Route, k.ConversationID, k.TurnID)
 }
 
 func (k Key) messageHash() [sha256.Size]byte {
-	return tupleHash(kindMessage, k.SessionID, k.Route, k.UserMessageID)
+	return TupleHash(kindMessage, k.SessionID, k.Route, k.UserMessageID)
 }
 
 // slotHash is shared by both records of a turn (it covers only session and
 // route), used as a Redis hash tag so both keys live in one cluster slot.
 func (k Key) slotHash() [sha256.Size]byte {
-	return tupleHash(kindSlot, k.SessionID, k.Route)
+	return TupleHash(kindSlot, k.SessionID, k.Route)
 }
 
 // sessionHash names the session whose records the memory ledger caps.
 func (k Key) sessionHash() [sha256.Size]byte {
-	return tupleHash(kindSession, k.SessionID)
+	return TupleHash(kindSession, k.SessionID)
 }

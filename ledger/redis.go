@@ -217,12 +217,12 @@ func (r *Redis) Release(ctx context.Context, k Key, mode string, res Reservation
 	return nil
 }
 
-// Ping checks that Redis answers, within OpTimeout.
+// Ping checks that Redis answers, within OpTimeout: the shared client's
+// Ping, its error (a reason from a closed set, never the server's address)
+// wrapped as ErrUnavailable.
 func (r *Redis) Ping(ctx context.Context) error {
-	opCtx, cancel := context.WithTimeout(ctx, r.opTimeout)
-	defer cancel()
-	if err := r.client.Ping(opCtx).Err(); err != nil {
-		return r.fail(ctx, "ping", err)
+	if err := r.conn.Ping(ctx); err != nil {
+		return fmt.Errorf("ledger: %w: %w", ErrUnavailable, err)
 	}
 	return nil
 }

@@ -15,12 +15,13 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
-// MaxHTTPBody bounds a remote MCP request body (SPEC §10): 64 KiB, far
-// above any tool call's arguments (a query of 2000 UTF-16 units, a ref and
-// a cursor of 512 bytes each).
-const MaxHTTPBody = 64 << 10
+// MaxHTTPBody bounds a remote MCP request body (SPEC §10): the edge reads
+// the body within it.
+const MaxHTTPBody = protocol.MaxMCPBody
 
 // HTTPOptions configure the remote endpoint's handler (NewHTTP).
 type HTTPOptions struct {
@@ -89,9 +90,7 @@ func NewHTTP(o HTTPOptions) (*HTTP, error) {
 }
 
 // ValidProfile reports whether p names a profile ("" is the default).
-func ValidProfile(p string) bool {
-	return p == "" || p == ProfileKnowledge || p == ProfileOpenAI
-}
+func ValidProfile(p string) bool { return protocol.ValidMCPProfile(p) }
 
 func profileOf(r *http.Request) string {
 	if p := r.URL.Query().Get("profile"); p != "" {

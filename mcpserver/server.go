@@ -52,8 +52,8 @@ type Options struct {
 // The tool profiles (SPEC §10): Options.Profile, `mcp --profile`, and the
 // remote endpoint's ?profile=.
 const (
-	ProfileKnowledge = "knowledge"
-	ProfileOpenAI    = "openai"
+	ProfileKnowledge = protocol.MCPProfileKnowledge
+	ProfileOpenAI    = protocol.MCPProfileOpenAI
 )
 
 // run is a tool's implementation: args passed the tool's input schema and

@@ -35,6 +35,24 @@ const (
 	MaxTokenBytes = 512
 )
 
+// The remote MCP endpoint (SPEC §10): its body limit and its tool sets.
+const (
+	// MaxMCPBody bounds a remote MCP request body: 64 KiB, far above any
+	// tool call's arguments (a query of 2000 UTF-16 units, a ref and a
+	// cursor of 512 bytes each).
+	MaxMCPBody = 64 << 10
+	// MCPProfileKnowledge (the default) serves knowledge_search and
+	// knowledge_read; MCPProfileOpenAI serves search and fetch, the pair
+	// OpenAI's connectors and deep research require (?profile=).
+	MCPProfileKnowledge = "knowledge"
+	MCPProfileOpenAI    = "openai"
+)
+
+// ValidMCPProfile reports whether p names a profile ("" is the default).
+func ValidMCPProfile(p string) bool {
+	return p == "" || p == MCPProfileKnowledge || p == MCPProfileOpenAI
+}
+
 // ReferenceTTL is ReferenceTTLSeconds as a duration.
 const ReferenceTTL = ReferenceTTLSeconds * time.Second
 

@@ -16,7 +16,7 @@ const (
 	// (Limits.TurnBodyBudget; proxy.turn_body_budget): 32 MiB.
 	DefaultTurnBodyBudget = 32 << 20
 	// DefaultMCPAnswerBudget caps the bytes of remote MCP answers in flight
-	// (MCPOptions.AnswerBudget; proxy.mcp_answer_budget): 32 MiB.
+	// (NewMCPBudget; proxy.mcp_answer_budget): 32 MiB.
 	DefaultMCPAnswerBudget = 32 << 20
 	// DefaultBodyMinRate is the slowest a request body may arrive on
 	// average, in bytes per second (Limits.BodyMinRate; proxy.body_min_rate).

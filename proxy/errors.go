@@ -10,6 +10,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
@@ -175,4 +176,16 @@ const earlyAnswerLinger = time.Second
 func closeConn(w http.ResponseWriter) {
 	w.Header().Set("Connection", "close")
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(earlyAnswerLinger))
+}
+
+// knowledgeError is err as the knowledge error it is answered with: a
+// ledger or catalog failure is 503 knowledge_unavailable. A 5xx cause is
+// logged here, never sent.
+func (s *Server) knowledgeError(ctx context.Context, err error) *knowledge.Error {
+	ke := knowledge.AsError(err)
+	if ke.Status >= 500 {
+		s.log.LogAttrs(ctx, slog.LevelWarn, "knowledge request failed", slog.String("request_id", requestID(ctx)),
+			slog.String("code", string(ke.Code)), slog.Any("cause", ke.Err))
+	}
+	return ke
 }

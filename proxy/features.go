@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -18,63 +17,10 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/corelink"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
-	"github.com/bailinghub/knowledge-sidecar/mcpserver"
 	"github.com/bailinghub/knowledge-sidecar/native"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 	"github.com/bailinghub/knowledge-sidecar/rollout"
-	"github.com/bailinghub/knowledge-sidecar/turn"
 )
-
-// Features are the knowledge endpoints and turn interception, built by the
-// caller (package sidecar assembles them): the edge holds them by the small
-// interfaces below and builds only its own HTTP parts (the turn and
-// capabilities ReverseProxies, the MCP endpoint's handler).
-type Features struct {
-	Knowledge *knowledge.Service
-	// Native is the native-detection verdict (a *native.Detector).
-	Native Verdict
-	// Turns decides intercepted turns (a *turn.Interceptor).
-	Turns   Turns
-	Rollout rollout.Policy
-	// ProbeTimeout bounds a capabilities request forwarded as the probe
-	// (config core.timeout, as for the detector's own probes). Default 3s.
-	ProbeTimeout time.Duration
-	// MCP configures the remote MCP endpoint (SPEC §10).
-	MCP MCPOptions
-	// OAuth, when set, is the sign-in front MCP hosts see (SPEC §12).
-	OAuth OAuth
-}
-
-// Verdict is what the edge asks of native detection: the state as it
-// stands, a verdict that may probe first, and a forwarded capabilities
-// request as the probe (Claim, then Answer or Fail).
-type Verdict interface {
-	IsNative() bool
-	Native(ctx context.Context, authorization string, route corefacts.RouteKey) bool
-	Claim() (*native.Probe, bool)
-	Answer(p *native.Probe, status int, body []byte) native.Kind
-	Fail(p *native.Probe, err error)
-}
-
-// Turns is the turn feature as the edge drives it (turns.go): a turn's
-// four calls start at Admit; SetHints is the turn_hints reload.
-type Turns interface {
-	Admit(ctx context.Context, in turn.Input) (*turn.Turn, turn.Plan)
-	SetHints(on bool)
-}
-
-type features struct {
-	k       *knowledge.Service
-	rollout atomic.Pointer[rollout.Policy]
-	native  Verdict
-	turns   Turns // the turn feature's decisions (turns.go)
-	// turnProxy forwards intercepted turns; caps forwards capabilities
-	// requests as the probe.
-	turnProxy, caps *httputil.ReverseProxy
-	mcp             *mcpserver.HTTP // the remote MCP endpoint's SDK handler (mcp.go)
-	mcpOpts         MCPOptions
-	oauth           OAuth // nil: off
-}
 
 func newFeatures(f *Features, s *Server) (*features, error) {
 	if f.Knowledge == nil || f.Native == nil || f.Turns == nil {
@@ -88,12 +34,8 @@ func newFeatures(f *Features, s *Server) (*features, error) {
 	ft.rollout.Store(&p)
 	ft.turnProxy = s.newTurnProxy()
 	ft.caps = s.newCapsProxy(f.ProbeTimeout, f.Native)
-	ft.mcpOpts = f.MCP
+	ft.mcp, ft.mcpOpts = f.MCPHandler, f.MCP
 	ft.oauth = f.OAuth
-	var err error
-	if ft.mcp, err = s.newMCP(f.MCP); err != nil {
-		return nil, err
-	}
 	return ft, nil
 }
 

@@ -1,12 +1,10 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
-	"log/slog"
 	"net/http"
 	"strings"
 
@@ -16,75 +14,71 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
-	"github.com/bailinghub/knowledge-sidecar/mcpserver"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // The remote MCP endpoint (SPEC §10): the edge applies the knowledge
-// endpoints' gates (rollout, native Core, identity) and hands the request to
-// mcpserver's stateless Streamable HTTP handler, whose tools call the
-// knowledge service in process (mcpKnowledge) with the identity the edge
-// established — one look-up per HTTP request, as for search and read.
-
-const (
-	pathMCP = "/agent-api/v1/workspaces/:route/knowledge/mcp"
-	// pathMCPMetadata is the RFC 9728 Protected Resource Metadata document
-	// of pathMCP: the well-known prefix before the resource's path.
-	pathMCPMetadata = "/.well-known/oauth-protected-resource" + pathMCP
-)
-
-// MCPOptions configure the remote MCP endpoint (config mcp.*).
-type MCPOptions struct {
-	// AuthorizationServers, when set, are named in the metadata document,
-	// and a 401 points hosts at that document.
-	AuthorizationServers []string
-	Scopes               []string
-	// PublicURL is scheme://host as hosts reach the sidecar; "" takes the
-	// request's own.
-	PublicURL string
-	// AnswerBudget caps the bytes of MCP answers in flight (config
-	// proxy.mcp_answer_budget; 0: its default, negative: no budget); one
-	// client address holds at most a quarter of it, but at least 8 MiB.
-	AnswerBudget int64
-	// Native, when set, keeps the endpoint answering on a rolled-out
-	// workspace whose Core is native: its tools then call Core's own
-	// knowledge endpoints through it (mcpnative.go). nil: such a request
-	// passes through to Core.
-	Native NativeKnowledge
-}
+// endpoints' gates (rollout, native Core, identity), reads the body and
+// hands the request to the MCP handler (Features.MCPHandler: mcpserver's
+// stateless Streamable HTTP handler, built by package sidecar) with its
+// caller in the context (MCPCallOf): the identity the edge established —
+// one look-up per HTTP request, as for search and read — and the client
+// whose share of the answer budget (NewMCPBudget) its tool calls take.
 
 // mcpShareFloor is the least share of the MCP answer budget one client
 // address has: room for a few answers of a whole read chain.
 const mcpShareFloor = 8 << 20
 
-// mcpBudget is mcpserver's answer budget, shared out by client address
-// (mcpCall.client) like the turn body budget.
-type mcpBudget struct {
+// MCPBudget is mcpserver's answer budget, shared out by client address
+// (MCPCall.client) like the turn body budget.
+type MCPBudget struct {
 	sh   *shares
 	used prometheus.Gauge
 }
 
-func newMCPBudget(total int64, used prometheus.Gauge) mcpserver.Budget {
+// NewMCPBudget is the answer budget of the MCP handler, an
+// mcpserver.Budget (config proxy.mcp_answer_budget; 0:
+// DefaultMCPAnswerBudget; negative: none, a nil *MCPBudget, which admits
+// everything), shared out by the client of each request the edge admitted: one client
+// address holds at most a quarter of it, but at least 8 MiB. Its gauge
+// mcp_answer_budget_used_bytes is registered with reg (nil: none).
+func NewMCPBudget(total int64, reg prometheus.Registerer) *MCPBudget {
 	switch {
 	case total < 0:
 		return nil
 	case total == 0:
 		total = DefaultMCPAnswerBudget
 	}
+	used := prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "mcp_answer_budget_used_bytes",
+		Help: "Bytes of proxy.mcp_answer_budget held by MCP tool calls being answered (the pages they keep, their results and the results' encodings).",
+	})
+	if reg != nil {
+		reg.MustRegister(used)
+	}
 	per := min(max(total/4, mcpShareFloor), total)
-	return &mcpBudget{sh: newShares(total, per).withFloor(mcpShareFloor), used: used}
+	return &MCPBudget{sh: newShares(total, per).withFloor(mcpShareFloor), used: used}
 }
 
-func (b *mcpBudget) Acquire(ctx context.Context, n int64) bool {
-	if ok, _ := b.sh.acquire(mcpCallOf(ctx).client, n); !ok {
+// Acquire takes n bytes for the caller of ctx, or reports false when the
+// budget or the caller's share has no room.
+func (b *MCPBudget) Acquire(ctx context.Context, n int64) bool {
+	if b == nil {
+		return true
+	}
+	if ok, _ := b.sh.acquire(MCPCallOf(ctx).client, n); !ok {
 		return false
 	}
 	b.used.Add(float64(n))
 	return true
 }
 
-func (b *mcpBudget) Release(ctx context.Context, n int64) {
-	b.sh.release(mcpCallOf(ctx).client, n)
+// Release gives n bytes of the caller of ctx back.
+func (b *MCPBudget) Release(ctx context.Context, n int64) {
+	if b == nil {
+		return
+	}
+	b.sh.release(MCPCallOf(ctx).client, n)
 	b.used.Sub(float64(n))
 }
 
@@ -95,24 +89,16 @@ var (
 		message: "The request body is over 64 KiB."}
 )
 
-func (s *Server) newMCP(o MCPOptions) (*mcpserver.HTTP, error) {
-	return mcpserver.NewHTTP(mcpserver.HTTPOptions{
-		Knowledge: mcpKnowledge{s},
-		Version:   s.version,
-		Logger:    s.log,
-		Tracer:    s.tracer,
-		TrustMeta: func(ctx context.Context) bool { return mcpCallOf(ctx).traceTrusted },
-		Observe:   func(method, outcome string) { s.m.mcpRequests.WithLabelValues(method, outcome).Inc() },
-		Budget:    newMCPBudget(o.AnswerBudget, s.m.mcpAnswerBudget),
-	})
-}
-
 // mcp serves POST …/knowledge/mcp: rollout and native detection as for the
 // other knowledge endpoints, then identity (401 with its challenge), the
 // profile and the body (413), then the SDK's handler with the caller in the
 // context. After a flip to a native Core the endpoint is still served
-// (nativeMCP), with the verdict in the caller.
+// (nativeMCP), with the verdict in the caller. With no MCP handler the
+// endpoint is Core's.
 func (s *Server) mcp(c echo.Context) error {
+	if s.feat.mcp == nil {
+		return s.passH(c)
+	}
 	key := routeKey(c)
 	native := false
 	if !s.decide(c, key) {
@@ -123,8 +109,8 @@ func (s *Server) mcp(c echo.Context) error {
 	}
 	r := c.Request()
 	authz := r.Header.Get("Authorization")
-	call := &mcpCall{authorization: authz, route: key, traceTrusted: s.fw.traceTrusted(s.fw.isTrusted(r.RemoteAddr)),
-		client: s.fw.clientOf(r), native: native}
+	call := &MCPCall{Authorization: authz, Route: key, TraceTrusted: s.fw.traceTrusted(s.fw.isTrusted(r.RemoteAddr)),
+		Native: native, client: s.fw.clientOf(r)}
 	ctx := r.Context()
 	sess, err := s.feat.k.Authenticate(ctx, authz)
 	// The edge's own refusals below are audited; a tool call audits its
@@ -144,20 +130,20 @@ func (s *Server) mcp(c echo.Context) error {
 		// §10: a call's failure is never an HTTP 5xx; it is audited like any
 		// failed answer). initialize and tools/list need no identity.
 	}
-	if !mcpserver.ValidProfile(r.URL.Query().Get("profile")) {
+	if !protocol.ValidMCPProfile(r.URL.Query().Get("profile")) {
 		return errMCPProfile
 	}
 	// Read through the edge's body watch: a stalled or broken body is
 	// answered as on every path (writeErr: 408, 400).
-	body, err := io.ReadAll(io.LimitReader(r.Body, mcpserver.MaxHTTPBody+1))
+	body, err := io.ReadAll(io.LimitReader(r.Body, protocol.MaxMCPBody+1))
 	switch {
 	case err != nil:
 		return errBodyUnreadable
-	case len(body) > mcpserver.MaxHTTPBody:
+	case len(body) > protocol.MaxMCPBody:
 		return errMCPTooLarge
 	}
 	auditRefusals(ctx, "", key, sess) // from here on, each tool call audits its answer
-	s.feat.mcp.Serve(c.Response(), r.WithContext(context.WithValue(ctx, mcpCallKey{}, call)), body)
+	s.feat.mcp.Serve(c.Response(), r.WithContext(WithMCPCall(ctx, call)), body)
 	return nil
 }
 
@@ -204,7 +190,7 @@ func quotedStringEscape(v string) string {
 // request is Core's.
 func (s *Server) mcpMetadata(c echo.Context) error {
 	key := routeKey(c)
-	if len(s.feat.mcpOpts.AuthorizationServers) == 0 || !s.decide(c, key) && !s.nativeMCP(c, key) {
+	if s.feat.mcp == nil || len(s.feat.mcpOpts.AuthorizationServers) == 0 || !s.decide(c, key) && !s.nativeMCP(c, key) {
 		return s.passH(c)
 	}
 	r := c.Request()
@@ -245,89 +231,34 @@ func (s *Server) publicURL(r *http.Request) string {
 
 type mcpCallKey struct{}
 
-// mcpCall is the caller of one MCP request, for its tool call.
-type mcpCall struct {
-	authorization string
-	route         corefacts.RouteKey
-	traceTrusted  bool
-	client        clientKey // the answer budget's share it takes from
-	// native: the Core was native when the request was decided; its tools
-	// ask Core's knowledge endpoints (mcpnative.go).
-	native bool
+// MCPCall is the caller of one remote MCP request as the edge established
+// it, in the request's context for the handler's parts (MCPCallOf): the
+// tools' backend asks the knowledge service as Authorization on Route (or,
+// Native, the native Core's endpoints), mcpserver reads TraceTrusted, the
+// answer budget takes from the client's share.
+type MCPCall struct {
+	Authorization string
+	Route         corefacts.RouteKey
+	// TraceTrusted: the request's params._meta.traceparent may parent its
+	// span (the peer is trusted for trace context, SPEC §9).
+	TraceTrusted bool
+	// Native: the Core was native when the request was decided; its tools
+	// ask Core's knowledge endpoints (package sidecar).
+	Native bool
+	client clientKey // the answer budget's share it takes from
 }
 
-func mcpCallOf(ctx context.Context) *mcpCall {
-	if c, ok := ctx.Value(mcpCallKey{}).(*mcpCall); ok {
+// WithMCPCall is ctx carrying c, as the edge hands a request to the MCP
+// handler.
+func WithMCPCall(ctx context.Context, c *MCPCall) context.Context {
+	return context.WithValue(ctx, mcpCallKey{}, c)
+}
+
+// MCPCallOf is the caller of the MCP request ctx belongs to; outside one,
+// the zero MCPCall (no bearer, no route).
+func MCPCallOf(ctx context.Context) *MCPCall {
+	if c, ok := ctx.Value(mcpCallKey{}).(*MCPCall); ok {
 		return c
 	}
-	return &mcpCall{}
-}
-
-// mcpKnowledge is mcpserver's Knowledge in process: a tool's protocol
-// request goes to the knowledge service as the caller of the MCP request
-// (after a flip to native, to Core's endpoints: mcpnative.go);
-// a failure comes back as the knowledge error it is answered with (its
-// Refusal is the tool error), a 5xx cause logged here as on every path.
-type mcpKnowledge struct{ s *Server }
-
-func (m mcpKnowledge) Search(ctx context.Context, body []byte) ([]byte, error) {
-	call, ctx := m.caller(ctx)
-	if call.native {
-		return m.askNative(ctx, call, nativeSearch, body)
-	}
-	out, err := m.s.feat.k.Search(ctx, call.authorization, call.route, bytes.NewReader(body))
-	return out, m.fail(ctx, err)
-}
-
-// Read answers a read in process unless the request's Core is native and
-// the ref (and cursor) are not the sidecar's own: a chain the sidecar
-// issued before the flip ends here, as for a plain read (upgrade.go).
-func (m mcpKnowledge) Read(ctx context.Context, body []byte) ([]byte, error) {
-	call, ctx := m.caller(ctx)
-	if call.native && !m.s.feat.k.IssuedHere(body) {
-		return m.askNative(ctx, call, nativeRead, body)
-	}
-	out, err := m.s.feat.k.Read(ctx, call.authorization, call.route, bytes.NewReader(body))
-	return out, m.fail(ctx, err)
-}
-
-// caller is the MCP request's caller, and ctx naming the tool as the
-// endpoint its disclosures are recorded under.
-func (m mcpKnowledge) caller(ctx context.Context) (*mcpCall, context.Context) {
-	if tool := mcpserver.ToolName(ctx); tool != "" {
-		ctx = knowledge.WithEndpoint(ctx, knowledge.MCPEndpoint(tool))
-	}
-	return mcpCallOf(ctx), ctx
-}
-
-func (m mcpKnowledge) fail(ctx context.Context, err error) error {
-	if err == nil {
-		return nil
-	}
-	return m.s.knowledgeError(ctx, err)
-}
-
-// Begin and End make mcpKnowledge an mcpserver.Recorder: a tool call's
-// requests are audited as one event naming what its result showed.
-func (m mcpKnowledge) Begin(ctx context.Context) context.Context {
-	return knowledge.WithDisclosureGroup(ctx)
-}
-
-func (m mcpKnowledge) End(ctx context.Context, shown *mcpserver.Shown) error {
-	return m.s.feat.k.DiscloseGroup(ctx, (*knowledge.Shown)(shown))
-}
-
-// knowledgeError is err as the knowledge error it is answered with: a
-// ledger or catalog failure is 503 knowledge_unavailable. A 5xx cause is
-// logged here, never sent.
-func (s *Server) knowledgeError(ctx context.Context, err error) *knowledge.Error {
-	var ke *knowledge.Error
-	if !errors.As(err, &ke) {
-		ke = knowledge.Unavailable(err)
-	}
-	if ke.Status >= 500 {
-		s.log.LogAttrs(ctx, slog.LevelWarn, "knowledge request failed", slog.String("request_id", requestID(ctx)),
-			slog.String("code", string(ke.Code)), slog.Any("cause", ke.Err))
-	}
-	return ke
+	return &MCPCall{}
 }

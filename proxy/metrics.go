@@ -6,8 +6,6 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/bailinghub/knowledge-sidecar/mcpserver"
 )
 
 // metrics are the edge's own series. Labels come from closed sets only:
@@ -20,9 +18,6 @@ type metrics struct {
 	ready          prometheus.Gauge
 	rollout        *prometheus.CounterVec
 	reloads        *prometheus.CounterVec
-	mcpRequests    *prometheus.CounterVec
-	// mcpAnswerBudget is the bytes of proxy.mcp_answer_budget held.
-	mcpAnswerBudget prometheus.Gauge
 	// byHandler: the pre-resolved series of each handler label (read-only
 	// after newMetrics).
 	byHandler map[string]*handlerSeries
@@ -126,26 +121,12 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 	for _, r := range reloadResults {
 		m.reloads.WithLabelValues(r)
 	}
-	m.mcpRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "mcp_requests_total",
-		Help: "Remote MCP requests by JSON-RPC method (initialize, notifications/initialized, server/discover, ping, tools/list, tools/call, other) and outcome (ok, tool_error: a tool result with isError, error: a JSON-RPC error).",
-	}, []string{"method", "outcome"})
-	for _, method := range mcpserver.MethodLabels {
-		for _, o := range []string{mcpserver.OutcomeOK, mcpserver.OutcomeToolError, mcpserver.OutcomeError} {
-			m.mcpRequests.WithLabelValues(method, o)
-		}
-	}
-	m.mcpAnswerBudget = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: namespace, Name: "mcp_answer_budget_used_bytes",
-		Help: "Bytes of proxy.mcp_answer_budget held by MCP tool calls being answered (the pages they keep, their results and the results' encodings).",
-	})
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: namespace, Name: "build_info", Help: "Build information; always 1.",
 	}, []string{"version", "goversion"})
 	build.WithLabelValues(version, runtime.Version()).Set(1)
 	if reg != nil {
-		reg.MustRegister(m.requests, m.duration, m.inFlight, m.upstreamErrors, m.ready, m.rollout, m.reloads, build,
-			m.mcpRequests, m.mcpAnswerBudget)
+		reg.MustRegister(m.requests, m.duration, m.inFlight, m.upstreamErrors, m.ready, m.rollout, m.reloads, build)
 	}
 	return m
 }

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"io"
 	"strconv"
 
@@ -9,13 +8,6 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/mcpauth"
 )
-
-// OAuth is the sign-in front MCP hosts see (SPEC §12; mcpauth.Service):
-// the edge reads the request into plain values, and writes the answer as
-// it is. Nil in Features: the front's paths are Core's (pass-through).
-type OAuth interface {
-	Handle(ctx context.Context, r mcpauth.Request) mcpauth.Answer
-}
 
 func (s *Server) oauthMetadata(c echo.Context) error {
 	return s.oauth(c, mcpauth.EndpointMetadata)

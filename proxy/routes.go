@@ -7,12 +7,15 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/bailinghub/knowledge-sidecar/mcpauth"
-	"github.com/bailinghub/knowledge-sidecar/mcpserver"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
 // The paths the sidecar may serve itself; everything else is pass-through.
 const (
+	pathMCP = "/agent-api/v1/workspaces/:route/knowledge/mcp"
+	// pathMCPMetadata is the RFC 9728 Protected Resource Metadata document
+	// of pathMCP: the well-known prefix before the resource's path.
+	pathMCPMetadata  = "/.well-known/oauth-protected-resource" + pathMCP
 	pathCapabilities = "/agent-api/v1/workspaces/:route/knowledge/capabilities"
 	pathSearch       = "/agent-api/v1/workspaces/:route/knowledge/search"
 	pathRead         = "/agent-api/v1/workspaces/:route/knowledge/read"
@@ -25,15 +28,15 @@ const handlerPassthrough = "passthrough"
 // passRoute is echo's route for everything the table does not claim.
 const passRoute = "/*"
 
-// route is one endpoint the sidecar claims: the table drives registration,
-// what other methods on the path get, the `handler` metric label, the
+// route is one endpoint the sidecar claims: the table drives registration
+// (assemble.go binds each row's name to its handler), what other methods
+// on the path get, the `handler` metric label, the
 // server span's name, how much of an unread request body the edge drains
 // after the answer, and which paths the canonical-path check guards
 // (canonical.go: every other spelling of a row's path is refused 400).
 type route struct {
 	method, path string
-	name         string // the `handler` label
-	serve        func(*Server, echo.Context) error
+	name         string // the `handler` label, and its handler's name (assemble.go)
 	// knowledge: another method on the path is 405 where the sidecar
 	// serves the workspace; otherwise it passes through to Core.
 	knowledge bool
@@ -41,43 +44,25 @@ type route struct {
 	drain int64
 }
 
-// routes is the route table. A new endpoint is one row here plus its handler.
+// routes is the route table. A new endpoint is one row here plus its
+// handler (bound by name in assemble.go).
 var routes = []route{
-	{http.MethodGet, pathCapabilities, "capabilities", (*Server).capabilities, true, protocol.MaxRequestBytes},
-	{http.MethodPost, pathSearch, "search", (*Server).search, true, protocol.MaxRequestBytes},
-	{http.MethodPost, pathRead, "read", (*Server).read, true, protocol.MaxRequestBytes},
-	{http.MethodPost, pathTurns, "turns", (*Server).turns, false, passDrainLimit},
-	{http.MethodPost, pathMCP, "mcp", (*Server).mcp, true, mcpserver.MaxHTTPBody},
-	{http.MethodGet, pathMCPMetadata, "mcp_metadata", (*Server).mcpMetadata, true, protocol.MaxRequestBytes},
-	{http.MethodGet, mcpauth.PathMetadata, "oauth_metadata", (*Server).oauthMetadata, false, mcpauth.MaxBody},
-	{http.MethodPost, mcpauth.PathRegister, "oauth_register", (*Server).oauthRegister, false, mcpauth.MaxBody},
-	{http.MethodGet, mcpauth.PathAuthorize, "oauth_authorize", (*Server).oauthAuthorize, false, mcpauth.MaxBody},
-	{http.MethodPost, mcpauth.PathToken, "oauth_token", (*Server).oauthToken, false, mcpauth.MaxBody},
-	{http.MethodPost, mcpauth.PathRevoke, "oauth_revoke", (*Server).oauthRevoke, false, mcpauth.MaxBody},
+	{http.MethodGet, pathCapabilities, "capabilities", true, protocol.MaxRequestBytes},
+	{http.MethodPost, pathSearch, "search", true, protocol.MaxRequestBytes},
+	{http.MethodPost, pathRead, "read", true, protocol.MaxRequestBytes},
+	{http.MethodPost, pathTurns, "turns", false, passDrainLimit},
+	{http.MethodPost, pathMCP, "mcp", true, protocol.MaxMCPBody},
+	{http.MethodGet, pathMCPMetadata, "mcp_metadata", true, protocol.MaxRequestBytes},
+	{http.MethodGet, mcpauth.PathMetadata, "oauth_metadata", false, mcpauth.MaxBody},
+	{http.MethodPost, mcpauth.PathRegister, "oauth_register", false, mcpauth.MaxBody},
+	{http.MethodGet, mcpauth.PathAuthorize, "oauth_authorize", false, mcpauth.MaxBody},
+	{http.MethodPost, mcpauth.PathToken, "oauth_token", false, mcpauth.MaxBody},
+	{http.MethodPost, mcpauth.PathRevoke, "oauth_revoke", false, mcpauth.MaxBody},
 }
 
 // passDrainLimit bounds the drain of a pass-through request's unread body,
 // like net/http's own post-handler drain.
 const passDrainLimit = 256 << 10
-
-// register claims the table's routes on e.
-func (s *Server) register(e *echo.Echo) {
-	for _, rt := range routes {
-		other := s.passH
-		switch {
-		case rt.path == pathMCP:
-			other = s.mcpWrongMethod // the sidecar's after a flip too
-		case rt.knowledge:
-			other = s.wrongMethod(rt.method)
-		}
-		// Every method is claimed first, then the route's own method gets
-		// its handler; RouteNotFound covers methods echo does not know.
-		e.Any(rt.path, other)
-		e.RouteNotFound(rt.path, other)
-		serve := rt.serve
-		e.Add(rt.method, rt.path, func(c echo.Context) error { return serve(s, c) })
-	}
-}
 
 // claimPrefixes are what the table's paths start with before their route
 // segment, one per first path segment (/agent-api/…, /.well-known/…): a

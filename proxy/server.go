@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
@@ -16,8 +15,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
-	"github.com/bailinghub/knowledge-sidecar/corelink"
-	"github.com/bailinghub/knowledge-sidecar/telemetry"
 )
 
 // Options wire a Server. Only CoreURL is required: without Features the
@@ -135,67 +132,6 @@ func registerer(o Options) prometheus.Registerer {
 		return o.Registerer
 	}
 	return o.Registry
-}
-
-// New builds the edge. It does not listen; see Run and NewHTTPServer.
-func New(o Options) (*Server, error) {
-	if o.CoreURL == nil || o.CoreURL.Host == "" {
-		return nil, errors.New("proxy: core URL is required")
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if o.Registry == nil {
-		o.Registry = prometheus.NewRegistry()
-	}
-	if o.Transport == nil {
-		o.Transport = NewTransport(TransportOptions{DialTimeout: corelink.DialTimeout, ResponseHeaderTimeout: DefaultResponseHeaderTimeout,
-			MaxIdleConnsPerHost: corelink.MaxIdleConnsPerHost})
-	}
-	s := &Server{
-		log:        o.Logger,
-		m:          newMetrics(registerer(o), o.Version),
-		access:     o.AccessLog,
-		registry:   o.Registry,
-		ids:        newIDSource(),
-		bodyIdle:   o.BodyIdleTimeout,
-		version:    o.Version,
-		adminHosts: append([]string(nil), o.AdminAllowedHosts...),
-	}
-	s.lim = newEdgeLimits(o.Limits, newLimitMetrics(registerer(o)))
-	s.target, s.transport = o.CoreURL, o.Transport
-	if o.TracerProvider != nil {
-		s.tracer = telemetry.Tracer(o.TracerProvider)
-		s.transport = &tracingTransport{next: o.Transport, tracer: s.tracer}
-	}
-	s.fw = newForwarding(o)
-	s.pass = s.newPassthrough()
-	s.passH = echo.WrapHandler(s.pass)
-
-	e := echo.New()
-	e.HideBanner, e.HidePort = true, true
-	e.Logger.SetOutput(discard{})
-	// No HTTPErrorHandler: the edge answers a handler's error itself
-	// (writeErr) and returns nil, so echo's is never called.
-	e.Use(s.edge())
-	s.passEdge = s.edge()(s.passH)
-	// Everything, whatever the method, goes to Core unless a route below
-	// claims it. RouteNotFound also catches methods echo does not know.
-	e.Any(passRoute, s.passH)
-	e.RouteNotFound(passRoute, s.passH)
-
-	if o.Features != nil {
-		f, err := newFeatures(o.Features, s)
-		if err != nil {
-			return nil, err
-		}
-		s.feat = f
-		s.register(e)
-		s.claim = claimPrefixes
-	}
-	s.echo = e
-	s.SetReady(true)
-	return s, nil
 }
 
 // Handler is the proxy listener's handler.

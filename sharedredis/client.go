@@ -1,6 +1,7 @@
 package sharedredis
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -93,7 +94,7 @@ func New(o Options) (*Client, error) {
 			sentinels.TLSConfig, _ = tlsConfig(o)
 		}
 	}
-	return &Client{rdb: rdb, mode: cmpOr(o.Mode, ModeSingle), opTimeout: o.OpTimeout, sentinels: sentinels}, nil
+	return &Client{rdb: rdb, mode: cmp.Or(o.Mode, ModeSingle), opTimeout: o.OpTimeout, sentinels: sentinels}, nil
 }
 
 // Redis is the go-redis client (a *redis.Client or *redis.ClusterClient).
@@ -151,13 +152,6 @@ func Reason(err error) string {
 	}
 }
 
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
-}
-
 // ParseURL checks url in mode (ModeSingle or "", ModeCluster,
 // ModeSentinel) the way New reads it. The error never quotes the URL
 // (it is a secret: it may carry a password).
@@ -171,10 +165,10 @@ func ParseURL(mode, rawURL string) error {
 // *redis.ClusterOptions or *redis.FailoverOptions.
 func universalOptions(o Options) (any, error) {
 	u, err := url.Parse(o.URL)
-	if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss" && !(u.Scheme == "unix" && cmpOr(o.Mode, ModeSingle) == ModeSingle)) {
+	if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss" && !(u.Scheme == "unix" && cmp.Or(o.Mode, ModeSingle) == ModeSingle)) {
 		return nil, errors.New("sharedredis: redis url is not a valid redis:// or rediss:// url")
 	}
-	switch cmpOr(o.Mode, ModeSingle) {
+	switch cmp.Or(o.Mode, ModeSingle) {
 	case ModeSingle:
 		opts, err := redis.ParseURL(o.URL)
 		if err != nil {

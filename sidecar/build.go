@@ -36,6 +36,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/mcpauth"
+	"github.com/bailinghub/knowledge-sidecar/mcpserver"
 	"github.com/bailinghub/knowledge-sidecar/native"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
 	"github.com/bailinghub/knowledge-sidecar/rollout"
@@ -395,35 +396,9 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 	if err != nil {
 		return nil, fmt.Errorf("signing keys: %w", err)
 	}
-	// One Redis client serves the ledger and the shared rate limit.
-	var rdb *sharedredis.Client
-	if cfg.LedgerBackend() == "redis" || cfg.RateLimitBackend() == "redis" {
-		sharedredis.QuietLogs()
-		rdb, err = sharedredis.New(sharedredis.Options{
-			URL: cfg.Ledger.RedisURL, Mode: cfg.Ledger.RedisMode, CAFile: cfg.Ledger.RedisCAFile,
-			TracerProvider: a.tp,
-		})
-		if err != nil {
-			return nil, err
-		}
-		a.closers = append(a.closers, rdb.Close)
-		a.rdb = rdb
-		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		if err := rdb.Ping(pctx); err != nil {
-			// Not fatal: pass-through and turns without the field keep working;
-			// turns that need the ledger answer 503 until Redis is back, and
-			// the rate limit uses the local buckets meanwhile.
-			log.Warn("redis (turn ledger, shared rate limit) not reachable at startup", slog.Any("error", err))
-		}
-		cancel()
-	}
-	shared := deps.SharedLimiter
-	if shared == nil && cfg.RateLimitBackend() == "redis" {
-		rl, err := rdb.Limiter("")
-		if err != nil {
-			return nil, err
-		}
-		shared = rl
+	rdb, shared, err := a.buildRedis(ctx, cfg, deps, log)
+	if err != nil {
+		return nil, err
 	}
 	auditor, err := a.buildAudit(ctx, cfg, deps, reg, log)
 	if err != nil {
@@ -447,61 +422,15 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 	if err != nil {
 		return nil, fmt.Errorf("knowledge: %w", err)
 	}
-	var led ledger.Ledger
-	if deps.Ledger != nil {
-		led = deps.Ledger
-	} else {
-		var backend ledger.Ledger
-		if cfg.LedgerBackend() == "redis" {
-			rl, err := ledger.NewRedis(rdb, ledger.RedisOptions{TTL: cfg.Ledger.TTL, WaitReplicas: cfg.Ledger.RedisWaitReplicas})
-			if err != nil {
-				return nil, err
-			}
-			backend = rl
-			ledger.RegisterEvictions(reg) // Redis evicts nothing before ledger.ttl: the series stay 0
-		} else {
-			mem := ledger.NewMemory(cfg.Ledger.MaxEntries, cfg.Ledger.TTL, time.Now)
-			mem.Register(reg)
-			backend = mem
-			if pol, _ := rollout.Parse(cfg.Rollout); !pol.EnablesNone() && !a.single {
-				warnMemoryLedger(log, pol)
-			}
-		}
-		// A release that fails (Redis hung) is retried until it succeeds or its
-		// record expires, and never leaves a 409 behind (SPEC §7).
-		retrying := ledger.NewRetrying(backend, cfg.Ledger.TTL, time.Now)
-		retrying.Register(reg)
-		led = retrying
-		a.closers = append(a.closers, led.Close) // closes the backend too (rdb's own Close, registered above, is then a no-op)
+	led, err := a.buildLedger(cfg, deps, rdb, reg, log)
+	if err != nil {
+		return nil, err
 	}
 	pol, _ := rollout.Parse(cfg.Rollout) // validated
 	a.rollout.Store(&pol)
-	mcpOpts := proxy.MCPOptions{AuthorizationServers: cfg.MCP.AuthorizationServers, Scopes: cfg.MCP.Scopes,
-		PublicURL: cfg.MCP.PublicURL, AnswerBudget: cfg.Proxy.MCPAnswerBudget, Native: newNativeMCP(cfg, a.coreTLS)}
-	// oauth_requests_total exists (at 0) whether or not the front is on.
-	oauthRequests := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "knowledge_sidecar", Name: "oauth_requests_total",
-		Help: "Requests of the OAuth front MCP hosts sign in through (SPEC §12), by endpoint and outcome.",
-	}, []string{"endpoint", "outcome"})
-	for _, e := range mcpauth.Endpoints {
-		for _, o := range mcpauth.Outcomes {
-			oauthRequests.WithLabelValues(e, o)
-		}
-	}
-	reg.MustRegister(oauthRequests)
-	var front proxy.OAuth // nil unless configured: a typed nil would turn the front on
-	if id := cfg.MCP.OAuth.ClientAppID; id != "" {
-		oa, err := mcpauth.New(mcpauth.Options{
-			Core: client, ClientAppID: id, DeviceLabel: cfg.MCP.OAuth.DeviceLabel, Issuer: cfg.MCP.PublicURL,
-			Served:  func(route string) bool { return a.rollout.Load().Enabled(route) },
-			Observe: func(endpoint, outcome string) { oauthRequests.WithLabelValues(endpoint, outcome).Inc() },
-		})
-		if err != nil {
-			return nil, fmt.Errorf("mcp oauth: %w", err)
-		}
-		front = oa
-		// The 401 and the RFC 9728 document point hosts at the front.
-		mcpOpts.AuthorizationServers = []string{oa.Issuer()}
+	mcpOpts, mcpH, front, err := a.buildMCP(cfg, deps, svc, client, reg, log)
+	if err != nil {
+		return nil, err
 	}
 	// The parts the edge holds by small interfaces: native detection (its
 	// verdict held for probe_interval) and the turn feature's decisions.
@@ -522,8 +451,126 @@ func (a *App) buildFeatures(ctx context.Context, cfg config.Config, deps Deps, r
 		Rollout:      pol,
 		ProbeTimeout: cfg.Core.Timeout,
 		MCP:          mcpOpts,
+		MCPHandler:   mcpH,
 		OAuth:        front,
 	}, nil
+}
+
+// buildRedis connects the one Redis client the ledger and the shared rate
+// limit use when either is configured for Redis (nil otherwise), and the
+// shared limiter: deps.SharedLimiter, else Redis's when rate_limit is
+// shared, else nil (the local buckets).
+func (a *App) buildRedis(ctx context.Context, cfg config.Config, deps Deps, log *slog.Logger) (*sharedredis.Client, knowledge.SharedLimiter, error) {
+	var rdb *sharedredis.Client
+	if cfg.LedgerBackend() == "redis" || cfg.RateLimitBackend() == "redis" {
+		sharedredis.QuietLogs()
+		var err error
+		rdb, err = sharedredis.New(sharedredis.Options{
+			URL: cfg.Ledger.RedisURL, Mode: cfg.Ledger.RedisMode, CAFile: cfg.Ledger.RedisCAFile,
+			TracerProvider: a.tp,
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		a.closers = append(a.closers, rdb.Close)
+		a.rdb = rdb
+		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		if err := rdb.Ping(pctx); err != nil {
+			// Not fatal: pass-through and turns without the field keep working;
+			// turns that need the ledger answer 503 until Redis is back, and
+			// the rate limit uses the local buckets meanwhile.
+			log.Warn("redis (turn ledger, shared rate limit) not reachable at startup", slog.Any("error", err))
+		}
+		cancel()
+	}
+	shared := deps.SharedLimiter
+	if shared == nil && cfg.RateLimitBackend() == "redis" {
+		rl, err := rdb.Limiter("")
+		if err != nil {
+			return nil, nil, err
+		}
+		shared = rl
+	}
+	return rdb, shared, nil
+}
+
+// buildLedger is the turn ledger: deps.Ledger, else Redis's or the
+// in-memory one per ledger.backend, behind the retrying release.
+func (a *App) buildLedger(cfg config.Config, deps Deps, rdb *sharedredis.Client, reg prometheus.Registerer, log *slog.Logger) (ledger.Ledger, error) {
+	if deps.Ledger != nil {
+		return deps.Ledger, nil
+	}
+	var backend ledger.Ledger
+	if cfg.LedgerBackend() == "redis" {
+		rl, err := ledger.NewRedis(rdb, ledger.RedisOptions{TTL: cfg.Ledger.TTL, WaitReplicas: cfg.Ledger.RedisWaitReplicas})
+		if err != nil {
+			return nil, err
+		}
+		backend = rl
+		ledger.RegisterEvictions(reg) // Redis evicts nothing before ledger.ttl: the series stay 0
+	} else {
+		mem := ledger.NewMemory(cfg.Ledger.MaxEntries, cfg.Ledger.TTL, time.Now)
+		mem.Register(reg)
+		backend = mem
+		if pol, _ := rollout.Parse(cfg.Rollout); !pol.EnablesNone() && !a.single {
+			warnMemoryLedger(log, pol)
+		}
+	}
+	// A release that fails (Redis hung) is retried until it succeeds or its
+	// record expires, and never leaves a 409 behind (SPEC §7).
+	retrying := ledger.NewRetrying(backend, cfg.Ledger.TTL, time.Now)
+	retrying.Register(reg)
+	a.closers = append(a.closers, retrying.Close) // closes the backend too (rdb's own Close, registered above, is then a no-op)
+	return retrying, nil
+}
+
+// buildMCP builds the remote MCP endpoint (SPEC §10): its options, its
+// handler — mcpserver's, its tools answered in process by svc or, after a
+// flip, by the native Core (mcp.go) — and the OAuth front hosts sign in
+// through when mcp.oauth is configured (SPEC §12; nil otherwise).
+func (a *App) buildMCP(cfg config.Config, deps Deps, svc *knowledge.Service, client *coreclient.Client,
+	reg prometheus.Registerer, log *slog.Logger) (proxy.MCPOptions, proxy.MCPHandler, proxy.OAuth, error) {
+	native := newNativeMCP(cfg, a.coreTLS)
+	opts := proxy.MCPOptions{AuthorizationServers: cfg.MCP.AuthorizationServers, Scopes: cfg.MCP.Scopes,
+		PublicURL: cfg.MCP.PublicURL, Native: native != nil}
+	h, err := mcpserver.NewHTTP(mcpserver.HTTPOptions{
+		Knowledge: &mcpBackend{k: svc, native: native, log: log},
+		Version:   deps.Version,
+		Logger:    log,
+		Tracer:    telemetry.Tracer(a.tp),
+		TrustMeta: func(ctx context.Context) bool { return proxy.MCPCallOf(ctx).TraceTrusted },
+		Observe:   mcpserver.RequestCounter(reg),
+		Budget:    proxy.NewMCPBudget(cfg.Proxy.MCPAnswerBudget, reg),
+	})
+	if err != nil {
+		return opts, nil, nil, err
+	}
+	// oauth_requests_total exists (at 0) whether or not the front is on.
+	oauthRequests := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "knowledge_sidecar", Name: "oauth_requests_total",
+		Help: "Requests of the OAuth front MCP hosts sign in through (SPEC §12), by endpoint and outcome.",
+	}, []string{"endpoint", "outcome"})
+	for _, e := range mcpauth.Endpoints {
+		for _, o := range mcpauth.Outcomes {
+			oauthRequests.WithLabelValues(e, o)
+		}
+	}
+	reg.MustRegister(oauthRequests)
+	var front proxy.OAuth // nil unless configured: a typed nil would turn the front on
+	if id := cfg.MCP.OAuth.ClientAppID; id != "" {
+		oa, err := mcpauth.New(mcpauth.Options{
+			Core: client, ClientAppID: id, DeviceLabel: cfg.MCP.OAuth.DeviceLabel, Issuer: cfg.MCP.PublicURL,
+			Served:  func(route string) bool { return a.rollout.Load().Enabled(route) },
+			Observe: func(endpoint, outcome string) { oauthRequests.WithLabelValues(endpoint, outcome).Inc() },
+		})
+		if err != nil {
+			return opts, nil, nil, fmt.Errorf("mcp oauth: %w", err)
+		}
+		front = oa
+		// The 401 and the RFC 9728 document point hosts at the front.
+		opts.AuthorizationServers = []string{oa.Issuer()}
+	}
+	return opts, h, front, nil
 }
 
 // buildAudit opens the disclosure audit's sink (SPEC §11) when

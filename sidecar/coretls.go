@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
@@ -40,9 +41,15 @@ func CoreTLS(cfg config.Config) (*tls.Config, error) {
 // (coreclient.NewTransport says why not the pass-through's pool), verifying
 // with tlsCfg when core.ca_file is set (nil: the system roots).
 func CoreClientTransport(cfg config.Config, tlsCfg *tls.Config) *http.Transport {
+	return coreTransport(cfg, tlsCfg, cfg.Core.Timeout)
+}
+
+// coreTransport is a pool of its own to Core with the pass-through's dial
+// and idle settings, waiting headerTimeout for Core's answer headers.
+func coreTransport(cfg config.Config, tlsCfg *tls.Config, headerTimeout time.Duration) *http.Transport {
 	t := coreclient.NewTransport(coreclient.TransportOptions{
 		DialTimeout:           cfg.Proxy.DialTimeout,
-		ResponseHeaderTimeout: cfg.Core.Timeout,
+		ResponseHeaderTimeout: headerTimeout,
 		MaxIdleConnsPerHost:   cfg.Proxy.MaxIdleConnsPerHost,
 	})
 	if tlsCfg != nil {

@@ -47,9 +47,10 @@ func TestLayering(t *testing.T) {
 		// The edge reaches Core's adapters only through the decisions:
 		// proxy → knowledge, turn, native → coreclient, catalog. It is handed
 		// its parts built (package sidecar assembles them): no ledger, no
-		// host client, no configuration.
+		// host client, no configuration, no MCP server (it hands admitted
+		// requests to an MCPHandler).
 		{dir: "proxy", forbidden: []string{mod + "coreclient", mod + "catalog", mod + "breaker", mod + "sidecar", mod + "hostclient",
-			mod + "ledger", mod + "config"}},
+			mod + "ledger", mod + "config", mod + "mcpserver"}},
 		{dir: "audit", ours: []string{"corefacts/jsstring", "knowledge", "protocol", "telemetry"},
 			forbidden: []string{"github.com/labstack/echo/", "net/http/httputil"}},
 		// The checker is the independent oracle: its own copy of the wire

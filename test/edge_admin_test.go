@@ -10,7 +10,6 @@ import (
 
 	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
-	"github.com/bailinghub/knowledge-sidecar/proxy"
 )
 
 // TestAdminListenerRefusesBrowsers: issue 39, finding 7e. A DNS-rebinding
@@ -79,7 +78,7 @@ func TestAdminListenerRefusesBrowsers(t *testing.T) {
 func TestMCPChallengeCannotBeInjected(t *testing.T) {
 	kw := newKWorld(t, fakecore.Options{SystemInfo: true})
 	sc := kw.start(t, kopts{FeatureOptions: FeatureOptions{
-		MCP: proxy.MCPOptions{AuthorizationServers: []string{"https://auth.example"}, Scopes: []string{"agent"}}}})
+		MCP: MCPOptions{AuthorizationServers: []string{"https://auth.example"}, Scopes: []string{"agent"}}}})
 	initialize := []byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
 	post := func(target string) *http.Response {
 		t.Helper()

@@ -19,7 +19,6 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
-	"github.com/bailinghub/knowledge-sidecar/proxy"
 )
 
 // bearerRT adds the host's bearer to every request of an MCP client and
@@ -158,7 +157,7 @@ func remoteSearchRead(t *testing.T, kw *kworld, sc *ksidecar, revision string) {
 func TestMCPRemoteHTTP(t *testing.T) {
 	kw := newKWorld(t, fakecore.Options{SystemInfo: true})
 	sc := kw.start(t, kopts{FeatureOptions: FeatureOptions{Rollout: "allow:" + testdb.RouteMulti,
-		MCP: proxy.MCPOptions{AuthorizationServers: []string{"https://auth.example"}, Scopes: []string{"agent"}}}})
+		MCP: MCPOptions{AuthorizationServers: []string{"https://auth.example"}, Scopes: []string{"agent"}}}})
 	route := testdb.RouteMulti
 	endpoint := sc.WS(route) + "/knowledge/mcp"
 	initialize := []byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
@@ -315,7 +314,7 @@ func TestMCPRemotePublicURL(t *testing.T) {
 			if c.trusted {
 				trusted = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
 			}
-			f := kw.World.Features(t, FeatureOptions{MCP: proxy.MCPOptions{AuthorizationServers: []string{"https://auth.example"}, PublicURL: c.public}})
+			f := kw.World.Features(t, FeatureOptions{MCP: MCPOptions{AuthorizationServers: []string{"https://auth.example"}, PublicURL: c.public}})
 			sc := StartSidecar(t, SidecarOptions{CoreURL: kw.CoreURL, Features: f, TrustedProxies: trusted})
 			send := func(method, p string) *http.Response {
 				req, _ := http.NewRequest(method, sc.URL+p, strings.NewReader(`{}`))

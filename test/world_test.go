@@ -24,7 +24,6 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
-	"github.com/bailinghub/knowledge-sidecar/proxy"
 	"github.com/bailinghub/knowledge-sidecar/sidecar"
 )
 
@@ -120,7 +119,7 @@ type FeatureOptions struct {
 	Logger *slog.Logger
 	// MCP configures the remote MCP endpoint: mcp.authorization_servers,
 	// mcp.scopes, mcp.public_url and proxy.mcp_answer_budget.
-	MCP proxy.MCPOptions
+	MCP MCPOptions
 
 	// Ledger replaces the turn ledger (sidecar.Deps.Ledger; default: the
 	// configured in-memory one); it is closed at test cleanup.
@@ -154,6 +153,13 @@ func (w *World) Features(t testing.TB, o FeatureOptions) *Features {
 		o.RateLimit, o.RateBurst = 1000, 1000
 	}
 	return &Features{w: w, o: o}
+}
+
+// MCPOptions are the remote MCP endpoint's settings a test sets.
+type MCPOptions struct {
+	AuthorizationServers, Scopes []string
+	PublicURL                    string
+	AnswerBudget                 int64
 }
 
 // configure sets the knowledge part of cfg and deps.

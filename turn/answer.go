@@ -36,15 +36,25 @@ type Reply struct {
 	mode protocol.DeliveryMode
 	// scanned: the answer is a turn context and the fields below locate its
 	// members; false: it is relayed as Core sent it (inline mode only).
-	scanned    bool
-	start      int // the top-level '{'
-	lastEnd    int // insertion point for a new top-level member
-	ctxM, kdM  jsonscan.Member
-	kdN, runN  int
-	runM       jsonscan.Member
-	kN, rN     int             // context's knowledge / knowledge_refs members
-	kM, rM     jsonscan.Member // the last of each
-	ctxLastEnd int             // value end of context's last member; -1: none
+	scanned bool
+	start   int // the top-level '{'
+	lastEnd int // insertion point for a new top-level member
+	// the top-level context, knowledge_delivery and run_id members
+	ctx, delivery, run occurrences
+	know, refs         occurrences // context's knowledge / knowledge_refs members
+	ctxLastEnd         int         // value end of context's last member; -1: none
+}
+
+// occurrences is how often a key occurred in a JSON object, and its last
+// member.
+type occurrences struct {
+	n    int
+	last jsonscan.Member
+}
+
+func (o *occurrences) add(m jsonscan.Member) {
+	o.n++
+	o.last = m
 }
 
 // ReadReply scans Core's 2xx answer to a turn of mode. An answer that is not
@@ -59,7 +69,7 @@ func ReadReply(body []byte, mode protocol.DeliveryMode) (*Reply, error) {
 	if mode == protocol.DeliveryOnDemand {
 		// An answer Rewrite would refuse is refused here, before its hints
 		// are built (and audited as shown).
-		if err == nil && (r.kN > 1 || r.rN > 1) {
+		if err == nil && (r.know.n > 1 || r.refs.n > 1) {
 			err = ErrUnexpectedAnswer
 		}
 		if err != nil {
@@ -85,18 +95,16 @@ func parseAnswer(body []byte) (*Reply, error) {
 	}
 	p := &Reply{body: body, scanned: true, start: i, lastEnd: i + 1, ctxLastEnd: -1}
 	var (
-		schemaN, ctxN int
-		schemaOK      bool
+		schemaN  int
+		schemaOK bool
 	)
 	isContext := func(m jsonscan.Member) bool { return m.KeyIs(body, "context") }
 	inContext := func(m jsonscan.Member) {
 		switch {
 		case m.KeyIs(body, "knowledge"):
-			p.kN++
-			p.kM = m
+			p.know.add(m)
 		case m.KeyIs(body, "knowledge_refs"):
-			p.rN++
-			p.rM = m
+			p.refs.add(m)
 		}
 		p.ctxLastEnd = m.ValEnd
 	}
@@ -107,19 +115,16 @@ func parseAnswer(body []byte) (*Reply, error) {
 			s, ok := stringOf(body, m)
 			schemaOK = ok && s == contextSchema
 		case m.KeyIs(body, "context"):
-			ctxN++
-			p.ctxM = m
+			p.ctx.add(m)
 		case m.KeyIs(body, "knowledge_delivery"):
-			p.kdN++
-			p.kdM = m
+			p.delivery.add(m)
 		case m.KeyIs(body, "run_id"):
-			p.runN++
-			p.runM = m
+			p.run.add(m)
 		}
 		p.lastEnd = m.ValEnd
 	}, isContext, inContext)
 	if err != nil || jsonscan.SkipWS(body, end) != len(body) ||
-		schemaN != 1 || !schemaOK || ctxN != 1 || p.kdN > 1 || body[p.ctxM.ValStart] != '{' {
+		schemaN != 1 || !schemaOK || p.ctx.n != 1 || p.delivery.n > 1 || body[p.ctx.last.ValStart] != '{' {
 		return nil, ErrUnexpectedAnswer
 	}
 	return p, nil
@@ -128,10 +133,10 @@ func parseAnswer(body []byte) (*Reply, error) {
 // RunID is the answer's top-level run_id string ("" when absent, repeated,
 // not a string, or the answer is no turn context).
 func (p *Reply) RunID() string {
-	if !p.scanned || p.runN != 1 {
+	if !p.scanned || p.run.n != 1 {
 		return ""
 	}
-	s, _ := stringOf(p.body, p.runM)
+	s, _ := stringOf(p.body, p.run.last)
 	return s
 }
 
@@ -146,7 +151,7 @@ func (p *Reply) RunID() string {
 // array missing, repeated or not an array (or an answer that is no turn
 // context) gives no items.
 func (p *Reply) Items() []knowledge.TurnItem {
-	if !p.scanned || p.kN != 1 || p.rN != 1 {
+	if !p.scanned || p.know.n != 1 || p.refs.n != 1 {
 		return nil
 	}
 	b := p.body
@@ -155,7 +160,7 @@ func (p *Reply) Items() []knowledge.TurnItem {
 		n       int
 	}
 	content := map[string]hit{}
-	eachObject(b, p.kM, itemKeys[:], func(v []jsonscan.Member) {
+	eachObject(b, p.know.last, itemKeys[:], func(v []jsonscan.Member) {
 		ref, ok1 := stringOf(b, v[0])
 		c, ok2 := stringOf(b, v[1])
 		if ok1 && ok2 && ref != "" {
@@ -167,7 +172,7 @@ func (p *Reply) Items() []knowledge.TurnItem {
 		return nil
 	}
 	var out []knowledge.TurnItem
-	eachObject(b, p.rM, refKeys[:], func(v []jsonscan.Member) {
+	eachObject(b, p.refs.last, refKeys[:], func(v []jsonscan.Member) {
 		ref, ok := stringOf(b, v[0])
 		h, found := content[ref]
 		if !ok || !found || h.n != 1 {
@@ -292,24 +297,24 @@ func (p *Reply) splice(deliveryBlock []byte) ([]byte, error) {
 	edits := make([]edit, 0, 4)
 	if mode == protocol.DeliveryOnDemand {
 		// context is the only one, so the counts are its own.
-		if p.kN > 1 || p.rN > 1 {
+		if p.know.n > 1 || p.refs.n > 1 {
 			return nil, ErrUnexpectedAnswer
 		}
 		ctxLastEnd := p.ctxLastEnd
 		if ctxLastEnd < 0 {
-			ctxLastEnd = p.ctxM.ValStart + 1 // empty context
+			ctxLastEnd = p.ctx.last.ValStart + 1 // empty context
 		}
-		if p.kN == 1 {
-			edits = append(edits, edit{p.kM.ValStart, p.kM.ValEnd, "[]", nil})
+		if p.know.n == 1 {
+			edits = append(edits, edit{p.know.last.ValStart, p.know.last.ValEnd, "[]", nil})
 		}
-		if p.rN == 1 {
-			edits = append(edits, edit{p.rM.ValStart, p.rM.ValEnd, "[]", nil})
+		if p.refs.n == 1 {
+			edits = append(edits, edit{p.refs.last.ValStart, p.refs.last.ValEnd, "[]", nil})
 		}
-		if p.kN == 0 || p.rN == 0 {
+		if p.know.n == 0 || p.refs.n == 0 {
 			var add strings.Builder
-			sep := ctxLastEnd != p.ctxM.ValStart+1 // context has members
+			sep := ctxLastEnd != p.ctx.last.ValStart+1 // context has members
 			for _, name := range [...]string{"knowledge", "knowledge_refs"} {
-				if (name == "knowledge" && p.kN == 1) || (name == "knowledge_refs" && p.rN == 1) {
+				if (name == "knowledge" && p.know.n == 1) || (name == "knowledge_refs" && p.refs.n == 1) {
 					continue
 				}
 				if sep {
@@ -321,8 +326,8 @@ func (p *Reply) splice(deliveryBlock []byte) ([]byte, error) {
 			edits = append(edits, edit{ctxLastEnd, ctxLastEnd, add.String(), nil})
 		}
 	}
-	if p.kdN == 1 {
-		edits = append(edits, edit{p.kdM.ValStart, p.kdM.ValEnd, "", block})
+	if p.delivery.n == 1 {
+		edits = append(edits, edit{p.delivery.last.ValStart, p.delivery.last.ValEnd, "", block})
 	} else {
 		prefix := `"knowledge_delivery":`
 		if p.lastEnd != p.start+1 {

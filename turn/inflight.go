@@ -2,7 +2,6 @@ package turn
 
 import (
 	"crypto/sha256"
-	"encoding/binary"
 	"sync"
 
 	"github.com/bailinghub/knowledge-sidecar/ledger"
@@ -56,31 +55,17 @@ func (f *inFlight) onDemand(keys [][sha256.Size]byte) bool {
 // ledgerKeys are the turn's two idempotency keys in its session.
 func ledgerKeys(k ledger.Key) [][sha256.Size]byte {
 	return [][sha256.Size]byte{
-		inflightHash("session-turn", k.SessionID, k.Route, k.ConversationID, k.TurnID),
-		inflightHash("session-message", k.SessionID, k.Route, k.UserMessageID),
+		ledger.TupleHash("inflight-session-turn", k.SessionID, k.Route, k.ConversationID, k.TurnID),
+		ledger.TupleHash("inflight-session-message", k.SessionID, k.Route, k.UserMessageID),
 	}
 }
 
 // bearerKeys are the same keys under the caller's Authorization header,
-// for when identity cannot be had (the session is then unknown).
+// for when identity cannot be had (the session is then unknown). Both are
+// hashes (ledger.TupleHash): no bearer is kept in memory as such.
 func bearerKeys(authorization, route, conversationID, turnID, userMessageID string) [][sha256.Size]byte {
 	return [][sha256.Size]byte{
-		inflightHash("bearer-turn", authorization, route, conversationID, turnID),
-		inflightHash("bearer-message", authorization, route, userMessageID),
+		ledger.TupleHash("inflight-bearer-turn", authorization, route, conversationID, turnID),
+		ledger.TupleHash("inflight-bearer-message", authorization, route, userMessageID),
 	}
-}
-
-// inflightHash is SHA-256 over length-prefixed parts: no two tuples share
-// an encoding, and no bearer is kept in memory as such.
-func inflightHash(parts ...string) [sha256.Size]byte {
-	h := sha256.New()
-	var n [8]byte
-	for _, p := range parts {
-		binary.BigEndian.PutUint64(n[:], uint64(len(p)))
-		h.Write(n[:])
-		h.Write([]byte(p))
-	}
-	var out [sha256.Size]byte
-	h.Sum(out[:0])
-	return out
 }

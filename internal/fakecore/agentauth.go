@@ -325,15 +325,9 @@ func (c *Core) businessCall(w http.ResponseWriter, r *http.Request, rest string,
 		q.Set("error", "access_denied")
 	} else {
 		var in struct {
-			Principal struct {
-				ID       string   `json:"id"`
-				Tenant   string   `json:"tenant"`
-				Roles    []string `json:"roles"`
-				Audience string   `json:"audience"`
-				Channel  string   `json:"channel"`
-			} `json:"principal"`
-			OnBehalfOf    string   `json:"on_behalf_of"`
-			AllowedRoutes []string `json:"allowed_routes"`
+			Principal     principalJSON `json:"principal"`
+			OnBehalfOf    string        `json:"on_behalf_of"`
+			AllowedRoutes []string      `json:"allowed_routes"`
 		}
 		if !decodeExact(body, &in) || in.Principal.ID == "" || len(in.AllowedRoutes) == 0 {
 			authErr(w, http.StatusBadRequest, "invalid_request")

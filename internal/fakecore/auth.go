@@ -26,6 +26,8 @@ func (c *Core) authenticate(r *http.Request) (corefacts.Session, bool) {
 	return s, true
 }
 
+// principalJSON is a session's principal as Core writes it (CORE_FACTS
+// §1.2), and as the business's consent approval sends it to Agent Auth.
 type principalJSON struct {
 	ID       string   `json:"id"`
 	Tenant   string   `json:"tenant,omitempty"`

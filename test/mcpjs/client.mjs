@@ -7,6 +7,7 @@
 // (…/knowledge/mcp); query finds the seeded document; near is a passage of it.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { out, step } from "./steps.mjs";
 
 const { url, token, query, near } = JSON.parse(process.argv[2]);
 const auth = { Authorization: `Bearer ${token}` };
@@ -25,18 +26,6 @@ const summarize = (r) => ({
   contentTypes: (r.content ?? []).map((c) => c.type),
   structured: r.structuredContent ?? null,
 });
-
-// Each step's failure (an exception: a refused connection, a JSON-RPC
-// error, a structuredContent the SDK found invalid) is recorded under its
-// name, and the steps after it still run.
-const out = { errors: {} };
-async function step(name, fn) {
-  try {
-    await fn();
-  } catch (e) {
-    out.errors[name] = `${e.name}: ${e.message}`;
-  }
-}
 
 let client, ref;
 await step("connect", async () => {

@@ -17,16 +17,9 @@ import readline from "node:readline";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { UnauthorizedError } from "@modelcontextprotocol/sdk/client/auth.js";
+import { out, step } from "./steps.mjs";
 
 const { url, mode, query } = JSON.parse(process.argv[2]);
-const out = { errors: {} };
-async function step(name, fn) {
-  try {
-    await fn();
-  } catch (e) {
-    out.errors[name] = `${e.name}: ${e.message}`;
-  }
-}
 
 // The loopback callback: what the browser lands on.
 let landed;

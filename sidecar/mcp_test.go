@@ -1,27 +1,39 @@
-package proxy
+package sidecar
 
 import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/hostclient"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
+	"github.com/bailinghub/knowledge-sidecar/proxy"
 )
 
 // fakeNative answers every call with ans or err and records what it got.
 type fakeNative struct {
-	ans            NativeAnswer
+	ans            *hostclient.Response
 	err            error
 	authz, route   string
 	endpoint, body string
 }
 
-func (f *fakeNative) Call(_ context.Context, authz string, route corefacts.RouteKey, endpoint string, body []byte) (NativeAnswer, error) {
-	f.authz, f.route, f.endpoint, f.body = authz, route.String(), endpoint, string(body)
+func (f *fakeNative) call(_ context.Context, call *proxy.MCPCall, endpoint string, body []byte) (*hostclient.Response, error) {
+	f.authz, f.route, f.endpoint, f.body = call.Authorization, call.Route.String(), endpoint, string(body)
 	return f.ans, f.err
+}
+
+// nativeAnswer is Core's answer with status, Retry-After and body.
+func nativeAnswer(status int, retryAfter, body string) *hostclient.Response {
+	h := http.Header{}
+	if retryAfter != "" {
+		h.Set("Retry-After", retryAfter)
+	}
+	return &hostclient.Response{Status: status, Header: h, Body: []byte(body)}
 }
 
 // TestMCPNativeAnswers: a tool's request after a flip goes to the native
@@ -31,11 +43,10 @@ func (f *fakeNative) Call(_ context.Context, authz string, route corefacts.Route
 // knowledge_unavailable, naming nothing of Core (its host, its body).
 func TestMCPNativeAnswers(t *testing.T) {
 	route, _ := corefacts.ParseRouteKey("kb-multi")
-	call := &mcpCall{authorization: "Bearer tok", route: route, native: true}
-	ctx := context.WithValue(context.Background(), mcpCallKey{}, call)
+	ctx := proxy.WithMCPCall(context.Background(), &proxy.MCPCall{Authorization: "Bearer tok", Route: route, Native: true})
 	for _, tc := range []struct {
 		name       string
-		ans        NativeAnswer
+		ans        *hostclient.Response
 		err        error
 		wantBody   string
 		wantCode   protocol.ErrorCode
@@ -43,19 +54,18 @@ func TestMCPNativeAnswers(t *testing.T) {
 		wantRetry  int
 		wantStatus int
 	}{
-		{name: "answer", ans: NativeAnswer{Status: 200, Body: []byte(`{"hints":[]}`)}, wantBody: `{"hints":[]}`},
-		{name: "refusal", ans: NativeAnswer{Status: 429, RetryAfter: "7",
-			Body: []byte(`{"error":"rate_limited","message":"Slow down."}`)},
+		{name: "answer", ans: nativeAnswer(200, "", `{"hints":[]}`), wantBody: `{"hints":[]}`},
+		{name: "refusal", ans: nativeAnswer(429, "7", `{"error":"rate_limited","message":"Slow down."}`),
 			wantCode: protocol.CodeRateLimited, wantMsg: "Slow down.", wantRetry: 7, wantStatus: 429},
-		{name: "no protocol body", ans: NativeAnswer{Status: 502, Body: []byte("<html>core.internal:8443 bad gateway</html>")},
+		{name: "no protocol body", ans: nativeAnswer(502, "", "<html>core.internal:8443 bad gateway</html>"),
 			wantCode: protocol.CodeUnavailable, wantStatus: 503},
 		{name: "no answer", err: errors.New("knowledge service unreachable: POST core.internal:8443: connection refused"),
 			wantCode: protocol.CodeUnavailable, wantStatus: 503},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fn := &fakeNative{ans: tc.ans, err: tc.err}
-			s := &Server{log: slog.New(slog.DiscardHandler), feat: &features{mcpOpts: MCPOptions{Native: fn}}}
-			out, err := mcpKnowledge{s}.Search(ctx, []byte(`{"query":"q"}`))
+			m := &mcpBackend{native: fn.call, log: slog.New(slog.DiscardHandler)}
+			out, err := m.Search(ctx, []byte(`{"query":"q"}`))
 			if fn.authz != "Bearer tok" || fn.route != "kb-multi" || fn.endpoint != "search" || fn.body != `{"query":"q"}` {
 				t.Errorf("Core got %q %q %q %q; want the caller's request", fn.authz, fn.route, fn.endpoint, fn.body)
 			}
