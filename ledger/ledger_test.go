@@ -308,14 +308,12 @@ func raceReserve(l Ledger, n int, modeOf func(int) string) ([]bool, []error) {
 	gate := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			<-gate
 			var r Reservation
 			r, errs[i] = l.Reserve(context.Background(), key("t-race", "m-race"), modeOf(i))
 			created[i] = r.Created
-		}()
+		})
 	}
 	close(gate)
 	wg.Wait()

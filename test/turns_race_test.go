@@ -174,16 +174,14 @@ func TestTurnRefusedAttemptFreeRace(t *testing.T) {
 		start := make(chan struct{})
 		var wg sync.WaitGroup
 		for j, body := range bodies {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				<-start
 				r, err := trySend(c, "POST", turnsURL(su.sides[j%2], route), su.w.TokenA, body, nil)
 				if err != nil {
 					t.Errorf("attempt %d: %v", j, err)
 				}
 				results[j] = r
-			}()
+			})
 		}
 		close(start)
 		wg.Wait()

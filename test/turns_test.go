@@ -914,9 +914,7 @@ func raceTurns(t *testing.T, w *World, sides []*Sidecar, tag string) {
 	results := make([]turnResult, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			<-start
 			mode := []string{"inline", "on_demand"}[i%2]
 			r, err := trySend(c, "POST", turnsURL(sides[(i/2)%len(sides)], testdb.RouteMulti), w.TokenA, ti.body(modeJSON(mode)), nil)
@@ -924,7 +922,7 @@ func raceTurns(t *testing.T, w *World, sides []*Sidecar, tag string) {
 				t.Errorf("attempt %d: %v", i, err)
 			}
 			results[i] = r
-		}()
+		})
 	}
 	close(start)
 	wg.Wait()
