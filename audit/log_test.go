@@ -336,13 +336,11 @@ func TestConcurrentLines(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for range 100 {
 				l.Disclose(context.Background(), sample())
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	l.Close()

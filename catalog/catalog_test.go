@@ -370,24 +370,7 @@ func TestSQLCatalogBigBodyRoundTrip(t *testing.T) {
 // over outcomes.
 func catalogQueries(t *testing.T, g prometheus.Gatherer, q string) float64 {
 	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n float64
-	for _, mf := range mfs {
-		if mf.GetName() != "knowledge_sidecar_catalog_queries_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "query" && l.GetValue() == q {
-					n += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return n
+	return testkit.MetricSum(t, g, "knowledge_sidecar_catalog_queries_total", map[string]string{"query": q})
 }
 
 func TestSQLCatalogBodyCache(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/hostclient/hostclienttest"
 	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 )
@@ -200,12 +201,7 @@ func TestTimeoutAndCancellation(t *testing.T) {
 }
 
 func TestDeadCore(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := strings.TrimPrefix(hostclienttest.RefusedURL(t), "http://") // refuses connections for the whole test
 	c, err := coreclient.NewClient(coreclient.Options{BaseURL: "http://" + addr, ServiceToken: testServiceToken})
 	if err != nil {
 		t.Fatal(err)

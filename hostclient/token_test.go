@@ -181,11 +181,9 @@ func TestCommandToken(t *testing.T) {
 	var wg sync.WaitGroup
 	got := make([]string, 8)
 	for i := range got {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			got[i], _ = src.Refresh(context.Background(), "bha_second-token")
-		}()
+		})
 	}
 	wg.Wait()
 	for _, g := range got {

@@ -37,7 +37,7 @@ func BenchmarkSearchNormalized(b *testing.B) {
 			ctx := context.Background()
 			dst := make([]byte, 0, protocol.ReadMaxBytes)
 			b.ReportAllocs()
-			cpu0 := processCPU()
+			cpu0 := testkit.ProcessCPU(b)
 			for b.Loop() {
 				svc.rechecks.lru.Purge()
 				out, err := svc.SearchInto(ctx, dst, tokA, testkit.RouteKey(routeKey), strings.NewReader(benchQuery))
@@ -58,15 +58,7 @@ func BenchmarkSearchNormalized(b *testing.B) {
 func BenchmarkAnswerBuffer(b *testing.B) {
 	svc := newBenchService(b)
 	ctx := context.Background()
-	out, err := svc.Search(ctx, tokA, testkit.RouteKey(routeKey), strings.NewReader(benchQuery))
-	if err != nil {
-		b.Fatal(err)
-	}
-	ref, _, ok := strings.Cut(string(out[bytes.Index(out, []byte(`"ref":"`))+7:]), `"`)
-	if !ok {
-		b.Fatalf("no ref in %s", out)
-	}
-	read := `{"ref":"` + ref + `","max_bytes":32768}`
+	read := benchReadBody(b, svc)
 	pool := sync.Pool{New: func() any { b := make([]byte, 0, protocol.ReadMaxBytes); return &b }}
 	for _, op := range []struct {
 		name string
@@ -83,7 +75,7 @@ func BenchmarkAnswerBuffer(b *testing.B) {
 		for _, mode := range []string{"pooled", "fresh"} {
 			b.Run(op.name+"/"+mode, func(b *testing.B) {
 				b.ReportAllocs()
-				cpu0 := processCPU()
+				cpu0 := testkit.ProcessCPU(b)
 				for b.Loop() {
 					var buf *[]byte
 					var dst []byte

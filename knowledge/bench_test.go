@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 	"unicode"
@@ -294,23 +293,27 @@ func BenchmarkServiceSearch(b *testing.B) {
 	}
 }
 
+// benchReadBody is the body of a 32 KiB read of the first hint of svc's
+// search for benchQuery.
+func benchReadBody(b *testing.B, svc *Service) string {
+	b.Helper()
+	out, err := svc.Search(context.Background(), tokA, testkit.RouteKey(routeKey), strings.NewReader(benchQuery))
+	var res struct {
+		Hints []struct{ Ref string } `json:"hints"`
+	}
+	if err != nil || json.Unmarshal(out, &res) != nil || len(res.Hints) == 0 {
+		b.Fatalf("got %v, %s; want hints", err, out)
+	}
+	return `{"ref":"` + res.Hints[0].Ref + `","max_bytes":32768}`
+}
+
 // BenchmarkServiceRead is one whole 32 KiB read (identity, route gate, route
 // row, ref and binding checks, KB flag, document, page) with zero-latency
 // fakes.
 func BenchmarkServiceRead(b *testing.B) {
 	svc := newBenchService(b)
 	ctx := context.Background()
-	out, err := svc.Search(ctx, tokA, testkit.RouteKey(routeKey), strings.NewReader(benchQuery))
-	if err != nil {
-		b.Fatal(err)
-	}
-	var res struct {
-		Hints []struct{ Ref string } `json:"hints"`
-	}
-	if err := json.Unmarshal(out, &res); err != nil || len(res.Hints) == 0 {
-		b.Fatalf("got %v, %s; want hints", err, out)
-	}
-	body := `{"ref":"` + res.Hints[0].Ref + `","max_bytes":32768}`
+	body := benchReadBody(b, svc)
 	b.ReportAllocs()
 	for b.Loop() {
 		out, err := svc.Read(ctx, tokA, testkit.RouteKey(routeKey), strings.NewReader(body))
@@ -579,26 +582,7 @@ func newSQLBenchService(b *testing.B) (*Service, *prometheus.Registry) {
 // catalogStatements sums knowledge_sidecar_catalog_queries_total.
 func catalogStatements(b *testing.B, g prometheus.Gatherer) float64 {
 	b.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var n float64
-	for _, mf := range mfs {
-		if mf.GetName() == "knowledge_sidecar_catalog_queries_total" {
-			for _, m := range mf.GetMetric() {
-				n += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return n
-}
-
-// processCPU is this process's user + system time (getrusage).
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return testkit.MetricSum(b, g, "knowledge_sidecar_catalog_queries_total", nil)
 }
 
 // BenchmarkServiceSQL is a whole search and a whole 32 KiB read over the SQL
@@ -616,13 +600,7 @@ func BenchmarkServiceSQL(b *testing.B) {
 		}
 		return out
 	}
-	var res struct {
-		Hints []struct{ Ref string } `json:"hints"`
-	}
-	if err := json.Unmarshal(search(), &res); err != nil || len(res.Hints) == 0 {
-		b.Fatalf("got %v; want hints", err)
-	}
-	readBody := `{"ref":"` + res.Hints[0].Ref + `","max_bytes":32768}`
+	readBody := benchReadBody(b, svc)
 	read := func() {
 		out, err := svc.Read(ctx, tokA, testkit.RouteKey(routeKey), strings.NewReader(readBody))
 		if err != nil || len(out) < protocol.ReadMaxBytes/2 {
@@ -636,11 +614,11 @@ func BenchmarkServiceSQL(b *testing.B) {
 	}{{"search", func() { search() }}, {"read", read}} {
 		b.Run(op.name, func(b *testing.B) {
 			b.ReportAllocs()
-			q0, c0 := catalogStatements(b, reg), processCPU()
+			q0, c0 := catalogStatements(b, reg), testkit.ProcessCPU(b)
 			for b.Loop() {
 				op.fn()
 			}
-			b.ReportMetric(float64((processCPU()-c0).Microseconds())/float64(b.N), "cpu-µs/op")
+			b.ReportMetric(float64((testkit.ProcessCPU(b)-c0).Microseconds())/float64(b.N), "cpu-µs/op")
 			b.ReportMetric((catalogStatements(b, reg)-q0)/float64(b.N), "statements/op")
 		})
 	}

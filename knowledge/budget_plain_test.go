@@ -3,6 +3,8 @@ package knowledge
 import (
 	"testing"
 	"unicode/utf8"
+
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 )
 
 // DESIGN 14 side-by-side benchmark of the eight-byte run skipping
@@ -45,7 +47,7 @@ func BenchmarkPlainEnd(b *testing.B) {
 			b.Run(tt.name+"/"+f.name, func(b *testing.B) {
 				s := tt.text
 				b.SetBytes(int64(len(s)))
-				cpu0 := processCPU()
+				cpu0 := testkit.ProcessCPU(b)
 				for b.Loop() {
 					runs := 0
 					for i := 0; i < len(s); {

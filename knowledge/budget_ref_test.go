@@ -3,6 +3,7 @@ package knowledge
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -12,95 +13,61 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
-// The byte-at-a-time text passes and the two-scan Plan that the eight-byte
-// fast path and the one-scan Plan replaced, kept as oracles: the fast code
-// must give exactly their results (budget_fuzz_test.go).
+// Oracles for the text passes and the one-scan Plan: the fast code must
+// give exactly their results (TestTextPassesMatchRef, TestPlanMatchesRef).
+// The text passes are written again from the escaping rules, a character at
+// a time over the standard library's UTF-8 decoder, sharing nothing with the
+// fast code's tables; Plan is the two-scan version the one scan replaced.
 
-// appendJSONStringRef is AppendJSONString one byte at a time.
+// escapeRef is the escaped form of the character at the start of s (an
+// invalid byte is a character of its own, written \ufffd) and its size in s.
+func escapeRef(s string) (escaped string, size int) {
+	r, size := utf8.DecodeRuneInString(s)
+	switch {
+	case r == utf8.RuneError && size == 1:
+		return `\ufffd`, 1
+	case r == '"' || r == '\\':
+		return `\` + string(r), 1
+	case r == '\n':
+		return `\n`, 1
+	case r == '\r':
+		return `\r`, 1
+	case r == '\t':
+		return `\t`, 1
+	case r == '\b':
+		return `\b`, 1
+	case r == '\f':
+		return `\f`, 1
+	case r < 0x20, r == '\u2028', r == '\u2029':
+		return fmt.Sprintf(`\u%04x`, r), size
+	}
+	return s[:size], size
+}
+
+// appendJSONStringRef is AppendJSONString a character at a time.
 func appendJSONStringRef(dst []byte, s string) []byte {
 	dst = append(dst, '"')
-	start := 0
 	for i := 0; i < len(s); {
-		b := s[i]
-		if b < utf8.RuneSelf {
-			if asciiEscLen[b] == 1 {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch b {
-			case '"', '\\':
-				dst = append(dst, '\\', b)
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[b>>4], hexDigits[b&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		escaped, size := runeEscLen(s[i:])
-		if escaped == size {
-			i += size
-			continue
-		}
-		dst = append(dst, s[start:i]...)
-		if size == 1 {
-			dst = append(dst, `\ufffd`...)
-		} else { // U+2028 is E2 80 A8, U+2029 is E2 80 A9
-			dst = append(dst, '\\', 'u', '2', '0', '2', "89"[s[i+2]-0xA8])
-		}
+		e, size := escapeRef(s[i:])
+		dst = append(dst, e...)
 		i += size
-		start = i
 	}
-	dst = append(dst, s[start:]...)
 	return append(dst, '"')
 }
 
-// jsonStringLenRef is JSONStringLen one byte at a time.
+// jsonStringLenRef is JSONStringLen a character at a time.
 func jsonStringLenRef(s string) int {
-	n := 2
-	for i := 0; i < len(s); {
-		b := s[i]
-		if b < utf8.RuneSelf {
-			n += int(asciiEscLen[b])
-			i++
-			continue
-		}
-		w, size := runeEscLen(s[i:])
-		n += w
-		i += size
-	}
-	return n
+	return len(appendJSONStringRef(nil, s))
 }
 
-// fitPrefixRef is FitPrefix one byte at a time.
+// fitPrefixRef is FitPrefix a character at a time.
 func fitPrefixRef(s string, budget int) (n, escaped int) {
 	for n < len(s) {
-		b := s[n]
-		if b < utf8.RuneSelf {
-			w := int(asciiEscLen[b])
-			if escaped+w > budget {
-				return n, escaped
-			}
-			escaped += w
-			n++
-			continue
+		e, size := escapeRef(s[n:])
+		if escaped+len(e) > budget {
+			break
 		}
-		w, size := runeEscLen(s[n:])
-		if escaped+w > budget {
-			return n, escaped
-		}
-		escaped += w
+		escaped += len(e)
 		n += size
 	}
 	return n, escaped
@@ -127,18 +94,16 @@ func (p *ReadPage) planRef(maxBytes, cursorLen int) (plan PagePlan, ok bool) {
 	if room >= 0 {
 		n, _ = fitPrefixRef(rest[:limit], room)
 	}
-	if n == limit && limit < len(rest) {
-		// The chain budget, not the body, ends this page.
-		room = maxBytes - fixed - len("null") - len("true") - len("true")
-		if room < 0 {
-			return PagePlan{}, false
-		}
+	// The chain budget, not the body, ends this page when the content fits
+	// up to the chain's limit; its body has next_cursor null.
+	exhausted := n == limit && limit < len(rest)
+	switch {
+	case exhausted && maxBytes-fixed-len("null")-len("true")-len("true") >= 0:
 		return PagePlan{End: p.Offset + n, BudgetExhausted: true}, true
+	case !exhausted && n > 0:
+		return PagePlan{End: p.Offset + n, More: true}, true
 	}
-	if n == 0 {
-		return PagePlan{}, false
-	}
-	return PagePlan{End: p.Offset + n, More: true}, true
+	return PagePlan{}, false
 }
 
 // TestPlainBytes8 checks the eight-byte test against the byte table: every

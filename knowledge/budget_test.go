@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/bailinghub/knowledge-sidecar/hostclient"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
@@ -306,13 +307,7 @@ func readPages(t testing.TB, content, title string, maxBytes int, k *Keyring) st
 		if len(body) > maxBytes {
 			t.Fatalf("page at %d: body %d bytes; want ≤ %d", p.Offset, len(body), maxBytes)
 		}
-		var d struct {
-			Content         string  `json:"content"`
-			NextCursor      *string `json:"next_cursor"`
-			Truncated       bool    `json:"truncated"`
-			BudgetExhausted bool    `json:"budget_exhausted"`
-			Total           int     `json:"total_content_bytes"`
-		}
+		var d hostclient.ReadAnswer
 		if err := json.Unmarshal(body, &d); err != nil {
 			t.Fatalf("page at %d is not JSON: %v", p.Offset, err)
 		}
@@ -320,8 +315,8 @@ func readPages(t testing.TB, content, title string, maxBytes int, k *Keyring) st
 		if utf8.ValidString(content) && d.Content != want {
 			t.Fatalf("page at %d: decoded content differs from the document slice", p.Offset)
 		}
-		if d.Total != len(content) {
-			t.Fatalf("total_content_bytes %d; want %d", d.Total, len(content))
+		if d.TotalContentBytes != int64(len(content)) {
+			t.Fatalf("total_content_bytes %d; want %d", d.TotalContentBytes, len(content))
 		}
 		got.WriteString(want)
 		served := p.Served + plan.End - p.Offset

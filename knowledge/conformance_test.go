@@ -57,11 +57,7 @@ func TestConformance(t *testing.T) {
 		}
 	}
 	editDoc := func(fn func(d *corefacts.Document)) func(*env) {
-		return func(e *env) {
-			d := e.cat.docs[docRefund]
-			fn(&d)
-			e.cat.setDoc(d)
-		}
+		return func(e *env) { e.cat.editDoc(docRefund, fn) }
 	}
 	editRun := func(id string, fn func(r *corefacts.Run)) func(*env) {
 		return func(e *env) {

@@ -276,6 +276,15 @@ func (f *fakeCatalog) setDoc(d corefacts.Document) {
 	f.docs[d.DocID] = d
 }
 
+// editDoc changes document id with fn and stores it as setDoc does.
+func (f *fakeCatalog) editDoc(id int64, fn func(d *corefacts.Document)) {
+	f.mu.Lock()
+	d := f.docs[id]
+	f.mu.Unlock()
+	fn(&d)
+	f.setDoc(d)
+}
+
 func (f *fakeCatalog) edit(fn func(c *fakeCatalog)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

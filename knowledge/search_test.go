@@ -240,54 +240,38 @@ func TestSearchRecheck(t *testing.T) {
 		mutate     func(e *env)
 		wantTitles string
 	}{
-		{"doc not ready", func(e *env) {
-			d := e.cat.docs[docRefund]
-			d.Status = "embedding"
-			e.cat.setDoc(d)
-		}, "Policy,Shipping"},
+		{"doc not ready", func(e *env) { e.cat.editDoc(docRefund, func(d *corefacts.Document) { d.Status = "embedding" }) }, "Policy,Shipping"},
 		{"doc deleted", func(e *env) { delete(e.cat.docs, docShip) }, "退款规则,Policy"},
-		{"doc moved to a KB outside the route", func(e *env) {
-			d := e.cat.docs[docShip]
-			d.KBID = "elsewhere"
-			e.cat.setDoc(d)
-		}, "退款规则,Policy"},
-		{"doc moved to another route KB than the hit's", func(e *env) {
-			d := e.cat.docs[docShip]
-			d.KBID = "policy"
-			e.cat.setDoc(d)
-		}, "退款规则,Policy"},
+		{"doc moved to a KB outside the route", func(e *env) { e.cat.editDoc(docShip, func(d *corefacts.Document) { d.KBID = "elsewhere" }) }, "退款规则,Policy"},
+		{"doc moved to another route KB than the hit's", func(e *env) { e.cat.editDoc(docShip, func(d *corefacts.Document) { d.KBID = "policy" }) }, "退款规则,Policy"},
 		{"hit from a KB not asked for", func(e *env) {
 			e.ret.hits["policy"] = append(e.ret.hits["policy"], corefacts.Hit{KBID: "secret-kb", DocID: 999, Content: "x", Score: 0.99})
 			e.cat.docs[999] = corefacts.Document{DocMeta: corefacts.DocMeta{DocID: 999, KBID: "secret-kb", Title: "Secret", Status: "ready"}, Content: "x"}
 		}, "退款规则,Policy,Shipping"},
 		{"stale fragment dropped", func(e *env) {
-			d := e.cat.docs[docShip]
-			d.Content = "Shipping is now free."
-			e.cat.setDoc(d)
+			e.cat.editDoc(docShip, func(d *corefacts.Document) { d.Content = "Shipping is now free." })
 		}, "退款规则,Policy"},
 		{"doc rank from best surviving hit", func(e *env) {
 			// The refund doc's best chunk is gone; its second chunk (0.55)
 			// still matches, so it ranks below Shipping (0.61).
-			d := e.cat.docs[docRefund]
-			d.Content = "![流程图](https://cdn/x.png)\n\n\n超过窗口的退款需要主管审批。"
-			e.cat.setDoc(d)
+			e.cat.editDoc(docRefund, func(d *corefacts.Document) {
+				d.Content = "![流程图](https://cdn/x.png)\n\n\n超过窗口的退款需要主管审批。"
+			})
 		}, "Policy,Shipping,退款规则"},
 		{"whitespace differences tolerated", func(e *env) {
-			d := e.cat.docs[docShip]
-			d.Content = "Shipping\n\ttakes   3-5\r\ndays."
-			e.cat.setDoc(d)
+			e.cat.editDoc(docShip, func(d *corefacts.Document) { d.Content = "Shipping\n\ttakes   3-5\r\ndays." })
 		}, "退款规则,Policy,Shipping"},
 		{"image with empty alt removed like Core", func(e *env) {
 			e.ret.hits["policy"] = []corefacts.Hit{{KBID: "policy", DocID: docPolicy, Content: "Policy:\nrefunds over 1000 need two approvals.", Score: 0.7}}
-			d := e.cat.docs[docPolicy]
-			d.Content = "Policy: ![](https://x/y.png)refunds over 1000 need two approvals."
-			e.cat.setDoc(d)
+			e.cat.editDoc(docPolicy, func(d *corefacts.Document) {
+				d.Content = "Policy: ![](https://x/y.png)refunds over 1000 need two approvals."
+			})
 		}, "退款规则,Policy,Shipping"},
 		{"image alt changed is stale", func(e *env) {
-			d := e.cat.docs[docRefund]
-			d.Content = strings.Replace(refundContent, "![流程图]", "![新流程]", 1)
-			d.Content = strings.Replace(d.Content, "退款窗口设为0时，订单不可退款。", "", 1)
-			e.cat.setDoc(d)
+			e.cat.editDoc(docRefund, func(d *corefacts.Document) {
+				d.Content = strings.Replace(refundContent, "![流程图]", "![新流程]", 1)
+				d.Content = strings.Replace(d.Content, "退款窗口设为0时，订单不可退款。", "", 1)
+			})
 		}, "Policy,Shipping"},
 		{"hit claims a doc of another KB", func(e *env) {
 			e.ret.hits["faq"] = append(e.ret.hits["faq"], corefacts.Hit{KBID: "faq", DocID: docPolicy, Content: policyContent, Score: 0.99})
@@ -334,9 +318,9 @@ func TestSearchSummaryBounded(t *testing.T) {
 	e := newEnv(t)
 	long := strings.Repeat("退款窗口 规则\n\n", 300)
 	e.ret.hits = map[string][]corefacts.Hit{"faq": {{KBID: "faq", DocID: docRefund, Content: long[:2100], Score: 0.9}}}
-	d := e.cat.docs[docRefund]
-	d.Content = long
-	e.cat.setDoc(d)
+	e.cat.editDoc(docRefund, func(d *corefacts.Document) {
+		d.Content = long
+	})
 	hs := hintsOf(t, e.mustOK("search", tokA, routeKey, `{"query":"x"}`))
 	s := hs[0]["summary"].(string)
 	if len(s) > SummaryMaxBytes || strings.Contains(s, "\n") || strings.Contains(s, "  ") {

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 )
 
 // DESIGN 14 side-by-side benchmarks of speed-only text code: the fast
@@ -49,7 +51,7 @@ func BenchmarkStripSpace(b *testing.B) {
 			b.Run(tt.name+"/"+f.name, func(b *testing.B) {
 				b.SetBytes(int64(len(tt.text)))
 				b.ReportAllocs()
-				cpu0 := processCPU()
+				cpu0 := testkit.ProcessCPU(b)
 				for b.Loop() {
 					if f.fn(tt.text) == "" {
 						b.Fatal("empty")
@@ -64,5 +66,5 @@ func BenchmarkStripSpace(b *testing.B) {
 // reportCPU reports the process's CPU time (getrusage, GC included) per
 // operation since cpu0: steadier than ns/op on a shared machine.
 func reportCPU(b *testing.B, cpu0 time.Duration) {
-	b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64(testkit.ProcessCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
 }

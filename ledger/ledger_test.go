@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/bailinghub/knowledge-sidecar/hostclient/hostclienttest"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/sharedredis"
@@ -307,14 +308,12 @@ func raceReserve(l Ledger, n int, modeOf func(int) string) ([]bool, []error) {
 	gate := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			<-gate
 			var r Reservation
 			r, errs[i] = l.Reserve(context.Background(), key("t-race", "m-race"), modeOf(i))
 			created[i] = r.Created
-		}()
+		})
 	}
 	close(gate)
 	wg.Wait()
@@ -663,12 +662,7 @@ func TestRedisCountsFollowRecords(t *testing.T) {
 }
 
 func TestRedisDown(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := strings.TrimPrefix(hostclienttest.RefusedURL(t), "http://") // refuses connections for the whole test
 	_, port, _ := net.SplitHostPort(addr)
 	const password = "s3cret-pa55"
 	url := "redis://:" + password + "@" + addr + "/3"

@@ -11,9 +11,9 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"testing/iotest"
 	"time"
@@ -290,7 +290,7 @@ func BenchmarkTurnHints(b *testing.B) {
 			target := "/agent-api/v1/workspaces/" + benchRouteOn + "/turns?size=hints"
 			b.ReportAllocs()
 			seq := 0
-			cpu0 := processCPU(b)
+			cpu0 := testkit.ProcessCPU(b)
 			for b.Loop() {
 				seq++
 				req := w.onDemandTurn(target, name+strconv.Itoa(seq))
@@ -300,7 +300,7 @@ func BenchmarkTurnHints(b *testing.B) {
 					b.Fatalf("got %d; want 200", rw.code)
 				}
 			}
-			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-µs/op")
+			b.ReportMetric(float64(testkit.ProcessCPU(b)-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-µs/op")
 		})
 	}
 }
@@ -329,7 +329,7 @@ func BenchmarkTurnRewriteHints(b *testing.B) {
 		b.Run(name+"/10KiB", func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
-			cpu0 := processCPU(b)
+			cpu0 := testkit.ProcessCPU(b)
 			for b.Loop() {
 				rep, err := turn.ReadReply(body, protocol.DeliveryOnDemand)
 				if err != nil {
@@ -347,7 +347,7 @@ func BenchmarkTurnRewriteHints(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-µs/op")
+			b.ReportMetric(float64(testkit.ProcessCPU(b)-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-µs/op")
 		})
 	}
 }
@@ -377,15 +377,6 @@ func TestBenchTurnHintsAnswer(t *testing.T) {
 	}
 }
 
-// processCPU is the process's user+system CPU time so far.
-func processCPU(b testing.TB) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // onDemandTurn is an on_demand turn request of the bench session to target,
 // with ids made from id.
 func (w *benchWorld) onDemandTurn(target, id string) *http.Request {
@@ -404,19 +395,13 @@ func (w *benchWorld) onDemandTurn(target, id string) *http.Request {
 func TestReadSized(t *testing.T) {
 	const limit = 3000
 	errBoom := errors.New("boom")
+	splits := append(slices.Clip(bodySplits), bodySplit{"failing", func(r io.Reader) io.Reader {
+		return io.MultiReader(r, iotest.ErrReader(errBoom))
+	}})
 	for _, n := range []int{0, 1, 511, 512, 513, 2999, 3000, 3001, 5000} {
 		data := bytes.Repeat([]byte("0123456789abcdef"), n/16+1)[:n]
 		for _, size := range []int64{-1, 0, int64(n) - 1, int64(n), int64(n) + 1, limit, limit + 1, 1 << 40} {
-			for _, wrap := range []struct {
-				name string
-				fn   func(io.Reader) io.Reader
-			}{
-				{"plain", func(r io.Reader) io.Reader { return r }},
-				{"one-byte", iotest.OneByteReader},
-				{"half", iotest.HalfReader},
-				{"data-err", iotest.DataErrReader},
-				{"failing", func(r io.Reader) io.Reader { return io.MultiReader(r, iotest.ErrReader(errBoom)) }},
-			} {
+			for _, wrap := range splits {
 				t.Run(fmt.Sprintf("%d/%d/%s", n, size, wrap.name), func(t *testing.T) {
 					want, wantErr := io.ReadAll(io.LimitReader(wrap.fn(bytes.NewReader(data)), limit+1))
 					got, err := readSized(wrap.fn(bytes.NewReader(data)), size, limit)
@@ -481,14 +466,14 @@ func BenchmarkSearch(b *testing.B) {
 				b.Fatalf("got %d %s; want 200 with a successful search", rec.Code, rec.Body.Bytes())
 			}
 			b.ReportAllocs()
-			cpu0 := processCPU(b)
+			cpu0 := testkit.ProcessCPU(b)
 			for b.Loop() {
 				do()
 				if rec.Code != http.StatusOK {
 					b.Fatalf("got %d; want 200", rec.Code)
 				}
 			}
-			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-µs/op")
+			b.ReportMetric(float64(testkit.ProcessCPU(b)-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-µs/op")
 		})
 	}
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"path"
 	"regexp"
 	"strings"
 	"testing"
@@ -78,19 +79,14 @@ func whatwgPathRef(p string) string {
 // empty and "." segments vanish, ".." climbs, and the fixed segments match
 // under Unicode case folding.
 func routesTo(rows []route, p string) bool {
-	var segs []string
+	var kept []string
 	for _, s := range strings.FieldsFunc(p, func(r rune) bool { return r == '/' || r == '\\' }) {
 		s, _, _ = strings.Cut(s, ";")
-		switch s {
-		case "", ".":
-		case "..":
-			if len(segs) > 0 {
-				segs = segs[:len(segs)-1]
-			}
-		default:
-			segs = append(segs, s)
-		}
+		kept = append(kept, s)
 	}
+	// path.Clean drops the empty and "." segments and resolves "..", never
+	// above the root.
+	segs := strings.FieldsFunc(path.Clean("/"+strings.Join(kept, "/")), func(r rune) bool { return r == '/' })
 	for _, rt := range rows {
 		want := strings.Split(rt.path[1:], "/")
 		if len(want) != len(segs) {

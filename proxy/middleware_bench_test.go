@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 )
 
@@ -34,7 +35,7 @@ func BenchmarkReqStateContext(b *testing.B) {
 	var fw forwarding
 	b.Run("fast", func(b *testing.B) {
 		b.ReportAllocs()
-		cpu0 := processCPU(b)
+		cpu0 := testkit.ProcessCPU(b)
 		for b.Loop() {
 			st := &reqState{id: "rid", fw: &fw, req: r}
 			st.Context = parent
@@ -45,11 +46,11 @@ func BenchmarkReqStateContext(b *testing.B) {
 				}
 			}
 		}
-		b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+		b.ReportMetric(float64(testkit.ProcessCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
 	})
 	b.Run("plain", func(b *testing.B) {
 		b.ReportAllocs()
-		cpu0 := processCPU(b)
+		cpu0 := testkit.ProcessCPU(b)
 		for b.Loop() {
 			st := &reqState{id: "rid", fw: &fw, req: r}
 			ctx := context.WithValue(parent, ctxKey{}, st)
@@ -63,7 +64,7 @@ func BenchmarkReqStateContext(b *testing.B) {
 				}
 			}
 		}
-		b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+		b.ReportMetric(float64(testkit.ProcessCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
 	})
 }
 
@@ -79,7 +80,7 @@ func BenchmarkRequestCPU(b *testing.B) {
 		h := w.server.Handler()
 		rw := &benchWriter{h: http.Header{}}
 		b.ReportAllocs()
-		cpu0 := processCPU(b)
+		cpu0 := testkit.ProcessCPU(b)
 		for b.Loop() {
 			req := httptest.NewRequest(http.MethodGet, "/json/1024", nil)
 			req.RemoteAddr = "127.0.0.1:40000"
@@ -89,7 +90,7 @@ func BenchmarkRequestCPU(b *testing.B) {
 				b.Fatalf("got %d with %d bytes", rw.code, rw.n)
 			}
 		}
-		b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+		b.ReportMetric(float64(testkit.ProcessCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
 	})
 	b.Run("turn256KiB", func(b *testing.B) {
 		w := newBenchWorld(b)
@@ -98,7 +99,7 @@ func BenchmarkRequestCPU(b *testing.B) {
 		target := "/agent-api/v1/workspaces/" + benchRouteOn + "/turns?size=" + strconv.Itoa(256<<10)
 		b.ReportAllocs()
 		seq := 0
-		cpu0 := processCPU(b)
+		cpu0 := testkit.ProcessCPU(b)
 		for b.Loop() {
 			seq++
 			rw.reset()
@@ -107,6 +108,6 @@ func BenchmarkRequestCPU(b *testing.B) {
 				b.Fatalf("got %d with %d bytes", rw.code, rw.n)
 			}
 		}
-		b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+		b.ReportMetric(float64(testkit.ProcessCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
 	})
 }

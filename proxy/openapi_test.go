@@ -160,21 +160,7 @@ func turnHandlerAnswers(t *testing.T) (statuses map[int]bool, codes map[string]b
 		})
 		return out
 	}
-	sources, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	files := map[string]*ast.File{}
-	for _, name := range sources {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, name, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		files[name] = f
-	}
+	files := parseSources(t, fset, "*.go")
 	// Package-level error values and the statuses they carry.
 	errVars := map[string][]int{}
 	for _, f := range files {
@@ -262,16 +248,15 @@ func exprText(e ast.Expr) string {
 	return b.String()
 }
 
-// knowledgeStatuses returns the statuses of the err* constructors of package
-// knowledge that the method fn calls.
-func knowledgeStatuses(t *testing.T, fn string) []int {
+// parseSources parses the Go files matching pattern, tests left out: file
+// name → syntax tree.
+func parseSources(t *testing.T, fset *token.FileSet, pattern string) map[string]*ast.File {
 	t.Helper()
-	fset := token.NewFileSet()
-	names, err := filepath.Glob("../knowledge/*.go")
+	names, err := filepath.Glob(pattern)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var files []*ast.File
+	files := map[string]*ast.File{}
 	for _, name := range names {
 		if strings.HasSuffix(name, "_test.go") {
 			continue
@@ -280,8 +265,17 @@ func knowledgeStatuses(t *testing.T, fn string) []int {
 		if err != nil {
 			t.Fatal(err)
 		}
-		files = append(files, f)
+		files[name] = f
 	}
+	return files
+}
+
+// knowledgeStatuses returns the statuses of the err* constructors of package
+// knowledge that the method fn calls.
+func knowledgeStatuses(t *testing.T, fn string) []int {
+	t.Helper()
+	fset := token.NewFileSet()
+	files := parseSources(t, fset, "../knowledge/*.go")
 	ctor := map[string]int{} // errX → status of its newError call
 	var body *ast.BlockStmt
 	for _, f := range files {

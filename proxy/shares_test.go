@@ -159,6 +159,21 @@ func turnRequest(st *reqState, body io.Reader, size int64) *http.Request {
 	return r.WithContext(st)
 }
 
+// bodySplits are the ways a body's reads split its data: as it comes, a
+// byte at a time, half of each read, and the data with io.EOF on the last
+// read.
+var bodySplits = []bodySplit{
+	{"plain", func(r io.Reader) io.Reader { return r }},
+	{"one-byte", iotest.OneByteReader},
+	{"half", iotest.HalfReader},
+	{"data-err", iotest.DataErrReader},
+}
+
+type bodySplit struct {
+	name string
+	fn   func(io.Reader) io.Reader
+}
+
 // TestReadTurn: the same bytes as io.ReadAll over a LimitReader of limit+1
 // however the body is split and whatever length was announced, and the
 // budget charged with the buffer actually held — never the announced
@@ -168,15 +183,7 @@ func TestReadTurn(t *testing.T) {
 	for _, n := range []int{0, 1, 4095, 4096, 4097, 19999, 20000, 20001, 30000} {
 		data := bytes.Repeat([]byte("0123456789abcdef"), n/16+1)[:n]
 		for _, size := range []int64{-1, int64(n)} {
-			for _, wrap := range []struct {
-				name string
-				fn   func(io.Reader) io.Reader
-			}{
-				{"plain", func(r io.Reader) io.Reader { return r }},
-				{"one-byte", iotest.OneByteReader},
-				{"half", iotest.HalfReader},
-				{"data-err", iotest.DataErrReader},
-			} {
+			for _, wrap := range bodySplits {
 				t.Run(fmt.Sprintf("%d/%d/%s", n, size, wrap.name), func(t *testing.T) {
 					s, st := turnReadServer(t, 1<<20, -1)
 					want, _ := io.ReadAll(io.LimitReader(bytes.NewReader(data), limit+1))

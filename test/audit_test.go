@@ -549,9 +549,7 @@ func TestAuditUnderLoad(t *testing.T) {
 		mu.Unlock()
 	}
 	for s := range sessions {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for r := range rounds {
 				rep := (s + r) % 2
 				ws := urls[rep] + "/agent-api/v1/workspaces/" + testdb.RouteMulti
@@ -584,7 +582,7 @@ func TestAuditUnderLoad(t *testing.T) {
 					mu.Unlock()
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	for _, err := range errs {

@@ -19,6 +19,38 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/proxy"
 )
 
+// startConnCapped starts a sidecar in front of coreURL that holds at most
+// max connections, the per-client share off.
+func startConnCapped(t *testing.T, coreURL string, max int) *Sidecar {
+	t.Helper()
+	return StartSidecar(t, SidecarOptions{CoreURL: coreURL, Serve: proxy.ServeOptions{MaxConnections: max, MaxConnectionsPerClient: -1}})
+}
+
+// dialEach dials n raw connections to addr, one after the other, each made
+// ready (i its index) before the next is dialled.
+func dialEach(t testing.TB, addr string, n int, ready func(i int, c *rawConn)) []*rawConn {
+	t.Helper()
+	conns := make([]*rawConn, n)
+	for i := range conns {
+		conns[i] = dialRaw(t, addr)
+		ready(i, conns[i])
+	}
+	return conns
+}
+
+// rawGet is a plain GET of a pass-through path.
+const rawGet = "GET /x HTTP/1.1\r\nHost: ks\r\n\r\n"
+
+// getOK sends rawGet on c and fails the test, naming what, unless the
+// answer is 200.
+func (c *rawConn) getOK(t testing.TB, what string) {
+	t.Helper()
+	c.send(t, rawGet)
+	if res, _ := c.response(t); res.StatusCode != 200 {
+		t.Fatalf("%s: got %d; want 200", what, res.StatusCode)
+	}
+}
+
 // TestConnectionCap: past proxy.max_connections a new connection gets a
 // minimal 503 with Retry-After and is closed when no connection is idle;
 // the connections already open keep working, and a freed place is taken
@@ -37,18 +69,14 @@ func TestConnectionCap(t *testing.T) {
 		}
 	})
 	const max = 3
-	sc := StartSidecar(t, SidecarOptions{CoreURL: u.URL, Serve: proxy.ServeOptions{MaxConnections: max, MaxConnectionsPerClient: -1}})
-	get := "GET /x HTTP/1.1\r\nHost: ks\r\n\r\n"
+	sc := startConnCapped(t, u.URL, max)
 	// Every connection busy with a held request: none is idle.
-	var open []*rawConn
-	for range max {
-		c := dialRaw(t, sc.Addr)
+	open := dialEach(t, sc.Addr, max, func(_ int, c *rawConn) {
 		c.send(t, "GET /hold HTTP/1.1\r\nHost: ks\r\n\r\n")
 		waitFor(t, entered, "held request")
-		open = append(open, c)
-	}
+	})
 	over := dialRaw(t, sc.Addr)
-	over.send(t, get)
+	over.send(t, rawGet)
 	res, body := over.response(t)
 	if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") != "1" || errorCode(body) != "overloaded" ||
 		res.Header.Get("Cache-Control") != "no-store" {
@@ -67,18 +95,11 @@ func TestConnectionCap(t *testing.T) {
 			t.Fatalf("held request: got %d; want 200", res.StatusCode)
 		}
 	}
-	open[0].send(t, get)
-	if res, _ := open[0].response(t); res.StatusCode != 200 {
-		t.Fatalf("open connection after a refusal: got %d; want 200", res.StatusCode)
-	}
+	open[0].getOK(t, "open connection after a refusal")
 	// A place freed (the server notices the close) is taken again.
 	open[1].Close()
 	testkit.WaitMetric(t, sc.Registry, "knowledge_sidecar_open_connections", nil, max-1)
-	again := dialRaw(t, sc.Addr)
-	again.send(t, get)
-	if res, _ := again.response(t); res.StatusCode != 200 {
-		t.Fatalf("after a place was freed: got %d; want 200", res.StatusCode)
-	}
+	dialRaw(t, sc.Addr).getOK(t, "after a place was freed")
 }
 
 // TestConnectionCapClosesIdleFirst: with every place taken by idle
@@ -87,27 +108,16 @@ func TestConnectionCap(t *testing.T) {
 func TestConnectionCapClosesIdleFirst(t *testing.T) {
 	u := startUpstream(t, func(u *upstream, w http.ResponseWriter, r *http.Request) { u.readAndRecord(r) })
 	const max = 3
-	sc := StartSidecar(t, SidecarOptions{CoreURL: u.URL, Serve: proxy.ServeOptions{MaxConnections: max, MaxConnectionsPerClient: -1}})
-	get := "GET /x HTTP/1.1\r\nHost: ks\r\n\r\n"
-	var idle []*rawConn
-	for range max {
-		c := dialRaw(t, sc.Addr)
-		c.send(t, get)
-		if res, _ := c.response(t); res.StatusCode != 200 {
-			t.Fatalf("within the cap: got %d; want 200", res.StatusCode)
-		}
-		idle = append(idle, c)
+	sc := startConnCapped(t, u.URL, max)
+	idle := dialEach(t, sc.Addr, max, func(i int, c *rawConn) {
+		c.getOK(t, "within the cap")
 		// The server marks a connection idle a moment after its answer
 		// went out: wait, so that idle[0] is the oldest idle one, then idle[1].
-		testkit.WaitMetric(t, sc.Registry, "knowledge_sidecar_idle_connections", nil, float64(len(idle)))
-	}
+		testkit.WaitMetric(t, sc.Registry, "knowledge_sidecar_idle_connections", nil, float64(i+1))
+	})
 	for range 2 { // two newcomers: the two oldest idle connections go
 		testkit.WaitMetric(t, sc.Registry, "knowledge_sidecar_idle_connections", nil, max)
-		c := dialRaw(t, sc.Addr)
-		c.send(t, get)
-		if res, _ := c.response(t); res.StatusCode != 200 {
-			t.Fatalf("a newcomer while every place is idle: got %d; want 200", res.StatusCode)
-		}
+		dialRaw(t, sc.Addr).getOK(t, "a newcomer while every place is idle")
 	}
 	testkit.WaitMetric(t, sc.Registry, "knowledge_sidecar_idle_connections_closed_total", nil, 2)
 	for i, c := range idle[:2] {
@@ -115,7 +125,7 @@ func TestConnectionCapClosesIdleFirst(t *testing.T) {
 			t.Errorf("idle connection %d (of the oldest): still open; want closed for the newcomer", i)
 		}
 	}
-	idle[2].send(t, get)
+	idle[2].send(t, rawGet)
 	if res, _ := idle[2].response(t); res.StatusCode != 200 {
 		t.Errorf("the youngest idle connection: got %d; want it kept and served", res.StatusCode)
 	}

@@ -357,7 +357,7 @@ func TestMCPRemoteIdentityDown(t *testing.T) {
 	endpoint := sc.WS(testdb.RouteMulti) + "/knowledge/mcp"
 	code, body := callH(t, http.MethodPost, endpoint, kw.TokenA,
 		[]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"knowledge_search","arguments":{"query":"refund"}}}`), headers)
-	var rpc toolCallAnswer
+	var rpc testkit.ToolCallAnswer
 	if err := json.Unmarshal(body, &rpc); code != 200 || err != nil || !rpc.Result.IsError || len(rpc.Result.Content) != 1 ||
 		!strings.HasPrefix(rpc.Result.Content[0].Text, string(protocol.CodeUnavailable)+":") ||
 		!strings.Contains(rpc.Result.Content[0].Text, "temporarily unavailable") {
@@ -422,14 +422,7 @@ func TestMCPRemoteAnswersAreJSONRPC(t *testing.T) {
 				t.Fatalf("got %d %q Cache-Control %q: %s; want %d application/json no-store", res.StatusCode,
 					res.Header.Get("Content-Type"), res.Header.Get("Cache-Control"), body, tc.status)
 			}
-			var rpc struct {
-				JSONRPC string          `json:"jsonrpc"`
-				ID      json.RawMessage `json:"id"`
-				Result  json.RawMessage `json:"result"`
-				Error   *struct {
-					Code int `json:"code"`
-				} `json:"error"`
-			}
+			var rpc testkit.RPCAnswer
 			if err := json.Unmarshal(raw, &rpc); err != nil || rpc.JSONRPC != "2.0" || string(rpc.ID) != tc.id {
 				t.Fatalf("got %s; want a JSON-RPC answer with id %s", body, tc.id)
 			}
@@ -462,7 +455,7 @@ func TestMCPRemoteWalkCost(t *testing.T) {
 		args, _ := json.Marshal(map[string]any{"ref": h.Ref, "near": "a passage this document does not hold", "max_bytes": maxBytes})
 		code, body := callH(t, http.MethodPost, endpoint, kw.TokenA,
 			[]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"knowledge_read","arguments":`+string(args)+`}}`), headers)
-		var rpc toolCallAnswer
+		var rpc testkit.ToolCallAnswer
 		if err := json.Unmarshal(body, &rpc); code != 200 || err != nil || len(rpc.Result.Content) == 0 {
 			t.Fatalf("near read: %d %s", code, body)
 		}
@@ -602,14 +595,4 @@ func TestMCPRemoteReadLocation(t *testing.T) {
 		at += len(p.Content)
 		args = map[string]any{"ref": h.Ref, "cursor": *p.NextCursor, "max_bytes": 8192}
 	}
-}
-
-// toolCallAnswer is the part of a tools/call JSON-RPC answer the tests read.
-type toolCallAnswer struct {
-	Result struct {
-		IsError bool `json:"isError"`
-		Content []struct {
-			Text string `json:"text"`
-		} `json:"content"`
-	} `json:"result"`
 }

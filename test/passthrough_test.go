@@ -1181,17 +1181,5 @@ func TestRequestID(t *testing.T) {
 // series from start, at 0).
 func upstreamErrors(t testing.TB, reg prometheus.Gatherer) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatalf("gather: %v", err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() == "knowledge_sidecar_upstream_errors_total" {
-			for _, m := range mf.GetMetric() {
-				sum += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return sum
+	return testkit.MetricSum(t, reg, "knowledge_sidecar_upstream_errors_total", nil)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/hostclient"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
@@ -38,19 +39,9 @@ func (orders) TurnHintsFor(_ context.Context, _ corefacts.Session, _ knowledge.D
 		return nil, knowledge.HintsNone
 	}
 	it := items[0]
-	hints, _ := json.Marshal([]hint{{Ref: "kr1.run-" + runID, Title: it.Title, Summary: it.Content,
+	hints, _ := json.Marshal([]hostclient.Hint{{Ref: "kr1.run-" + runID, Title: it.Title, Summary: it.Content,
 		Revision: strings.Repeat("a", 64), Score: it.Score, ExpiresAt: "2026-01-01T00:05:00Z"}})
 	return hints, knowledge.HintsMinted
-}
-
-// hint is a same-run hint, in the shape of a search hint (SPEC §4).
-type hint struct {
-	Ref       string  `json:"ref"`
-	Title     string  `json:"title"`
-	Summary   string  `json:"summary"`
-	Revision  string  `json:"revision"`
-	Score     float64 `json:"score"`
-	ExpiresAt string  `json:"expires_at"`
 }
 
 // counted prints how each turn was counted; the other events are dropped.

@@ -62,13 +62,7 @@ func TestConformanceDemo(t *testing.T) {
 // connection problems are 2, each saying which.
 func TestConformanceCLI(t *testing.T) {
 	closed := closedURL(t)
-	cases := []struct {
-		name   string
-		args   []string
-		token  string
-		want   int
-		stderr string
-	}{
+	cases := []cliCase{
 		{"closed port", []string{"--url", closed, "--route", "demo"}, "bha_x", 2, "nothing answered at --url"},
 		{"missing route", []string{"--url", closed}, "bha_x", 2, "--route is required"},
 		{"missing url", []string{"--route", "demo"}, "bha_x", 2, "--url is required"},
@@ -79,16 +73,9 @@ func TestConformanceCLI(t *testing.T) {
 		{"zero timeout", []string{"--url", closed, "--route", "demo", "--timeout", "0s"}, "bha_x", 2, "--timeout must be more than 0"},
 		{"closed port names the reason", []string{"--url", closed, "--route", "demo"}, "bha_x", 2, "GET capabilities: connection refused"},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Setenv(tokenEnv, tc.token)
-			var stdout, stderr bytes.Buffer
-			code := run(append([]string{"conformance"}, tc.args...), &stdout, &stderr)
-			if code != tc.want || !strings.Contains(stderr.String(), tc.stderr) {
-				t.Errorf("got exit %d, stderr %q; want %d with %q", code, stderr.String(), tc.want, tc.stderr)
-			}
-		})
-	}
+	runCLICases(t, cases, func(args []string, stdout, stderr io.Writer) int {
+		return run(append([]string{"conformance"}, args...), stdout, stderr)
+	}, nil)
 
 	t.Run("json report against the demo", func(t *testing.T) {
 		d := startSamples(t, nil)

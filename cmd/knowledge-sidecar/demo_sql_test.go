@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -150,7 +151,7 @@ func (p *rehearsalProc) env(drop ...string) []string {
 		}
 	}
 	for k, v := range p.exports {
-		if !slicesContains(drop, k) {
+		if !slices.Contains(drop, k) {
 			env = append(env, k+"="+v)
 		}
 	}

@@ -4,20 +4,26 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/bailinghub/knowledge-sidecar/hostclient"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
 	"github.com/bailinghub/knowledge-sidecar/sidecar"
@@ -158,10 +164,7 @@ func (d *runningDemo) search(t *testing.T, query string, limit int) []demoHint {
 
 // TestDemoWalkthrough performs the printed walkthrough's steps over HTTP.
 func TestDemoWalkthrough(t *testing.T) {
-	docs, _, err := loadDocs("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	docs, _ := mustLoadDocs(t, "")
 	d := startDemo(t, docs, false)
 	if !strings.Contains(d.text, d.ws) || !strings.Contains(d.text, d.token) || !strings.Contains(d.text, "Refund policy") {
 		t.Errorf("walkthrough does not show the workspace URL, the token and the documents:\n%s", d.text)
@@ -203,18 +206,12 @@ func TestDemoWalkthrough(t *testing.T) {
 			}
 			body, _ := json.Marshal(req)
 			code, raw := d.do(t, "POST", d.ws+"/knowledge/read", string(body))
-			var p struct {
-				Content         string  `json:"content"`
-				NextCursor      *string `json:"next_cursor"`
-				Truncated       bool    `json:"truncated"`
-				BudgetExhausted bool    `json:"budget_exhausted"`
-				Total           int     `json:"total_content_bytes"`
-			}
+			var p hostclient.ReadAnswer
 			if code != 200 || json.Unmarshal(raw, &p) != nil {
 				t.Fatalf("page %d: got %d %.200s", page, code, raw)
 			}
-			if len(raw) > 32768 || p.Total != len(content) {
-				t.Errorf("page %d: %d bytes, total_content_bytes %d; want ≤ 32768 and %d", page, len(raw), p.Total, len(content))
+			if len(raw) > 32768 || p.TotalContentBytes != int64(len(content)) {
+				t.Errorf("page %d: %d bytes, total_content_bytes %d; want ≤ 32768 and %d", page, len(raw), p.TotalContentBytes, len(content))
 			}
 			got.WriteString(p.Content)
 			if p.NextCursor == nil {
@@ -363,7 +360,7 @@ func (d *runningDemo) demoMCPSearch(t *testing.T, query string) string {
 		t.Fatal(err)
 	}
 	defer res.Body.Close()
-	var rpc toolCallAnswer
+	var rpc testkit.ToolCallAnswer
 	if err := json.NewDecoder(res.Body).Decode(&rpc); err != nil || res.StatusCode != 200 || rpc.Result.IsError || len(rpc.Result.Content) != 1 {
 		t.Fatalf("MCP tools/call: %d %v %+v; want 200 with one text item", res.StatusCode, err, rpc)
 	}
@@ -387,6 +384,17 @@ func docsDir(t *testing.T, files map[string]string) string {
 	return dir
 }
 
+// mustLoadDocs is loadDocs(dir) ("" for the built-in documents), failing
+// the test on an error.
+func mustLoadDocs(t *testing.T, dir string) (docs []demoDoc, notes []string) {
+	t.Helper()
+	docs, notes, err := loadDocs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return docs, notes
+}
+
 // TestDemoDocsDir: --docs takes .md and .txt files, titled by a Markdown
 // file's top heading or else the file name.
 func TestDemoDocsDir(t *testing.T) {
@@ -398,10 +406,7 @@ func TestDemoDocsDir(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(dir, "sub.md"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	docs, _, err := loadDocs(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	docs, _ := mustLoadDocs(t, dir)
 	var titles []string
 	for _, doc := range docs {
 		titles = append(titles, doc.title)
@@ -560,10 +565,7 @@ func TestDemoLogLevel(t *testing.T) {
 // rank by the question (stop-words ignored), so "Can I get a refund?" finds
 // the refund policy first, and a shipping question finds the shipping page.
 func TestDemoAnswersFollowTheQuestion(t *testing.T) {
-	docs, _, err := loadDocs("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	docs, _ := mustLoadDocs(t, "")
 	d := startDemo(t, docs, false)
 	for _, tc := range []struct{ query, want string }{
 		{"Can I get a refund?", "Refund policy"},
@@ -597,7 +599,7 @@ func TestDemoAnswersFollowTheQuestion(t *testing.T) {
 		return titles, res.Delivery.Hints
 	}
 	inline, _ := turn("1", "Can I get a refund?", "inline")
-	if len(inline) == 0 || inline[0] != "Refund policy" || slicesContains(inline, "Operations handbook") {
+	if len(inline) == 0 || inline[0] != "Refund policy" || slices.Contains(inline, "Operations handbook") {
 		t.Errorf("inline knowledge for a refund question: %q; want the refund policy first, no operations handbook", inline)
 	}
 	_, hints := turn("2", "Can I get a refund?", "on_demand")
@@ -622,10 +624,7 @@ func TestDemoDocsTitleAtTop(t *testing.T) {
 		"top.txt":    "# Not a heading in plain text\n\nInvoices are monthly.\n",
 		"deep.txt":   "Invoices are monthly.\n# comment-like line\n",
 	})
-	docs, _, err := loadDocs(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	docs, _ := mustLoadDocs(t, dir)
 	var titles []string
 	for _, d := range docs {
 		titles = append(titles, d.title)
@@ -642,10 +641,7 @@ func TestDemoOwnDocsTurnRanking(t *testing.T) {
 		"a-backup.md": "# Database backup procedure\n\nRun the nightly backup at 02:00 and verify the dump.\n",
 		"b-refund.md": "# Refund rules\n\nA refund is granted within 30 days of purchase.\n",
 	})
-	docs, _, err := loadDocs(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	docs, _ := mustLoadDocs(t, dir)
 	d := startDemo(t, docs, true)
 	code, raw := d.do(t, "POST", d.ws+"/turns", `{"client_conversation_id":"c1","client_turn_id":"t1","user_message_id":"m1","user_input":"Can I get a refund?"}`)
 	var res struct {
@@ -661,15 +657,6 @@ func TestDemoOwnDocsTurnRanking(t *testing.T) {
 	}
 }
 
-func slicesContains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
 // TestDemoDocsLoader: --docs reads subfolders, skips empty files with a
 // note, keeps front matter out of the content (its title is the title), and
 // the walkthrough counts documents in good English.
@@ -682,10 +669,7 @@ func TestDemoDocsLoader(t *testing.T) {
 		"sub/rule.md":         "---not front matter\nA line.\n",
 		".git/notes.md":       "# Hidden\n\nNot a document.\n",
 	})
-	docs, notes, err := loadDocs(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	docs, notes := mustLoadDocs(t, dir)
 	got := map[string]string{}
 	for _, d := range docs {
 		got[d.title] = d.content
@@ -806,5 +790,95 @@ func TestDemoAudit(t *testing.T) {
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("demo exit after SIGTERM: %v\n%s", err, stderr.String())
+	}
+}
+
+// TestDemoSignIn: on a fixed loopback port the demo serves the OAuth front
+// (on port 0 it cannot know its issuer, and does not); a host signs in
+// through the demo's business consent page — shown, then approved with its
+// button — and calls a tool with the token it got.
+func TestDemoSignIn(t *testing.T) {
+	docs, _ := mustLoadDocs(t, "")
+	w, err := startDemoWorld(docs, randomToken("bha_"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.close)
+	if cfg := w.config("127.0.0.1:0", "127.0.0.1:0"); cfg.MCP.OAuth.ClientAppID != "" {
+		t.Errorf("port 0: the front is on (issuer %q)", cfg.MCP.PublicURL)
+	}
+	cfg := w.config("127.0.0.1:18080", "127.0.0.1:0") // formatted only: nothing listens on it
+	if cfg.MCP.OAuth.ClientAppID != demoClient || cfg.MCP.PublicURL != "http://127.0.0.1:18080" {
+		t.Fatalf("fixed port: oauth %q issuer %q", cfg.MCP.OAuth.ClientAppID, cfg.MCP.PublicURL)
+	}
+	app, err := sidecar.Build(context.Background(), cfg, sidecar.Deps{Catalog: w.catalog, SingleProcess: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(app.Server.Handler())
+	t.Cleanup(func() { srv.Close(); app.Close() })
+
+	browser := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	const verifier = "demo-verifier-0123456789-0123456789-0123456789"
+	sum := sha256.Sum256([]byte(verifier))
+	mcpPath := "/agent-api/v1/workspaces/" + demoRoute + "/knowledge/mcp"
+	q := url.Values{"response_type": {"code"}, "client_id": {demoClient}, "redirect_uri": {"http://localhost:40999/cb"},
+		"code_challenge": {base64.RawURLEncoding.EncodeToString(sum[:])}, "code_challenge_method": {"S256"},
+		"state": {"demo-state-1"}, "resource": {cfg.MCP.PublicURL + mcpPath}}
+	res, err := browser.Get(srv.URL + "/oauth/authorize?" + q.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	page := res.Header.Get("Location")
+	if res.StatusCode != 302 || !strings.HasPrefix(page, w.bizURL+"?authorization_id=") {
+		t.Fatalf("authorize: %d %q; want 302 to the business page", res.StatusCode, page)
+	}
+	res, err = browser.Get(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	html, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || !strings.Contains(string(html), "Approve") || !strings.Contains(string(html), "demo-user") {
+		t.Fatalf("consent page: %d %s", res.StatusCode, html)
+	}
+	id := strings.TrimPrefix(page, w.bizURL+"?authorization_id=")
+	res, err = browser.PostForm(w.bizURL, url.Values{"authorization_id": {id}, "decision": {"approve"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	cb, _ := url.Parse(res.Header.Get("Location"))
+	if res.StatusCode != 303 || cb.Host != "127.0.0.1:40999" || cb.Query().Get("state") != "demo-state-1" {
+		t.Fatalf("approve: %d %q", res.StatusCode, res.Header.Get("Location"))
+	}
+	res, err = http.PostForm(srv.URL+"/oauth/token", url.Values{"grant_type": {"authorization_code"}, "client_id": {demoClient},
+		"code": {cb.Query().Get("code")}, "redirect_uri": {"http://localhost:40999/cb"}, "code_verifier": {verifier}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tok struct {
+		AccessToken string `json:"access_token"`
+	}
+	_ = json.NewDecoder(res.Body).Decode(&tok)
+	res.Body.Close()
+	if res.StatusCode != 200 || tok.AccessToken == "" {
+		t.Fatalf("token: %d", res.StatusCode)
+	}
+	req, _ := http.NewRequest("POST", srv.URL+mcpPath, strings.NewReader(
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"knowledge_search","arguments":{"query":"refund"}}}`))
+	req.Header.Set("Authorization", "Bearer "+tok.AccessToken)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", "2025-06-18")
+	res, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || strings.Contains(string(body), `"isError":true`) || !strings.Contains(strings.ToLower(string(body)), "refund") {
+		t.Errorf("tool call with the signed-in token: %d %s", res.StatusCode, body)
 	}
 }

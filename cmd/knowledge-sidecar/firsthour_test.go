@@ -289,10 +289,7 @@ func errorsAs(err error, target **exec.ExitError) bool { return errors.As(err, t
 // TestWalkthroughSaysWhatItNeeds: the printed walkthrough says jq is
 // needed (steps 3–4 use jq -r) and how to stop a backgrounded demo.
 func TestWalkthroughSaysWhatItNeeds(t *testing.T) {
-	docs, _, err := loadDocs("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	docs, _ := mustLoadDocs(t, "")
 	var b bytes.Buffer
 	printWalkthrough(&b, "127.0.0.1:1", "127.0.0.1:2", "bha_x", docs, walkthroughQueries(docs, false), "")
 	text := b.String()

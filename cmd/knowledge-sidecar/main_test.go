@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -18,6 +19,35 @@ func runCLI(args ...string) (code int, stdout, stderr string) {
 	var o, e bytes.Buffer
 	code = run(args, &o, &e)
 	return code, o.String(), e.String()
+}
+
+// cliCase is a subcommand's command line run with BAILING_AGENT_TOKEN set
+// to token: the exit code it wants and a text its standard error holds.
+type cliCase struct {
+	name   string
+	args   []string
+	token  string
+	want   int
+	stderr string
+}
+
+// runCLICases runs each case through cmd (a subcommand's arguments, stdout
+// and stderr to its exit code) in a subtest of its own; stdout, when not
+// nil, checks what the case wrote to standard output.
+func runCLICases(t *testing.T, cases []cliCase, cmd func(args []string, stdout, stderr io.Writer) int, stdout func(t *testing.T, out string)) {
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(tokenEnv, tc.token)
+			var o, e bytes.Buffer
+			code := cmd(tc.args, &o, &e)
+			if code != tc.want || !strings.Contains(e.String(), tc.stderr) {
+				t.Errorf("got exit %d, stderr %q; want %d with %q", code, e.String(), tc.want, tc.stderr)
+			}
+			if stdout != nil {
+				stdout(t, o.String())
+			}
+		})
+	}
 }
 
 // writeFile writes body to dir/name (0600) and returns its path.

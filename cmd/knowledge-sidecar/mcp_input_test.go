@@ -67,16 +67,6 @@ func (p *rawMCP) next(t *testing.T, after string) []byte {
 	}
 }
 
-type rpcAnswer struct {
-	JSONRPC string          `json:"jsonrpc"`
-	ID      json.RawMessage `json:"id"`
-	Result  json.RawMessage `json:"result"`
-	Error   *struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
-}
-
 // TestMCPMalformedFrames: every malformed line a host (or anything writing to
 // the server's stdin) can send is answered with a JSON-RPC error, and the
 // session goes on: a tools/list after all of them is answered.
@@ -84,7 +74,7 @@ func TestMCPMalformedFrames(t *testing.T) {
 	t.Setenv(tokenEnv, "bha_x")
 	p := startRawMCP(t, "--url", closedURL(t), "--route", "demo")
 	p.send(t, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`)
-	var init rpcAnswer
+	var init testkit.RPCAnswer
 	if err := json.Unmarshal(p.next(t, "initialize"), &init); err != nil || init.Error != nil || string(init.ID) != "1" {
 		t.Fatalf("initialize: %+v, %v; want a result", init, err)
 	}
@@ -120,9 +110,9 @@ func TestMCPMalformedFrames(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p.send(t, tc.line)
 			raw := p.next(t, tc.line)
-			var ans rpcAnswer
+			var ans testkit.RPCAnswer
 			if bytes.HasPrefix(raw, []byte("[")) { // a batch is answered with an array
-				var arr []rpcAnswer
+				var arr []testkit.RPCAnswer
 				if err := json.Unmarshal(raw, &arr); err != nil || len(arr) != 1 {
 					t.Fatalf("answer %s; want one error", raw)
 				}
@@ -152,7 +142,7 @@ func TestMCPMalformedFrames(t *testing.T) {
 
 	// Trailing white space after a message is not malformed.
 	p.send(t, `{"jsonrpc":"2.0","id":50,"method":"tools/list"}`+" \t")
-	var list rpcAnswer
+	var list testkit.RPCAnswer
 	raw := p.next(t, "tools/list")
 	var tools struct {
 		Tools []struct {

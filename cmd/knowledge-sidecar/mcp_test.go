@@ -324,10 +324,7 @@ func TestMCPWrongToken(t *testing.T) {
 // knowledge clock (nil: time.Now).
 func startSamples(t *testing.T, now func() time.Time) *runningDemo {
 	t.Helper()
-	docs, _, err := loadDocs("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	docs, _ := mustLoadDocs(t, "")
 	return startDemoClock(t, docs, false, now)
 }
 
@@ -351,13 +348,7 @@ func TestMCPStartup(t *testing.T) {
 	}
 	closed := closedURL(t)
 
-	cases := []struct {
-		name   string
-		args   []string
-		token  string
-		want   int
-		stderr string
-	}{
+	cases := []cliCase{
 		{"404 unsupported", []string{"--url", status(404), "--route", "demo"}, "bha_x", 1, "does not support"},
 		{"405 unsupported", []string{"--url", status(405), "--route", "demo"}, "bha_x", 1, "does not support"},
 		{"501 unsupported", []string{"--url", status(501), "--route", "demo"}, "bha_x", 1, "does not support"},
@@ -378,20 +369,14 @@ func TestMCPStartup(t *testing.T) {
 		{"token command prints nothing", []string{"--url", closed, "--route", "demo", "--token-command", "true"}, "bha_x", 2, "printed no token"},
 		{"token command serves", []string{"--url", closed, "--route", "demo", "--token-command", "echo bha_from-command"}, "", 0, `"detail":"the knowledge service could not be reached"`},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Setenv(tokenEnv, tc.token)
-			var stdout, stderr bytes.Buffer
-			// stdin is already closed: a server that serves exits 0 at once.
-			code := cmdMCP(tc.args, io.NopCloser(strings.NewReader("")), &stdout, &stderr)
-			if code != tc.want || !strings.Contains(stderr.String(), tc.stderr) {
-				t.Errorf("got exit %d, stderr %q; want %d with %q", code, stderr.String(), tc.want, tc.stderr)
-			}
-			if stdout.Len() != 0 {
-				t.Errorf("stdout %q; want nothing but JSON-RPC (none here)", stdout.String())
-			}
-		})
-	}
+	runCLICases(t, cases, func(args []string, stdout, stderr io.Writer) int {
+		// stdin is already closed: a server that serves exits 0 at once.
+		return cmdMCP(args, io.NopCloser(strings.NewReader("")), stdout, stderr)
+	}, func(t *testing.T, stdout string) {
+		if stdout != "" {
+			t.Errorf("stdout %q; want nothing but JSON-RPC (none here)", stdout)
+		}
+	})
 }
 
 // TestMCPAnswersBeforeExit: a host that writes a call and closes stdin still
@@ -408,8 +393,8 @@ func TestMCPAnswersBeforeExit(t *testing.T) {
 	code := cmdMCP([]string{"--url", closed, "--route", "demo"}, io.NopCloser(strings.NewReader(in)), &stdout, &stderr)
 	var answered bool
 	for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
-		var msg toolCallAnswer
-		if json.Unmarshal([]byte(line), &msg) == nil && msg.ID == 2 && msg.Result.IsError &&
+		var msg testkit.ToolCallAnswer
+		if json.Unmarshal([]byte(line), &msg) == nil && string(msg.ID) == "2" && msg.Result.IsError &&
 			len(msg.Result.Content) == 1 && strings.HasPrefix(msg.Result.Content[0].Text, "knowledge_unavailable: ") {
 			answered = true
 		}
@@ -640,15 +625,4 @@ func TestMCPTokenStillBad(t *testing.T) {
 		}
 	}
 	p.stopClean(t)
-}
-
-// toolCallAnswer is a JSON-RPC answer to a tools/call, as the tests read it.
-type toolCallAnswer struct {
-	ID     int `json:"id"`
-	Result struct {
-		IsError bool `json:"isError"`
-		Content []struct {
-			Text string `json:"text"`
-		} `json:"content"`
-	} `json:"result"`
 }

@@ -2,9 +2,9 @@ package jsonscan
 
 import (
 	"strings"
-	"syscall"
 	"testing"
-	"time"
+
+	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 )
 
 // BenchmarkString times String on the bodies it scans in a request: a
@@ -77,7 +77,7 @@ func BenchmarkString(b *testing.B) {
 		starts := stringStarts(a.body)
 		b.Run(a.name, func(b *testing.B) {
 			b.SetBytes(int64(len(a.body)))
-			cpu0 := processCPU()
+			cpu0 := testkit.ProcessCPU(b)
 			for b.Loop() {
 				for _, i := range starts {
 					if _, _, err := String(a.body, i); err != nil {
@@ -85,15 +85,7 @@ func BenchmarkString(b *testing.B) {
 					}
 				}
 			}
-			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(testkit.ProcessCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
 		})
 	}
-}
-
-// processCPU is the process's user + system time (getrusage): steadier
-// than wall time on a shared machine.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -44,6 +44,39 @@ func Metric(t testing.TB, g prometheus.Gatherer, name string, labels map[string]
 	return 0
 }
 
+// MetricSum is the sum of the counters of name in g whose labels include
+// match (nil: every series of name); 0 when there is none.
+func MetricSum(t testing.TB, g prometheus.Gatherer, name string, match map[string]string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	var n float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if hasLabels(m.GetLabel(), match) {
+				n += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return n
+}
+
+// hasLabels reports whether got includes every label of want.
+func hasLabels(got []*dto.LabelPair, want map[string]string) bool {
+	n := 0
+	for _, l := range got {
+		if v, ok := want[l.GetName()]; ok && v == l.GetValue() {
+			n++
+		}
+	}
+	return n == len(want)
+}
+
 func sameLabels(got []*dto.LabelPair, want map[string]string) bool {
 	if len(got) != len(want) {
 		return false

@@ -28,3 +28,15 @@ func ChildPID(t testing.TB, file, what string) int {
 	t.Cleanup(func() { _ = syscall.Kill(n, syscall.SIGKILL) })
 	return n
 }
+
+// ProcessCPU is this process's user + system CPU time so far (getrusage):
+// steadier than wall time on a shared machine, for benchmarks that report
+// CPU per operation.
+func ProcessCPU(tb testing.TB) time.Duration {
+	tb.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

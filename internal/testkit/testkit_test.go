@@ -74,6 +74,30 @@ func TestMetric(t *testing.T) {
 	}
 }
 
+func TestMetricSum(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "q_total"}, []string{"query", "outcome"})
+	reg.MustRegister(c)
+	c.WithLabelValues("route", "ok").Add(3)
+	c.WithLabelValues("route", "error").Add(1)
+	c.WithLabelValues("doc", "ok").Add(5)
+	for _, tc := range []struct {
+		name  string
+		match map[string]string
+		want  float64
+	}{
+		{"q_total", nil, 9},
+		{"q_total", map[string]string{"query": "route"}, 4},
+		{"q_total", map[string]string{"query": "route", "outcome": "ok"}, 3},
+		{"q_total", map[string]string{"query": "none"}, 0},
+		{"absent", nil, 0},
+	} {
+		if got := MetricSum(t, reg, tc.name, tc.match); got != tc.want {
+			t.Errorf("%s%v: got %v; want %v", tc.name, tc.match, got, tc.want)
+		}
+	}
+}
+
 func TestDocument(t *testing.T) {
 	title, a := Document(3, 4096)
 	_, b := Document(3, 4096)
