@@ -25,6 +25,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
+	"github.com/bailinghub/knowledge-sidecar/mcpserver"
 	"github.com/bailinghub/knowledge-sidecar/native"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 	"github.com/bailinghub/knowledge-sidecar/rollout"
@@ -87,6 +88,22 @@ type benchWorld struct {
 	turns    map[string][]byte
 	core     *fakecore.Core
 	cat      *catalog.MemCatalog
+}
+
+// benchMCP is the MCP tools' backend as package sidecar builds it
+// (sidecar/mcp.go), cut to what the benchmarks ask: the knowledge service
+// in process as the caller the edge put in the context (no audit group,
+// no native Core).
+type benchMCP struct{ k *knowledge.Service }
+
+func (m benchMCP) Search(ctx context.Context, body []byte) ([]byte, error) {
+	c := MCPCallOf(ctx)
+	return m.k.Search(ctx, c.Authorization, c.Route, bytes.NewReader(body))
+}
+
+func (m benchMCP) Read(ctx context.Context, body []byte) ([]byte, error) {
+	c := MCPCallOf(ctx)
+	return m.k.Read(ctx, c.Authorization, c.Route, bytes.NewReader(body))
 }
 
 func newBenchWorld(b testing.TB) *benchWorld { return newBenchWorldWith(b, nil) }
@@ -160,7 +177,12 @@ func newBenchWorldWith(b testing.TB, rt http.RoundTripper) *benchWorld {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s, err := New(Options{CoreURL: u, Transport: rt, Features: &Features{Knowledge: svc, Native: nd, Turns: ti, Rollout: pol}})
+	mcpH, err := mcpserver.NewHTTP(mcpserver.HTTPOptions{Knowledge: benchMCP{svc}, Budget: NewMCPBudget(0, nil)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := New(Options{CoreURL: u, Transport: rt, Features: &Features{Knowledge: svc, Native: nd, Turns: ti, Rollout: pol,
+		MCPHandler: mcpH}})
 	if err != nil {
 		b.Fatal(err)
 	}

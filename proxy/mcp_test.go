@@ -29,6 +29,7 @@ func (t *recordingTransport) RoundTrip(r *http.Request) (*http.Response, error) 
 func TestMCPWithoutHandlerIsCores(t *testing.T) {
 	rt := &recordingTransport{}
 	w := newBenchWorldWith(t, rt)
+	w.server.feat.mcp = nil // features built with no MCP handler
 	h := w.server.Handler()
 	path := "/agent-api/v1/workspaces/" + benchRouteOn + "/knowledge/mcp"
 	for _, method := range []string{http.MethodPost, http.MethodGet} {
