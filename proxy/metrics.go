@@ -74,11 +74,22 @@ const (
 // alert or a panel reads 0, not "no data", before the first event).
 var (
 	upstreamKinds = []string{"dial", "timeout", "canceled", "protocol", "other"} // classifyUpstreamError
-	decisions     = []rolloutDecision{decisionEnabled, decisionDisabled, decisionNative, decisionInvalidRoute}
+	decisions     = []string{string(decisionEnabled), string(decisionDisabled), string(decisionNative), string(decisionInvalidRoute)}
 	reloadResults = []string{"ok", "rejected"} // ObserveReload
 )
 
 func newMetrics(reg prometheus.Registerer, version string) *metrics {
+	// counter is a one-label counter whose values all exist from the start.
+	counter := func(name, help, label string, values []string) *prometheus.CounterVec {
+		v := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help}, []string{label})
+		for _, l := range values {
+			v.WithLabelValues(l)
+		}
+		return v
+	}
+	gauge := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help})
+	}
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "http_requests_total",
@@ -89,37 +100,17 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 			Help:    "Time to answer (headers and body), by handler.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"handler"}),
-		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "http_requests_in_flight", Help: "Requests being served.",
-		}),
-		upstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "upstream_errors_total",
-			Help: "Pass-through requests that got no answer from Core, by kind (dial, timeout, canceled, protocol, other).",
-		}, []string{"kind"}),
-		ready: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "ready", Help: "1 while /readyz answers 200.",
-		}),
-		rollout: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "rollout_decisions_total",
-			Help: "Knowledge and turn requests by rollout decision (enabled, disabled, native, invalid_route).",
-		}, []string{"decision"}),
-		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "config_reloads_total",
-			Help: "SIGHUP configuration reloads by result (ok, rejected).",
-		}, []string{"result"}),
+		inFlight: gauge("http_requests_in_flight", "Requests being served."),
+		upstreamErrors: counter("upstream_errors_total",
+			"Pass-through requests that got no answer from Core, by kind (dial, timeout, canceled, protocol, other).", "kind", upstreamKinds),
+		ready: gauge("ready", "1 while /readyz answers 200."),
+		rollout: counter("rollout_decisions_total",
+			"Knowledge and turn requests by rollout decision (enabled, disabled, native, invalid_route).", "decision", decisions),
+		reloads: counter("config_reloads_total", "SIGHUP configuration reloads by result (ok, rejected).", "result", reloadResults),
 	}
 	m.byHandler = map[string]*handlerSeries{}
 	for _, name := range append(routeNames(), handlerPassthrough) {
 		m.byHandler[name] = &handlerSeries{name: name, duration: m.duration.WithLabelValues(name), vec: m.requests}
-	}
-	for _, k := range upstreamKinds {
-		m.upstreamErrors.WithLabelValues(k)
-	}
-	for _, d := range decisions {
-		m.rollout.WithLabelValues(string(d))
-	}
-	for _, r := range reloadResults {
-		m.reloads.WithLabelValues(r)
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: namespace, Name: "build_info", Help: "Build information; always 1.",
