@@ -218,6 +218,7 @@ func TestBodyMinimumRate(t *testing.T) {
 	}
 
 	t.Run("trickle is cut after the window", func(t *testing.T) {
+		t.Parallel() // each on its own connection: the waits overlap
 		conn := dialRaw(t, sc.Addr)
 		conn.send(t, head("/up", 100000)+strings.Repeat("x", 1000))
 		stop := make(chan struct{})
@@ -238,6 +239,7 @@ func TestBodyMinimumRate(t *testing.T) {
 	})
 
 	t.Run("upload that keeps the rate runs past the window", func(t *testing.T) {
+		t.Parallel() // each on its own connection: the waits overlap
 		const chunk, chunks = 1000, 40 // 1000 bytes per 100 ms: 10 kB/s for 4 s
 		conn := dialRaw(t, sc.Addr)
 		conn.send(t, head("/up", chunk*chunks))
@@ -254,6 +256,7 @@ func TestBodyMinimumRate(t *testing.T) {
 	})
 
 	t.Run("a stream after the body is not cut", func(t *testing.T) {
+		t.Parallel() // each on its own connection: the waits overlap
 		conn := dialRaw(t, sc.Addr)
 		conn.send(t, head("/events", 2)+"{}")
 		res, body := conn.response(t)
@@ -263,6 +266,7 @@ func TestBodyMinimumRate(t *testing.T) {
 	})
 
 	t.Run("whole-body deadline", func(t *testing.T) {
+		t.Parallel() // each on its own connection: the waits overlap
 		sc := StartSidecar(t, SidecarOptions{CoreURL: u.URL, Limits: proxy.Limits{BodyTimeout: window}})
 		conn := dialRaw(t, sc.Addr)
 		conn.send(t, head("/up", 10<<20))

@@ -364,6 +364,7 @@ func TestStalledBodies(t *testing.T) {
 	}
 	for name, path := range paths {
 		t.Run("unauthenticated_"+name, func(t *testing.T) {
+			t.Parallel() // each on its own connection: the waits overlap
 			conn := dialRaw(t, host)
 			// A body announced at 8000 bytes of which a few ever come; the
 			// idle timeout is made long so that only an early answer passes.
@@ -387,6 +388,7 @@ func TestStalledBodies(t *testing.T) {
 			}
 		})
 		t.Run("authenticated_stall_"+name, func(t *testing.T) {
+			t.Parallel()
 			conn := dialRaw(t, host)
 			conn.send(t, head(path, w.TokenA, 8000, "")+`{"query":"`)
 			res, body := conn.response(t)
@@ -398,12 +400,13 @@ func TestStalledBodies(t *testing.T) {
 			}
 			stalls := 1.0
 			if name == "turns" {
-				stalls = 2 // the unauthenticated one's too
+				stalls = 2 // the unauthenticated one's too (run beside this one)
 			}
 			testkit.WaitMetric(t, side.Registry, "knowledge_sidecar_http_requests_total", map[string]string{"handler": name, "code": "408"}, stalls)
 		})
 	}
 	t.Run("pass-through stall", func(t *testing.T) {
+		t.Parallel()
 		n := tap.count()
 		conn := dialRaw(t, host)
 		conn.send(t, head("/agent-api/v1/workspaces/"+route+"/tools/x", w.TokenA, 8000, "")+"partial")
@@ -417,6 +420,7 @@ func TestStalledBodies(t *testing.T) {
 		_ = n
 	})
 	t.Run("trickle that keeps coming is not cut", func(t *testing.T) {
+		t.Parallel()
 		conn := dialRaw(t, host)
 		body := []byte(`{"query":"refund window","limit":1}`)
 		conn.send(t, head(paths["search"], w.TokenA, len(body), ""))
