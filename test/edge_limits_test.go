@@ -239,7 +239,7 @@ func TestBodyMinimumRate(t *testing.T) {
 	})
 
 	t.Run("upload that keeps the rate runs past the window", func(t *testing.T) {
-		t.Parallel() // each on its own connection: the waits overlap
+		t.Parallel()                   // each on its own connection: the waits overlap
 		const chunk, chunks = 1000, 40 // 1000 bytes per 100 ms: 10 kB/s for 4 s
 		conn := dialRaw(t, sc.Addr)
 		conn.send(t, head("/up", chunk*chunks))
