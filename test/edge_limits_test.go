@@ -239,7 +239,7 @@ func TestBodyMinimumRate(t *testing.T) {
 	})
 
 	t.Run("upload that keeps the rate runs past the window", func(t *testing.T) {
-		t.Parallel()                   // each on its own connection: the waits overlap
+		t.Parallel()
 		const chunk, chunks = 1000, 40 // 1000 bytes per 100 ms: 10 kB/s for 4 s
 		conn := dialRaw(t, sc.Addr)
 		conn.send(t, head("/up", chunk*chunks))
@@ -256,7 +256,7 @@ func TestBodyMinimumRate(t *testing.T) {
 	})
 
 	t.Run("a stream after the body is not cut", func(t *testing.T) {
-		t.Parallel() // each on its own connection: the waits overlap
+		t.Parallel()
 		conn := dialRaw(t, sc.Addr)
 		conn.send(t, head("/events", 2)+"{}")
 		res, body := conn.response(t)
@@ -266,7 +266,7 @@ func TestBodyMinimumRate(t *testing.T) {
 	})
 
 	t.Run("whole-body deadline", func(t *testing.T) {
-		t.Parallel() // each on its own connection: the waits overlap
+		t.Parallel()
 		sc := StartSidecar(t, SidecarOptions{CoreURL: u.URL, Limits: proxy.Limits{BodyTimeout: window}})
 		conn := dialRaw(t, sc.Addr)
 		conn.send(t, head("/up", 10<<20))
