@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/hostclient"
@@ -18,6 +20,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/mcpserver"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
+	"github.com/bailinghub/knowledge-sidecar/telemetry"
 )
 
 // The remote MCP endpoint's handler (SPEC §10): mcpserver's stateless
@@ -150,7 +153,9 @@ const nativeCallTimeout = 30 * time.Second
 // no query or fragment); were it refused, the result is nil and the MCP
 // endpoint of a native Core passes through. Its errors are hostclient's:
 // they name the method, Core's host and a reason, never the bearer or the
-// body.
+// body. The MCP request's trace context (its SERVER span, when tracing is
+// on) goes to Core as traceparent and tracestate, as on the Core client's
+// own requests, so Core's spans of a tool call join the host's trace.
 func newNativeMCP(cfg config.Config, tlsCfg *tls.Config) func(context.Context, *proxy.MCPCall, string, []byte) (*hostclient.Response, error) {
 	t := coreTransport(cfg, tlsCfg, cfg.Proxy.ResponseHeaderTimeout)
 	// No token of its own: every call sends its caller's Authorization.
@@ -159,9 +164,10 @@ func newNativeMCP(cfg config.Config, tlsCfg *tls.Config) func(context.Context, *
 		return nil
 	}
 	return func(ctx context.Context, call *proxy.MCPCall, endpoint string, body []byte) (*hostclient.Response, error) {
+		h := http.Header{"Authorization": {call.Authorization}}
+		telemetry.Propagator.Inject(ctx, propagation.HeaderCarrier(h))
 		return c.Do(ctx, hostclient.Request{
-			Method: http.MethodPost, URL: c.URL(call.Route.String(), endpoint), Body: body,
-			Header: http.Header{"Authorization": {call.Authorization}},
+			Method: http.MethodPost, URL: c.URL(call.Route.String(), endpoint), Body: body, Header: h,
 		})
 	}
 }

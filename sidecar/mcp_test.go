@@ -5,9 +5,13 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
 	"github.com/bailinghub/knowledge-sidecar/hostclient"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
@@ -88,5 +92,40 @@ func TestMCPNativeAnswers(t *testing.T) {
 				t.Errorf("the refusal names Core: %q", got.Message)
 			}
 		})
+	}
+}
+
+// TestNativeMCPCarriesTraceContext: a tool's request to a native Core goes
+// to the route's knowledge endpoint with the caller's bearer and the MCP
+// request's trace context (traceparent), so Core's spans join the trace.
+func TestNativeMCPCarriesTraceContext(t *testing.T) {
+	var got http.Header
+	var path string
+	core := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, path = r.Header.Clone(), r.URL.Path
+		_, _ = w.Write([]byte(`{"hints":[]}`))
+	}))
+	defer core.Close()
+	cfg := config.Defaults()
+	cfg.Core.URL = core.URL
+	native := newNativeMCP(cfg, nil)
+	if native == nil {
+		t.Fatal("no native client for an http core.url")
+	}
+	sc := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36},
+		SpanID:  trace.SpanID{0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7}, TraceFlags: trace.FlagsSampled,
+	})
+	route, _ := corefacts.ParseRouteKey("kb-multi")
+	ctx := trace.ContextWithSpanContext(context.Background(), sc)
+	res, err := native(ctx, &proxy.MCPCall{Authorization: "Bearer tok", Route: route}, nativeSearch, []byte(`{"query":"q"}`))
+	if err != nil || res.Status != 200 {
+		t.Fatalf("got %v, %v; want Core's 200", res, err)
+	}
+	if want := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"; got.Get("Traceparent") != want {
+		t.Errorf("traceparent %q; want %q", got.Get("Traceparent"), want)
+	}
+	if got.Get("Authorization") != "Bearer tok" || path != "/agent-api/v1/workspaces/kb-multi/knowledge/search" {
+		t.Errorf("Core got %s with %q; want the route's search with the caller's bearer", path, got.Get("Authorization"))
 	}
 }
