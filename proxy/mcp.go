@@ -39,9 +39,10 @@ type MCPBudget struct {
 // NewMCPBudget is the answer budget of the MCP handler, an
 // mcpserver.Budget (config proxy.mcp_answer_budget; 0:
 // DefaultMCPAnswerBudget; negative: none, a nil *MCPBudget, which admits
-// everything), shared out by the client of each request the edge admitted: one client
-// address holds at most a quarter of it, but at least 8 MiB. Its gauge
-// mcp_answer_budget_used_bytes is registered with reg (nil: none).
+// everything), shared out by the client of each request the edge
+// admitted: one client address holds at most a quarter of it, but at
+// least 8 MiB. Its gauge mcp_answer_budget_used_bytes is registered with
+// reg (nil: none).
 func NewMCPBudget(total int64, reg prometheus.Registerer) *MCPBudget {
 	switch {
 	case total < 0:
