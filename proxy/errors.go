@@ -178,13 +178,20 @@ func closeConn(w http.ResponseWriter) {
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(earlyAnswerLinger))
 }
 
-// knowledgeError is err as the knowledge error it is answered with: a
-// ledger or catalog failure is 503 knowledge_unavailable. A 5xx cause is
-// logged here, never sent.
+// knowledgeError is err as the knowledge error it is answered with
+// (KnowledgeError with the edge's logger).
 func (s *Server) knowledgeError(ctx context.Context, err error) *knowledge.Error {
+	return KnowledgeError(ctx, s.log, err)
+}
+
+// KnowledgeError is err as the knowledge error it is answered with: a
+// ledger or catalog failure is 503 knowledge_unavailable. A 5xx cause is
+// logged to log with the request's id, never sent: on every path that
+// answers a knowledge request (the edge's, the MCP tools' backend).
+func KnowledgeError(ctx context.Context, log *slog.Logger, err error) *knowledge.Error {
 	ke := knowledge.AsError(err)
 	if ke.Status >= 500 {
-		s.log.LogAttrs(ctx, slog.LevelWarn, "knowledge request failed", slog.String("request_id", requestID(ctx)),
+		log.LogAttrs(ctx, slog.LevelWarn, "knowledge request failed", slog.String("request_id", requestID(ctx)),
 			slog.String("code", string(ke.Code)), slog.Any("cause", ke.Err))
 	}
 	return ke

@@ -38,9 +38,13 @@ type mcpBackend struct {
 	// native asks a native Core's knowledge endpoint ("search" or "read");
 	// nil when core.url is no URL hostclient takes (MCPCall.Native is then
 	// never set: the edge passes such requests through).
-	native func(ctx context.Context, call *proxy.MCPCall, endpoint string, body []byte) (*hostclient.Response, error)
+	native nativeCaller
 	log    *slog.Logger
 }
+
+// nativeCaller asks a native Core's knowledge endpoint ("search" or
+// "read") as call, with body; err is no answer at all.
+type nativeCaller func(ctx context.Context, call *proxy.MCPCall, endpoint string, body []byte) (*hostclient.Response, error)
 
 // Core's knowledge endpoints the tools call after a flip (the last path
 // segment).
@@ -79,17 +83,13 @@ func (m *mcpBackend) caller(ctx context.Context) (*proxy.MCPCall, context.Contex
 	return proxy.MCPCallOf(ctx), ctx
 }
 
-// fail is err as the knowledge error a tool reports, its 5xx cause logged.
+// fail is err as the knowledge error a tool reports, its 5xx cause logged
+// as the edge logs it.
 func (m *mcpBackend) fail(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
-	ke := knowledge.AsError(err)
-	if ke.Status >= 500 {
-		m.log.LogAttrs(ctx, slog.LevelWarn, "knowledge request failed", slog.String("request_id", proxy.RequestID(ctx)),
-			slog.String("code", string(ke.Code)), slog.Any("cause", ke.Err))
-	}
-	return ke
+	return proxy.KnowledgeError(ctx, m.log, err)
 }
 
 // Begin and End make mcpBackend an mcpserver.Recorder: a tool call's
@@ -156,7 +156,7 @@ const nativeCallTimeout = 30 * time.Second
 // body. The MCP request's trace context (its SERVER span, when tracing is
 // on) goes to Core as traceparent and tracestate, as on the Core client's
 // own requests, so Core's spans of a tool call join the host's trace.
-func newNativeMCP(cfg config.Config, tlsCfg *tls.Config) func(context.Context, *proxy.MCPCall, string, []byte) (*hostclient.Response, error) {
+func newNativeMCP(cfg config.Config, tlsCfg *tls.Config) nativeCaller {
 	t := coreTransport(cfg, tlsCfg, cfg.Proxy.ResponseHeaderTimeout)
 	// No token of its own: every call sends its caller's Authorization.
 	c, err := hostclient.New(cfg.Core.URL, "", "", &http.Client{Transport: t, Timeout: nativeCallTimeout})
