@@ -461,6 +461,26 @@ func sentinelFailover(t *testing.T, waitReplicas int, lossy bool) {
 		return err == nil && len(role) > 0 && role[0] == "master"
 	}
 	failoverScenario(t, sharedredis.ModeSentinel, url, waitReplicas, lossy, failover, settled)
+	// Leave the set whole for later tests: the old primary back, as a
+	// replica that has caught up (WAIT 1 answers again).
+	if !testkit.Poll(30*time.Second, func() bool { return sentinelWhole(t.Context(), sent, o.MasterName) }) {
+		t.Errorf("the sentinel set's primary has no replica in sync 30s after the failover")
+	}
+}
+
+// sentinelWhole: the primary Sentinel names has its one replica online and
+// caught up (see replicaCaughtUp: "online" alone can still be a replica
+// loading its resync snapshot, which answers no WAIT).
+func sentinelWhole(ctx context.Context, sent *redis.SentinelClient, name string) bool {
+	addr, err := sent.GetMasterAddrByName(ctx, name).Result()
+	if err != nil {
+		return false
+	}
+	n := redis.NewClient(&redis.Options{Addr: strings.Join(addr, ":")})
+	defer n.Close()
+	info, err := n.Info(ctx, "replication").Result()
+	return err == nil && strings.Contains(info, "role:master") && strings.Contains(info, "connected_slaves:1") &&
+		strings.Contains(info, ",state=online,") && replicaCaughtUp(info)
 }
 
 // TestScaleClusterStoppedPrimary: the primary holding session A's records

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
@@ -50,13 +52,24 @@ func TestScaleLedgerLatency(t *testing.T) {
 	waited := topoLedgerWait(t, sharedredis.ModeSentinel, sentinelURL, sp, 1)
 
 	// After a failover test the set may still lack a replica for WAIT
-	// (Sentinel turns the old primary into one about 10s after the switch).
+	// (Sentinel turns the old primary into one about 10s after the switch,
+	// and a replica that just resynced answers no WAIT until it has caught
+	// up): wait for the set to be whole, then for WAIT to answer.
+	o, err := redis.ParseFailoverURL(sentinelURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := redis.NewSentinelClient(&redis.Options{Addr: o.SentinelAddrs[0]})
+	t.Cleanup(func() { sent.Close() })
 	if !testkit.Poll(30*time.Second, func() bool {
+		if !sentinelWhole(t.Context(), sent, o.MasterName) {
+			return false
+		}
 		k := ledger.Key{SessionID: "lat-ready-" + randomToken(t, "")[:8], Route: "kb-multi", ConversationID: "c", TurnID: "t", UserMessageID: "m"}
 		_, err := waited.Reserve(t.Context(), k, "inline")
 		return err == nil
 	}) {
-		t.Fatal("the sentinel set has no replica acknowledging WAIT after 30s")
+		t.Fatal("the sentinel set has no replica in sync acknowledging WAIT after 30s")
 	}
 	reserveLatencies(t, single, 50) // warm the pools and the script caches
 	reserveLatencies(t, cluster, 50)
