@@ -16,8 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	otellog "go.opentelemetry.io/otel/log"
 
+	"github.com/bailinghub/knowledge-sidecar/internal/prom"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
-	"github.com/bailinghub/knowledge-sidecar/telemetry"
 )
 
 // Stdout is the audit.file value that writes events to standard output.
@@ -115,19 +115,19 @@ func Open(o Options) (*Log, error) {
 		l.f, l.w, l.checked = f, f, l.now()
 	}
 	l.events = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: telemetry.Namespace, Name: "audit_events_total",
+		Namespace: prom.Namespace, Name: "audit_events_total",
 		Help: "Disclosure audit events written, by endpoint (search, read, turn, mcp for every mcp:<tool>, other).",
 	}, []string{"endpoint"})
 	l.failures = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: telemetry.Namespace, Name: "audit_failures_total",
+		Namespace: prom.Namespace, Name: "audit_failures_total",
 		Help: "Disclosure audit events that could not be written (the answer was refused under audit.on_failure: refuse).",
 	})
 	for _, e := range endpoints {
 		l.events.WithLabelValues(e)
 	}
 	if o.Registerer != nil {
-		l.events = telemetry.Register(o.Registerer, l.events)
-		l.failures = telemetry.Register(o.Registerer, l.failures)
+		l.events = prom.Register(o.Registerer, l.events)
+		l.failures = prom.Register(o.Registerer, l.failures)
 	}
 	return l, nil
 }

@@ -3,7 +3,7 @@ package breaker
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/bailinghub/knowledge-sidecar/telemetry"
+	"github.com/bailinghub/knowledge-sidecar/internal/prom"
 )
 
 // Metrics holds the breaker collectors. All methods are safe on a nil
@@ -30,17 +30,17 @@ var breakerTargets = []breakerState{stateClosed, stateHalfOpen, stateOpen}
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: telemetry.Namespace, Subsystem: "core", Name: "breaker_state",
+			Namespace: prom.Namespace, Subsystem: "core", Name: "breaker_state",
 			Help: "Circuit breaker state per operation family: 0 closed, 1 half-open, 2 open.",
 		}, []string{"family"}),
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: telemetry.Namespace, Subsystem: "core", Name: "breaker_transitions_total",
+			Namespace: prom.Namespace, Subsystem: "core", Name: "breaker_transitions_total",
 			Help: "Circuit breaker state changes per operation family and target state.",
 		}, []string{"family", "to"}),
 	}
 	if reg != nil {
-		m.state = telemetry.Register(reg, m.state)
-		m.transitions = telemetry.Register(reg, m.transitions)
+		m.state = prom.Register(reg, m.state)
+		m.transitions = prom.Register(reg, m.transitions)
 	}
 	return m
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
-	"github.com/bailinghub/knowledge-sidecar/telemetry"
+	"github.com/bailinghub/knowledge-sidecar/internal/prom"
 )
 
 // Core's per-client rate limit on the sidecar's own credential (CORE_FACTS
@@ -116,17 +116,17 @@ func NewClientLimitCheck(cat clientLimitCatalog, appID string, log *slog.Logger,
 	r := &ClientLimitCheck{
 		cat: cat, appID: appID, log: log,
 		limit: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: telemetry.Namespace, Subsystem: "core", Name: "client_rate_limit_per_minute",
+			Namespace: prom.Namespace, Subsystem: "core", Name: "client_rate_limit_per_minute",
 			Help: "rate_limit_per_min of the sidecar's own Core client (core.client_app_id), which every /kb/search call draws on; 0 means unlimited.",
 		}),
 		capacity: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: telemetry.Namespace, Subsystem: "core", Name: "search_capacity_per_minute",
+			Namespace: prom.Namespace, Subsystem: "core", Name: "search_capacity_per_minute",
 			Help: "Knowledge searches a minute, all sessions together, that the Core client's rate limit allows on the route with the most knowledge bases (one /kb/search call per KB); +Inf when unlimited.",
 		}),
 	}
 	if reg != nil {
-		r.limit = telemetry.Register(reg, r.limit)
-		r.capacity = telemetry.Register(reg, r.capacity)
+		r.limit = prom.Register(reg, r.limit)
+		r.capacity = prom.Register(reg, r.capacity)
 	}
 	return r
 }

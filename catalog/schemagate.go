@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
-	"github.com/bailinghub/knowledge-sidecar/telemetry"
+	"github.com/bailinghub/knowledge-sidecar/internal/prom"
 )
 
 // schemaCatalog is what SchemaGate guards: the catalog methods plus the
@@ -89,16 +89,16 @@ func NewSchemaGate(c schemaCatalog, interval time.Duration, now func() time.Time
 	}
 	g := &SchemaGate{inner: c, interval: interval, now: now, first: min(SchemaFirstBackoff, interval),
 		gauge: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: telemetry.Namespace, Subsystem: "catalog", Name: "schema_ok",
+			Namespace: prom.Namespace, Subsystem: "catalog", Name: "schema_ok",
 			Help: "1 once the catalog schema check passed (Core's knowledge and agent tables are present).",
 		})}
 	g.taskGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: telemetry.Namespace, Name: "task_control_state",
+		Namespace: prom.Namespace, Name: "task_control_state",
 		Help: "1 for the presence state of Core's task-control tables (absent: no task rules; partial: TASK_UNAVAILABLE; enforced); all 0 until probed.",
 	}, []string{"state"})
 	if reg != nil {
-		g.gauge = telemetry.Register(reg, g.gauge)
-		g.taskGauge = telemetry.Register(reg, g.taskGauge)
+		g.gauge = prom.Register(reg, g.gauge)
+		g.taskGauge = prom.Register(reg, g.taskGauge)
 	}
 	for _, st := range corefacts.TaskControlStates {
 		g.taskGauge.WithLabelValues(string(st)).Set(0)

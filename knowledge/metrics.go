@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bailinghub/knowledge-sidecar/internal/prom"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
 
@@ -37,14 +38,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	m := &metrics{}
 	var err error
-	if m.requests, err = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Subsystem: "knowledge", Name: "requests_total",
+	if m.requests, err = prom.TryRegister(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: prom.Namespace, Subsystem: "knowledge", Name: "requests_total",
 		Help: "Knowledge endpoint requests by endpoint and answer code (ok or error code).",
 	}, []string{"endpoint", "code"})); err != nil {
 		return nil, err
 	}
-	if m.duration, err = register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: namespace, Subsystem: "knowledge", Name: "request_duration_seconds",
+	if m.duration, err = prom.TryRegister(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: prom.Namespace, Subsystem: "knowledge", Name: "request_duration_seconds",
 		Help:    "Time spent answering knowledge endpoint requests.",
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 	}, []string{"endpoint"})); err != nil {
@@ -76,8 +77,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		"code", labels(taskCodes)); err != nil {
 		return nil, err
 	}
-	m.readBytes, err = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: namespace, Subsystem: "knowledge", Name: "read_content_bytes_total",
+	m.readBytes, err = prom.TryRegister(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: prom.Namespace, Subsystem: "knowledge", Name: "read_content_bytes_total",
 		Help: "Document content bytes served by read pages.",
 	}))
 	if err != nil {
@@ -86,41 +87,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-// namespace is telemetry.Namespace: knowledge imports only config,
-// corefacts and protocol of ours (sidecar/layering_test.go).
-const namespace = "knowledge_sidecar"
-
-// register registers c, or reuses an identical collector already registered
-// (two Services on one registry share their metrics): telemetry.TryRegister,
-// copied for the same reason as namespace.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing, nil
-			}
-		}
-		return c, err
-	}
-	return c, nil
-}
-
-// counterVec builds knowledge_sidecar_knowledge_<name>{label}, registers it
-// on reg (reusing an identical one: two Services on one registry share their
-// metrics) and creates the series of each closed label value at 0, so
-// dashboards see zeros.
+// counterVec builds knowledge_sidecar_knowledge_<name>{label} with the
+// series of each closed label value at 0 and registers it on reg, reusing
+// an identical one (two Services on one registry share their metrics).
 func counterVec(reg prometheus.Registerer, name, help, label string, values []string) (*prometheus.CounterVec, error) {
-	c, err := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Subsystem: "knowledge", Name: name, Help: help,
-	}, []string{label}))
-	if err != nil {
-		return nil, err
-	}
-	for _, v := range values {
-		c.WithLabelValues(v)
-	}
-	return c, nil
+	return prom.TryRegister(reg, prom.CounterVec(prometheus.CounterOpts{Subsystem: "knowledge", Name: name, Help: help}, label, values))
 }
 
 // labels are codes as label values.

@@ -9,6 +9,8 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
+
+	"github.com/bailinghub/knowledge-sidecar/internal/prom"
 )
 
 // SharedLimiter is a per-session rate limit that several replicas draw from
@@ -55,10 +57,10 @@ func newLimiter(rps rate.Limit, burst int, now func() time.Time, shared SharedLi
 	}
 	if reg != nil {
 		c := prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "knowledge_sidecar", Name: "rate_limit_fallback_total",
+			Namespace: prom.Namespace, Name: "rate_limit_fallback_total",
 			Help: "Rate-limit decisions taken by the replica's local bucket because the shared (Redis) bucket could not be reached.",
 		})
-		if l.fallback, err = register(reg, c); err != nil {
+		if l.fallback, err = prom.TryRegister(reg, c); err != nil {
 			return nil, err
 		}
 	}

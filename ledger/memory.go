@@ -11,7 +11,7 @@ import (
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/bailinghub/knowledge-sidecar/telemetry"
+	"github.com/bailinghub/knowledge-sidecar/internal/prom"
 )
 
 // MaxSessionEntries caps the records one Agent Session holds in the memory
@@ -60,7 +60,7 @@ const evictionsHelp = "Turn-mode records the memory ledger evicted before ledger
 
 func newEvictions() *prometheus.CounterVec {
 	v := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: telemetry.Namespace, Name: "ledger_evictions_total",
+		Namespace: prom.Namespace, Name: "ledger_evictions_total",
 		Help: evictionsHelp,
 	}, []string{"bound"})
 	v.WithLabelValues(EvictedSession)
@@ -131,7 +131,7 @@ func (m *Memory) Register(reg prometheus.Registerer) {
 // registers it too, so the series exist whatever the backend (Redis keeps
 // every record for its TTL: they stay 0).
 func RegisterEvictions(reg prometheus.Registerer) *prometheus.CounterVec {
-	return telemetry.Register(reg, newEvictions())
+	return prom.Register(reg, newEvictions())
 }
 
 // SessionCap is how many records one session may hold.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/bailinghub/knowledge-sidecar/telemetry"
+	"github.com/bailinghub/knowledge-sidecar/internal/prom"
 )
 
 // Retrying is a Ledger whose failed releases are not lost (SPEC §7). A
@@ -91,13 +91,13 @@ func NewRetrying(l Ledger, ttl time.Duration, now func() time.Time) *Retrying {
 	}
 	r := &Retrying{Ledger: l, ttl: ttl, now: now, wake: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{})}
-	r.m.retries = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: telemetry.Namespace, Name: "ledger_release_retries_total",
+	r.m.retries = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: prom.Namespace, Name: "ledger_release_retries_total",
 		Help: "Turn-ledger releases that failed and were retried in the background, by how they ended (released, expired: the record's ttl passed first, dropped: too many pending)."},
 		[]string{"result"})
 	for _, v := range []string{retryReleased, retryExpired, retryDropped} {
 		r.m.retries.WithLabelValues(v)
 	}
-	r.m.pending = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: telemetry.Namespace, Name: "ledger_pending_releases",
+	r.m.pending = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: prom.Namespace, Name: "ledger_pending_releases",
 		Help: "Turn-ledger releases that failed and wait to be retried."})
 	return r
 }

@@ -1,6 +1,10 @@
 package mcpserver
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bailinghub/knowledge-sidecar/internal/prom"
+)
 
 // RequestCounter registers mcp_requests_total with reg (nil: none) and
 // returns what counts one request into it (HTTPOptions.Observe). Every
@@ -8,7 +12,7 @@ import "github.com/prometheus/client_golang/prometheus"
 // rather than no data.
 func RequestCounter(reg prometheus.Registerer) func(method, outcome string) {
 	v := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "knowledge_sidecar", Name: "mcp_requests_total",
+		Namespace: prom.Namespace, Name: "mcp_requests_total",
 		Help: "Remote MCP requests by JSON-RPC method (initialize, notifications/initialized, server/discover, ping, tools/list, tools/call, other) and outcome (ok, tool_error: a tool result with isError, error: a JSON-RPC error).",
 	}, []string{"method", "outcome"})
 	for _, method := range MethodLabels {

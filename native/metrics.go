@@ -1,13 +1,17 @@
 package native
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bailinghub/knowledge-sidecar/internal/prom"
+)
 
 // StateMetric registers core_protocol_state with reg (nil: none) and
 // returns the Options.OnState that keeps it: 1 for the current state, 0
 // for the others.
 func StateMetric(reg prometheus.Registerer) func(State) {
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: "knowledge_sidecar", Name: "core_protocol_state",
+		Namespace: prom.Namespace, Name: "core_protocol_state",
 		Help: "1 for the current native-detection state of the Core (unknown, legacy, native).",
 	}, []string{"state"})
 	if reg != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/internal/prom"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 )
@@ -51,7 +52,7 @@ func NewMCPBudget(total int64, reg prometheus.Registerer) *MCPBudget {
 		total = DefaultMCPAnswerBudget
 	}
 	used := prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: namespace, Name: "mcp_answer_budget_used_bytes",
+		Namespace: prom.Namespace, Name: "mcp_answer_budget_used_bytes",
 		Help: "Bytes of proxy.mcp_answer_budget held by MCP tool calls being answered (the pages they keep, their results and the results' encodings).",
 	})
 	if reg != nil {

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bailinghub/knowledge-sidecar/internal/prom"
 )
 
 // metrics are the edge's own series. Labels come from closed sets only:
@@ -56,8 +58,6 @@ func (m *metrics) handler(name string) *handlerSeries {
 	return &handlerSeries{name: name, duration: m.duration.WithLabelValues(name), vec: m.requests}
 }
 
-const namespace = "knowledge_sidecar"
-
 // Label values of the edge's metrics: closed sets, one constant each. The
 // turn feature's series are package turn's (turn.Metrics), the native
 // detector's package native's (native.StateMetric).
@@ -81,22 +81,18 @@ var (
 func newMetrics(reg prometheus.Registerer, version string) *metrics {
 	// counter is a one-label counter whose values all exist from the start.
 	counter := func(name, help, label string, values []string) *prometheus.CounterVec {
-		v := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help}, []string{label})
-		for _, l := range values {
-			v.WithLabelValues(l)
-		}
-		return v
+		return prom.CounterVec(prometheus.CounterOpts{Name: name, Help: help}, label, values)
 	}
 	gauge := func(name, help string) prometheus.Gauge {
-		return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help})
+		return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: prom.Namespace, Name: name, Help: help})
 	}
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "http_requests_total",
+			Namespace: prom.Namespace, Name: "http_requests_total",
 			Help: "Requests answered, by handler and status code (499: client went away mid-response).",
 		}, []string{"handler", "code"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "http_request_duration_seconds",
+			Namespace: prom.Namespace, Name: "http_request_duration_seconds",
 			Help:    "Time to answer (headers and body), by handler.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"handler"}),
@@ -113,7 +109,7 @@ func newMetrics(reg prometheus.Registerer, version string) *metrics {
 		m.byHandler[name] = &handlerSeries{name: name, duration: m.duration.WithLabelValues(name), vec: m.requests}
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: namespace, Name: "build_info", Help: "Build information; always 1.",
+		Namespace: prom.Namespace, Name: "build_info", Help: "Build information; always 1.",
 	}, []string{"version", "goversion"})
 	build.WithLabelValues(version, runtime.Version()).Set(1)
 	if reg != nil {

@@ -33,6 +33,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/coreclient"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/internal/prom"
 	"github.com/bailinghub/knowledge-sidecar/knowledge"
 	"github.com/bailinghub/knowledge-sidecar/ledger"
 	"github.com/bailinghub/knowledge-sidecar/mcpauth"
@@ -547,7 +548,7 @@ func (a *App) buildMCP(cfg config.Config, deps Deps, svc *knowledge.Service, cli
 	}
 	// oauth_requests_total exists (at 0) whether or not the front is on.
 	oauthRequests := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "knowledge_sidecar", Name: "oauth_requests_total",
+		Namespace: prom.Namespace, Name: "oauth_requests_total",
 		Help: "Requests of the OAuth front MCP hosts sign in through (SPEC §12), by endpoint and outcome.",
 	}, []string{"endpoint", "outcome"})
 	for _, e := range mcpauth.Endpoints {

@@ -33,16 +33,18 @@ func TestLayering(t *testing.T) {
 		{dir: "corefacts", stdOnly: true},
 		{dir: "corefacts/jsstring", stdOnly: true},
 		{dir: "internal/jsonscan", stdOnly: true},
+		// The metric helpers every package shares: the Prometheus client only.
+		{dir: "internal/prom", ours: []string{}},
 		{dir: "corelink", stdOnly: true},
-		{dir: "knowledge", ours: []string{"corefacts", "corefacts/jsstring", "corelink", "protocol"},
+		{dir: "knowledge", ours: []string{"corefacts", "corefacts/jsstring", "corelink", "internal/prom", "protocol"},
 			forbidden: []string{"github.com/labstack/echo/", "net/http/httputil"}},
-		{dir: "turn", ours: []string{"corefacts", "corefacts/jsstring", "internal/jsonscan", "knowledge", "ledger", "protocol"},
+		{dir: "turn", ours: []string{"corefacts", "corefacts/jsstring", "internal/jsonscan", "internal/prom", "knowledge", "ledger", "protocol"},
 			forbidden: []string{"github.com/labstack/echo/", "net/http/httputil"}},
 		{dir: "coreclient", forbidden: []string{mod + "catalog", mod + "knowledge", mod + "proxy", mod + "turn", mod + "ledger", mod + "sidecar"}},
 		{dir: "catalog", forbidden: []string{mod + "coreclient", mod + "knowledge", mod + "proxy", mod + "turn", mod + "ledger", mod + "sidecar"}},
-		{dir: "breaker", ours: []string{"corefacts", "telemetry"}},
+		{dir: "breaker", ours: []string{"corefacts", "internal/prom", "telemetry"}},
 		{dir: "rollout", ours: []string{"corefacts"}},
-		{dir: "native", ours: []string{"corefacts", "protocol"},
+		{dir: "native", ours: []string{"corefacts", "internal/prom", "protocol"},
 			forbidden: []string{"github.com/labstack/echo/", "net/http/httputil"}},
 		// The edge reaches Core's adapters only through the decisions:
 		// proxy → knowledge, turn, native → coreclient, catalog. It is handed
@@ -51,7 +53,7 @@ func TestLayering(t *testing.T) {
 		// requests to an MCPHandler).
 		{dir: "proxy", forbidden: []string{mod + "coreclient", mod + "catalog", mod + "breaker", mod + "sidecar", mod + "hostclient",
 			mod + "ledger", mod + "config", mod + "mcpserver"}},
-		{dir: "audit", ours: []string{"corefacts/jsstring", "knowledge", "protocol", "telemetry"},
+		{dir: "audit", ours: []string{"corefacts/jsstring", "internal/prom", "knowledge", "protocol"},
 			forbidden: []string{"github.com/labstack/echo/", "net/http/httputil"}},
 		// The checker is the independent oracle: its own copy of the wire
 		// facts (conformance/oracle.go), never package protocol's.
@@ -68,7 +70,7 @@ func TestLayering(t *testing.T) {
 		// small interface, no edge types.
 		{dir: "mcpauth", ours: []string{"corefacts"},
 			forbidden: []string{"github.com/labstack/echo/", "net/http/httputil"}},
-		{dir: "ledger", ours: []string{"sharedredis", "telemetry"}},
+		{dir: "ledger", ours: []string{"internal/prom", "sharedredis"}},
 		// The Core double follows Core's facts, never the sidecar's code; the
 		// binary links it (demo), so nothing of it may come from test/.
 		{dir: "internal/fakecore", ours: []string{"corefacts", "corefacts/jsstring", "protocol"}},

@@ -9,9 +9,9 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/catalog"
 	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/internal/prom"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 	"github.com/bailinghub/knowledge-sidecar/rollout"
-	"github.com/bailinghub/knowledge-sidecar/telemetry"
 )
 
 // Status is the document GET /-/status serves on the admin listener: what
@@ -147,7 +147,7 @@ func (a *App) gauges() gaugeValues {
 	if err != nil && len(mfs) == 0 {
 		return g
 	}
-	ns := telemetry.Namespace + "_"
+	ns := prom.Namespace + "_"
 	for _, mf := range mfs {
 		for _, m := range mf.GetMetric() {
 			labels := map[string]string{}

@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bailinghub/knowledge-sidecar/internal/prom"
 )
 
 // Calls are the two series an upstream or an endpoint keeps about its
@@ -29,23 +31,23 @@ type CallsOpts struct {
 
 // NewCalls builds the two collectors in Namespace and registers them on reg
 // (nil: unregistered), reusing equal collectors already registered there
-// (see TryRegister).
+// (see prom.TryRegister).
 func NewCalls(reg prometheus.Registerer, o CallsOpts) (Calls, error) {
 	c := Calls{
 		Total: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Subsystem: o.Subsystem, Name: o.TotalName, Help: o.TotalHelp,
+			Namespace: prom.Namespace, Subsystem: o.Subsystem, Name: o.TotalName, Help: o.TotalHelp,
 		}, []string{o.KeyLabel, o.OutcomeLabel}),
 		Duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: Namespace, Subsystem: o.Subsystem, Name: o.DurationName, Help: o.DurationHelp,
+			Namespace: prom.Namespace, Subsystem: o.Subsystem, Name: o.DurationName, Help: o.DurationHelp,
 			Buckets: o.Buckets,
 		}, []string{o.KeyLabel}),
 	}
 	if reg != nil {
 		var err error
-		if c.Total, err = TryRegister(reg, c.Total); err != nil {
+		if c.Total, err = prom.TryRegister(reg, c.Total); err != nil {
 			return c, err
 		}
-		if c.Duration, err = TryRegister(reg, c.Duration); err != nil {
+		if c.Duration, err = prom.TryRegister(reg, c.Duration); err != nil {
 			return c, err
 		}
 	}

@@ -26,6 +26,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/bailinghub/knowledge-sidecar/internal/prom"
 )
 
 // ServiceName is service.name unless OTEL_SERVICE_NAME (or service.name in
@@ -57,11 +59,11 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Exported: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "knowledge_sidecar", Subsystem: "tracing", Name: "spans_exported_total",
+			Namespace: prom.Namespace, Subsystem: "tracing", Name: "spans_exported_total",
 			Help: "Spans the OTLP exporter delivered to the collector.",
 		}),
 		Dropped: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "knowledge_sidecar", Subsystem: "tracing", Name: "spans_dropped_total",
+			Namespace: prom.Namespace, Subsystem: "tracing", Name: "spans_dropped_total",
 			Help: "Finished spans never delivered: the export queue was full or the collector failed or could not be reached.",
 		}),
 	}

@@ -7,6 +7,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/bailinghub/knowledge-sidecar/internal/prom"
 )
 
 // Metrics is the Recorder that counts, traces and logs the turn feature's
@@ -29,25 +31,20 @@ type Metrics struct {
 // logs a failed release to log (nil: discarded) with the request id
 // requestID reads from the request's context (nil: none).
 func NewMetrics(reg prometheus.Registerer, log *slog.Logger, requestID func(context.Context) string) *Metrics {
-	const ns = "knowledge_sidecar"
 	counterVec := func(name, help string, label string, values []string) *prometheus.CounterVec {
-		v := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help}, []string{label})
-		for _, l := range values {
-			v.WithLabelValues(l)
-		}
-		return v
+		return prom.CounterVec(prometheus.CounterOpts{Name: name, Help: help}, label, values)
 	}
 	m := &Metrics{
 		turns: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: ns, Name: "turns_total",
+			Namespace: prom.Namespace, Name: "turns_total",
 			Help: "Intercepted turns by knowledge delivery mode and outcome.",
 		}, []string{"mode", "outcome"}),
 		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: ns, Name: "ledger_conflicts_total",
+			Namespace: prom.Namespace, Name: "ledger_conflicts_total",
 			Help: "Turn retries refused because the turn is bound to another delivery mode.",
 		}),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: ns, Name: "ledger_errors_total",
+			Namespace: prom.Namespace, Name: "ledger_errors_total",
 			Help: "Turn-mode ledger backend failures.",
 		}),
 		failOpen: counterVec("ledger_fail_open_total",
