@@ -2,12 +2,9 @@ package coreclient
 
 import (
 	"net/http"
-	"strconv"
 	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bailinghub/knowledge-sidecar/telemetry"
@@ -35,43 +32,27 @@ func pathTemplate(path string) string {
 	return path[:i] + workspacesPrefix + "{route}" + rest[j:]
 }
 
-// startSpan starts the CLIENT span of one request to Core, child of the
-// span in its context, and injects traceparent/tracestate. When the parent
-// is not sampled only the headers are injected (no span is recorded).
+// startSpan starts the CLIENT span of one request to Core
+// (telemetry.StartCoreSpan), named by its method and path template.
 func (c *Client) startSpan(req *http.Request) (*http.Request, trace.Span) {
-	ctx := req.Context()
 	tmpl := pathTemplate(strings.TrimPrefix(req.URL.Path, c.base.Path))
-	ctx, span := c.tracer.Start(ctx, req.Method+" "+tmpl, trace.WithSpanKind(trace.SpanKindClient))
-	if span.IsRecording() {
-		span.SetAttributes(
-			attribute.String("http.request.method", req.Method),
-			attribute.String("url.template", tmpl),
-			attribute.String("server.address", c.base.Hostname()),
-			attribute.String("knowledge_sidecar.peer", "core"),
-		)
-	}
-	req = req.WithContext(ctx)
-	telemetry.Propagator.Inject(ctx, propagation.HeaderCarrier(req.Header))
-	return req, span
+	ctx, span := telemetry.StartCoreSpan(req.Context(), c.tracer, req.Method+" "+tmpl, req.Method, c.base.Hostname(), req.Header,
+		attribute.String("url.template", tmpl))
+	return req.WithContext(ctx), span
 }
 
-// endSpan records the outcome: 4xx and 5xx are errors on a client span.
+// endSpan records the outcome: 4xx and 5xx are errors on a client span; a
+// body that failed after a good status is "body", no answer "transport".
 func endSpan(span trace.Span, resp *http.Response, err error) {
-	if span.IsRecording() {
-		switch {
-		case resp != nil:
-			span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
-			if resp.StatusCode >= 400 {
-				span.SetAttributes(attribute.String("error.type", strconv.Itoa(resp.StatusCode)))
-				span.SetStatus(codes.Error, "")
-			} else if err != nil {
-				span.SetAttributes(attribute.String("error.type", "body"))
-				span.SetStatus(codes.Error, "")
-			}
-		case err != nil:
-			span.SetAttributes(attribute.String("error.type", "transport"))
-			span.SetStatus(codes.Error, "")
+	status, errType := 0, ""
+	switch {
+	case resp != nil:
+		status = resp.StatusCode
+		if err != nil {
+			errType = "body"
 		}
+	case err != nil:
+		errType = "transport"
 	}
-	span.End()
+	telemetry.EndCoreSpan(span, status, errType)
 }

@@ -156,29 +156,17 @@ func (t *tracingTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		return t.next.RoundTrip(req)
 	}
 	name, m := spanMethod(req.Method)
-	ctx, span := t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(
-			attribute.String("http.request.method", m),
-			attribute.String("server.address", req.URL.Hostname()),
-			attribute.String("knowledge_sidecar.peer", "core"),
-		))
-	telemetry.Propagator.Inject(ctx, propagation.HeaderCarrier(req.Header))
+	ctx, span := telemetry.StartCoreSpan(ctx, t.tracer, name, m, req.URL.Hostname(), req.Header)
 	res, err := t.next.RoundTrip(req.WithContext(ctx))
-	switch {
-	case err != nil:
-		kind, _ := classifyUpstreamError(ctx, err)
-		span.SetAttributes(attribute.String("error.type", kind))
-		span.SetStatus(codes.Error, "")
-	default:
-		span.SetAttributes(attribute.Int("http.response.status_code", res.StatusCode))
-		if res.StatusCode >= 400 {
-			span.SetAttributes(attribute.String("error.type", strconv.Itoa(res.StatusCode)))
-			span.SetStatus(codes.Error, "")
-		}
+	status, errType := 0, ""
+	if err != nil {
+		errType, _ = classifyUpstreamError(ctx, err)
+	} else {
+		status = res.StatusCode
 	}
 	// The span covers the exchange up to Core's response headers; the
 	// body streams to the client after it.
-	span.End()
+	telemetry.EndCoreSpan(span, status, errType)
 	return res, err
 }
 
