@@ -263,19 +263,16 @@ func newUniversalClient(o Options) (redis.UniversalClient, error) {
 	off := &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	switch opts := parsed.(type) {
 	case *redis.Options:
-		opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = o.DialTimeout, o.OpTimeout, o.OpTimeout
-		opts.ContextTimeoutEnabled = true
-		opts.DialerRetries, opts.MaxRetries = 1, 1
-		opts.DisableIdentity = true
+		failFast(o, &opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout, &opts.ContextTimeoutEnabled,
+			&opts.DialerRetries, &opts.MaxRetries, &opts.DisableIdentity)
 		opts.MaintNotificationsConfig = off
 		if opts.Network != "unix" {
 			opts.TLSConfig = tc
 		}
 		return redis.NewClient(opts), nil
 	case *redis.ClusterOptions:
-		opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = o.DialTimeout, o.OpTimeout, o.OpTimeout
-		opts.ContextTimeoutEnabled = true
-		opts.DialerRetries, opts.MaxRetries = 1, 1
+		failFast(o, &opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout, &opts.ContextTimeoutEnabled,
+			&opts.DialerRetries, &opts.MaxRetries, &opts.DisableIdentity)
 		// A MOVED or ASK during resharding or a failover is followed at
 		// most this often per command before it fails (503).
 		opts.MaxRedirects = 3
@@ -284,17 +281,25 @@ func newUniversalClient(o Options) (redis.UniversalClient, error) {
 		// asks for a reload on each timeout (Client.NoteFailure) and re-reads it
 		// every few seconds regardless.
 		opts.ClusterStateReloadInterval = clusterReloadInterval
-		opts.DisableIdentity = true
 		opts.MaintNotificationsConfig = off
 		opts.TLSConfig = tc
 		return redis.NewClusterClient(opts), nil
 	case *redis.FailoverOptions:
-		opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = o.DialTimeout, o.OpTimeout, o.OpTimeout
-		opts.ContextTimeoutEnabled = true
-		opts.DialerRetries, opts.MaxRetries = 1, 1
-		opts.DisableIdentity = true
+		failFast(o, &opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout, &opts.ContextTimeoutEnabled,
+			&opts.DialerRetries, &opts.MaxRetries, &opts.DisableIdentity)
 		opts.TLSConfig = tc
 		return redis.NewFailoverClient(opts), nil
 	}
 	return nil, errors.New("sharedredis: redis mode is not one of single, cluster, sentinel")
+}
+
+// failFast sets the fields the three go-redis option types share (passed
+// as pointers to one value's fields): o's dial and operation timeouts, the
+// context's deadline honoured, one dial attempt and one retry, no CLIENT
+// SETINFO.
+func failFast(o Options, dial, read, write *time.Duration, ctxTimeout *bool, dialRetries, retries *int, noIdentity *bool) {
+	*dial, *read, *write = o.DialTimeout, o.OpTimeout, o.OpTimeout
+	*ctxTimeout = true
+	*dialRetries, *retries = 1, 1
+	*noIdentity = true
 }
