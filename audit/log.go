@@ -114,17 +114,10 @@ func Open(o Options) (*Log, error) {
 		}
 		l.f, l.w, l.checked = f, f, l.now()
 	}
-	l.events = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: prom.Namespace, Name: "audit_events_total",
-		Help: "Disclosure audit events written, by endpoint (search, read, turn, mcp for every mcp:<tool>, other).",
-	}, []string{"endpoint"})
-	l.failures = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: prom.Namespace, Name: "audit_failures_total",
-		Help: "Disclosure audit events that could not be written (the answer was refused under audit.on_failure: refuse).",
-	})
-	for _, e := range endpoints {
-		l.events.WithLabelValues(e)
-	}
+	l.events = prom.ClosedCounter("audit_events_total",
+		"Disclosure audit events written, by endpoint (search, read, turn, mcp for every mcp:<tool>, other).", "endpoint", endpoints)
+	l.failures = prom.Counter("audit_failures_total",
+		"Disclosure audit events that could not be written (the answer was refused under audit.on_failure: refuse).")
 	if o.Registerer != nil {
 		l.events = prom.Register(o.Registerer, l.events)
 		l.failures = prom.Register(o.Registerer, l.failures)

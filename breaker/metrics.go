@@ -29,14 +29,10 @@ var breakerTargets = []breakerState{stateClosed, stateHalfOpen, stateOpen}
 // catalog each ask for them).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: prom.Namespace, Subsystem: "core", Name: "breaker_state",
-			Help: "Circuit breaker state per operation family: 0 closed, 1 half-open, 2 open.",
-		}, []string{"family"}),
-		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: prom.Namespace, Subsystem: "core", Name: "breaker_transitions_total",
-			Help: "Circuit breaker state changes per operation family and target state.",
-		}, []string{"family", "to"}),
+		state: prom.GaugeVec("core_breaker_state",
+			"Circuit breaker state per operation family: 0 closed, 1 half-open, 2 open.", "family"),
+		transitions: prom.CounterVec("core_breaker_transitions_total",
+			"Circuit breaker state changes per operation family and target state.", "family", "to"),
 	}
 	if reg != nil {
 		m.state = prom.Register(reg, m.state)

@@ -115,14 +115,10 @@ func NewClientLimitCheck(cat clientLimitCatalog, appID string, log *slog.Logger,
 	}
 	r := &ClientLimitCheck{
 		cat: cat, appID: appID, log: log,
-		limit: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: prom.Namespace, Subsystem: "core", Name: "client_rate_limit_per_minute",
-			Help: "rate_limit_per_min of the sidecar's own Core client (core.client_app_id), which every /kb/search call draws on; 0 means unlimited.",
-		}),
-		capacity: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: prom.Namespace, Subsystem: "core", Name: "search_capacity_per_minute",
-			Help: "Knowledge searches a minute, all sessions together, that the Core client's rate limit allows on the route with the most knowledge bases (one /kb/search call per KB); +Inf when unlimited.",
-		}),
+		limit: prom.Gauge("core_client_rate_limit_per_minute",
+			"rate_limit_per_min of the sidecar's own Core client (core.client_app_id), which every /kb/search call draws on; 0 means unlimited."),
+		capacity: prom.Gauge("core_search_capacity_per_minute",
+			"Knowledge searches a minute, all sessions together, that the Core client's rate limit allows on the route with the most knowledge bases (one /kb/search call per KB); +Inf when unlimited."),
 	}
 	if reg != nil {
 		r.limit = prom.Register(reg, r.limit)

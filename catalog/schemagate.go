@@ -88,14 +88,10 @@ func NewSchemaGate(c schemaCatalog, interval time.Duration, now func() time.Time
 		now = time.Now
 	}
 	g := &SchemaGate{inner: c, interval: interval, now: now, first: min(SchemaFirstBackoff, interval),
-		gauge: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: prom.Namespace, Subsystem: "catalog", Name: "schema_ok",
-			Help: "1 once the catalog schema check passed (Core's knowledge and agent tables are present).",
-		})}
-	g.taskGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: prom.Namespace, Name: "task_control_state",
-		Help: "1 for the presence state of Core's task-control tables (absent: no task rules; partial: TASK_UNAVAILABLE; enforced); all 0 until probed.",
-	}, []string{"state"})
+		gauge: prom.Gauge("catalog_schema_ok",
+			"1 once the catalog schema check passed (Core's knowledge and agent tables are present).")}
+	g.taskGauge = prom.GaugeVec("task_control_state",
+		"1 for the presence state of Core's task-control tables (absent: no task rules; partial: TASK_UNAVAILABLE; enforced); all 0 until probed.", "state")
 	if reg != nil {
 		g.gauge = prom.Register(reg, g.gauge)
 		g.taskGauge = prom.Register(reg, g.taskGauge)

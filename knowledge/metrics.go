@@ -38,17 +38,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	m := &metrics{}
 	var err error
-	if m.requests, err = prom.TryRegister(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: prom.Namespace, Subsystem: "knowledge", Name: "requests_total",
-		Help: "Knowledge endpoint requests by endpoint and answer code (ok or error code).",
-	}, []string{"endpoint", "code"})); err != nil {
+	if m.requests, err = prom.TryRegister(reg, prom.CounterVec("knowledge_requests_total",
+		"Knowledge endpoint requests by endpoint and answer code (ok or error code).", "endpoint", "code")); err != nil {
 		return nil, err
 	}
-	if m.duration, err = prom.TryRegister(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: prom.Namespace, Subsystem: "knowledge", Name: "request_duration_seconds",
-		Help:    "Time spent answering knowledge endpoint requests.",
-		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
-	}, []string{"endpoint"})); err != nil {
+	if m.duration, err = prom.TryRegister(reg, prom.HistogramVec("knowledge_request_duration_seconds",
+		"Time spent answering knowledge endpoint requests.", []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}, "endpoint")); err != nil {
 		return nil, err
 	}
 	// Pre-create the closed label sets so dashboards see zeros.
@@ -77,10 +72,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		"code", labels(taskCodes)); err != nil {
 		return nil, err
 	}
-	m.readBytes, err = prom.TryRegister(reg, prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: prom.Namespace, Subsystem: "knowledge", Name: "read_content_bytes_total",
-		Help: "Document content bytes served by read pages.",
-	}))
+	m.readBytes, err = prom.TryRegister(reg, prom.Counter("knowledge_read_content_bytes_total",
+		"Document content bytes served by read pages."))
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +84,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 // series of each closed label value at 0 and registers it on reg, reusing
 // an identical one (two Services on one registry share their metrics).
 func counterVec(reg prometheus.Registerer, name, help, label string, values []string) (*prometheus.CounterVec, error) {
-	return prom.TryRegister(reg, prom.CounterVec(prometheus.CounterOpts{Subsystem: "knowledge", Name: name, Help: help}, label, values))
+	return prom.TryRegister(reg, prom.ClosedCounter("knowledge_"+name, help, label, values))
 }
 
 // labels are codes as label values.

@@ -56,10 +56,8 @@ func newLimiter(rps rate.Limit, burst int, now func() time.Time, shared SharedLi
 		return nil, err
 	}
 	if reg != nil {
-		c := prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: prom.Namespace, Name: "rate_limit_fallback_total",
-			Help: "Rate-limit decisions taken by the replica's local bucket because the shared (Redis) bucket could not be reached.",
-		})
+		c := prom.Counter("rate_limit_fallback_total",
+			"Rate-limit decisions taken by the replica's local bucket because the shared (Redis) bucket could not be reached.")
 		if l.fallback, err = prom.TryRegister(reg, c); err != nil {
 			return nil, err
 		}

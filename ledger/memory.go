@@ -59,13 +59,7 @@ const (
 const evictionsHelp = "Turn-mode records the memory ledger evicted before ledger.ttl, by bound (session: the session held its cap of records; ledger: the ledger held max_entries). An evicted turn can be switched to the other mode."
 
 func newEvictions() *prometheus.CounterVec {
-	v := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: prom.Namespace, Name: "ledger_evictions_total",
-		Help: evictionsHelp,
-	}, []string{"bound"})
-	v.WithLabelValues(EvictedSession)
-	v.WithLabelValues(EvictedLedger)
-	return v
+	return prom.ClosedCounter("ledger_evictions_total", evictionsHelp, "bound", []string{EvictedSession, EvictedLedger})
 }
 
 type memEntry struct {

@@ -91,14 +91,10 @@ func NewRetrying(l Ledger, ttl time.Duration, now func() time.Time) *Retrying {
 	}
 	r := &Retrying{Ledger: l, ttl: ttl, now: now, wake: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{})}
-	r.m.retries = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: prom.Namespace, Name: "ledger_release_retries_total",
-		Help: "Turn-ledger releases that failed and were retried in the background, by how they ended (released, expired: the record's ttl passed first, dropped: too many pending)."},
-		[]string{"result"})
-	for _, v := range []string{retryReleased, retryExpired, retryDropped} {
-		r.m.retries.WithLabelValues(v)
-	}
-	r.m.pending = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: prom.Namespace, Name: "ledger_pending_releases",
-		Help: "Turn-ledger releases that failed and wait to be retried."})
+	r.m.retries = prom.ClosedCounter("ledger_release_retries_total",
+		"Turn-ledger releases that failed and were retried in the background, by how they ended (released, expired: the record's ttl passed first, dropped: too many pending).",
+		"result", []string{retryReleased, retryExpired, retryDropped})
+	r.m.pending = prom.Gauge("ledger_pending_releases", "Turn-ledger releases that failed and wait to be retried.")
 	return r
 }
 

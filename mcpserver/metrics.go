@@ -11,10 +11,8 @@ import (
 // method and outcome exists at 0 from the start, so dashboards read 0
 // rather than no data.
 func RequestCounter(reg prometheus.Registerer) func(method, outcome string) {
-	v := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: prom.Namespace, Name: "mcp_requests_total",
-		Help: "Remote MCP requests by JSON-RPC method (initialize, notifications/initialized, server/discover, ping, tools/list, tools/call, other) and outcome (ok, tool_error: a tool result with isError, error: a JSON-RPC error).",
-	}, []string{"method", "outcome"})
+	v := prom.CounterVec("mcp_requests_total",
+		"Remote MCP requests by JSON-RPC method (initialize, notifications/initialized, server/discover, ping, tools/list, tools/call, other) and outcome (ok, tool_error: a tool result with isError, error: a JSON-RPC error).", "method", "outcome")
 	for _, method := range MethodLabels {
 		for _, o := range []string{OutcomeOK, OutcomeToolError, OutcomeError} {
 			v.WithLabelValues(method, o)

@@ -10,10 +10,8 @@ import (
 // returns the Options.OnState that keeps it: 1 for the current state, 0
 // for the others.
 func StateMetric(reg prometheus.Registerer) func(State) {
-	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: prom.Namespace, Name: "core_protocol_state",
-		Help: "1 for the current native-detection state of the Core (unknown, legacy, native).",
-	}, []string{"state"})
+	g := prom.GaugeVec("core_protocol_state",
+		"1 for the current native-detection state of the Core (unknown, legacy, native).", "state")
 	if reg != nil {
 		reg.MustRegister(g)
 	}

@@ -55,20 +55,19 @@ type limitMetrics struct {
 func newLimitMetrics(reg prometheus.Registerer) *limitMetrics {
 	limits := []string{limitConnections, limitInFlight, limitTurnBody}
 	m := &limitMetrics{
-		rejected: prom.CounterVec(prometheus.CounterOpts{Name: "overload_rejections_total",
-			Help: "Requests and connections answered 503 because a bound was reached, by bound (one client's share included)."}, "limit", limits),
-		share: prom.CounterVec(prometheus.CounterOpts{Name: "client_share_rejections_total",
-			Help: "Requests and connections answered 503 because their client address held its whole share of a bound, by bound."}, "limit", limits),
-		idleClosed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: prom.Namespace, Name: "idle_connections_closed_total",
-			Help: "Idle keep-alive connections closed to make room for a new connection under the connection caps."}),
-		open: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: prom.Namespace, Name: "open_connections",
-			Help: "Client connections open on the proxy listener."}),
-		idle: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: prom.Namespace, Name: "idle_connections",
-			Help: "Client connections open on the proxy listener and idle between keep-alive requests (the first closed when a connection cap is short)."}),
-		turnBody: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: prom.Namespace, Name: "turn_body_budget_used_bytes",
-			Help: "Bytes of the turn body budget held by turns being read or intercepted."}),
-		ambig: prometheus.NewCounter(prometheus.CounterOpts{Namespace: prom.Namespace, Name: "ambiguous_framing_total",
-			Help: "Requests with both Content-Length and Transfer-Encoding, or Transfer-Encoding on HTTP/1.0, whose connection was closed after the answer."}),
+		rejected: prom.ClosedCounter("overload_rejections_total",
+			"Requests and connections answered 503 because a bound was reached, by bound (one client's share included).", "limit", limits),
+		share: prom.ClosedCounter("client_share_rejections_total",
+			"Requests and connections answered 503 because their client address held its whole share of a bound, by bound.", "limit", limits),
+		idleClosed: prom.Counter("idle_connections_closed_total",
+			"Idle keep-alive connections closed to make room for a new connection under the connection caps."),
+		open: prom.Gauge("open_connections", "Client connections open on the proxy listener."),
+		idle: prom.Gauge("idle_connections",
+			"Client connections open on the proxy listener and idle between keep-alive requests (the first closed when a connection cap is short)."),
+		turnBody: prom.Gauge("turn_body_budget_used_bytes",
+			"Bytes of the turn body budget held by turns being read or intercepted."),
+		ambig: prom.Counter("ambiguous_framing_total",
+			"Requests with both Content-Length and Transfer-Encoding, or Transfer-Encoding on HTTP/1.0, whose connection was closed after the answer."),
 	}
 	reg.MustRegister(m.rejected, m.share, m.idleClosed, m.open, m.idle, m.turnBody, m.ambig)
 	return m

@@ -51,10 +51,8 @@ func NewMCPBudget(total int64, reg prometheus.Registerer) *MCPBudget {
 	case total == 0:
 		total = DefaultMCPAnswerBudget
 	}
-	used := prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: prom.Namespace, Name: "mcp_answer_budget_used_bytes",
-		Help: "Bytes of proxy.mcp_answer_budget held by MCP tool calls being answered (the pages they keep, their results and the results' encodings).",
-	})
+	used := prom.Gauge("mcp_answer_budget_used_bytes",
+		"Bytes of proxy.mcp_answer_budget held by MCP tool calls being answered (the pages they keep, their results and the results' encodings).")
 	if reg != nil {
 		reg.MustRegister(used)
 	}

@@ -79,38 +79,25 @@ var (
 )
 
 func newMetrics(reg prometheus.Registerer, version string) *metrics {
-	// counter is a one-label counter whose values all exist from the start.
-	counter := func(name, help, label string, values []string) *prometheus.CounterVec {
-		return prom.CounterVec(prometheus.CounterOpts{Name: name, Help: help}, label, values)
-	}
-	gauge := func(name, help string) prometheus.Gauge {
-		return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: prom.Namespace, Name: name, Help: help})
-	}
 	m := &metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: prom.Namespace, Name: "http_requests_total",
-			Help: "Requests answered, by handler and status code (499: client went away mid-response).",
-		}, []string{"handler", "code"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: prom.Namespace, Name: "http_request_duration_seconds",
-			Help:    "Time to answer (headers and body), by handler.",
-			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
-		}, []string{"handler"}),
-		inFlight: gauge("http_requests_in_flight", "Requests being served."),
-		upstreamErrors: counter("upstream_errors_total",
+		requests: prom.CounterVec("http_requests_total",
+			"Requests answered, by handler and status code (499: client went away mid-response).", "handler", "code"),
+		duration: prom.HistogramVec("http_request_duration_seconds",
+			"Time to answer (headers and body), by handler.", []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}, "handler"),
+		inFlight: prom.Gauge("http_requests_in_flight", "Requests being served."),
+		upstreamErrors: prom.ClosedCounter("upstream_errors_total",
 			"Pass-through requests that got no answer from Core, by kind (dial, timeout, canceled, protocol, other).", "kind", upstreamKinds),
-		ready: gauge("ready", "1 while /readyz answers 200."),
-		rollout: counter("rollout_decisions_total",
+		ready: prom.Gauge("ready", "1 while /readyz answers 200."),
+		rollout: prom.ClosedCounter("rollout_decisions_total",
 			"Knowledge and turn requests by rollout decision (enabled, disabled, native, invalid_route).", "decision", decisions),
-		reloads: counter("config_reloads_total", "SIGHUP configuration reloads by result (ok, rejected).", "result", reloadResults),
+		reloads: prom.ClosedCounter("config_reloads_total",
+			"SIGHUP configuration reloads by result (ok, rejected).", "result", reloadResults),
 	}
 	m.byHandler = map[string]*handlerSeries{}
 	for _, name := range append(routeNames(), handlerPassthrough) {
 		m.byHandler[name] = &handlerSeries{name: name, duration: m.duration.WithLabelValues(name), vec: m.requests}
 	}
-	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: prom.Namespace, Name: "build_info", Help: "Build information; always 1.",
-	}, []string{"version", "goversion"})
+	build := prom.GaugeVec("build_info", "Build information; always 1.", "version", "goversion")
 	build.WithLabelValues(version, runtime.Version()).Set(1)
 	if reg != nil {
 		reg.MustRegister(m.requests, m.duration, m.inFlight, m.upstreamErrors, m.ready, m.rollout, m.reloads, build)

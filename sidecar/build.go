@@ -547,10 +547,8 @@ func (a *App) buildMCP(cfg config.Config, deps Deps, svc *knowledge.Service, cli
 		return opts, nil, nil, err
 	}
 	// oauth_requests_total exists (at 0) whether or not the front is on.
-	oauthRequests := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: prom.Namespace, Name: "oauth_requests_total",
-		Help: "Requests of the OAuth front MCP hosts sign in through (SPEC §12), by endpoint and outcome.",
-	}, []string{"endpoint", "outcome"})
+	oauthRequests := prom.CounterVec("oauth_requests_total",
+		"Requests of the OAuth front MCP hosts sign in through (SPEC §12), by endpoint and outcome.", "endpoint", "outcome")
 	for _, e := range mcpauth.Endpoints {
 		for _, o := range mcpauth.Outcomes {
 			oauthRequests.WithLabelValues(e, o)

@@ -34,13 +34,8 @@ type CallsOpts struct {
 // (see prom.TryRegister).
 func NewCalls(reg prometheus.Registerer, o CallsOpts) (Calls, error) {
 	c := Calls{
-		Total: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: prom.Namespace, Subsystem: o.Subsystem, Name: o.TotalName, Help: o.TotalHelp,
-		}, []string{o.KeyLabel, o.OutcomeLabel}),
-		Duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: prom.Namespace, Subsystem: o.Subsystem, Name: o.DurationName, Help: o.DurationHelp,
-			Buckets: o.Buckets,
-		}, []string{o.KeyLabel}),
+		Total:    prom.CounterVec(prometheus.BuildFQName("", o.Subsystem, o.TotalName), o.TotalHelp, o.KeyLabel, o.OutcomeLabel),
+		Duration: prom.HistogramVec(prometheus.BuildFQName("", o.Subsystem, o.DurationName), o.DurationHelp, o.Buckets, o.KeyLabel),
 	}
 	if reg != nil {
 		var err error

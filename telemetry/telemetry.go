@@ -58,14 +58,9 @@ type Metrics struct {
 // NewMetrics builds and registers the span counters on reg (nil: unregistered).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		Exported: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: prom.Namespace, Subsystem: "tracing", Name: "spans_exported_total",
-			Help: "Spans the OTLP exporter delivered to the collector.",
-		}),
-		Dropped: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: prom.Namespace, Subsystem: "tracing", Name: "spans_dropped_total",
-			Help: "Finished spans never delivered: the export queue was full or the collector failed or could not be reached.",
-		}),
+		Exported: prom.Counter("tracing_spans_exported_total", "Spans the OTLP exporter delivered to the collector."),
+		Dropped: prom.Counter("tracing_spans_dropped_total",
+			"Finished spans never delivered: the export queue was full or the collector failed or could not be reached."),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Exported, m.Dropped)

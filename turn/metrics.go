@@ -31,29 +31,19 @@ type Metrics struct {
 // logs a failed release to log (nil: discarded) with the request id
 // requestID reads from the request's context (nil: none).
 func NewMetrics(reg prometheus.Registerer, log *slog.Logger, requestID func(context.Context) string) *Metrics {
-	counterVec := func(name, help string, label string, values []string) *prometheus.CounterVec {
-		return prom.CounterVec(prometheus.CounterOpts{Name: name, Help: help}, label, values)
-	}
 	m := &Metrics{
-		turns: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: prom.Namespace, Name: "turns_total",
-			Help: "Intercepted turns by knowledge delivery mode and outcome.",
-		}, []string{"mode", "outcome"}),
-		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: prom.Namespace, Name: "ledger_conflicts_total",
-			Help: "Turn retries refused because the turn is bound to another delivery mode.",
-		}),
-		errors: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: prom.Namespace, Name: "ledger_errors_total",
-			Help: "Turn-mode ledger backend failures.",
-		}),
-		failOpen: counterVec("ledger_fail_open_total",
+		turns: prom.CounterVec("turns_total",
+			"Intercepted turns by knowledge delivery mode and outcome.", "mode", "outcome"),
+		conflicts: prom.Counter("ledger_conflicts_total",
+			"Turn retries refused because the turn is bound to another delivery mode."),
+		errors: prom.Counter("ledger_errors_total", "Turn-mode ledger backend failures."),
+		failOpen: prom.ClosedCounter("ledger_fail_open_total",
 			"Turns without knowledge_delivery forwarded unbound because identity or the ledger could not be reached (reason: identity, ledger).",
 			"reason", MetricLabels.FailOpen),
-		releases: counterVec("ledger_releases_total",
+		releases: prom.ClosedCounter("ledger_releases_total",
 			"Turn attempts whose share of the turn's ledger records was released, by reason (refused: Core answered 4xx; not_sent: Core never received the request).",
 			"reason", MetricLabels.Releases),
-		hints: counterVec("turn_hints_total",
+		hints: prom.ClosedCounter("turn_hints_total",
 			"On-demand turns answered by same-run hints outcome (minted, none, failed, off).",
 			"outcome", MetricLabels.Hints),
 		log:       log,

@@ -41,12 +41,41 @@ func TryRegister[C prometheus.Collector](reg prometheus.Registerer, c C) (C, err
 	return c, nil
 }
 
-// CounterVec is a one-label counter (namespace Namespace) whose series of
-// each value in values exist from the start at 0, so that a panel or an
-// alert reads 0, not "no data", before the first event.
-func CounterVec(o prometheus.CounterOpts, label string, values []string) *prometheus.CounterVec {
-	o.Namespace = Namespace
-	v := prometheus.NewCounterVec(o, []string{label})
+// The constructors below name a metric knowledge_sidecar_<name>: name
+// carries any subsystem ("knowledge_requests_total"). Registration is the
+// caller's (Register, TryRegister, or a registry's MustRegister).
+
+// Counter is the counter knowledge_sidecar_<name>.
+func Counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help})
+}
+
+// Gauge is the gauge knowledge_sidecar_<name>.
+func Gauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: name, Help: help})
+}
+
+// CounterVec is the counter knowledge_sidecar_<name> by labels.
+func CounterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help}, labels)
+}
+
+// GaugeVec is the gauge knowledge_sidecar_<name> by labels.
+func GaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: name, Help: help}, labels)
+}
+
+// HistogramVec is the histogram knowledge_sidecar_<name> by labels, with
+// buckets (seconds, for a duration).
+func HistogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: name, Help: help, Buckets: buckets}, labels)
+}
+
+// ClosedCounter is a one-label counter whose series of each value in values
+// exist from the start at 0, so that a panel or an alert reads 0, not "no
+// data", before the first event.
+func ClosedCounter(name, help, label string, values []string) *prometheus.CounterVec {
+	v := CounterVec(name, help, label)
 	for _, l := range values {
 		v.WithLabelValues(l)
 	}

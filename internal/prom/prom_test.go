@@ -34,8 +34,8 @@ func TestTryRegister(t *testing.T) {
 
 // Every value of the closed set is a series at 0 before the first event,
 // in the sidecar's namespace.
-func TestCounterVecZeroSeries(t *testing.T) {
-	v := prom.CounterVec(prometheus.CounterOpts{Subsystem: "s", Name: "events_total", Help: "Events."}, "kind", []string{"a", "b"})
+func TestClosedCounterZeroSeries(t *testing.T) {
+	v := prom.ClosedCounter("s_events_total", "Events.", "kind", []string{"a", "b"})
 	want := `# HELP knowledge_sidecar_s_events_total Events.
 # TYPE knowledge_sidecar_s_events_total counter
 knowledge_sidecar_s_events_total{kind="a"} 0
