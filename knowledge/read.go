@@ -24,19 +24,13 @@ func (s *Service) Read(ctx context.Context, authorization string, route corefact
 // answer out and reuses its buffer does not allocate a page per read. The
 // answer is never retained by the service.
 func (s *Service) ReadInto(ctx context.Context, dst []byte, authorization string, route corefacts.RouteKey, body io.Reader) ([]byte, error) {
-	return s.answer(ctx, EndpointRead, route, authorization, body, func(d *Disclosure, sess corefacts.Session, raw []byte) ([]byte, error) {
-		return s.read(ctx, dst, d, authorization, route, sess, raw)
-	})
+	return answer(ctx, s, EndpointRead, call{authorization: authorization, route: route, dst: dst}, body, readBody, (*Service).read)
 }
 
 // read is ReadInto after identity and body (SPEC §2 order: … → managed
 // task → route → MAC → expiry → binding → run → scope → document).
-func (s *Service) read(ctx context.Context, dst []byte, d *Disclosure, authorization string, route corefacts.RouteKey, sess corefacts.Session, raw []byte) ([]byte, error) {
-	req, err := parseRead(raw)
-	if err != nil {
-		return nil, err
-	}
-	d.asked("", false, req.runID)
+func (s *Service) read(ctx context.Context, c *call, req readRequest) ([]byte, error) {
+	c.d.asked("", false, req.runID)
 	// A marked session's read without run_id is TASK_REQUIRED even though its
 	// ref names a run; with run_id the ref must be bound to it (below).
 	// The ref is opened first (no I/O) so that its KB and document are read
@@ -47,7 +41,7 @@ func (s *Service) read(ctx context.Context, dst []byte, d *Disclosure, authoriza
 	if refErr == nil {
 		pf = prefetch{kbIDs: []string{rc.KBID}, docID: rc.DocID}
 	}
-	a, runChecked, err := s.admitTask(ctx, authorization, route, sess, req.runID, pf)
+	a, runChecked, err := s.admitTask(ctx, c.authorization, c.route, c.sess, req.runID, pf)
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +69,7 @@ func (s *Service) read(ctx context.Context, dst []byte, d *Disclosure, authoriza
 		}
 		page.Offset, page.Served = int(off), int(served)
 	}
-	return s.writePage(dst, d, req, rc, page, now)
+	return s.writePage(c.dst, c.d, req, rc, page, now)
 }
 
 // checkReadClaims checks a read's opened ref against its cursor and the

@@ -52,11 +52,44 @@ func (f *requestFields) get(name string) ([]byte, bool) {
 	return nil, false
 }
 
-// Member names of the two bodies, in the order the values are kept.
+// bodySpec is one endpoint's request body: the members it allows, in the
+// order their values are kept, and how they become its request.
+type bodySpec[R any] struct {
+	fields []string
+	of     func(*requestFields) (R, error)
+}
+
+// The two bodies.
 var (
-	searchFields = []string{"query", "limit", "run_id"}
-	readFields   = []string{"ref", "run_id", "max_bytes", "cursor"}
+	searchBody = bodySpec[searchRequest]{[]string{"query", "limit", "run_id"}, searchRequestOf}
+	readBody   = bodySpec[readRequest]{[]string{"ref", "run_id", "max_bytes", "cursor"}, readRequestOf}
 )
+
+// A search's and a read's request, as their bodies' members give them.
+type (
+	searchRequest struct {
+		query string
+		limit int
+		runID string
+	}
+	readRequest struct {
+		ref       string
+		runID     string
+		maxBytes  int
+		cursor    string
+		hasCursor bool
+	}
+)
+
+// parse decodes body (decodeObject) and makes the request of its members.
+func (b bodySpec[R]) parse(body []byte) (R, error) {
+	f, err := decodeObject(body, b.fields)
+	if err != nil {
+		var zero R
+		return zero, err
+	}
+	return b.of(&f)
+}
 
 // decodeObject splits a JSON object into its members with encoding/json's
 // Decoder (Token for '{' and each key, Decode of each value into a
@@ -299,62 +332,38 @@ func isUUID(s string) bool {
 	return true
 }
 
-type searchRequest struct {
-	query string
-	limit int
-	runID string
-}
-
-func parseSearch(body []byte) (searchRequest, error) {
-	f, err := decodeObject(body, searchFields)
-	if err != nil {
-		return searchRequest{}, err
-	}
-	var r searchRequest
-	q, _, err := stringField(&f, "query", true)
-	if err != nil {
+// searchRequestOf checks a search body's members (SPEC §4): the query by
+// CheckQuery, limit 1 to protocol.SearchMaxResults, an optional run_id.
+func searchRequestOf(f *requestFields) (r searchRequest, err error) {
+	if r.query, _, err = stringField(f, "query", true); err != nil {
 		return r, err
 	}
-	if e := CheckQuery(q); e != nil {
+	if e := CheckQuery(r.query); e != nil {
 		return r, e
 	}
-	r.query = q
-	if r.limit, err = intField(&f, "limit", 1, protocol.SearchMaxResults, protocol.SearchMaxResults); err != nil {
+	if r.limit, err = intField(f, "limit", 1, protocol.SearchMaxResults, protocol.SearchMaxResults); err != nil {
 		return r, err
 	}
-	if r.runID, err = runIDField(&f); err != nil {
-		return r, err
-	}
-	return r, nil
+	r.runID, err = runIDField(f)
+	return r, err
 }
 
-type readRequest struct {
-	ref       string
-	runID     string
-	maxBytes  int
-	cursor    string
-	hasCursor bool
-}
-
-func parseRead(body []byte) (readRequest, error) {
-	f, err := decodeObject(body, readFields)
-	if err != nil {
-		return readRequest{}, err
-	}
-	var r readRequest
-	if r.ref, _, err = stringField(&f, "ref", true); err != nil {
+// readRequestOf checks a read body's members (SPEC §6): a ref, an optional
+// run_id, max_bytes within the page bounds, an optional cursor.
+func readRequestOf(f *requestFields) (r readRequest, err error) {
+	if r.ref, _, err = stringField(f, "ref", true); err != nil {
 		return r, err
 	}
 	if r.ref == "" {
 		return r, errInvalid("ref must not be empty.")
 	}
-	if r.runID, err = runIDField(&f); err != nil {
+	if r.runID, err = runIDField(f); err != nil {
 		return r, err
 	}
-	if r.maxBytes, err = intField(&f, "max_bytes", protocol.ReadMinBytes, protocol.ReadMaxBytes, protocol.ReadDefaultBytes); err != nil {
+	if r.maxBytes, err = intField(f, "max_bytes", protocol.ReadMinBytes, protocol.ReadMaxBytes, protocol.ReadDefaultBytes); err != nil {
 		return r, err
 	}
-	if r.cursor, r.hasCursor, err = stringField(&f, "cursor", false); err != nil {
+	if r.cursor, r.hasCursor, err = stringField(f, "cursor", false); err != nil {
 		return r, err
 	}
 	if r.hasCursor && r.cursor == "" {
@@ -363,26 +372,39 @@ func parseRead(body []byte) (readRequest, error) {
 	return r, nil
 }
 
-// answer runs the frame search and read share: the endpoint's metrics, its
-// disclosure when the audit is on, and the first two steps of the SPEC §2
-// order (identity, then the body read whole); step does the rest with the
-// disclosure (nil when the audit is off), the session and the raw body.
-func (s *Service) answer(ctx context.Context, endpoint string, route corefacts.RouteKey, authorization string, body io.Reader,
-	step func(d *Disclosure, sess corefacts.Session, raw []byte) ([]byte, error)) (out []byte, err error) {
+// call is one knowledge request past identity: who asks (the bearer and
+// its session), for which workspace, the memory the answer may be written
+// into, and its disclosure (nil when the audit is off).
+type call struct {
+	authorization string
+	route         corefacts.RouteKey
+	sess          corefacts.Session
+	dst           []byte
+	d             *Disclosure
+}
+
+// answer runs what search and read share: the endpoint's metrics, its
+// disclosure when the audit is on, and the first steps of the SPEC §2 order
+// (identity, the body read whole, then parsed by spec); step does the rest.
+func answer[R any](ctx context.Context, s *Service, endpoint string, c call, body io.Reader, spec bodySpec[R],
+	step func(*Service, context.Context, *call, R) ([]byte, error)) (out []byte, err error) {
 	start := time.Now()
 	defer func() { s.m.observe(endpoint, err, time.Since(start).Seconds()) }()
-	d := s.auditing(endpoint, route) // nil: audit off
-	if d != nil {
-		defer func() { out, err = s.disclose(ctx, d, out, err) }()
+	c.d = s.auditing(endpoint, c.route) // nil: audit off
+	if c.d != nil {
+		defer func() { out, err = s.disclose(ctx, c.d, out, err) }()
 	}
-	sess, err := s.identify(ctx, authorization)
+	if c.sess, err = s.identify(ctx, c.authorization); err != nil {
+		return nil, err
+	}
+	c.d.identified(c.sess)
+	raw, err := readAll(body)
 	if err != nil {
 		return nil, err
 	}
-	d.identified(sess)
-	raw, err := readBody(body)
+	req, err := spec.parse(raw)
 	if err != nil {
 		return nil, err
 	}
-	return step(d, sess, raw)
+	return step(s, ctx, &c, req)
 }

@@ -90,9 +90,9 @@ func TestRequestJSONStrict(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var err error
 			if strings.Contains(tc.body, `"ref"`) {
-				_, err = parseRead([]byte(tc.body))
+				_, err = readBody.parse([]byte(tc.body))
 			} else {
-				_, err = parseSearch([]byte(tc.body))
+				_, err = searchBody.parse([]byte(tc.body))
 			}
 			if tc.ok {
 				if err != nil {
@@ -116,9 +116,9 @@ func TestSearchQueryKeptExactly(t *testing.T) {
 		`{"query":"\ufffd"}`:                    "\ufffd",
 		"\r\n\t {\"query\":\"a\\\\ud800\"} \n":  `a\ud800`,
 	} {
-		r, err := parseSearch([]byte(body))
+		r, err := searchBody.parse([]byte(body))
 		if err != nil || r.query != want {
-			t.Errorf("parseSearch(%q) = %q, %v; want %q", body, r.query, err, want)
+			t.Errorf("searchBody.parse(%q) = %q, %v; want %q", body, r.query, err, want)
 		}
 	}
 }
@@ -184,8 +184,8 @@ func FuzzRequestStrict(f *testing.F) {
 			}
 		}
 		_ = loneSurrogateEscape(in) // any bytes: stays in bounds
-		_, errS := parseSearch(in)
-		_, errR := parseRead(in)
+		_, errS := searchBody.parse(in)
+		_, errR := readBody.parse(in)
 		for _, err := range []error{errS, errR} {
 			if err == nil {
 				if !valid || trimmed == "" || trimmed[0] != '{' || !utf8.Valid(in) || loneSurrogateRef([]byte(trimmed)) {
@@ -211,7 +211,7 @@ func BenchmarkParseRequest(b *testing.B) {
 	b.Run("read", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := parseRead(read); err != nil {
+			if _, err := readBody.parse(read); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -219,7 +219,7 @@ func BenchmarkParseRequest(b *testing.B) {
 	b.Run("search", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := parseSearch(search); err != nil {
+			if _, err := searchBody.parse(search); err != nil {
 				b.Fatal(err)
 			}
 		}

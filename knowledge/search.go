@@ -32,27 +32,21 @@ func (s *Service) Search(ctx context.Context, authorization string, route corefa
 // SearchInto is Search with the answer written into dst's memory when it
 // has room for protocol.SearchMaxBytes (see ReadInto).
 func (s *Service) SearchInto(ctx context.Context, dst []byte, authorization string, route corefacts.RouteKey, body io.Reader) ([]byte, error) {
-	return s.answer(ctx, EndpointSearch, route, authorization, body, func(d *Disclosure, sess corefacts.Session, raw []byte) ([]byte, error) {
-		return s.search(ctx, dst, d, authorization, route, sess, raw)
-	})
+	return answer(ctx, s, EndpointSearch, call{authorization: authorization, route: route, dst: dst}, body, searchBody, (*Service).search)
 }
 
 // search is SearchInto after identity and body (SPEC §2 order: … → managed
 // task → route → run).
-func (s *Service) search(ctx context.Context, dst []byte, d *Disclosure, authorization string, route corefacts.RouteKey, sess corefacts.Session, raw []byte) ([]byte, error) {
-	req, err := parseSearch(raw)
-	if err != nil {
-		return nil, err
-	}
-	d.asked(req.query, true, req.runID)
+func (s *Service) search(ctx context.Context, c *call, req searchRequest) ([]byte, error) {
+	c.d.asked(req.query, true, req.runID)
 	// The route's KB rows are read with it (one statement) when the last
 	// configuration seen for the route names them; the fresh route decides
 	// (kbRows reads any id the guess missed).
 	var pf prefetch
-	if last, ok := s.routes.Peek(route); ok && last.Knowledge != nil {
+	if last, ok := s.routes.Peek(c.route); ok && last.Knowledge != nil {
 		pf.kbIDs = uniqueStrings(last.Knowledge.KBIDs)
 	}
-	a, runChecked, err := s.admitTask(ctx, authorization, route, sess, req.runID, pf)
+	a, runChecked, err := s.admitTask(ctx, c.authorization, c.route, c.sess, req.runID, pf)
 	if err != nil {
 		return nil, err
 	}
@@ -68,8 +62,8 @@ func (s *Service) search(ctx context.Context, dst []byte, d *Disclosure, authori
 	}
 	kc := a.route.Knowledge
 	if kc == nil {
-		d.hints(res.Status, nil)
-		return res.appendTo(dst), nil
+		c.d.hints(res.Status, nil)
+		return res.appendTo(c.dst), nil
 	}
 	kbs := uniqueStrings(kc.KBIDs)
 	rows, err := s.kbRows(ctx, a, kbs)
@@ -122,8 +116,8 @@ func (s *Service) search(ctx context.Context, dst []byte, d *Disclosure, authori
 	if res.Truncated {
 		s.m.truncate("search")
 	}
-	d.hints(res.Status, res.Hints)
-	return res.appendTo(dst), nil
+	c.d.hints(res.Status, res.Hints)
+	return res.appendTo(c.dst), nil
 }
 
 // retrievalTopK is k = max(route top_k, 4 × limit) capped at 20.

@@ -436,8 +436,8 @@ func (s *Service) askGate(ctx context.Context, authorization string, route coref
 	return nil
 }
 
-// readBody reads at most protocol.MaxRequestBytes; one byte more is 413.
-func readBody(body io.Reader) ([]byte, error) {
+// readAll reads at most protocol.MaxRequestBytes; one byte more is 413.
+func readAll(body io.Reader) ([]byte, error) {
 	if body == nil {
 		return nil, nil
 	}
