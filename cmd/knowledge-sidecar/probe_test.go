@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"maps"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,21 +15,17 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/catalog"
 	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
+	"github.com/bailinghub/knowledge-sidecar/hostclient/hostclienttest"
 	"github.com/bailinghub/knowledge-sidecar/internal/fakecore"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit"
 	"github.com/bailinghub/knowledge-sidecar/internal/testkit/testdb"
 )
 
-// closedAddr is host:port where nothing listens (listened on, then closed).
+// closedAddr is host:port where nothing listens: a port bound for the
+// test's life and never listened on, so no other process takes it meanwhile.
 func closedAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	return strings.TrimPrefix(hostclienttest.RefusedURL(t), "http://")
 }
 
 // parseProbe maps each "probe NAME VERDICT detail" line to its verdict.
