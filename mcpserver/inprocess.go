@@ -29,23 +29,17 @@ type refuser interface {
 	Refusal() protocol.Refusal
 }
 
-// Steps of encoding/json work on one knowledge_read tool call served in
-// process (no near), counting each time a request or an answer is encoded
-// or decoded whole:
+// The JSON work on one knowledge_read tool call served in process (no near),
+// counting each time a request or an answer is encoded or decoded whole:
 //
-//	before (Backend in the edge, hostclient.Response between them):
-//	  success 7: arguments decoded; request encoded; request decoded by the
-//	    service; answer encoded by the service; answer decoded by the tool;
-//	    result encoded by the SDK; JSON-RPC message encoded by the SDK.
-//	  refusal 7: the same up to the service, then its error body encoded by
-//	    the edge and decoded by the tool, result and message encoded.
-//	after (this backend, the refusal as a value; the arguments decoded once,
-//	for the schema, then copied into toolArgs, and sent as a protoRequest):
-//	  success 7: unchanged — the answer is encoded once by the service and
-//	    decoded once for the text rendering; structuredContent is that JSON
-//	    spliced with the note (withNote), not encoded again by us; the two
-//	    last encodings are the SDK's framing.
-//	  refusal 5: the error body is neither encoded nor decoded.
+//	in: the SDK decodes the arguments once (for the schema; toolArgs is a
+//	  copy of them); the protocol request is encoded and the service
+//	  decodes it (the service's one entry, shared with the HTTP edge).
+//	out: the service encodes the answer once; the tool decodes it once to
+//	  write the text for the model; structuredContent is that JSON with the
+//	  note spliced in (withNote), not encoded again; the SDK frames the
+//	  result and the JSON-RPC message.
+//	refusal: no error body is encoded or decoded (refuser is a value).
 //
 // BenchmarkInProcessRead measures the call.
 
