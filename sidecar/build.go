@@ -531,7 +531,7 @@ func (a *App) buildLedger(cfg config.Config, deps Deps, rdb *sharedredis.Client,
 // through when mcp.oauth is configured (SPEC §12; nil otherwise).
 func (a *App) buildMCP(cfg config.Config, deps Deps, svc *knowledge.Service, client *coreclient.Client,
 	reg prometheus.Registerer, log *slog.Logger) (proxy.MCPOptions, proxy.MCPHandler, proxy.OAuth, error) {
-	native := newNativeMCP(cfg, a.coreTLS)
+	native := newNativeMCP(cfg, a.coreTLS, telemetry.Tracer(a.tp))
 	opts := proxy.MCPOptions{AuthorizationServers: cfg.MCP.AuthorizationServers, Scopes: cfg.MCP.Scopes,
 		PublicURL: cfg.MCP.PublicURL, Native: native != nil}
 	h, err := mcpserver.NewHTTP(mcpserver.HTTPOptions{

@@ -8,10 +8,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bailinghub/knowledge-sidecar/config"
 	"github.com/bailinghub/knowledge-sidecar/corefacts"
@@ -153,21 +156,39 @@ const nativeCallTimeout = 30 * time.Second
 // no query or fragment); were it refused, the result is nil and the MCP
 // endpoint of a native Core passes through. Its errors are hostclient's:
 // they name the method, Core's host and a reason, never the bearer or the
-// body. The MCP request's trace context (its SERVER span, when tracing is
-// on) goes to Core as traceparent and tracestate, as on the Core client's
-// own requests, so Core's spans of a tool call join the host's trace.
-func newNativeMCP(cfg config.Config, tlsCfg *tls.Config) nativeCaller {
+// body. Each call is a CLIENT span (telemetry.StartCoreSpan, as every
+// other request to Core: SPEC §9) when tracer is set; either way the MCP
+// request's trace context goes to Core as traceparent and tracestate, so
+// Core's spans of a tool call join the host's trace.
+func newNativeMCP(cfg config.Config, tlsCfg *tls.Config, tracer trace.Tracer) nativeCaller {
 	t := coreTransport(cfg, tlsCfg, cfg.Proxy.ResponseHeaderTimeout)
 	// No token of its own: every call sends its caller's Authorization.
 	c, err := hostclient.New(cfg.Core.URL, "", "", &http.Client{Transport: t, Timeout: nativeCallTimeout})
 	if err != nil {
 		return nil
 	}
+	host := ""
+	if u, err := url.Parse(cfg.Core.URL); err == nil {
+		host = u.Hostname()
+	}
 	return func(ctx context.Context, call *proxy.MCPCall, endpoint string, body []byte) (*hostclient.Response, error) {
 		h := http.Header{"Authorization": {call.Authorization}}
-		telemetry.Propagator.Inject(ctx, propagation.HeaderCarrier(h))
-		return c.Do(ctx, hostclient.Request{
-			Method: http.MethodPost, URL: c.URL(call.Route.String(), endpoint), Body: body, Header: h,
-		})
+		req := hostclient.Request{Method: http.MethodPost, URL: c.URL(call.Route.String(), endpoint), Body: body, Header: h}
+		if tracer == nil {
+			telemetry.Propagator.Inject(ctx, propagation.HeaderCarrier(h))
+			return c.Do(ctx, req)
+		}
+		tmpl := "/agent-api/v1/workspaces/{route}/knowledge/" + endpoint
+		ctx, span := telemetry.StartCoreSpan(ctx, tracer, http.MethodPost+" "+tmpl, http.MethodPost, host, h,
+			attribute.String("url.template", tmpl))
+		res, err := c.Do(ctx, req)
+		status, errType := 0, ""
+		if err != nil {
+			errType = "transport"
+		} else {
+			status = res.Status
+		}
+		telemetry.EndCoreSpan(span, status, errType)
+		return res, err
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bailinghub/knowledge-sidecar/config"
@@ -16,6 +18,7 @@ import (
 	"github.com/bailinghub/knowledge-sidecar/hostclient"
 	"github.com/bailinghub/knowledge-sidecar/protocol"
 	"github.com/bailinghub/knowledge-sidecar/proxy"
+	"github.com/bailinghub/knowledge-sidecar/telemetry"
 )
 
 // fakeNative answers every call with ans or err and records what it got.
@@ -97,7 +100,9 @@ func TestMCPNativeAnswers(t *testing.T) {
 
 // TestNativeMCPCarriesTraceContext: a tool's request to a native Core goes
 // to the route's knowledge endpoint with the caller's bearer and the MCP
-// request's trace context (traceparent), so Core's spans join the trace.
+// request's trace context (traceparent), so Core's spans join the trace;
+// with tracing on it is a CLIENT span of its own (SPEC §9: every Core call),
+// and Core's traceparent names that span.
 func TestNativeMCPCarriesTraceContext(t *testing.T) {
 	var got http.Header
 	var path string
@@ -108,24 +113,53 @@ func TestNativeMCPCarriesTraceContext(t *testing.T) {
 	defer core.Close()
 	cfg := config.Defaults()
 	cfg.Core.URL = core.URL
-	native := newNativeMCP(cfg, nil)
-	if native == nil {
-		t.Fatal("no native client for an http core.url")
-	}
 	sc := trace.NewSpanContext(trace.SpanContextConfig{
 		TraceID: trace.TraceID{0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36},
 		SpanID:  trace.SpanID{0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7}, TraceFlags: trace.FlagsSampled,
 	})
 	route, _ := corefacts.ParseRouteKey("kb-multi")
-	ctx := trace.ContextWithSpanContext(context.Background(), sc)
-	res, err := native(ctx, &proxy.MCPCall{Authorization: "Bearer tok", Route: route}, nativeSearch, []byte(`{"query":"q"}`))
-	if err != nil || res.Status != 200 {
-		t.Fatalf("got %v, %v; want Core's 200", res, err)
+	ask := func(t *testing.T, native nativeCaller) {
+		t.Helper()
+		if native == nil {
+			t.Fatal("no native client for an http core.url")
+		}
+		ctx := trace.ContextWithSpanContext(context.Background(), sc)
+		res, err := native(ctx, &proxy.MCPCall{Authorization: "Bearer tok", Route: route}, nativeSearch, []byte(`{"query":"q"}`))
+		if err != nil || res.Status != 200 {
+			t.Fatalf("got %v, %v; want Core's 200", res, err)
+		}
+		if got.Get("Authorization") != "Bearer tok" || path != "/agent-api/v1/workspaces/kb-multi/knowledge/search" {
+			t.Errorf("Core got %s with %q; want the route's search with the caller's bearer", path, got.Get("Authorization"))
+		}
 	}
-	if want := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"; got.Get("Traceparent") != want {
-		t.Errorf("traceparent %q; want %q", got.Get("Traceparent"), want)
-	}
-	if got.Get("Authorization") != "Bearer tok" || path != "/agent-api/v1/workspaces/kb-multi/knowledge/search" {
-		t.Errorf("Core got %s with %q; want the route's search with the caller's bearer", path, got.Get("Authorization"))
-	}
+	t.Run("tracing off", func(t *testing.T) {
+		ask(t, newNativeMCP(cfg, nil, nil))
+		if want := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"; got.Get("Traceparent") != want {
+			t.Errorf("traceparent %q; want %q", got.Get("Traceparent"), want)
+		}
+	})
+	t.Run("tracing on", func(t *testing.T) {
+		rec := tracetest.NewSpanRecorder()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+		ask(t, newNativeMCP(cfg, nil, telemetry.Tracer(tp)))
+		spans := rec.Ended()
+		if len(spans) != 1 {
+			t.Fatalf("%d spans ended; want the call's CLIENT span", len(spans))
+		}
+		s := spans[0]
+		if s.SpanKind() != trace.SpanKindClient || s.Parent().SpanID() != sc.SpanID() || s.Name() != "POST /agent-api/v1/workspaces/{route}/knowledge/search" {
+			t.Errorf("span %q kind %v parent %v; want the CLIENT span POST …/{route}/knowledge/search under the MCP request's", s.Name(), s.SpanKind(), s.Parent().SpanID())
+		}
+		attrs := map[string]string{}
+		for _, a := range s.Attributes() {
+			attrs[string(a.Key)] = a.Value.Emit()
+		}
+		if attrs["knowledge_sidecar.peer"] != "core" || attrs["http.response.status_code"] != "200" {
+			t.Errorf("attributes %v; want peer core and Core's status 200", attrs)
+		}
+		want := "00-4bf92f3577b34da6a3ce929d0e0e4736-" + s.SpanContext().SpanID().String() + "-01"
+		if got.Get("Traceparent") != want {
+			t.Errorf("traceparent %q; want %q (the CLIENT span)", got.Get("Traceparent"), want)
+		}
+	})
 }
