@@ -152,7 +152,7 @@ func TestNativeMCPCarriesTraceContext(t *testing.T) {
 		}
 		attrs := map[string]string{}
 		for _, a := range s.Attributes() {
-			attrs[string(a.Key)] = a.Value.Emit()
+			attrs[string(a.Key)] = a.Value.String()
 		}
 		if attrs["knowledge_sidecar.peer"] != "core" || attrs["http.response.status_code"] != "200" {
 			t.Errorf("attributes %v; want peer core and Core's status 200", attrs)
